@@ -1,0 +1,52 @@
+# Every target installs what it needs (idempotently) into .venv and node_modules/.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+CONFIG ?= config/default.yaml
+CDK := node_modules/.bin/cdk
+SYNTH_DEPS := $(VENV)/.synth-deps
+DEV_DEPS := $(VENV)/.dev-deps
+
+# aws-cdk-lib still runs on node 20 but prints an end-of-life banner; the CLI must not call home.
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+export CDK_DISABLE_VERSION_CHECK := 1
+export PATH := $(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
+
+.PHONY: synth test lint local-train clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+# Synthesis needs only the CDK libraries and the config model: no torch.
+$(SYNTH_DEPS): requirements.txt pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -r requirements.txt
+	$(BIN)/pip install -q --no-deps -e .
+	touch $@
+
+$(DEV_DEPS): $(SYNTH_DEPS) requirements-dev.txt requirements-train.txt
+	$(BIN)/pip install -q -r requirements-dev.txt
+	touch $@
+
+$(CDK): package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+synth: $(SYNTH_DEPS) $(CDK)
+	@trainstack check-config $(CONFIG)
+	cdk synth --all --quiet --no-notices -c config=$(CONFIG)
+
+test: $(DEV_DEPS) $(CDK)
+	pytest -n 2 --dist loadfile
+
+lint: $(DEV_DEPS) $(CDK) synth
+	ruff check .
+	hadolint container/Dockerfile
+	cfn-lint cdk.out/*.template.json
+
+local-train: $(DEV_DEPS)
+	bash training_scripts/local_train.sh
+
+clean:
+	rm -rf cdk.out local-run .pytest_cache .hypothesis

@@ -1,0 +1,1 @@
+"""CDK stacks (one per module) and the constructs they share."""

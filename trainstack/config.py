@@ -1,0 +1,214 @@
+"""The one validated config model: file -> Settings -> stacks.
+
+Every user error ends in a ConfigError whose message is one sentence naming the
+field and what is allowed.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+
+from trainstack.base import StrictModel
+from trainstack.profiles import Profile
+
+DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "config" / "default.yaml"
+
+# AZ ids start with a per-region code (use1-az4 is in us-east-1); AZ id -> name differs per account,
+# so the region check is all that can be done offline.
+_AZ_ID_REGION_CODES = {
+    "us-east-1": "use1", "us-east-2": "use2", "us-west-1": "usw1", "us-west-2": "usw2",
+    "ca-central-1": "cac1", "eu-west-1": "euw1", "eu-west-2": "euw2", "eu-west-3": "euw3",
+    "eu-central-1": "euc1", "eu-central-2": "euc2", "eu-north-1": "eun1", "eu-south-1": "eus1",
+    "eu-south-2": "eus2", "ap-northeast-1": "apne1", "ap-northeast-2": "apne2", "ap-northeast-3": "apne3",
+    "ap-southeast-1": "apse1", "ap-southeast-2": "apse2", "ap-southeast-3": "apse3",
+    "ap-south-1": "aps1", "ap-south-2": "aps2", "ap-east-1": "ape1", "sa-east-1": "sae1",
+    "me-south-1": "mes1", "me-central-1": "mec1", "af-south-1": "afs1", "il-central-1": "ilc1",
+}
+
+
+class ConfigError(Exception):
+    """A config the user wrote that cannot be deployed; str() is one sentence."""
+
+
+class ExistingNetwork(StrictModel):
+    """An existing VPC and subnet(s) in the training AZ, used instead of creating a VPC."""
+
+    vpc_id: Annotated[str, Field(pattern=r"^vpc-[0-9a-f]{8,17}$")]
+    vpc_cidr: str
+    subnet_ids: Annotated[list[Annotated[str, Field(pattern=r"^subnet-[0-9a-f]{8,17}$")]], Field(min_length=1)]
+    route_table_ids: Annotated[list[Annotated[str, Field(pattern=r"^rtb-[0-9a-f]{8,17}$")]], Field(min_length=1)]
+
+
+class NetworkSettings(StrictModel):
+    vpc_cidr: str = "10.20.0.0/16"
+    # "endpoints": private subnets reach AWS APIs through VPC interface endpoints (no internet);
+    # "nat": a public subnet with one NAT gateway in the training AZ.
+    egress: Literal["endpoints", "nat"] = "endpoints"
+    existing: ExistingNetwork | None = None
+
+    @field_validator("vpc_cidr")
+    @classmethod
+    def _cidr(cls, value: str) -> str:
+        try:
+            network = ipaddress.IPv4Network(value, strict=True)
+        except ValueError as error:
+            raise ValueError(f"'{value}' is not an IPv4 CIDR block such as 10.20.0.0/16") from error
+        if not 16 <= network.prefixlen <= 24:
+            raise ValueError(f"'{value}' must have a prefix length between /16 and /24")
+        return value
+
+
+class DatasetSettings(StrictModel):
+    # None creates a bucket; a name uses an existing bucket (not managed by the stack).
+    bucket_name: Annotated[str | None, Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")] = None
+    prefix: Annotated[str, Field(pattern=r"^([A-Za-z0-9!_.*'()-]+/)*$")] = "datasets/"
+    size_gib: Annotated[float, Field(gt=0, le=1_000_000)] = 1000
+
+
+class FsxSettings(StrictModel):
+    enabled: bool = True
+    # The need, as a rate or as the time one epoch may take to read the whole dataset: exactly one.
+    throughput_mbps: Annotated[float | None, Field(gt=0)] = None
+    epoch_seconds: Annotated[float | None, Field(gt=0)] = None
+    deployment_type: Literal["SCRATCH_2", "PERSISTENT_2"] | None = None
+
+    @model_validator(mode="after")
+    def _one_need(self) -> FsxSettings:
+        if self.enabled and (self.throughput_mbps is None) == (self.epoch_seconds is None):
+            raise ValueError("set exactly one of throughput_mbps or epoch_seconds")
+        return self
+
+
+class CheckpointSettings(StrictModel):
+    retention_days: Annotated[int, Field(ge=1, le=3650)] = 30
+
+
+class ImageSettings(StrictModel):
+    # None builds container/ into ECR at deploy time; a URI uses an image that already exists.
+    uri: Annotated[str | None, Field(pattern=r"^\d{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(\.cn)?/[a-z0-9._/-]+(:[\w.-]+|@sha256:[0-9a-f]{64})$")] = None
+    keep_images: Annotated[int, Field(ge=1, le=1000)] = 10
+
+
+class Settings(StrictModel):
+    project: Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{1,20}$")] = "trainstack"
+    account: Annotated[str | None, Field(pattern=r"^\d{12}$")] = None
+    region: Annotated[str | None, Field(pattern=r"^[a-z]{2}(-gov)?-[a-z]+-\d$")] = None
+    availability_zone: Annotated[str | None, Field(pattern=r"^[a-z]{2}(-gov)?-[a-z]+-\d[a-z]$")] = None
+    availability_zone_id: Annotated[str | None, Field(pattern=r"^[a-z]+\d-az\d+$")] = None
+    network: NetworkSettings = NetworkSettings()
+    dataset: DatasetSettings = DatasetSettings()
+    fsx: FsxSettings = FsxSettings(throughput_mbps=1000)
+    checkpoints: CheckpointSettings = CheckpointSettings()
+    image: ImageSettings = ImageSettings()
+    notification_emails: list[Annotated[str, Field(pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$")]] = []
+    tags: dict[Annotated[str, Field(min_length=1, max_length=128)], Annotated[str, Field(max_length=256)]] = {}
+    profiles: list[Profile] = []
+
+    @model_validator(mode="after")
+    def _placement(self) -> Settings:
+        if self.account is None or self.region is None:
+            raise ValueError("account and region must be set in the file or by CDK_DEFAULT_ACCOUNT/CDK_DEFAULT_REGION")
+        if (self.availability_zone is None) == (self.availability_zone_id is None):
+            raise ValueError("set exactly one of availability_zone (e.g. us-east-1a) or availability_zone_id (e.g. use1-az4)")
+        if self.availability_zone is not None and self.availability_zone[:-1] != self.region:
+            raise ValueError(
+                f"availability_zone '{self.availability_zone}' is not in region '{self.region}'; "
+                f"use an AZ of that region such as {self.region}a"
+            )
+        code = _AZ_ID_REGION_CODES.get(self.region)
+        if self.availability_zone_id is not None and code and not self.availability_zone_id.startswith(f"{code}-az"):
+            raise ValueError(
+                f"availability_zone_id '{self.availability_zone_id}' is not in region '{self.region}'; "
+                f"ids there look like {code}-az1"
+            )
+        names = [profile.name for profile in self.profiles]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ValueError(f"profile names must be unique; repeated: {', '.join(duplicates)}")
+        return self
+
+    @property
+    def az_label(self) -> str:
+        """The configured AZ, by name or by id, for messages and descriptions."""
+        return self.availability_zone or self.availability_zone_id  # type: ignore[return-value]
+
+    def profile(self, name: str) -> Profile:
+        for profile in self.profiles:
+            if profile.name == name:
+                return profile
+        raise KeyError(name)
+
+
+def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """Walk the model along an error location to list the keys allowed where an unknown one was found."""
+    current: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, int) or current is None:
+            continue
+        field = current.model_fields.get(part)
+        if field is None:
+            return []
+        current = _model_in(field.annotation)
+    return sorted(current.model_fields) if current is not None else []
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _describe(error: dict[str, Any]) -> str:
+    loc = tuple(part for part in error["loc"] if not (isinstance(part, str) and part.startswith("function-")))
+    field = ".".join(str(part) for part in loc)
+    if error["type"] == "extra_forbidden":
+        allowed = _allowed_keys(Settings, loc)
+        return f"{field}: unknown key; allowed keys here: {', '.join(allowed)}"
+    message = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "string_pattern_mismatch":
+        message = f"{error['input']!r} does not match {error['ctx']['pattern']}"
+    # Model-level checks already name their fields in the message.
+    return f"{field}: {message}" if field else message
+
+
+def parse_settings(data: Mapping[str, Any], environ: Mapping[str, str] | None = None, source: str = "config") -> Settings:
+    """Validate a config mapping; account/region come from CDK_DEFAULT_ACCOUNT/REGION when set, else the file."""
+    environ = os.environ if environ is None else environ
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{source}: the file must hold a YAML mapping of settings.")
+    merged = dict(data)
+    for key, variable in (("account", "CDK_DEFAULT_ACCOUNT"), ("region", "CDK_DEFAULT_REGION")):
+        if environ.get(variable):
+            merged[key] = environ[variable]
+    try:
+        return Settings.model_validate(merged)
+    except ValidationError as error:
+        raise ConfigError(f"{source}: {_describe(error.errors()[0]).rstrip('.')}.") from None
+
+
+def load_settings(path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+    path = Path(path) if path else DEFAULT_CONFIG_PATH
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read the config file ({error.strerror}).") from None
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{path}: not valid YAML{where}.") from None
+    return parse_settings(data, environ, source=str(path))
+
+
