@@ -1,0 +1,64 @@
+"""Fixtures shared by every test area: validated settings and the synthesized default app."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG = REPO_ROOT / "config" / "default.yaml"
+# Tests never take account/region from the machine's environment.
+NO_ENV: dict[str, str] = {}
+
+
+def deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def default_config_data() -> dict[str, Any]:
+    return yaml.safe_load(DEFAULT_CONFIG.read_text())
+
+
+@pytest.fixture
+def make_settings() -> Callable[..., Any]:
+    """Settings from config/default.yaml with nested overrides applied (keys set to None are kept as None)."""
+    from trainstack.config import parse_settings
+
+    def build(overrides: dict[str, Any] | None = None):
+        return parse_settings(deep_merge(default_config_data(), overrides or {}), NO_ENV, source="test config")
+
+    return build
+
+
+def synthesize(settings, outdir: Path | None = None):
+    """Build and synthesize the whole app; returns (stacks, cloud assembly)."""
+    import aws_cdk as cdk
+
+    from stacks.app_builder import build_app
+
+    app = cdk.App(outdir=str(outdir) if outdir else None)
+    stacks = build_app(app, settings)
+    return stacks, app.synth()
+
+
+@pytest.fixture(scope="session")
+def default_app(tmp_path_factory):
+    """The default config's app, synthesized once per test process (synth is slow: jsii + node)."""
+    from trainstack.config import parse_settings
+
+    settings = parse_settings(default_config_data(), NO_ENV, source=str(DEFAULT_CONFIG))
+    stacks, assembly = synthesize(settings, tmp_path_factory.mktemp("cdk.out"))
+    return settings, stacks, assembly
