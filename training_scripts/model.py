@@ -33,7 +33,8 @@ def build_model(preset: str, init_from: str | None, vocab_size: int | None) -> t
     shape = dict(PRESETS[preset])
     if vocab_size:
         shape["vocab_size"] = vocab_size
-    config = LlamaConfig(**shape, tie_word_embeddings=False, rms_norm_eps=1e-5, use_cache=False)
+    config = LlamaConfig(**shape, tie_word_embeddings=False, rms_norm_eps=1e-5, use_cache=False,
+                         architectures=["LlamaForCausalLM"])  # so the saved config.json names its class
     return LlamaForCausalLM(config)
 
 

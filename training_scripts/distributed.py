@@ -1,0 +1,169 @@
+"""Process group and model wrapping for the three strategies.
+
+`smp` (SMP v2 tensor parallel + FSDP) and `smddp` (SMDDP collectives) only exist
+in the SageMaker image; elsewhere the same flags fall back to NCCL (GPU) or gloo
+(CPU) with FSDP2 or DDP, with a warning, so one script runs everywhere.
+"""
+
+import contextlib
+import importlib.util
+import logging
+import os
+import socket
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from model import decoder_layers
+
+try:  # FSDP2: public from PyTorch 2.6, composable-only in 2.5 (the SMP 2.8 image).
+    from torch.distributed.fsdp import fully_shard
+except ImportError:
+    from torch.distributed._composable.fsdp import fully_shard
+
+STRATEGIES = ("smp", "smddp", "torchrun")
+PARALLELISMS = ("fsdp", "ddp")
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Runtime:
+    strategy: str  # the strategy that actually runs, after any fallback
+    backend: str
+    rank: int
+    world_size: int
+    local_rank: int
+    dp_rank: int  # ranks with the same dp_rank (a tensor-parallel group) read the same samples
+    dp_size: int
+    device: torch.device
+    checkpoint_group: dist.ProcessGroup | None  # a CPU-capable group for checkpoint collectives
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def select_strategy(requested: str, smp_installed: bool, smddp_installed: bool, cuda: bool) -> tuple[str, str, str | None]:
+    """(strategy, process-group backend, fallback warning or None) for what this machine can run."""
+    fallback_backend = "cpu:gloo,cuda:nccl" if cuda else "gloo"
+    if requested == "smp" and not (smp_installed and cuda):
+        return "torchrun", fallback_backend, "SMP v2 (torch.sagemaker) needs the SageMaker image and a GPU; " \
+                                             "training with FSDP2/DDP on the standard backend instead."
+    if requested == "smddp" and not (smddp_installed and cuda):
+        return "torchrun", fallback_backend, "SMDDP (smdistributed.dataparallel) needs the SageMaker image and a " \
+                                             "GPU; training on the standard backend instead."
+    if requested == "smddp":
+        return "smddp", "smddp", None
+    return requested, fallback_backend, None
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a missing parent package
+        return False
+
+
+def setup(requested: str, mp_parameters: dict) -> Runtime:
+    cuda = torch.cuda.is_available()
+    strategy, backend, warning = select_strategy(
+        requested, _installed("torch.sagemaker"), _installed("smdistributed.dataparallel"), cuda)
+    # mpirun (SMDDP) names the local rank differently from torchrun.
+    local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", "0")))
+    if cuda:
+        torch.cuda.set_device(local_rank)
+    if strategy == "smddp":
+        import smdistributed.dataparallel.torch.torch_smddp  # noqa: F401  (registers the "smddp" backend)
+    elif "RANK" not in os.environ:  # plain `python train.py`: a world of one
+        os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    dist.init_process_group(backend=backend)
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+
+    model_parallel_degree = 1
+    if strategy == "smp":
+        import torch.sagemaker as tsm
+
+        tsm.init(mp_parameters or None)  # None: SMP reads the job's mp_parameters itself
+        model_parallel_degree = (int(mp_parameters.get("tensor_parallel_degree", 1))
+                                 * int(mp_parameters.get("context_parallel_degree", 1)))
+    # DCP's collectives and async saves run on CPU tensors: SMDDP's backend has no CPU side.
+    checkpoint_group = dist.new_group(backend="gloo") if strategy == "smddp" else None
+    runtime = Runtime(strategy=strategy, backend=backend, rank=rank, world_size=world_size, local_rank=local_rank,
+                      dp_rank=rank // model_parallel_degree, dp_size=world_size // model_parallel_degree,
+                      device=torch.device("cuda", local_rank) if cuda else torch.device("cpu"),
+                      checkpoint_group=checkpoint_group)
+    if warning and runtime.is_main:
+        log.warning(warning)
+    return runtime
+
+
+def wrap_model(model: torch.nn.Module, runtime: Runtime, parallelism: str, mp_parameters: dict,
+               activation_checkpointing: bool, compile_layers: bool) -> torch.nn.Module:
+    if activation_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if compile_layers:  # per block, in place: state-dict keys stay those of the plain model
+        for layer in decoder_layers(model):
+            layer.compile()
+    model.to(runtime.device)
+    if runtime.strategy == "smp":
+        return _wrap_smp(model, mp_parameters)
+    if parallelism == "ddp":
+        return DistributedDataParallel(model, device_ids=[runtime.local_rank] if runtime.device.type == "cuda" else None)
+    for layer in decoder_layers(model):
+        fully_shard(layer)
+    fully_shard(model)
+    return model
+
+
+def _wrap_smp(model: torch.nn.Module, mp_parameters: dict) -> torch.nn.Module:
+    """SMP v2: tensor-parallel transform, then PyTorch FSDP (v1), as the SMP v2 guide does."""
+    import torch.sagemaker as tsm
+    from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
+    from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+
+    model = tsm.transform(model)
+    layer_class = type(decoder_layers(model)[0])  # the transformed (tensor-parallel) block
+    hybrid = int(mp_parameters.get("hybrid_shard_degree", 0)) > 0
+    return FullyShardedDataParallel(
+        model,
+        auto_wrap_policy=partial(transformer_auto_wrap_policy, transformer_layer_cls={layer_class}),
+        sharding_strategy=ShardingStrategy.HYBRID_SHARD if hybrid else ShardingStrategy.FULL_SHARD,
+        device_id=torch.cuda.current_device(),
+        use_orig_params=True,
+    )
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The transformers model inside DDP/FSDP1 (FSDP2 wraps in place)."""
+    return getattr(model, "module", model)
+
+
+@contextlib.contextmanager
+def gradient_sync(model: torch.nn.Module, enabled: bool):
+    """Skip the gradient all-reduce on all but the last micro-batch of an accumulation."""
+    if enabled:
+        yield
+    elif hasattr(model, "no_sync"):  # DDP, FSDP1
+        with model.no_sync():
+            yield
+    else:  # FSDP2
+        model.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            model.set_requires_gradient_sync(True)
+
+
+def teardown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
