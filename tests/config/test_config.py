@@ -1,0 +1,94 @@
+"""The config model: defaults, precedence of the CDK environment, one-sentence errors naming the field."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import DEFAULT_CONFIG, NO_ENV, default_config_data
+from trainstack.config import ConfigError, load_settings, parse_settings
+
+
+def error_for(overrides: dict, environ: dict | None = None) -> str:
+    data = {**default_config_data(), **overrides}
+    with pytest.raises(ConfigError) as raised:
+        parse_settings(data, NO_ENV if environ is None else environ, source="my.yaml")
+    message = str(raised.value)
+    assert message.startswith("my.yaml: ") and message.endswith(".") and "\n" not in message
+    return message
+
+
+def test_default_config_loads_offline_without_credentials():
+    settings = load_settings(DEFAULT_CONFIG, environ=NO_ENV)
+    assert settings.account == "111111111111"
+    assert settings.region == "us-east-1"
+    assert settings.az_label == "us-east-1a"
+
+
+def test_cdk_environment_overrides_file_account_and_region():
+    data = {**default_config_data(), "availability_zone": "eu-west-1b"}
+    settings = parse_settings(data, {"CDK_DEFAULT_ACCOUNT": "222222222222", "CDK_DEFAULT_REGION": "eu-west-1"})
+    assert (settings.account, settings.region) == ("222222222222", "eu-west-1")
+
+
+def test_unknown_key_names_it_and_lists_allowed_keys():
+    message = error_for({"network": {"vpc_cidr": "10.0.0.0/16", "egres": "nat"}})
+    assert "network.egres: unknown key" in message
+    assert "egress, existing, vpc_cidr" in message
+
+
+def test_top_level_unknown_key():
+    assert "datasets: unknown key" in error_for({"datasets": {}})
+
+
+def test_az_outside_region_is_rejected():
+    message = error_for({"availability_zone": "us-west-2a"})
+    assert "availability_zone 'us-west-2a' is not in region 'us-east-1'" in message
+
+
+def test_az_id_outside_region_is_rejected():
+    message = error_for({"availability_zone": None, "availability_zone_id": "usw2-az1"})
+    assert "availability_zone_id 'usw2-az1' is not in region 'us-east-1'" in message
+    assert "use1-az1" in message
+
+
+def test_az_by_id_is_accepted():
+    settings = parse_settings({**default_config_data(), "availability_zone": None, "availability_zone_id": "use1-az4"}, NO_ENV)
+    assert settings.az_label == "use1-az4"
+
+
+def test_az_name_and_id_together_are_rejected():
+    assert "exactly one of availability_zone" in error_for({"availability_zone_id": "use1-az4"})
+
+
+@pytest.mark.parametrize("cidr", ["10.0.0.1/16", "10.0.0.0/33", "banana"])
+def test_malformed_cidr_names_the_field(cidr):
+    message = error_for({"network": {"vpc_cidr": cidr}})
+    assert f"network.vpc_cidr: '{cidr}' is not an IPv4 CIDR block" in message
+
+
+def test_cidr_prefix_out_of_range():
+    assert "between /16 and /24" in error_for({"network": {"vpc_cidr": "10.0.0.0/8"}})
+
+
+def test_egress_lists_allowed_values():
+    assert "network.egress: Input should be 'endpoints' or 'nat'" in error_for({"network": {"egress": "igw"}})
+
+
+def test_fsx_need_must_be_exactly_one():
+    message = error_for({"fsx": {"throughput_mbps": 100, "epoch_seconds": 30}})
+    assert "fsx: set exactly one of throughput_mbps or epoch_seconds" in message
+
+
+def test_missing_account_without_environment():
+    data = {key: value for key, value in default_config_data().items() if key != "account"}
+    with pytest.raises(ConfigError, match="account and region must be set"):
+        parse_settings(data, NO_ENV)
+
+
+def test_unreadable_and_invalid_yaml_files(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read the config file"):
+        load_settings(tmp_path / "missing.yaml", NO_ENV)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("network: [\n")
+    with pytest.raises(ConfigError, match=r"not valid YAML at line \d+"):
+        load_settings(broken, NO_ENV)
