@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from collections.abc import Mapping
+from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -16,6 +17,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from trainstack.base import StrictModel
+from trainstack.fsx_sizing import FsxPlan, plan_for
 from trainstack.profiles import Profile
 
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "config" / "default.yaml"
@@ -133,6 +135,17 @@ class Settings(StrictModel):
         if duplicates:
             raise ValueError(f"profile names must be unique; repeated: {', '.join(duplicates)}")
         return self
+
+    @model_validator(mode="after")
+    def _fsx_fits(self) -> Settings:
+        # An FSx need no file system meets fails here: FsxSizingError is a ValueError naming the field.
+        _ = self.fsx_plan
+        return self
+
+    @cached_property
+    def fsx_plan(self) -> FsxPlan | None:
+        """FSx for Lustre sized for dataset.size_gib and the fsx need; None when fsx.enabled is false."""
+        return plan_for(self)
 
     @property
     def az_label(self) -> str:
