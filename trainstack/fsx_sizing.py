@@ -159,6 +159,8 @@ def size_fsx(
     candidates = []
     for order, tier in enumerate(tiers):
         capacity = _smallest_capacity(tier, dataset_gib, need)
+        if capacity > LARGEST_CAPACITY_GIB:
+            continue  # this tier would need a file system larger than any planned
         cost = tier.monthly_cost_usd(capacity)
         candidates.append((cost, capacity, order, tier))
     cost, capacity, _, tier = min(candidates, key=lambda candidate: candidate[:3])
@@ -200,31 +202,15 @@ def plan_for(settings: Settings) -> FsxPlan | None:
 
 
 def _smallest_capacity(tier: FsxTier, dataset_gib: float, need_mbps: float) -> int:
-    """The least valid capacity meeting both needs (callers ensure one exists)."""
+    """The least valid capacity meeting both needs, possibly beyond LARGEST_CAPACITY_GIB.
+
+    Baselines are exact in floating point (GiB x MB/s / 1024) and so is need x 1024 / per-TiB at a
+    baseline, so rounding up never takes one step too many or too few (the property tests check it).
+    """
     least = max(dataset_gib, need_mbps * GIB_PER_TIB / tier.baseline_mbps_per_tib)
     if least <= FIRST_CAPACITIES_GIB[0]:
-        capacity = FIRST_CAPACITIES_GIB[0]
-    else:
-        capacity = max(FIRST_CAPACITIES_GIB[1], math.ceil(least / CAPACITY_STEP_GIB) * CAPACITY_STEP_GIB)
-    # `least` carries float rounding: settle the last step with the exact comparisons.
-    smaller = _previous_capacity(capacity)
-    if smaller is not None and smaller >= dataset_gib and tier.baseline_mbps(smaller) >= need_mbps:
-        capacity = smaller
-    while tier.baseline_mbps(capacity) < need_mbps:
-        capacity = _next_capacity(capacity)
-    return capacity
-
-
-def _next_capacity(capacity: int) -> int:
-    return FIRST_CAPACITIES_GIB[1] if capacity == FIRST_CAPACITIES_GIB[0] else capacity + CAPACITY_STEP_GIB
-
-
-def _previous_capacity(capacity: int) -> int | None:
-    if capacity == FIRST_CAPACITIES_GIB[0]:
-        return None
-    if capacity == FIRST_CAPACITIES_GIB[1]:
         return FIRST_CAPACITIES_GIB[0]
-    return capacity - CAPACITY_STEP_GIB
+    return max(FIRST_CAPACITIES_GIB[1], math.ceil(least / CAPACITY_STEP_GIB) * CAPACITY_STEP_GIB)
 
 
 def _too_fast(need: float, dataset_gib: float, epoch_seconds: float | None, fastest: FsxTier) -> str:
