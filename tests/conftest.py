@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -49,7 +50,9 @@ def synthesize(settings, outdir: Path | None = None):
 
     from stacks.app_builder import build_app
 
-    app = cdk.App(outdir=str(outdir) if outdir else None)
+    # The CLI feeds cdk.json's feature flags to app.py; tests must synthesize with the same ones.
+    context = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
+    app = cdk.App(outdir=str(outdir) if outdir else None, context=context)
     stacks = build_app(app, settings)
     return stacks, app.synth()
 
