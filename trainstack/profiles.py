@@ -1,20 +1,283 @@
-"""Training profiles: what a pipeline execution runs (strategy, instance preferences, retry policy)."""
+"""Training profiles: what a pipeline execution runs (strategy, instance preferences, retry policy).
+
+A profile is validated when the config is loaded (synth, `trainstack check-config`): every rule
+below ends in one sentence naming the field and what is allowed. docs/pipeline-usage.md lists
+every field with its meaning and default.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
 
 from trainstack.base import StrictModel
+from trainstack.instances import INSTANCE_TYPES, InstanceType, UnknownInstanceTypeError, instance_type
+
+Strategy = Literal["smp", "smddp", "torchrun", "mpi"]
+
+# SageMaker's limit on StoppingCondition.MaxRuntimeInSeconds (28 days), in hours.
+MAX_RUNTIME_HOURS_LIMIT = 28 * 24
+# Attempt numbers are appended to the run name as "-<attempt>"; two digits keep job names <= 63 chars.
+MAX_ATTEMPTS_LIMIT = 99
+
+# Hyperparameters the profile's strategy sets (the SageMaker toolkit's launch flags and train.py's
+# --strategy): profiles and execution inputs may not set them.
+RESERVED_HYPERPARAMETERS = (
+    "sagemaker_program",
+    "sagemaker_torch_distributed_enabled",
+    "sagemaker_distributed_dataparallel_enabled",
+    "sagemaker_mpi_enabled",
+    "sagemaker_mpi_num_of_processes_per_host",
+    "mp_parameters",
+    "strategy",
+)
+# Environment variables trainstack sets on every job.
+EXPECTED_GPUS_ENV = "TRAINSTACK_EXPECTED_GPUS"
+
+# EventBridge Scheduler expressions: rate(...), cron(...) (6 fields) or at(...).
+_SCHEDULE_PATTERN = (
+    r"^(rate\(\d+ (minute|minutes|hour|hours|day|days)\)"
+    r"|cron\(\S+ \S+ \S+ \S+ \S+ \S+\)"
+    r"|at\(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\))$"
+)
+_HYPERPARAMETER_NAME = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,255}$")]
+
+
+def _as_text(value: Any) -> Any:
+    """YAML numbers and booleans become the strings SageMaker needs (true -> "true", 3e-4 -> "0.0003")."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    return value
+
+
+_HYPERPARAMETER_VALUE = Annotated[str, BeforeValidator(_as_text), Field(max_length=2500)]
+_ENV_NAME = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,511}$")]
+_ENV_VALUE = Annotated[str, BeforeValidator(_as_text), Field(max_length=512)]
 
 
 class InstancePreference(StrictModel):
-    instance_type: Annotated[str, Field(pattern=r"^ml\.[a-z0-9]+\.[a-z0-9]+$")]
+    instance_type: str
     instance_count: Annotated[int, Field(ge=1, le=512)] = 1
+
+    @field_validator("instance_type")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        try:
+            instance_type(value)
+        except UnknownInstanceTypeError as error:
+            raise ValueError(str(error)) from None
+        return value
+
+    @property
+    def spec(self) -> InstanceType:
+        return instance_type(self.instance_type)
+
+    @property
+    def world_size(self) -> int:
+        """GPUs across all instances of this preference."""
+        return self.spec.gpus * self.instance_count
+
+
+class SmpParameters(StrictModel):
+    """SMP v2 core configuration, sent as the `mp_parameters` hyperparameter; unset keys keep SMP defaults.
+
+    Names and meanings:
+    https://docs.aws.amazon.com/sagemaker/latest/dg/distributed-model-parallel-v2-reference.html
+    """
+
+    hybrid_shard_degree: Annotated[int | None, Field(ge=0)] = None
+    tensor_parallel_degree: Annotated[int | None, Field(ge=1)] = None
+    context_parallel_degree: Annotated[int | None, Field(ge=1)] = None
+    expert_parallel_degree: Annotated[int | None, Field(ge=1)] = None
+    sm_activation_offloading: bool | None = None
+    activation_loading_horizon: Annotated[int | None, Field(ge=1)] = None
+    fsdp_cache_flush_warnings: bool | None = None
+    allow_empty_shards: bool | None = None
+    random_seed: Annotated[int | None, Field(ge=0)] = None
+
+    def as_mp_parameters(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
+class RetryPolicy(StrictModel):
+    """How the state machine retries a job that failed for lack of capacity (CapacityError)."""
+
+    max_attempts: Annotated[int, Field(ge=1, le=MAX_ATTEMPTS_LIMIT)] = 10
+    initial_backoff_seconds: Annotated[int, Field(ge=1, le=86_400)] = 300
+    backoff_multiplier: Annotated[float, Field(ge=1, le=10)] = 2.0
+    max_backoff_seconds: Annotated[int, Field(ge=1, le=86_400)] = 3600
+    deadline_hours: Annotated[float, Field(gt=0, le=24 * 14)] = 24
+
+    @model_validator(mode="after")
+    def _backoff_bounds(self) -> RetryPolicy:
+        if self.max_backoff_seconds < self.initial_backoff_seconds:
+            raise ValueError(
+                f"retry.max_backoff_seconds ({self.max_backoff_seconds}) must be at least "
+                f"retry.initial_backoff_seconds ({self.initial_backoff_seconds})"
+            )
+        return self
+
+    def backoff_schedule(self) -> list[int]:
+        """Seconds to wait before attempts 2..max_attempts: initial * multiplier^k, capped at max_backoff."""
+        waits: list[int] = []
+        wait = float(self.initial_backoff_seconds)
+        for _ in range(self.max_attempts - 1):
+            waits.append(min(round(wait), self.max_backoff_seconds))
+            wait *= self.backoff_multiplier
+        return waits
 
 
 class Profile(StrictModel):
     name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,30}$")]
-    strategy: Literal["smp", "smddp", "torchrun"]
+    strategy: Strategy
+    entry_point: Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_./-]*\.(py|sh)$")] = "train.py"
     instance_preferences: Annotated[list[InstancePreference], Field(min_length=1, max_length=5)]
+    volume_size_gb: Annotated[int, Field(ge=1, le=16_384)] = 200
+    max_runtime_hours: Annotated[float, Field(gt=0, le=MAX_RUNTIME_HOURS_LIMIT)] = 24
+    managed_spot: bool = False
+    max_wait_hours: Annotated[float | None, Field(gt=0, le=MAX_RUNTIME_HOURS_LIMIT)] = None
+    smp: SmpParameters | None = None
+    hyperparameters: dict[_HYPERPARAMETER_NAME, _HYPERPARAMETER_VALUE] = {}
+    keep_alive_seconds: Annotated[int, Field(ge=0, le=21_600)] = 0
+    training_plan_arn: Annotated[
+        str | None, Field(pattern=r"^arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]*:[0-9]{12}:training-plan/.+$")
+    ] = None
+    infra_check: bool = False
+    retry: RetryPolicy = RetryPolicy()
+    schedule: Annotated[str | None, Field(pattern=_SCHEDULE_PATTERN)] = None
+    environment: dict[_ENV_NAME, _ENV_VALUE] = {}
+
+    @field_validator("hyperparameters")
+    @classmethod
+    def _no_launch_flags(cls, value: dict[str, str]) -> dict[str, str]:
+        reserved = sorted(set(value) & set(RESERVED_HYPERPARAMETERS))
+        if reserved:
+            raise ValueError(
+                f"{', '.join(reserved)} is set from the profile's strategy and entry_point; "
+                f"remove it (reserved names: {', '.join(RESERVED_HYPERPARAMETERS)})"
+            )
+        return value
+
+    @field_validator("environment")
+    @classmethod
+    def _no_trainstack_variables(cls, value: dict[str, str]) -> dict[str, str]:
+        if EXPECTED_GPUS_ENV in value:
+            raise ValueError(f"{EXPECTED_GPUS_ENV} is set by trainstack from the instance catalog; remove it")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Profile:
+        for message in self._problems():
+            raise ValueError(message)
+        return self
+
+    def _problems(self):
+        """Cross-field rules, in the order they are reported (the first one wins)."""
+        preferences = self.instance_preferences
+        names = [preference.instance_type for preference in preferences]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            yield f"instance_preferences lists {', '.join(repeated)} more than once; list each type once"
+        if self.managed_spot and len(preferences) > 1:
+            yield (
+                "managed_spot allows exactly one instance_preferences entry (SageMaker's InstancePreferences "
+                f"excludes managed spot); this profile lists {len(preferences)}"
+            )
+        if self.managed_spot and self.max_wait_hours is None:
+            yield "managed_spot needs max_wait_hours (time to wait for spot capacity plus run time)"
+        if self.max_wait_hours is not None and not self.managed_spot:
+            yield "max_wait_hours applies only with managed_spot: true; remove it or enable managed_spot"
+        if self.max_wait_hours is not None and self.max_wait_hours < self.max_runtime_hours:
+            yield (
+                f"max_wait_hours ({self.max_wait_hours:g}) must be at least "
+                f"max_runtime_hours ({self.max_runtime_hours:g})"
+            )
+        if self.managed_spot and self.training_plan_arn:
+            yield "training_plan_arn uses reserved capacity and cannot be combined with managed_spot"
+        yield from self.placement_problems()
+
+    def placement_problems(self):
+        """Rules that depend on instance counts: re-checked when an execution overrides the count."""
+        for index, preference in enumerate(self.instance_preferences):
+            spec = preference.spec
+            where = f"instance_preferences.{index} ({spec.name})"
+            if preference.instance_count > 1 and not spec.efa:
+                yield (
+                    f"{where}: {preference.instance_count} instances need EFA, which {spec.name} lacks; "
+                    "use instance_count 1 or an EFA type such as ml.p4d.24xlarge or ml.p5.48xlarge"
+                )
+            if self.strategy == "smddp" and not spec.smddp:
+                yield f"{where}: strategy smddp runs only on {', '.join(_smddp_types())}"
+            if self.strategy == "smp" and spec.gpus == 0:
+                yield f"{where}: strategy smp needs GPU instances; {spec.name} has none"
+        if self.smp is not None and self.strategy != "smp":
+            yield f"smp parameters apply only to strategy smp; this profile's strategy is {self.strategy}"
+        if self.strategy == "mpi":
+            gpu_counts = {preference.spec.gpus for preference in self.instance_preferences}
+            if len(gpu_counts) > 1:
+                yield (
+                    "strategy mpi starts one process per GPU, fixed in the request, so every preferred type "
+                    f"must have the same number of GPUs; these have {', '.join(map(str, sorted(gpu_counts)))}"
+                )
+        if self.smp is None or self.strategy != "smp":
+            return
+        tensor_parallel = self.smp.tensor_parallel_degree
+        hybrid_shard = self.smp.hybrid_shard_degree
+        for index, preference in enumerate(self.instance_preferences):
+            spec = preference.spec
+            where = f"instance_preferences.{index} ({spec.name})"
+            if tensor_parallel and spec.gpus and spec.gpus % tensor_parallel:
+                yield (
+                    f"smp.tensor_parallel_degree ({tensor_parallel}) must divide the GPUs per instance "
+                    f"of every preferred type; {where} has {spec.gpus}"
+                )
+            if hybrid_shard and preference.world_size % hybrid_shard:
+                yield (
+                    f"smp.hybrid_shard_degree ({hybrid_shard}) must divide the world size of every "
+                    f"preferred type; {where} has {preference.world_size} GPUs "
+                    f"({spec.gpus} x {preference.instance_count})"
+                )
+
+    @property
+    def uses_instance_preferences(self) -> bool:
+        """Managed spot excludes InstancePreferences: spot jobs name one InstanceType instead."""
+        return not self.managed_spot
+
+    @property
+    def processes_per_host(self) -> int:
+        """One process per GPU (one on CPU types); strategy mpi needs all preferred types to agree."""
+        return max(self.instance_preferences[0].spec.gpus, 1)
+
+    def launch_hyperparameters(self) -> dict[str, Any]:
+        """The SageMaker toolkit's launch flags (and train.py's --strategy), before JSON encoding."""
+        flags: dict[str, Any] = {"sagemaker_program": self.entry_point}
+        if self.strategy in ("torchrun", "smp"):
+            flags["sagemaker_torch_distributed_enabled"] = True
+        if self.strategy == "smp":
+            flags["mp_parameters"] = (self.smp or SmpParameters()).as_mp_parameters()
+        if self.strategy == "smddp":
+            flags["sagemaker_distributed_dataparallel_enabled"] = True
+        if self.strategy == "mpi":
+            flags["sagemaker_mpi_enabled"] = True
+            flags["sagemaker_mpi_num_of_processes_per_host"] = self.processes_per_host
+        else:
+            flags["strategy"] = self.strategy
+        return flags
+
+    def instance_count_problem(self, count: int) -> str | None:
+        """Why this profile cannot run with every preference at `count` instances, or None when it can."""
+        data = self.model_dump()
+        for preference in data["instance_preferences"]:
+            preference["instance_count"] = count
+        try:
+            type(self).model_validate(data)
+        except ValidationError as error:
+            return error.errors()[0]["msg"].removeprefix("Value error, ")
+        return None
+
+
+def _smddp_types() -> list[str]:
+    return [name for name, spec in INSTANCE_TYPES.items() if spec.smddp]

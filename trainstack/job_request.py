@@ -1,0 +1,251 @@
+"""The CreateTrainingJob request of one attempt of one run: the contract with the state machine.
+
+`build_create_training_job_request(profile, resources, run, attempt, execution_arn)` returns the
+complete request. It is `base_request(profile, resources)` (fixed per profile at synth) with the
+per-run fields below applied; the state machine builds the same request from the same parts:
+the base request is embedded per profile in the definition, and each execution fills in:
+
+  field                                   value                                  when
+  TrainingJobName                         job_name(runName, attempt)             always
+  OutputDataConfig.S3OutputPath           output_path(resources, runName)        always
+  CheckpointConfig.S3Uri                  checkpoint_uri(resources, runName)     always
+  Tags                                    tags(runName, executionArn)            always
+  HyperParameters                         base HyperParameters merged with the   hyperparameters given
+                                          input's (input wins; reserved names
+                                          are rejected by input validation)
+  ResourceConfig.InstancePreferences      instance_preferences(profile,          instanceCount given
+                                          counted=False) (not on spot profiles)
+  ResourceConfig.InstanceCount            instanceCount                          instanceCount given
+  StoppingCondition.MaxRuntimeInSeconds   max_runtime_seconds(maxRuntimeHours)   maxRuntimeHours given
+  InputDataConfig (appended)              resume_channel(resumeFrom)             resumeFrom given
+
+Choices made here:
+- The run name prefixes everything a run owns: jobs `<runName>-<attempt>` (IAM scopes
+  `training-job/<project>-*`, so run names start with `<project>-`), artifacts
+  `s3://<artifacts>/<runName>/`, checkpoints `s3://<checkpoints>/<runName>/`. The checkpoint URI is
+  the same for every attempt, so attempt N+1 resumes where attempt N stopped; re-using a run name
+  resumes that run.
+- Instance counts: without an override each preference carries its own InstanceCount; with one,
+  ResourceConfig.InstanceCount applies to every preference (SageMaker accepts one form or the other).
+  Managed spot excludes InstancePreferences, so spot profiles name one InstanceType/InstanceCount;
+  the chosen type is then ResourceConfig.InstanceType instead of SelectedInstanceType.
+- Hyperparameters: launch flags are JSON-encoded as the SageMaker Python SDK does (json.dumps of
+  each value: "true", "\"train.py\"", '{"tensor_parallel_degree": 8}'); profile defaults and
+  execution values are strings passed unchanged (the toolkit json-decodes those that parse, so
+  "3e-4" reaches train.py as 0.0003 and "abc" as abc). Launch flags cannot be overridden.
+- Environment TRAINSTACK_EXPECTED_GPUS: GPUs per instance from the catalog, which the container's
+  preflight compares with the GPUs it sees. Set only when every preferred type has the same number
+  (the request cannot know which type SageMaker will pick); otherwise the preflight skips the check.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from training_scripts.metrics import METRIC_DEFINITIONS
+from trainstack.profiles import EXPECTED_GPUS_ENV, Profile
+
+CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
+TRAIN_CHANNEL = "train"
+RESUME_CHANNEL = "resume"
+EXECUTION_TAG = "trainstack:execution"
+RUN_TAG = "trainstack:run"
+# SageMaker retries a job itself only after an InternalServerError; capacity is the state machine's job.
+INTERNAL_ERROR_RETRIES = 2
+
+
+@dataclass(frozen=True)
+class PipelineResources:
+    """Deploy-time values the requests refer to; at synth these may be CDK token strings."""
+
+    role_arn: str
+    image_uri: str
+    job_name_prefix: str
+    checkpoint_bucket: str
+    artifact_bucket: str
+    dataset_bucket: str
+    dataset_prefix: str
+    subnet_ids: tuple[str, ...]
+    security_group_ids: tuple[str, ...]
+    # FSx for Lustre holding the dataset; None reads the dataset bucket/prefix over S3 instead.
+    file_system_id: str | None = None
+    # "/<mountName>/<path>" of the dataset on the file system.
+    file_system_directory_path: str | None = None
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """One execution's input, validated (see trainstack.execution_input)."""
+
+    profile: str
+    run_name: str
+    hyperparameters: Mapping[str, str] = field(default_factory=dict)
+    instance_count: int | None = None
+    max_runtime_hours: float | None = None
+    resume_from: str | None = None
+
+
+def job_name(run_name: str, attempt: int) -> str:
+    return f"{run_name}-{attempt}"
+
+
+def checkpoint_uri(resources: PipelineResources, run_name: str) -> str:
+    return f"s3://{resources.checkpoint_bucket}/{run_name}/"
+
+
+def output_path(resources: PipelineResources, run_name: str) -> str:
+    return f"s3://{resources.artifact_bucket}/{run_name}/"
+
+
+def max_runtime_seconds(hours: float) -> int:
+    return round(hours * 3600)
+
+
+def tags(run_name: str, execution_arn: str | None) -> list[dict[str, str]]:
+    run_tags = [{"Key": RUN_TAG, "Value": run_name}]
+    if execution_arn:
+        run_tags.insert(0, {"Key": EXECUTION_TAG, "Value": execution_arn})
+    return run_tags
+
+
+def resume_channel(uri: str) -> dict[str, Any]:
+    """Checkpoint to start from, mounted at /opt/ml/input/data/resume (SM_CHANNEL_RESUME)."""
+    return {
+        "ChannelName": RESUME_CHANNEL,
+        "DataSource": {
+            "S3DataSource": {
+                "S3DataType": "S3Prefix",
+                "S3Uri": uri,
+                "S3DataDistributionType": "FullyReplicated",
+            }
+        },
+        "InputMode": "File",
+    }
+
+
+def instance_preferences(profile: Profile, *, counted: bool = True) -> list[dict[str, Any]]:
+    """ResourceConfig.InstancePreferences; counted=False leaves the count to ResourceConfig.InstanceCount."""
+    return [
+        {"InstanceType": preference.instance_type, "InstanceCount": preference.instance_count}
+        if counted
+        else {"InstanceType": preference.instance_type}
+        for preference in profile.instance_preferences
+    ]
+
+
+def encode_hyperparameters(values: Mapping[str, Any]) -> dict[str, str]:
+    """JSON-encode each value, as the SageMaker Python SDK does for framework estimators."""
+    return {name: json.dumps(value) for name, value in values.items()}
+
+
+def base_request(profile: Profile, resources: PipelineResources) -> dict[str, Any]:
+    """Everything in the request that is fixed per profile; per-run fields (module docstring) are absent."""
+    request: dict[str, Any] = {
+        "RoleArn": resources.role_arn,
+        "AlgorithmSpecification": {
+            "TrainingImage": resources.image_uri,
+            "TrainingInputMode": "File",
+            "MetricDefinitions": [dict(definition) for definition in METRIC_DEFINITIONS],
+        },
+        "HyperParameters": {
+            **profile.hyperparameters,
+            **encode_hyperparameters(profile.launch_hyperparameters()),
+        },
+        "InputDataConfig": [_train_channel(resources)],
+        "OutputDataConfig": {},
+        "CheckpointConfig": {"LocalPath": CHECKPOINT_LOCAL_PATH},
+        "ResourceConfig": _resource_config(profile),
+        "VpcConfig": {
+            "SecurityGroupIds": list(resources.security_group_ids),
+            "Subnets": list(resources.subnet_ids),
+        },
+        "StoppingCondition": {"MaxRuntimeInSeconds": max_runtime_seconds(profile.max_runtime_hours)},
+        "RetryStrategy": {"MaximumRetryAttempts": INTERNAL_ERROR_RETRIES},
+        "InfraCheckConfig": {"EnableInfraCheck": profile.infra_check},
+        "Environment": _environment(profile),
+    }
+    if profile.managed_spot:
+        request["EnableManagedSpotTraining"] = True
+        request["StoppingCondition"]["MaxWaitTimeInSeconds"] = max_runtime_seconds(profile.max_wait_hours)
+    return request
+
+
+def build_create_training_job_request(
+    profile: Profile,
+    resources: PipelineResources,
+    run: RunRequest,
+    attempt: int,
+    execution_arn: str | None = None,
+) -> dict[str, Any]:
+    """The complete CreateTrainingJob request of attempt `attempt` (1-based) of `run`."""
+    request = copy.deepcopy(base_request(profile, resources))
+    request["TrainingJobName"] = job_name(run.run_name, attempt)
+    request["OutputDataConfig"]["S3OutputPath"] = output_path(resources, run.run_name)
+    request["CheckpointConfig"]["S3Uri"] = checkpoint_uri(resources, run.run_name)
+    request["Tags"] = tags(run.run_name, execution_arn)
+    request["HyperParameters"].update(run.hyperparameters)
+    if run.instance_count is not None:
+        resource_config = request["ResourceConfig"]
+        if profile.uses_instance_preferences:
+            resource_config["InstancePreferences"] = instance_preferences(profile, counted=False)
+        resource_config["InstanceCount"] = run.instance_count
+    if run.max_runtime_hours is not None:
+        request["StoppingCondition"]["MaxRuntimeInSeconds"] = max_runtime_seconds(run.max_runtime_hours)
+    if run.resume_from is not None:
+        request["InputDataConfig"].append(resume_channel(run.resume_from))
+    return request
+
+
+def _resource_config(profile: Profile) -> dict[str, Any]:
+    config: dict[str, Any] = {"VolumeSizeInGB": profile.volume_size_gb}
+    if profile.uses_instance_preferences:
+        config["InstancePreferences"] = instance_preferences(profile)
+    else:
+        only = profile.instance_preferences[0]
+        config["InstanceType"] = only.instance_type
+        config["InstanceCount"] = only.instance_count
+    if profile.keep_alive_seconds:
+        config["KeepAlivePeriodInSeconds"] = profile.keep_alive_seconds
+    if profile.training_plan_arn:
+        config["TrainingPlanArn"] = profile.training_plan_arn
+    return config
+
+
+def _environment(profile: Profile) -> dict[str, str]:
+    environment = dict(profile.environment)
+    gpu_counts = {preference.spec.gpus for preference in profile.instance_preferences}
+    if len(gpu_counts) == 1:
+        environment[EXPECTED_GPUS_ENV] = str(gpu_counts.pop())
+    return environment
+
+
+def _train_channel(resources: PipelineResources) -> dict[str, Any]:
+    if resources.file_system_id is not None:
+        return {
+            "ChannelName": TRAIN_CHANNEL,
+            "DataSource": {
+                "FileSystemDataSource": {
+                    "FileSystemId": resources.file_system_id,
+                    "FileSystemType": "FSxLustre",
+                    "DirectoryPath": resources.file_system_directory_path,
+                    "FileSystemAccessMode": "ro",
+                }
+            },
+            "InputMode": "File",
+        }
+    return {
+        "ChannelName": TRAIN_CHANNEL,
+        "DataSource": {
+            "S3DataSource": {
+                "S3DataType": "S3Prefix",
+                "S3Uri": f"s3://{resources.dataset_bucket}/{resources.dataset_prefix}",
+                "S3DataDistributionType": "FullyReplicated",
+            }
+        },
+        # Streams the dataset instead of copying all of it to every instance before training starts.
+        "InputMode": "FastFile",
+    }
