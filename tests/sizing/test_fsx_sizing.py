@@ -198,4 +198,3 @@ def test_epoch_plans_match_the_equivalent_throughput(dataset_gib, epoch_seconds,
     by_rate = size_fsx(dataset_gib, throughput_mbps=by_epoch.required_mbps, deployment_type=deployment_type)
     assert by_epoch == by_rate
     assert by_epoch.required_mbps == pytest.approx(need)
-
