@@ -1,0 +1,220 @@
+"""The state machine's input contract, checked the same way by the CLI and by the state machine.
+
+    {"profile": str, "runName": str, "hyperparameters": {str: str}, "instanceCount": int,
+     "maxRuntimeHours": number, "resumeFrom": "s3://..."}      (every field optional)
+
+INPUT_RULES lists the rules as data, in the order they are checked: the field, a short rule id and
+the one-sentence cause an execution fails with (error `InvalidInput`). PROFILE_RULES follow; they
+depend on the chosen profile. Defaults: `profile` is the first profile of the config; `runName` is
+`<project>-<execution name>` in the state machine (the CLI always sends one, see
+`default_run_name`). Rules JSONPath cannot express (character sets, lengths) are also enforced by
+SageMaker's own validation, which the state machine reports as `InvalidInput` too.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from trainstack.config import Settings
+from trainstack.job_request import RunRequest
+from trainstack.profiles import MAX_RUNTIME_HOURS_LIMIT, RESERVED_HYPERPARAMETERS, Profile
+
+FIELDS = ("profile", "runName", "hyperparameters", "instanceCount", "maxRuntimeHours", "resumeFrom")
+# Job names are `<runName>-<attempt>` (attempts <= 99) and SageMaker allows 63 characters.
+RUN_NAME_MAX_LENGTH = 60
+RUN_NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$"
+MAX_INSTANCE_COUNT = 512
+S3_URI_PATTERN = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$"
+HYPERPARAMETER_NAME_MAX_LENGTH = 256
+HYPERPARAMETER_VALUE_MAX_LENGTH = 2500
+
+
+class InvalidInputError(ValueError):
+    """Execution input the state machine rejects with error InvalidInput; str() is the cause."""
+
+
+@dataclass(frozen=True)
+class InputRule:
+    field: str  # input field, or "" for the input as a whole
+    rule: str  # short id of the check, e.g. "integer>=1"
+    message: str  # the cause; {profiles}, {prefix}, {fields} ... are filled from the config
+    accepts: Callable[[Any, Settings], bool]  # called only when the field is present
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _hyperparameters(check: Callable[[str, Any], bool]) -> Callable[[Any, Settings], bool]:
+    return lambda value, _: all(check(name, item) for name, item in value.items())
+
+
+def _is_job_name_part(value: str) -> bool:
+    return len(value) <= RUN_NAME_MAX_LENGTH and re.match(RUN_NAME_PATTERN, value) is not None
+
+
+def _within_sizes(name: str, value: str) -> bool:
+    return 0 < len(name) <= HYPERPARAMETER_NAME_MAX_LENGTH and len(value) <= HYPERPARAMETER_VALUE_MAX_LENGTH
+
+
+INPUT_RULES: tuple[InputRule, ...] = (
+    InputRule(
+        "", "object",
+        "The input must be a JSON object with the optional fields {fields}.",
+        lambda value, _: isinstance(value, Mapping),
+    ),
+    InputRule(
+        "", "known-fields",
+        "The input has unknown field(s) {unknown}; allowed fields: {fields}.",
+        lambda value, _: set(value) <= set(FIELDS),
+    ),
+    InputRule(
+        "profile", "string",
+        "profile must be a string naming one of: {profiles}.",
+        lambda value, _: isinstance(value, str),
+    ),
+    InputRule(
+        "profile", "one-of-profiles",
+        "profile must be one of: {profiles}.",
+        lambda value, settings: value in {profile.name for profile in settings.profiles},
+    ),
+    InputRule(
+        "runName", "string",
+        "runName must be a string starting with '{prefix}-'.",
+        lambda value, _: isinstance(value, str),
+    ),
+    InputRule(
+        "runName", "prefix",
+        "runName must start with '{prefix}-' (the pipeline may only create jobs named so).",
+        lambda value, settings: value.startswith(f"{settings.project}-"),
+    ),
+    InputRule(
+        "runName", "job-name",
+        "runName may hold only letters, digits and single hyphens "
+        f"(pattern {RUN_NAME_PATTERN}) and at most {RUN_NAME_MAX_LENGTH} characters.",
+        lambda value, _: _is_job_name_part(value),
+    ),
+    InputRule(
+        "hyperparameters", "object",
+        "hyperparameters must be a JSON object of string names to string values.",
+        lambda value, _: isinstance(value, Mapping),
+    ),
+    InputRule(
+        "hyperparameters", "string-values",
+        "hyperparameters values must be strings, e.g. {{\"learning_rate\": \"3e-4\"}}.",
+        _hyperparameters(lambda _, item: isinstance(item, str)),
+    ),
+    InputRule(
+        "hyperparameters", "not-reserved",
+        "hyperparameters may not set {reserved}: the profile's strategy sets them.",
+        _hyperparameters(lambda name, _: name not in RESERVED_HYPERPARAMETERS),
+    ),
+    InputRule(
+        "hyperparameters", "sizes",
+        f"hyperparameters names may have at most {HYPERPARAMETER_NAME_MAX_LENGTH} characters "
+        f"and values at most {HYPERPARAMETER_VALUE_MAX_LENGTH}.",
+        _hyperparameters(_within_sizes),
+    ),
+    InputRule(
+        "instanceCount", "integer>=1",
+        f"instanceCount must be a whole number from 1 to {MAX_INSTANCE_COUNT}.",
+        lambda value, _: _is_int(value) and 1 <= value <= MAX_INSTANCE_COUNT,
+    ),
+    InputRule(
+        "maxRuntimeHours", "number>0",
+        f"maxRuntimeHours must be a number greater than 0 and at most {MAX_RUNTIME_HOURS_LIMIT} (28 days).",
+        lambda value, _: _is_number(value) and 0 < value <= MAX_RUNTIME_HOURS_LIMIT,
+    ),
+    InputRule(
+        "resumeFrom", "s3-uri",
+        "resumeFrom must be an S3 URI such as s3://bucket/run-name/.",
+        lambda value, _: isinstance(value, str) and re.match(S3_URI_PATTERN, value) is not None,
+    ),
+)
+
+
+@dataclass(frozen=True)
+class ProfileRule:
+    field: str
+    rule: str
+    problem: Callable[[Any, Profile], str | None]  # the cause, or None when the value fits the profile
+
+
+def _count_problem(count: int, profile: Profile) -> str | None:
+    problem = profile.instance_count_problem(count)
+    return f"instanceCount {count} does not fit profile {profile.name}: {problem}." if problem else None
+
+
+def _spot_wait_problem(hours: float, profile: Profile) -> str | None:
+    if profile.managed_spot and hours > profile.max_wait_hours:
+        return (
+            f"maxRuntimeHours must be at most {profile.max_wait_hours:g} "
+            f"(max_wait_hours of managed-spot profile {profile.name})."
+        )
+    return None
+
+
+PROFILE_RULES: tuple[ProfileRule, ...] = (
+    ProfileRule("instanceCount", "fits-profile", _count_problem),
+    ProfileRule("maxRuntimeHours", "within-spot-wait", _spot_wait_problem),
+)
+
+
+def default_run_name(settings: Settings, profile: str, now: datetime | None = None) -> str:
+    """`<project>-<profile>-<UTC yyyymmdd-HHMMSS>`: the run name when neither input nor caller gives one."""
+    now = now or datetime.now(UTC)
+    return f"{settings.project}-{profile}-{now:%Y%m%d-%H%M%S}"
+
+
+def validate_execution_input(data: Any, settings: Settings, execution_name: str | None = None) -> RunRequest:
+    """The RunRequest an input describes, or InvalidInputError with the cause the state machine reports.
+
+    A missing runName becomes `<project>-<execution_name>` as in the state machine, or
+    default_run_name() without an execution name; defaults are checked like given values.
+    """
+    if not settings.profiles:
+        raise InvalidInputError("no profiles are configured; add one under profiles: in the config.")
+    context = {
+        "fields": ", ".join(FIELDS),
+        "profiles": ", ".join(profile.name for profile in settings.profiles),
+        "prefix": settings.project,
+        "reserved": ", ".join(RESERVED_HYPERPARAMETERS),
+        "unknown": ", ".join(sorted(set(data) - set(FIELDS))) if isinstance(data, Mapping) else "",
+    }
+    whole_input_rules = [rule for rule in INPUT_RULES if not rule.field]
+    for rule in whole_input_rules:
+        if not rule.accepts(data, settings):
+            raise InvalidInputError(rule.message.format(**context))
+    values = dict(data)
+    values.setdefault("profile", settings.profiles[0].name)
+    if "runName" not in values:
+        values["runName"] = (
+            f"{settings.project}-{execution_name}"
+            if execution_name
+            else default_run_name(settings, values["profile"])
+        )
+    for rule in INPUT_RULES:
+        if rule.field in values and not rule.accepts(values[rule.field], settings):
+            raise InvalidInputError(rule.message.format(**context))
+    profile = settings.profile(values["profile"])
+    for profile_rule in PROFILE_RULES:
+        if profile_rule.field in values:
+            problem = profile_rule.problem(values[profile_rule.field], profile)
+            if problem:
+                raise InvalidInputError(problem)
+    return RunRequest(
+        profile=profile.name,
+        run_name=values["runName"],
+        hyperparameters=dict(values.get("hyperparameters", {})),
+        instance_count=values.get("instanceCount"),
+        max_runtime_hours=values.get("maxRuntimeHours"),
+        resume_from=values.get("resumeFrom"),
+    )
