@@ -9,7 +9,6 @@ from __future__ import annotations
 import ipaddress
 import os
 from collections.abc import Mapping
-from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -142,9 +141,10 @@ class Settings(StrictModel):
         _ = self.fsx_plan
         return self
 
-    @cached_property
+    @property
     def fsx_plan(self) -> FsxPlan | None:
         """FSx for Lustre sized for dataset.size_gib and the fsx need; None when fsx.enabled is false."""
+        # Recomputed on each use (microseconds): a cached value would go stale in model_copy(update=...).
         return plan_for(self)
 
     @property

@@ -22,7 +22,14 @@ def test_default_config_plan(make_settings):
     assert plan.required_mbps == settings.fsx.throughput_mbps
     assert plan.dataset_gib == settings.dataset.size_gib
     assert plan_for(settings) == plan
-    assert settings.fsx_plan is plan  # computed once per Settings
+
+
+def test_plan_follows_a_copied_settings(make_settings):
+    settings = make_settings()
+    scratch_fsx = settings.fsx.model_copy(update={"deployment_type": "SCRATCH_2"})
+    scratch = settings.model_copy(update={"fsx": scratch_fsx})
+    assert settings.fsx_plan.deployment_type == "PERSISTENT_2"
+    assert scratch.fsx_plan.deployment_type == "SCRATCH_2"
 
 
 def test_epoch_seconds_and_deployment_type_reach_the_plan(make_settings):
