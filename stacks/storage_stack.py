@@ -1,0 +1,186 @@
+"""Storage: S3 buckets for datasets, checkpoints, model artifacts and access logs; FSx for Lustre over the dataset.
+
+Encryption is SSE-S3 (AES-256, S3-managed keys) on every bucket created here, chosen over SSE-KMS because:
+- FSx reads the dataset bucket through its service-linked role and SageMaker writes checkpoints and
+  artifacts with the execution role: SSE-S3 needs no key policy for either, SSE-KMS needs both granted;
+- checkpoints are large, frequent writes and FSx imports whole datasets: every object would otherwise
+  cost KMS requests and count against the account's KMS request quota;
+- S3 server access logs can only be delivered to an SSE-S3 bucket.
+No KMS key is created, so `encryption_key` is None; an imported dataset bucket keeps its own encryption.
+"""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from aws_cdk import aws_fsx as fsx
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+from stacks.network_stack import NetworkStack
+from trainstack.config import Settings
+from trainstack.fsx_sizing import FsxPlan
+
+ABORT_INCOMPLETE_UPLOADS_AFTER = cdk.Duration.days(7)
+NONCURRENT_VERSIONS_KEPT_FOR = cdk.Duration.days(30)
+ACCESS_LOGS_KEPT_FOR = cdk.Duration.days(365)
+LUSTRE_VERSION = "2.15"
+# Both FSx links put the dataset prefix at the file system's root, so jobs read /<mount name>/ either way.
+DATASET_FILE_SYSTEM_PATH = "/"
+
+
+class StorageStack(cdk.Stack):
+    """Buckets that keep data when the stack goes (RETAIN) and the FSx file system sized by trainstack.fsx_sizing."""
+
+    dataset_bucket: s3.IBucket
+    dataset_prefix: str
+    checkpoint_bucket: s3.IBucket
+    artifact_bucket: s3.IBucket
+    access_log_bucket: s3.IBucket
+    encryption_key: kms.IKey | None
+    fsx_plan: FsxPlan | None
+    file_system: fsx.CfnFileSystem | None
+    file_system_id: str | None
+    file_system_mount_name: str | None
+    file_system_dataset_path: str | None
+
+    def __init__(
+        self, scope: Construct, construct_id: str, *, settings: Settings, network: NetworkStack, **kwargs
+    ) -> None:
+        super().__init__(
+            scope, construct_id, description="trainstack storage: dataset, checkpoint and artifact buckets, FSx for Lustre", **kwargs
+        )
+        self.encryption_key = None
+        self.dataset_prefix = settings.dataset.prefix
+        self.access_log_bucket = self._access_log_bucket()
+        if settings.dataset.bucket_name is None:
+            # Versioned: an overwritten or deleted training file can be restored for 30 days.
+            self.dataset_bucket = self._bucket("DatasetBucket", versioned=True)
+        else:
+            self.dataset_bucket = s3.Bucket.from_bucket_name(self, "DatasetBucket", settings.dataset.bucket_name)
+        # Not versioned: checkpoints are rewritten every few minutes, expire anyway, and a job only ever
+        # resumes from the newest complete one; versions would multiply their (large) storage.
+        self.checkpoint_bucket = self._bucket(
+            "CheckpointBucket",
+            versioned=False,
+            expiration=cdk.Duration.days(settings.checkpoints.retention_days),
+        )
+        # Versioned: model artifacts are the product of paid training; a bad overwrite must be undoable.
+        self.artifact_bucket = self._bucket("ArtifactBucket", versioned=True)
+
+        self.fsx_plan = settings.fsx_plan
+        self.file_system = None
+        self.file_system_id = self.file_system_mount_name = self.file_system_dataset_path = None
+        if self.fsx_plan is not None:
+            self._file_system(self.fsx_plan, network)
+        self._outputs()
+
+    @property
+    def dataset_uri(self) -> str:
+        return f"s3://{self.dataset_bucket.bucket_name}/{self.dataset_prefix}"
+
+    def _access_log_bucket(self) -> s3.Bucket:
+        bucket = s3.Bucket(
+            self,
+            "AccessLogBucket",
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            enforce_ssl=True,
+            minimum_tls_version=1.2,
+            removal_policy=cdk.RemovalPolicy.RETAIN,
+            lifecycle_rules=[
+                s3.LifecycleRule(
+                    id="ExpireAccessLogs",
+                    expiration=ACCESS_LOGS_KEPT_FOR,
+                    abort_incomplete_multipart_upload_after=ABORT_INCOMPLETE_UPLOADS_AFTER,
+                )
+            ],
+        )
+        return bucket
+
+    def _bucket(self, construct_id: str, *, versioned: bool, expiration: cdk.Duration | None = None) -> s3.Bucket:
+        rule = s3.LifecycleRule(
+            id="Housekeeping",
+            abort_incomplete_multipart_upload_after=ABORT_INCOMPLETE_UPLOADS_AFTER,
+            expiration=expiration,
+            noncurrent_version_expiration=NONCURRENT_VERSIONS_KEPT_FOR if versioned else None,
+        )
+        return s3.Bucket(
+            self,
+            construct_id,
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            enforce_ssl=True,
+            minimum_tls_version=1.2,
+            versioned=versioned,
+            removal_policy=cdk.RemovalPolicy.RETAIN,
+            server_access_logs_bucket=self.access_log_bucket,
+            server_access_logs_prefix=f"{construct_id}/",
+            lifecycle_rules=[rule],
+        )
+
+    def _file_system(self, plan: FsxPlan, network: NetworkStack) -> None:
+        dataset_uri = self.dataset_uri
+        persistent = plan.deployment_type == "PERSISTENT_2"
+        lustre = fsx.CfnFileSystem.LustreConfigurationProperty(
+            deployment_type=plan.deployment_type,
+            per_unit_storage_throughput=plan.per_unit_storage_throughput,
+            data_compression_type="LZ4",
+            # Metadata IOPS can only be chosen at creation; AUTOMATIC grows them with the capacity.
+            metadata_configuration=fsx.CfnFileSystem.MetadataConfigurationProperty(mode="AUTOMATIC") if persistent else None,
+            # SCRATCH_2 links S3 by import path; PERSISTENT_2 through the data repository association below.
+            import_path=None if persistent else dataset_uri,
+            auto_import_policy=None if persistent else "NEW_CHANGED_DELETED",
+        )
+        # L1 rather than fsx.LustreFileSystem: the L2 adds a 988-1023 self rule to the given security group and
+        # has no metadata configuration; the network stack already owns the exact Lustre rules.
+        file_system = fsx.CfnFileSystem(
+            self,
+            "FileSystem",
+            file_system_type="LUSTRE",
+            file_system_type_version=LUSTRE_VERSION,
+            storage_type="SSD",
+            storage_capacity=plan.storage_capacity_gib,
+            subnet_ids=[network.training_subnets[0].subnet_id],
+            security_group_ids=[network.fsx_security_group.security_group_id],
+            lustre_configuration=lustre,
+        )
+        # RETAIN: a file system may hold files written to it directly (the link never exports to S3), so
+        # neither `cdk destroy` nor a replacing update deletes it; removing it is a deliberate manual step.
+        file_system.apply_removal_policy(cdk.RemovalPolicy.RETAIN)
+        if persistent:
+            fsx.CfnDataRepositoryAssociation(
+                self,
+                "DatasetAssociation",
+                file_system_id=file_system.ref,
+                file_system_path=DATASET_FILE_SYSTEM_PATH,
+                data_repository_path=dataset_uri,
+                batch_import_meta_data_on_create=True,
+                # Import only: training reads the dataset; nothing on FSx is written back into it.
+                s3=fsx.CfnDataRepositoryAssociation.S3Property(
+                    auto_import_policy=fsx.CfnDataRepositoryAssociation.AutoImportPolicyProperty(
+                        events=["NEW", "CHANGED", "DELETED"]
+                    )
+                ),
+            )
+        self.file_system = file_system
+        self.file_system_id = file_system.ref
+        self.file_system_mount_name = file_system.attr_lustre_mount_name
+        # SageMaker's FileSystemDataSource.DirectoryPath for the dataset: /<mount name>/...
+        self.file_system_dataset_path = f"/{file_system.attr_lustre_mount_name}"
+
+    def _outputs(self) -> None:
+        buckets = {
+            "DatasetBucketName": (self.dataset_bucket, "Dataset bucket (training data under the dataset prefix)"),
+            "CheckpointBucketName": (self.checkpoint_bucket, "Checkpoint bucket"),
+            "ArtifactBucketName": (self.artifact_bucket, "Model artifact bucket"),
+            "AccessLogBucketName": (self.access_log_bucket, "S3 server access logs of the other buckets"),
+        }
+        for output_id, (bucket, description) in buckets.items():
+            cdk.CfnOutput(self, output_id, value=bucket.bucket_name, description=description)
+        cdk.CfnOutput(self, "DatasetUri", value=self.dataset_uri, description="Where training data goes (FSx imports it)")
+        if self.file_system is not None:
+            cdk.CfnOutput(self, "FileSystemId", value=self.file_system_id, description="FSx for Lustre file system id")
+            cdk.CfnOutput(self, "FileSystemMountName", value=self.file_system_mount_name, description="Lustre mount name")
