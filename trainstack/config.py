@@ -95,6 +95,8 @@ class ImageSettings(StrictModel):
     # None builds container/ into ECR at deploy time; a URI uses an image that already exists.
     uri: Annotated[str | None, Field(pattern=r"^\d{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(\.cn)?/[a-z0-9._/-]+(:[\w.-]+|@sha256:[0-9a-f]{64})$")] = None
     keep_images: Annotated[int, Field(ge=1, le=1000)] = 10
+    # Digest of AWS's SMP base image in the deploy region (AWS publishes none; see docs/container.md).
+    base_digest: Annotated[str | None, Field(pattern=r"^sha256:[0-9a-f]{64}$")] = None
 
 
 class Settings(StrictModel):

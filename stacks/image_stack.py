@@ -1,0 +1,140 @@
+"""The training image: built from container/ by `cdk deploy` and kept in this stack's ECR repository,
+or an existing image URI from the config (nothing built, nothing created)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aws_cdk as cdk
+import cdk_ecr_deployment as ecr_deployment
+from aws_cdk import aws_ecr as ecr
+from aws_cdk import aws_ecr_assets as ecr_assets
+from aws_cdk import aws_iam as iam
+from constructs import Construct
+
+from stacks.validation import acknowledge
+from trainstack.config import Settings
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DOCKERFILE = "container/Dockerfile"
+# The Lambda streams image layers from the CDK assets repository into ours; memory also buys network.
+COPY_MEMORY_MIB = 2048
+
+
+class ImageStack(cdk.Stack):
+    """`image_uri` goes into CreateTrainingJob; `repository` lets the pipeline grant its role pull access."""
+
+    image_uri: str
+    repository: ecr.IRepository | None
+
+    def __init__(self, scope: Construct, construct_id: str, *, settings: Settings, **kwargs) -> None:
+        super().__init__(scope, construct_id, description="trainstack training image (ECR)", **kwargs)
+        if settings.image.uri:
+            self.image_uri = settings.image.uri
+            self.repository = _existing_repository(self, settings.image.uri)
+        else:
+            self.repository, self.image_uri = self._build(settings)
+        cdk.CfnOutput(self, "ImageUri", value=self.image_uri, description="Image every training job runs")
+
+    def _build(self, settings: Settings) -> tuple[ecr.IRepository, str]:
+        repository = ecr.Repository(
+            self,
+            "Repository",
+            repository_name=f"{settings.project}-training",
+            image_scan_on_push=True,
+            image_tag_mutability=ecr.TagMutability.IMMUTABLE,
+            lifecycle_rules=[
+                ecr.LifecycleRule(
+                    description=f"Keep the {settings.image.keep_images} most recent images",
+                    tag_status=ecr.TagStatus.ANY,
+                    max_image_count=settings.image.keep_images,
+                )
+            ],
+            # Images are what past jobs ran: keep them (and the repository) when the stack goes.
+            removal_policy=cdk.RemovalPolicy.RETAIN,
+        )
+        build_args = {"SMP_REGION": settings.region}
+        if settings.image.base_digest:
+            build_args["SMP_IMAGE_DIGEST"] = settings.image.base_digest
+        else:
+            cdk.Annotations.of(self).add_warning_v2(
+                "trainstack:image-base-digest",
+                "image.base_digest is not set, so `cdk deploy` cannot build the image: set it to the digest "
+                "of AWS's SMP base image (docs/container.md shows the command).",
+            )
+        asset = ecr_assets.DockerImageAsset(
+            self,
+            "TrainingImage",
+            directory=str(REPO_ROOT),
+            file=DOCKERFILE,
+            platform=ecr_assets.Platform.LINUX_AMD64,
+            build_args=build_args,
+            ignore_mode=cdk.IgnoreMode.DOCKER,
+        )
+        # The asset lands in the CDK bootstrap repository; the copy puts it, tagged with its content hash,
+        # into the repository above, where scanning, tag immutability and the lifecycle apply.
+        image_uri = repository.repository_uri_for_tag(asset.asset_hash)
+        ecr_deployment.ECRDeployment(
+            self,
+            "CopyImage",
+            src=ecr_deployment.DockerImageName(asset.image_uri),
+            dest=ecr_deployment.DockerImageName(image_uri),
+            memory_limit=COPY_MEMORY_MIB,
+            # An immutable view: the construct would otherwise add ecr:* and s3:GetObject on every resource.
+            role=self._copy_role(asset, repository).without_policy_updates(),
+        )
+        return repository, image_uri
+
+    def _copy_role(self, asset: ecr_assets.DockerImageAsset, repository: ecr.Repository) -> iam.Role:
+        """Least privilege for the copy: pull from the assets repository, push to ours, write own logs."""
+        role = iam.Role(
+            self,
+            "CopyImageRole",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description="Copies the training image from the CDK assets repository into the training one",
+        )
+        asset.repository.grant_pull(role)
+        repository.grant_pull_push(role)
+        # The function's name is generated from the stack name, so its log group is known only by prefix.
+        log_group_name = f"/aws/lambda/{self.stack_name}-*"
+        log_groups = self.format_arn(
+            service="logs",
+            resource="log-group",
+            resource_name=log_group_name,
+            arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents"],
+                resources=[log_groups, f"{log_groups}:log-stream:*"],
+            )
+        )
+        acknowledge(
+            role,
+            "AwsSolutions-IAM5[Resource::*]",
+            "ecr:GetAuthorizationToken has no resource-level scope (ECR API reference); pulls and pushes are "
+            "scoped to the two repositories.",
+        )
+        nag_log_groups = f"arn:<AWS::Partition>:logs:{self.region}:{self.account}:log-group:{log_group_name}"
+        for resource in (nag_log_groups, f"{nag_log_groups}:log-stream:*"):
+            acknowledge(
+                role,
+                f"AwsSolutions-IAM5[Resource::{resource}]",
+                "The copy function's name, and so its log group, is generated: only the stack-name prefix "
+                "is known when the role is created.",
+            )
+        return role
+
+
+def _existing_repository(scope: Construct, uri: str) -> ecr.IRepository:
+    """A reference (no resource) to the ECR repository of a configured URI, so pull can be granted."""
+    registry, _, rest = uri.partition("/")
+    account, _, _, region, *_ = registry.split(".")
+    name = rest.split("@")[0].rsplit(":", 1)[0]
+    partition = "aws-cn" if registry.endswith(".cn") else "aws"
+    return ecr.Repository.from_repository_attributes(
+        scope,
+        "ExistingRepository",
+        repository_arn=f"arn:{partition}:ecr:{region}:{account}:repository/{name}",
+        repository_name=name,
+    )
