@@ -1,0 +1,31 @@
+"""Fixtures for the pipeline domain: the default config's settings and deploy-time resources."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tests.conftest import DEFAULT_CONFIG, NO_ENV
+from trainstack.config import load_settings
+from trainstack.job_request import PipelineResources
+
+FSX_RESOURCES = PipelineResources(
+    role_arn="arn:aws:iam::111111111111:role/trainstack-sagemaker",
+    image_uri="111111111111.dkr.ecr.us-east-1.amazonaws.com/trainstack:latest",
+    job_name_prefix="trainstack",
+    checkpoint_bucket="trainstack-checkpoints",
+    artifact_bucket="trainstack-artifacts",
+    dataset_bucket="trainstack-datasets",
+    dataset_prefix="datasets/",
+    subnet_ids=("subnet-0123456789abcdef0",),
+    security_group_ids=("sg-0123456789abcdef0",),
+    file_system_id="fs-0123456789abcdef0",
+    file_system_directory_path="/abcdefgh/datasets",
+)
+S3_RESOURCES = dataclasses.replace(FSX_RESOURCES, file_system_id=None, file_system_directory_path=None)
+
+
+@pytest.fixture(scope="session")
+def settings():
+    return load_settings(DEFAULT_CONFIG, environ=NO_ENV)

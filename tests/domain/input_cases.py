@@ -1,0 +1,51 @@
+"""Execution inputs and the InvalidInput cause each must produce, for the CLI's and the state machine's tests.
+
+Causes are for the default config (project `trainstack`, profiles llama-7b-smp, llama-1b-smddp,
+nccl-test, small-torchrun). Each case is (id, input, start of the expected cause).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MALFORMED_INPUTS: list[tuple[str, Any, str]] = [
+    ("not-an-object", ["llama-7b-smp"], "The input must be a JSON object"),
+    (
+        "unknown-field",
+        {"profile": "llama-7b-smp", "instanceType": "ml.p5.48xlarge"},
+        "The input has unknown field(s) instanceType; allowed fields: profile, runName,",
+    ),
+    ("profile-not-string", {"profile": 7}, "profile must be a string naming one of: llama-7b-smp,"),
+    ("unknown-profile", {"profile": "gpt-5"}, "profile must be one of: llama-7b-smp, llama-1b-smddp,"),
+    ("run-name-not-string", {"runName": 12}, "runName must be a string starting with 'trainstack-'."),
+    ("run-name-without-prefix", {"runName": "my-run"}, "runName must start with 'trainstack-'"),
+    ("run-name-bad-characters", {"runName": "trainstack-my_run"}, "runName may hold only letters, digits"),
+    ("run-name-too-long", {"runName": "trainstack-" + "a" * 50}, "runName may hold only letters, digits"),
+    ("hyperparameters-not-object", {"hyperparameters": "lr=3e-4"}, "hyperparameters must be a JSON object"),
+    (
+        "hyperparameter-number",
+        {"hyperparameters": {"learning_rate": 0.0003}},
+        "hyperparameters values must be strings",
+    ),
+    (
+        "hyperparameter-launch-flag",
+        {"hyperparameters": {"sagemaker_program": "x.py"}},
+        "hyperparameters may not set sagemaker_program,",
+    ),
+    ("instance-count-zero", {"instanceCount": 0}, "instanceCount must be a whole number from 1 to 512."),
+    ("instance-count-string", {"instanceCount": "2"}, "instanceCount must be a whole number from 1 to 512."),
+    (
+        "instance-count-fraction",
+        {"instanceCount": 1.5},
+        "instanceCount must be a whole number from 1 to 512.",
+    ),
+    ("max-runtime-zero", {"maxRuntimeHours": 0}, "maxRuntimeHours must be a number greater than 0"),
+    ("max-runtime-over-28-days", {"maxRuntimeHours": 700}, "maxRuntimeHours must be a number greater than 0"),
+    ("max-runtime-string", {"maxRuntimeHours": "2"}, "maxRuntimeHours must be a number greater than 0"),
+    ("resume-not-s3", {"resumeFrom": "https://example.com/ckpt"}, "resumeFrom must be an S3 URI"),
+    (
+        "spot-runtime-over-wait",
+        {"profile": "small-torchrun", "maxRuntimeHours": 9},
+        "maxRuntimeHours must be at most 8 (max_wait_hours of managed-spot profile small-torchrun).",
+    ),
+]
