@@ -36,6 +36,10 @@ HYPERPARAMETER_VALUE_MAX_LENGTH = 2500
 class InvalidInputError(ValueError):
     """Execution input the state machine rejects with error InvalidInput; str() is the cause."""
 
+    def __init__(self, cause: str, field: str = ""):
+        super().__init__(cause)
+        self.field = field  # the input field at fault; "" for the input as a whole
+
 
 @dataclass(frozen=True)
 class InputRule:
@@ -192,7 +196,7 @@ def validate_execution_input(data: Any, settings: Settings, execution_name: str 
     whole_input_rules = [rule for rule in INPUT_RULES if not rule.field]
     for rule in whole_input_rules:
         if not rule.accepts(data, settings):
-            raise InvalidInputError(rule.message.format(**context))
+            raise InvalidInputError(rule.message.format(**context), rule.field)
     values = dict(data)
     values.setdefault("profile", settings.profiles[0].name)
     if "runName" not in values:
@@ -203,13 +207,13 @@ def validate_execution_input(data: Any, settings: Settings, execution_name: str 
         )
     for rule in INPUT_RULES:
         if rule.field in values and not rule.accepts(values[rule.field], settings):
-            raise InvalidInputError(rule.message.format(**context))
+            raise InvalidInputError(rule.message.format(**context), rule.field)
     profile = settings.profile(values["profile"])
     for profile_rule in PROFILE_RULES:
         if profile_rule.field in values:
             problem = profile_rule.problem(values[profile_rule.field], profile)
             if problem:
-                raise InvalidInputError(problem)
+                raise InvalidInputError(problem, profile_rule.field)
     return RunRequest(
         profile=profile.name,
         run_name=values["runName"],

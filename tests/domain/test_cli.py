@@ -1,0 +1,214 @@
+"""`trainstack start`, `status` and `watch` against moto's Step Functions, CloudFormation and SageMaker."""
+
+from __future__ import annotations
+
+import json
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from trainstack.cli import main
+
+REGION = "us-east-1"
+ROLE = "arn:aws:iam::123456789012:role/trainstack-pipeline"
+SUCCEEDS = {"StartAt": "Done", "States": {"Done": {"Type": "Pass", "Result": {"attempts": 2}, "End": True}}}
+FAILS = {
+    "StartAt": "Give up",
+    "States": {
+        "Give up": {"Type": "Fail", "Error": "CapacityExhausted", "Cause": "no capacity in 12 attempts"}
+    },
+}
+
+
+@pytest.fixture
+def aws(monkeypatch):
+    for variable, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": REGION,
+    }.items():
+        monkeypatch.setenv(variable, value)
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        yield
+
+
+def state_machine(definition: dict) -> str:
+    client = boto3.client("stepfunctions", region_name=REGION)
+    return client.create_state_machine(
+        name="trainstack-pipeline", definition=json.dumps(definition), roleArn=ROLE
+    )["stateMachineArn"]
+
+
+def pipeline_stack(state_machine_arn: str) -> None:
+    template = {
+        "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
+        "Outputs": {"StateMachineArn": {"Value": state_machine_arn}},
+    }
+    boto3.client("cloudformation", region_name=REGION).create_stack(
+        StackName="trainstack-pipeline", TemplateBody=json.dumps(template)
+    )
+
+
+def training_job(name: str) -> None:
+    boto3.client("sagemaker", region_name=REGION).create_training_job(
+        TrainingJobName=name,
+        AlgorithmSpecification={
+            "TrainingImage": "111111111111.dkr.ecr.us-east-1.amazonaws.com/t:1",
+            "TrainingInputMode": "File",
+        },
+        RoleArn=ROLE,
+        OutputDataConfig={"S3OutputPath": "s3://trainstack-artifacts/x/"},
+        ResourceConfig={"InstanceType": "ml.p5.48xlarge", "InstanceCount": 1, "VolumeSizeInGB": 100},
+        StoppingCondition={"MaxRuntimeInSeconds": 3600},
+    )
+
+
+def executions(state_machine_arn: str) -> list[dict]:
+    client = boto3.client("stepfunctions", region_name=REGION)
+    return [
+        client.describe_execution(executionArn=item["executionArn"])
+        for item in client.list_executions(stateMachineArn=state_machine_arn)["executions"]
+    ]
+
+
+def test_start_finds_the_state_machine_in_the_stack_outputs_and_sends_the_input(aws, capsys):
+    arn = state_machine(SUCCEEDS)
+    pipeline_stack(arn)
+    code = main(
+        [
+            "start",
+            "--profile",
+            "llama-7b-smp",
+            "--hp",
+            "learning_rate=3e-4",
+            "--hp",
+            "max_steps=10",
+            "--run-name",
+            "trainstack-llama-v2",
+            "--instance-count",
+            "4",
+            "--max-runtime-hours",
+            "12",
+            "--resume-from",
+            "s3://trainstack-checkpoints/trainstack-llama-v1/",
+        ]
+    )
+    assert code == 0
+    (execution,) = executions(arn)
+    assert capsys.readouterr().out.strip() == execution["executionArn"]
+    assert json.loads(execution["input"]) == {
+        "profile": "llama-7b-smp",
+        "runName": "trainstack-llama-v2",
+        "hyperparameters": {"learning_rate": "3e-4", "max_steps": "10"},
+        "instanceCount": 4,
+        "maxRuntimeHours": 12.0,
+        "resumeFrom": "s3://trainstack-checkpoints/trainstack-llama-v1/",
+    }
+
+
+def test_start_defaults_profile_and_a_timestamped_run_name(aws):
+    arn = state_machine(SUCCEEDS)
+    assert main(["start", "--state-machine-arn", arn]) == 0
+    (execution,) = executions(arn)
+    sent = json.loads(execution["input"])
+    assert sent["profile"] == "llama-7b-smp"
+    assert sent["runName"].startswith("trainstack-llama-7b-smp-")
+
+
+def test_start_without_the_pipeline_stack_says_how_to_fix_it(aws, capsys):
+    assert main(["start"]) == 1
+    assert capsys.readouterr().err.strip() == (
+        "trainstack start: stack trainstack-pipeline does not exist in us-east-1; "
+        "deploy it (cdk deploy trainstack-pipeline) or pass --state-machine-arn"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--profile", "gpt-5"], "trainstack start: --profile: profile must be one of: llama-7b-smp,"),
+        (["--run-name", "llama"], "trainstack start: --run-name: runName must start with 'trainstack-'"),
+        (["--hp", "learning_rate"], "trainstack start: --hp: expected NAME=VALUE such as learning_rate=3e-4"),
+        (["--hp", "mp_parameters={}"], "trainstack start: --hp: hyperparameters may not set"),
+        (
+            ["--instance-count", "0"],
+            "trainstack start: --instance-count: instanceCount must be a whole number",
+        ),
+        (
+            ["--instance-count", "two"],
+            "trainstack start: argument --instance-count: invalid int value: 'two'.",
+        ),
+        (
+            ["--max-runtime-hours", "-1"],
+            "trainstack start: --max-runtime-hours: maxRuntimeHours must be a number",
+        ),
+        (["--resume-from", "/tmp/ckpt"], "trainstack start: --resume-from: resumeFrom must be an S3 URI"),
+        (
+            ["--profile", "small-torchrun", "--max-runtime-hours", "10"],
+            "trainstack start: --max-runtime-hours: maxRuntimeHours must be at most 8",
+        ),
+        (["--config", "/nonexistent.yaml"], "trainstack start: --config: /nonexistent.yaml: cannot read"),
+    ],
+)
+def test_bad_input_is_one_sentence_naming_the_flag_exit_2_and_no_aws_call(monkeypatch, capsys, argv, message):
+    def no_aws(*args, **kwargs):
+        raise AssertionError("an AWS client was created")
+
+    monkeypatch.setattr(boto3, "client", no_aws)
+    with pytest.raises(SystemExit) as raised:
+        raise SystemExit(main(["start", *argv]))
+    assert raised.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(message) and "\n" not in err
+
+
+def test_wait_follows_to_success_and_prints_the_output(aws, capsys):
+    arn = state_machine(SUCCEEDS)
+    training_job("trainstack-llama-v3-1")
+    training_job("trainstack-llama-v3-2")
+    code = main(
+        [
+            "start",
+            "--state-machine-arn",
+            arn,
+            "--run-name",
+            "trainstack-llama-v3",
+            "--wait",
+            "--poll-seconds",
+            "0.05",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "| attempt 2 | trainstack-llama-v3-2 | Completed / Completed" in out
+    assert json.loads(out[out.index("{") :]) == {"attempts": 2}
+
+
+def test_wait_exits_non_zero_with_the_error_name_and_cause(aws, capsys):
+    arn = state_machine(FAILS)
+    code = main(["start", "--state-machine-arn", arn, "--wait", "--poll-seconds", "0.05"])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "no training job yet" in captured.out
+    assert captured.err.strip() == (
+        "trainstack: execution FAILED: CapacityExhausted: no capacity in 12 attempts"
+    )
+
+
+def test_status_and_watch_an_existing_execution(aws, capsys):
+    arn = state_machine(FAILS)
+    main(["start", "--state-machine-arn", arn, "--run-name", "trainstack-nightly"])
+    execution_arn = capsys.readouterr().out.strip()
+    training_job("trainstack-nightly-1")
+    assert main(["watch", execution_arn, "--poll-seconds", "0.05"]) == 1
+    assert "attempt 1 | trainstack-nightly-1" in capsys.readouterr().out
+    assert main(["status", execution_arn]) == 1
+    printed = capsys.readouterr().out
+    assert printed.startswith(f"{execution_arn}: FAILED")
+    assert "error: CapacityExhausted: no capacity in 12 attempts" in printed
+
+
+def test_status_rejects_a_non_execution_arn_without_calling_aws(capsys):
+    assert main(["status", "arn:aws:states:us-east-1:123456789012:stateMachine:x"]) == 2
+    assert "is not a Step Functions execution ARN" in capsys.readouterr().err
