@@ -1,4 +1,4 @@
-"""container/Dockerfile checked statically (no Docker engine here): hadolint, our policy, the build context."""
+"""container/Dockerfile checked statically (no Docker engine here): hadolint, policy, build context."""
 
 from __future__ import annotations
 
@@ -55,37 +55,34 @@ BASE_FROM = (
 FINAL_COPY = "COPY training_scripts/ /opt/ml/code/"
 
 
+ADDED_LINES = [
+    ("EFA installer", "RUN curl -O https://efa-installer.amazonaws.com/aws-efa-installer-1.38.0.tar.gz"
+     " && ./aws-efa-installer/efa_installer.sh -y", "second-nccl-or-efa"),
+    ("NCCL from apt", "RUN apt-get install -y libnccl2=2.21.5-1", "second-nccl-or-efa"),
+    ("NCCL from pip", "RUN pip install --no-cache-dir nvidia-nccl-cu12==2.26.2", "second-nccl-or-efa"),
+    ("NCCL from source", "RUN git clone -b v2.26.2-1 https://github.com/NVIDIA/nccl.git"
+     " && make -C nccl src.build", "second-nccl-or-efa"),
+    ("NCCL from conda", "RUN conda install -y -c conda-forge nccl", "second-nccl-or-efa"),
+    ("second aws-ofi-nccl", "RUN wget https://github.com/aws/aws-ofi-nccl/releases/download/v1.14.0/"
+     "aws-ofi-nccl-1.14.0.tar.gz", "second-nccl-or-efa"),
+    ("torch reinstalled", "RUN python3 -m pip install --no-cache-dir torch==2.6.0", "second-nccl-or-efa"),
+    ("LD_PRELOAD in ENV", "ENV LD_PRELOAD=/usr/local/lib/libnccl.so.2", "ld-preload-nccl"),
+    ("LD_PRELOAD in RUN", "RUN LD_PRELOAD=/opt/nccl/build/lib/libnccl.so python3 -V", "ld-preload-nccl"),
+]
+VARIANTS = [
+    ("tag without digest", "@${SMP_IMAGE_DIGEST} AS smp_base", " AS smp_base", "unpinned-base"),
+    ("digest without tag", ":${SMP_IMAGE_TAG}@", "@", "unpinned-base"),
+    ("latest tag through the ARG", "ARG SMP_IMAGE_TAG=2.5.1-gpu-py311-cu124", "ARG SMP_IMAGE_TAG=latest",
+     "latest-tag"),
+    ("another base by tag only", BASE_FROM, BASE_FROM + "\nFROM ubuntu:22.04 AS tools", "unpinned-base"),
+    ("base named by an undeclared ARG", BASE_FROM, BASE_FROM.replace("SMP_REGION", "AWS_REGION"),
+     "undeclared-arg"),
+    *[(description, FINAL_COPY, f"{FINAL_COPY}\n{line}", rule) for description, line, rule in ADDED_LINES],
+]
+
+
 @pytest.mark.parametrize(
-    ("description", "old", "new", "rule"),
-    [
-        ("tag without digest", "@${SMP_IMAGE_DIGEST} AS smp_base", " AS smp_base", "unpinned-base"),
-        ("digest without tag", ":${SMP_IMAGE_TAG}@", "@", "unpinned-base"),
-        ("latest tag through the ARG", "ARG SMP_IMAGE_TAG=2.5.1-gpu-py311-cu124", "ARG SMP_IMAGE_TAG=latest",
-         "latest-tag"),
-        ("another base by tag only", BASE_FROM, BASE_FROM + "\nFROM ubuntu:22.04 AS tools", "unpinned-base"),
-        ("base named by an undeclared ARG", BASE_FROM, BASE_FROM.replace("SMP_REGION", "AWS_REGION"),
-         "undeclared-arg"),
-        ("EFA installer", FINAL_COPY,
-         FINAL_COPY + "\nRUN curl -O https://efa-installer.amazonaws.com/aws-efa-installer-1.38.0.tar.gz "
-         "&& ./aws-efa-installer/efa_installer.sh -y", "second-nccl-or-efa"),
-        ("NCCL from apt", FINAL_COPY, FINAL_COPY + "\nRUN apt-get install -y --no-install-recommends libnccl2=2.21.5-1",
-         "second-nccl-or-efa"),
-        ("NCCL from pip", FINAL_COPY, FINAL_COPY + "\nRUN pip install --no-cache-dir nvidia-nccl-cu12==2.26.2",
-         "second-nccl-or-efa"),
-        ("NCCL from source", FINAL_COPY, FINAL_COPY + "\nRUN git clone -b v2.26.2-1 https://github.com/NVIDIA/nccl.git "
-         "&& make -C nccl src.build", "second-nccl-or-efa"),
-        ("NCCL from conda", FINAL_COPY, FINAL_COPY + "\nRUN conda install -y -c conda-forge nccl",
-         "second-nccl-or-efa"),
-        ("second aws-ofi-nccl", FINAL_COPY, FINAL_COPY + "\nRUN wget https://github.com/aws/aws-ofi-nccl/releases/"
-         "download/v1.14.0/aws-ofi-nccl-1.14.0.tar.gz", "second-nccl-or-efa"),
-        ("torch reinstalled", FINAL_COPY, FINAL_COPY + "\nRUN python3 -m pip install --no-cache-dir torch==2.6.0",
-         "second-nccl-or-efa"),
-        ("LD_PRELOAD in ENV", FINAL_COPY, FINAL_COPY + "\nENV LD_PRELOAD=/usr/local/lib/libnccl.so.2",
-         "ld-preload-nccl"),
-        ("LD_PRELOAD in RUN", FINAL_COPY, FINAL_COPY + "\nRUN LD_PRELOAD=/opt/nccl/build/lib/libnccl.so python3 -V",
-         "ld-preload-nccl"),
-    ],
-    ids=lambda value: value if isinstance(value, str) and " " in value and len(value) < 40 else "",
+    ("description", "old", "new", "rule"), VARIANTS, ids=[variant[0] for variant in VARIANTS]
 )
 def test_policy_catches_each_bad_variant(description, old, new, rule):
     assert old in TEXT, f"the variant '{description}' no longer applies to the Dockerfile"
@@ -110,9 +107,8 @@ def test_cli_prints_violations_and_fails(tmp_path, capsys):
     bad = tmp_path / "Dockerfile"
     bad.write_text("FROM nvidia/cuda:12.4.1-devel-ubuntu22.04\n")
     assert dockerfile_policy.main([str(bad)]) == 1
-    assert "line 1: [unpinned-base] base image nvidia/cuda:12.4.1-devel-ubuntu22.04 has no @sha256 digest" in (
-        capsys.readouterr().err
-    )
+    expected = "line 1: [unpinned-base] base image nvidia/cuda:12.4.1-devel-ubuntu22.04 has no @sha256 digest"
+    assert expected in capsys.readouterr().err
 
 
 def test_base_image_versions_are_args_with_the_smp_2_8_0_defaults():

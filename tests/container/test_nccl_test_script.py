@@ -28,7 +28,8 @@ def run_script(tmp_path):
             "PATH": "/usr/bin:/bin", "NCCL_TESTS_BIN": str(bin_dir), "SM_MODEL_DIR": str(model_dir),
             "OMPI_COMM_WORLD_RANK": rank, "OMPI_COMM_WORLD_SIZE": "16", "NCCL_NET": "AWS Libfabric",
         }
-        return subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True, check=False)
+        command = ["bash", str(SCRIPT), *args]
+        return subprocess.run(command, env=env, capture_output=True, text=True, check=False)
 
     run.model_dir = model_dir  # type: ignore[attr-defined]
     return run

@@ -14,6 +14,7 @@ import pytest
 from container import preflight
 from container.preflight import CommandResult, Host
 
+RESOURCE_CONFIG = {"current_host": "algo-2", "current_instance_type": "ml.p4d.24xlarge"}
 HEALTHY_FI_INFO = "provider: efa\n    fabric: efa\n    domain: rdmap16s27-rdm\n    version: 122.0\n"
 HEALTHY_LDD = (
     "\tlinux-vdso.so.1 (0x00007ffd)\n"
@@ -39,7 +40,8 @@ class FakeCommands:
 
 
 def torch_answer(nccl: str | None = "2.23.4", gpus: int = 8) -> CommandResult:
-    return CommandResult(0, "some warning\n" + json.dumps({"torch": "2.5.1", "nccl": nccl, "gpus": gpus}) + "\n")
+    answer = json.dumps({"torch": "2.5.1", "nccl": nccl, "gpus": gpus})
+    return CommandResult(0, f"some warning\n{answer}\n")
 
 
 def make_host(
@@ -145,7 +147,8 @@ def test_torch_reporting_another_nccl_than_the_installed_one_fails(tmp_path):
 
 
 def test_torch_that_cannot_be_imported_fails_with_its_last_error_line(tmp_path):
-    failure = CommandResult(1, "Traceback (most recent call last):\n  ...\nImportError: libcudnn.so.9: cannot open\n")
+    traceback = "Traceback (most recent call last):\n  ...\nImportError: libcudnn.so.9: cannot open\n"
+    failure = CommandResult(1, traceback)
     host, _ = make_host(tmp_path, answers={"torch": failure})
     message = preflight.run_preflight(host).failure_message()
     assert "cannot import torch" in message and "ImportError: libcudnn.so.9: cannot open" in message
@@ -192,7 +195,7 @@ def test_main_writes_failure_reason_for_sagemaker_and_exits_nonzero(tmp_path, ca
     failure.parent.mkdir()
     resourceconfig = tmp_path / "root/opt/ml/input/config/resourceconfig.json"
     resourceconfig.parent.mkdir(parents=True)
-    resourceconfig.write_text(json.dumps({"current_host": "algo-2", "current_instance_type": "ml.p4d.24xlarge"}))
+    resourceconfig.write_text(json.dumps(RESOURCE_CONFIG))
     exports = tmp_path / "exports.sh"
     code = preflight.main(["--failure-file", str(failure), "--exports-file", str(exports)], host)
     assert code == 1

@@ -33,7 +33,8 @@ def image(tmp_path) -> tuple[Path, Path]:
     write(root / "opt/amazon/efa_installed_packages",
           "# EFA installer version: 1.36.0\n# Debug packages installed: no\nlibfabric-aws 1.22.0amzn4.0\n")
     write(root / "opt/amazon/efa/lib/pkgconfig/libfabric.pc", "Name: libfabric\nVersion: 1.22.0amzn4.0\n")
-    write(root / "usr/local/cuda/version.json", json.dumps({"cuda": {"name": "CUDA SDK", "version": "12.4.1"}}))
+    cuda = {"cuda": {"name": "CUDA SDK", "version": "12.4.1"}}
+    write(root / "usr/local/cuda/version.json", json.dumps(cuda))
     distribution(site, "torch", "2.5.1+cu124")
     distribution(site, "transformers", "4.44.2")
     distribution(site, "safetensors", "0.4.5")
