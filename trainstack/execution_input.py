@@ -158,11 +158,9 @@ def _count_problem(count: int, profile: Profile) -> str | None:
 
 
 def _spot_wait_problem(hours: float, profile: Profile) -> str | None:
+    """Managed spot: MaxWaitTimeInSeconds (the profile's max_wait_hours) must cover the runtime."""
     if profile.managed_spot and hours > profile.max_wait_hours:
-        return (
-            f"maxRuntimeHours must be at most {profile.max_wait_hours:g} "
-            f"(max_wait_hours of managed-spot profile {profile.name})."
-        )
+        return f"maxRuntimeHours must be at most {profile.max_wait_hours:g} for profile {profile.name}."
     return None
 
 

@@ -102,7 +102,8 @@ def output_path(resources: PipelineResources, run_name: str) -> str:
 
 
 def max_runtime_seconds(hours: float) -> int:
-    return round(hours * 3600)
+    """Hours to seconds at a resolution of 0.01 h, which the state machine can compute without multiplying."""
+    return round(hours * 100) * 36
 
 
 def tags(run_name: str, execution_arn: str | None) -> list[dict[str, str]]:

@@ -46,6 +46,6 @@ MALFORMED_INPUTS: list[tuple[str, Any, str]] = [
     (
         "spot-runtime-over-wait",
         {"profile": "small-torchrun", "maxRuntimeHours": 9},
-        "maxRuntimeHours must be at most 8 (max_wait_hours of managed-spot profile small-torchrun).",
+        "maxRuntimeHours must be at most 8 for profile small-torchrun.",
     ),
 ]
