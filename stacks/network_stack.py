@@ -28,11 +28,13 @@ INTERFACE_ENDPOINT_SERVICES = {
 
 FLOW_LOG_RETENTION = logs.RetentionDays.THREE_MONTHS
 
-PINNED_AZ_REASON = "trainstack pins training to ONE availability zone on purpose (EFA, FSx and capacity live there)"
+PINNED_AZ_REASON = (
+    "trainstack pins training to ONE availability zone on purpose (EFA, FSx and capacity live there)"
+)
 
 
 def pin_subnet_to_az(subnet: ec2.ISubnet, settings: Settings) -> None:
-    """Place a created subnet in the configured AZ: by id through the L1 (no lookup), or by name, acknowledged."""
+    """Place a created subnet in the configured AZ: by id via the L1 (no lookup), or by name, acknowledged."""
     cfn_subnet = subnet.node.default_child
     if settings.availability_zone_id is not None:
         cfn_subnet.add_property_deletion_override("AvailabilityZone")
@@ -40,11 +42,13 @@ def pin_subnet_to_az(subnet: ec2.ISubnet, settings: Settings) -> None:
         return
     # A hard-coded AZ name is the point here; both linters flag it as W3010.
     acknowledge(cfn_subnet, "CloudFormation-Validate::W3010", PINNED_AZ_REASON)
-    cfn_subnet.add_metadata("cfn-lint", {"config": {"ignore_checks": ["W3010"], "ignore_reasons": {"W3010": PINNED_AZ_REASON}}})
+    cfn_subnet.add_metadata(
+        "cfn-lint", {"config": {"ignore_checks": ["W3010"], "ignore_reasons": {"W3010": PINNED_AZ_REASON}}}
+    )
 
 
 class NetworkStack(cdk.Stack):
-    """The VPC that training jobs and the FSx file system share; everything that needs an AZ uses settings' one AZ."""
+    """The VPC that training jobs and FSx share; everything that needs an AZ uses the configured one."""
 
     vpc: ec2.IVpc
     training_subnets: list[ec2.ISubnet]
@@ -58,7 +62,7 @@ class NetworkStack(cdk.Stack):
         super().__init__(
             scope,
             construct_id,
-            description=f"trainstack network: VPC with training subnets in {settings.az_label} ({settings.network.egress})",
+            description=f"trainstack network: training in {settings.az_label} ({settings.network.egress})",
             **kwargs,
         )
         self._settings = settings
@@ -70,7 +74,7 @@ class NetworkStack(cdk.Stack):
             self._import_vpc(existing)
         self.training_subnet_selection = ec2.SubnetSelection(subnets=self.training_subnets)
         self._create_security_groups()
-        # An existing VPC with egress "nat" already reaches AWS on its own; endpoints would collide with its DNS.
+        # An existing VPC with egress "nat" reaches AWS on its own; endpoints would collide with its DNS.
         if settings.network.egress == "endpoints":
             self._create_endpoints()
         self._create_outputs()
@@ -83,16 +87,22 @@ class NetworkStack(cdk.Stack):
     def _create_vpc(self) -> None:
         network = self._settings.network
         vpc_prefix = ipaddress.IPv4Network(network.vpc_cidr).prefixlen
-        # Training gets half the VPC: EFA instances take 5+ private IPs each; the NAT's public subnet stays small.
+        # Training gets half the VPC (EFA instances take 5+ private IPs each); the NAT's subnet stays small.
         subnets = [
             ec2.SubnetConfiguration(
                 name="Training",
-                subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS if network.egress == "nat" else ec2.SubnetType.PRIVATE_ISOLATED,
+                subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS
+                if network.egress == "nat"
+                else ec2.SubnetType.PRIVATE_ISOLATED,
                 cidr_mask=vpc_prefix + 1,
             )
         ]
         if network.egress == "nat":
-            subnets.append(ec2.SubnetConfiguration(name="Public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=min(vpc_prefix + 4, 28)))
+            subnets.append(
+                ec2.SubnetConfiguration(
+                    name="Public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=min(vpc_prefix + 4, 28)
+                )
+            )
         vpc = ec2.Vpc(
             self,
             "Vpc",
@@ -115,9 +125,9 @@ class NetworkStack(cdk.Stack):
         vpc.add_flow_log("FlowLog", destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_log_group))
         self.vpc = vpc
         self.training_subnets = vpc.select_subnets(subnet_group_name="Training").subnets
-        self._gateway_route_table_ids = sorted(
-            {subnet.route_table.route_table_id for subnet in self.training_subnets}, key=str
-        )
+        self._gateway_route_table_ids = [
+            subnet.route_table.route_table_id for subnet in self.training_subnets
+        ]
 
     def _import_vpc(self, existing: ExistingNetwork) -> None:
         self.vpc = ec2.Vpc.from_vpc_attributes(
@@ -133,6 +143,13 @@ class NetworkStack(cdk.Stack):
             )
             for index, subnet_id in enumerate(existing.subnet_ids)
         ]
+        for subnet in self.training_subnets:
+            acknowledge(
+                subnet,
+                "Annotation::@aws-cdk/aws-ec2:noSubnetRouteTableId",
+                "The S3 gateway endpoint takes network.existing.route_table_ids directly; "
+                "nothing reads subnet route tables.",
+            )
         self._gateway_route_table_ids = list(existing.route_table_ids)
 
     def _create_security_groups(self) -> None:
@@ -147,7 +164,9 @@ class NetworkStack(cdk.Stack):
         training.add_ingress_rule(training, ec2.Port.all_traffic(), "EFA and NCCL between training instances")
         training.add_egress_rule(training, ec2.Port.all_traffic(), "EFA and NCCL between training instances")
         # AWS APIs: S3 through the gateway endpoint, others through interface endpoints or the NAT.
-        training.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.HTTPS, "AWS APIs (S3, ECR, logs, STS, SageMaker)")
+        training.add_egress_rule(
+            ec2.Peer.any_ipv4(), ec2.Port.HTTPS, "AWS APIs (S3, ECR, logs, STS, SageMaker)"
+        )
 
         fsx = ec2.SecurityGroup(
             self,
@@ -182,7 +201,9 @@ class NetworkStack(cdk.Stack):
             allow_all_outbound=False,
         )
         # The CIDR from the config, not the VPC's attribute: a literal that linters (cdk-nag EC23) can check.
-        endpoint_security_group.add_ingress_rule(ec2.Peer.ipv4(self._vpc_cidr), ec2.Port.HTTPS, "HTTPS from the VPC")
+        endpoint_security_group.add_ingress_rule(
+            ec2.Peer.ipv4(self._vpc_cidr), ec2.Port.HTTPS, "HTTPS from the VPC"
+        )
         # An interface endpoint takes at most one subnet per AZ: the first training subnet serves them all.
         endpoint_subnets = ec2.SubnetSelection(subnets=self.training_subnets[:1])
         for name, service in INTERFACE_ENDPOINT_SERVICES.items():

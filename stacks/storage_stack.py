@@ -1,4 +1,4 @@
-"""Storage: S3 buckets for datasets, checkpoints, model artifacts and access logs; FSx for Lustre over the dataset.
+"""Storage: buckets for datasets, checkpoints, model artifacts and access logs; FSx for Lustre on the dataset.
 
 Encryption is SSE-S3 (AES-256, S3-managed keys) on every bucket created here, chosen over SSE-KMS because:
 - FSx reads the dataset bucket through its service-linked role and SageMaker writes checkpoints and
@@ -30,7 +30,7 @@ DATASET_FILE_SYSTEM_PATH = "/"
 
 
 class StorageStack(cdk.Stack):
-    """Buckets that keep data when the stack goes (RETAIN) and the FSx file system sized by trainstack.fsx_sizing."""
+    """Buckets that outlive the stack (RETAIN) and the FSx file system sized by trainstack.fsx_sizing."""
 
     dataset_bucket: s3.IBucket
     dataset_prefix: str
@@ -48,7 +48,10 @@ class StorageStack(cdk.Stack):
         self, scope: Construct, construct_id: str, *, settings: Settings, network: NetworkStack, **kwargs
     ) -> None:
         super().__init__(
-            scope, construct_id, description="trainstack storage: dataset, checkpoint and artifact buckets, FSx for Lustre", **kwargs
+            scope,
+            construct_id,
+            description="trainstack storage: dataset, checkpoint and artifact buckets, FSx for Lustre",
+            **kwargs,
         )
         self.encryption_key = None
         self.dataset_prefix = settings.dataset.prefix
@@ -57,7 +60,9 @@ class StorageStack(cdk.Stack):
             # Versioned: an overwritten or deleted training file can be restored for 30 days.
             self.dataset_bucket = self._bucket("DatasetBucket", versioned=True)
         else:
-            self.dataset_bucket = s3.Bucket.from_bucket_name(self, "DatasetBucket", settings.dataset.bucket_name)
+            self.dataset_bucket = s3.Bucket.from_bucket_name(
+                self, "DatasetBucket", settings.dataset.bucket_name
+            )
         # Not versioned: checkpoints are rewritten every few minutes, expire anyway, and a job only ever
         # resumes from the newest complete one; versions would multiply their (large) storage.
         self.checkpoint_bucket = self._bucket(
@@ -99,7 +104,9 @@ class StorageStack(cdk.Stack):
         )
         return bucket
 
-    def _bucket(self, construct_id: str, *, versioned: bool, expiration: cdk.Duration | None = None) -> s3.Bucket:
+    def _bucket(
+        self, construct_id: str, *, versioned: bool, expiration: cdk.Duration | None = None
+    ) -> s3.Bucket:
         rule = s3.LifecycleRule(
             id="Housekeeping",
             abort_incomplete_multipart_upload_after=ABORT_INCOMPLETE_UPLOADS_AFTER,
@@ -129,13 +136,15 @@ class StorageStack(cdk.Stack):
             per_unit_storage_throughput=plan.per_unit_storage_throughput,
             data_compression_type="LZ4",
             # Metadata IOPS can only be chosen at creation; AUTOMATIC grows them with the capacity.
-            metadata_configuration=fsx.CfnFileSystem.MetadataConfigurationProperty(mode="AUTOMATIC") if persistent else None,
+            metadata_configuration=fsx.CfnFileSystem.MetadataConfigurationProperty(mode="AUTOMATIC")
+            if persistent
+            else None,
             # SCRATCH_2 links S3 by import path; PERSISTENT_2 through the data repository association below.
             import_path=None if persistent else dataset_uri,
             auto_import_policy=None if persistent else "NEW_CHANGED_DELETED",
         )
-        # L1 rather than fsx.LustreFileSystem: the L2 adds a 988-1023 self rule to the given security group and
-        # has no metadata configuration; the network stack already owns the exact Lustre rules.
+        # L1 rather than fsx.LustreFileSystem: the L2 adds a 988-1023 self rule to the given security group
+        # (the network stack owns the exact Lustre rules) and has no metadata configuration.
         file_system = fsx.CfnFileSystem(
             self,
             "FileSystem",
@@ -173,14 +182,29 @@ class StorageStack(cdk.Stack):
 
     def _outputs(self) -> None:
         buckets = {
-            "DatasetBucketName": (self.dataset_bucket, "Dataset bucket (training data under the dataset prefix)"),
+            "DatasetBucketName": (
+                self.dataset_bucket,
+                "Dataset bucket (training data under the dataset prefix)",
+            ),
             "CheckpointBucketName": (self.checkpoint_bucket, "Checkpoint bucket"),
             "ArtifactBucketName": (self.artifact_bucket, "Model artifact bucket"),
             "AccessLogBucketName": (self.access_log_bucket, "S3 server access logs of the other buckets"),
         }
         for output_id, (bucket, description) in buckets.items():
             cdk.CfnOutput(self, output_id, value=bucket.bucket_name, description=description)
-        cdk.CfnOutput(self, "DatasetUri", value=self.dataset_uri, description="Where training data goes (FSx imports it)")
+        cdk.CfnOutput(
+            self,
+            "DatasetUri",
+            value=self.dataset_uri,
+            description="Where training data goes (FSx imports it)",
+        )
         if self.file_system is not None:
-            cdk.CfnOutput(self, "FileSystemId", value=self.file_system_id, description="FSx for Lustre file system id")
-            cdk.CfnOutput(self, "FileSystemMountName", value=self.file_system_mount_name, description="Lustre mount name")
+            cdk.CfnOutput(
+                self, "FileSystemId", value=self.file_system_id, description="FSx for Lustre file system id"
+            )
+            cdk.CfnOutput(
+                self,
+                "FileSystemMountName",
+                value=self.file_system_mount_name,
+                description="Lustre mount name",
+            )

@@ -1,0 +1,107 @@
+"""Infra fixtures: network + storage synthesized per config variant; the default config is the whole app."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import DEFAULT_CONFIG, NO_ENV, REPO_ROOT, deep_merge, default_config_data
+from tests.infra.templates import load_templates
+
+CDK_CONTEXT = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
+
+
+@dataclass
+class InfraApp:
+    settings: Any
+    network: Any  # stacks.network_stack.NetworkStack
+    storage: Any  # stacks.storage_stack.StorageStack
+    outdir: Path
+
+    @property
+    def templates(self) -> dict[str, dict[str, Any]]:
+        return load_templates(self.outdir)
+
+    @property
+    def network_template(self) -> dict[str, Any]:
+        return self.templates[self.network.stack_name]
+
+    @property
+    def storage_template(self) -> dict[str, Any]:
+        return self.templates[self.storage.stack_name]
+
+
+def settings_with(overrides: dict[str, Any]):
+    from trainstack.config import parse_settings
+
+    return parse_settings(deep_merge(default_config_data(), overrides), NO_ENV, source=str(DEFAULT_CONFIG))
+
+
+def synthesize_infra(settings, outdir: Path) -> InfraApp:
+    """Network and storage stacks alone, with cdk.json's flags and the AwsSolutions checks as in build_app:
+    faster than the whole app, which config variants do not change beyond these two stacks."""
+    import aws_cdk as cdk
+    from cdk_nag import AwsSolutionsChecks
+
+    from stacks.network_stack import NetworkStack
+    from stacks.storage_stack import StorageStack
+
+    app = cdk.App(outdir=str(outdir), context=CDK_CONTEXT)
+    env = cdk.Environment(account=settings.account, region=settings.region)
+    network = NetworkStack(app, f"{settings.project}-network", settings=settings, env=env)
+    storage = StorageStack(app, f"{settings.project}-storage", settings=settings, network=network, env=env)
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    app.synth()
+    return InfraApp(settings, network, storage, outdir)
+
+
+def infra_fixture(overrides: dict[str, Any]):
+    """A module-scoped fixture synthesizing one config variant once."""
+
+    @pytest.fixture(scope="module")
+    def fixture(tmp_path_factory) -> InfraApp:
+        return synthesize_infra(settings_with(overrides), tmp_path_factory.mktemp("cdk.out"))
+
+    return fixture
+
+
+# Variants, chosen so that each switch is exercised at least once; the default config is the full app.
+AZ_ID_NAT_SCRATCH = {
+    "availability_zone": None,
+    "availability_zone_id": "use1-az4",
+    "network": {"egress": "nat"},
+    "fsx": {"deployment_type": "SCRATCH_2"},
+    "dataset": {"bucket_name": "existing-training-data", "prefix": "corpus/v2/"},
+    "checkpoints": {"retention_days": 14},
+}
+EXISTING_VPC = {
+    "vpc_id": "vpc-0a1b2c3d4e5f60718",
+    "vpc_cidr": "10.50.0.0/16",
+    "subnet_ids": ["subnet-0a1b2c3d4e5f60718", "subnet-0a1b2c3d4e5f60719"],
+    "route_table_ids": ["rtb-0a1b2c3d4e5f60718"],
+}
+# 2,400 GiB read at 1,100 MB/s on PERSISTENT_2: 500 MB/s/TiB at 2,400 GiB is the cheapest way.
+IMPORTED_VPC_PERSISTENT_500 = {
+    "network": {"existing": EXISTING_VPC},
+    "dataset": {"size_gib": 2400},
+    "fsx": {"throughput_mbps": 1100, "deployment_type": "PERSISTENT_2"},
+}
+IMPORTED_VPC_NAT_NO_FSX = {
+    "network": {"existing": EXISTING_VPC, "egress": "nat"},
+    "fsx": {"enabled": False, "throughput_mbps": None},
+}
+
+az_id_nat_scratch = infra_fixture(AZ_ID_NAT_SCRATCH)
+imported_vpc_persistent_500 = infra_fixture(IMPORTED_VPC_PERSISTENT_500)
+imported_vpc_nat_no_fsx = infra_fixture(IMPORTED_VPC_NAT_NO_FSX)
+
+
+@pytest.fixture(scope="module")
+def default_infra(default_app) -> InfraApp:
+    """The default config's network and storage stacks, as synthesized in the whole app."""
+    settings, stacks, assembly = default_app
+    return InfraApp(settings, stacks.network, stacks.storage, Path(assembly.directory))

@@ -1,0 +1,107 @@
+"""A bad config stops `trainstack check-config` and `cdk synth` (what `make synth CONFIG=...` runs) with one
+sentence naming the field, a non-zero exit and no traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO_ROOT, deep_merge, default_config_data
+
+CDK_CLI = REPO_ROOT / "node_modules" / ".bin" / "cdk"
+
+# name -> (overrides of config/default.yaml, the message after "trainstack: <file>: ")
+BAD_CONFIGS = {
+    "unknown_key": (
+        {"network": {"egres": "nat"}},
+        "network.egres: unknown key; allowed keys here: egress, existing, vpc_cidr.",
+    ),
+    "az_not_in_region": (
+        {"availability_zone": "eu-west-1a"},
+        "availability_zone 'eu-west-1a' is not in region 'us-east-1'; "
+        "use an AZ of that region such as us-east-1a.",
+    ),
+    "impossible_fsx_need": (
+        {"dataset": {"size_gib": 1000}, "fsx": {"throughput_mbps": None, "epoch_seconds": 0.001}},
+        "fsx.epoch_seconds: reading 1,000 GiB every 0.001 s needs 1,073,741,824 MB/s, "
+        "more than one file system",
+    ),
+    "malformed_cidr": (
+        {"network": {"vpc_cidr": "10.20.0.0/33"}},
+        "network.vpc_cidr: '10.20.0.0/33' is not an IPv4 CIDR block such as 10.20.0.0/16.",
+    ),
+}
+
+
+@pytest.fixture(params=sorted(BAD_CONFIGS))
+def bad_config(request, tmp_path) -> tuple[Path, str]:
+    overrides, message = BAD_CONFIGS[request.param]
+    path = tmp_path / f"{request.param}.yaml"
+    path.write_text(yaml.safe_dump(deep_merge(default_config_data(), overrides)))
+    return path, f"trainstack: {path}: {message}"
+
+
+def without_account_variables() -> dict[str, str]:
+    """The machine's CDK_DEFAULT_* must not mask what the file says (the AZ case depends on its region)."""
+    return {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("CDK_DEFAULT_ACCOUNT", "CDK_DEFAULT_REGION")
+    }
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], expected: str) -> None:
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    [line] = [line for line in result.stderr.splitlines() if line.startswith("trainstack: ")]
+    assert line.startswith(expected)
+    assert line.endswith(".")
+
+
+def test_check_config_names_the_field(bad_config):
+    path, expected = bad_config
+    result = subprocess.run(
+        [sys.executable, "-m", "trainstack.cli", "check-config", str(path)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        env=without_account_variables(),
+        check=False,
+    )
+    assert_one_line_error(result, expected)
+    assert result.stderr.strip() == result.stderr.strip().splitlines()[0]  # exactly one line
+
+
+def test_cdk_synth_stops_with_the_same_sentence(bad_config, tmp_path):
+    path, expected = bad_config
+    assert CDK_CLI.exists(), "the CDK CLI is missing: `make test` installs it into node_modules"
+    environment = without_account_variables() | {
+        # app.py runs as `python3 app.py`: this interpreter's venv must come first.
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "CDK_DISABLE_VERSION_CHECK": "1",
+    }
+    result = subprocess.run(
+        [
+            str(CDK_CLI),
+            "synth",
+            "--quiet",
+            "--no-notices",
+            "-c",
+            f"config={path}",
+            "-o",
+            str(tmp_path / "cdk.out"),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        env=environment,
+        check=False,
+        timeout=300,
+    )
+    assert_one_line_error(result, expected)
+    assert not list((tmp_path / "cdk.out").glob("*.template.json"))

@@ -1,0 +1,182 @@
+"""Storage stack: bucket protections and lifecycle; FSx for Lustre follows the sizing and links to S3."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.infra.conftest import InfraApp
+from tests.infra.templates import only, resources
+
+DATA_BUCKETS = ("DatasetBucket", "CheckpointBucket", "ArtifactBucket")
+
+
+def bucket(template: dict[str, Any], construct_id: str) -> tuple[str, dict[str, Any]]:
+    [(name, body)] = [
+        (name, body)
+        for name, body in resources(template, "AWS::S3::Bucket").items()
+        if name.startswith(construct_id)
+    ]
+    return name, body
+
+
+def lifecycle_rule(body: dict[str, Any]) -> dict[str, Any]:
+    [rule] = body["Properties"]["LifecycleConfiguration"]["Rules"]
+    return rule
+
+
+def test_every_bucket_is_encrypted_private_and_retained(default_infra: InfraApp):
+    buckets = resources(default_infra.storage_template, "AWS::S3::Bucket")
+    assert len(buckets) == 4  # dataset, checkpoints, artifacts, access logs
+    for body in buckets.values():
+        properties = body["Properties"]
+        assert properties["BucketEncryption"]["ServerSideEncryptionConfiguration"] == [
+            {"ServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}
+        ]
+        assert properties["PublicAccessBlockConfiguration"] == {
+            "BlockPublicAcls": True,
+            "BlockPublicPolicy": True,
+            "IgnorePublicAcls": True,
+            "RestrictPublicBuckets": True,
+        }
+        assert body["DeletionPolicy"] == body["UpdateReplacePolicy"] == "Retain"
+        assert lifecycle_rule(body)["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 7}
+
+
+def test_every_bucket_policy_denies_requests_without_tls(default_infra: InfraApp):
+    template = default_infra.storage_template
+    policies = {
+        body["Properties"]["Bucket"]["Ref"]: body
+        for body in resources(template, "AWS::S3::BucketPolicy").values()
+    }
+    assert set(policies) == set(resources(template, "AWS::S3::Bucket"))
+    for bucket_id, policy in policies.items():
+        [deny] = [
+            statement
+            for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+            if statement.get("Condition") == {"Bool": {"aws:SecureTransport": "false"}}
+        ]
+        assert deny["Effect"] == "Deny" and deny["Principal"] == {"AWS": "*"} and deny["Action"] == "s3:*"
+        arn = {"Fn::GetAtt": [bucket_id, "Arn"]}
+        assert deny["Resource"] == [arn, {"Fn::Join": ["", [arn, "/*"]]}]
+
+
+def test_data_buckets_log_access_to_the_log_bucket(default_infra: InfraApp):
+    template = default_infra.storage_template
+    log_bucket, _ = bucket(template, "AccessLogBucket")
+    for construct_id in DATA_BUCKETS:
+        _, body = bucket(template, construct_id)
+        assert body["Properties"]["LoggingConfiguration"] == {
+            "DestinationBucketName": {"Ref": log_bucket},
+            "LogFilePrefix": f"{construct_id}/",
+        }
+
+
+def test_dataset_and_artifacts_are_versioned_with_noncurrent_expiry(default_infra: InfraApp):
+    for construct_id in ("DatasetBucket", "ArtifactBucket"):
+        _, body = bucket(default_infra.storage_template, construct_id)
+        assert body["Properties"]["VersioningConfiguration"] == {"Status": "Enabled"}
+        assert lifecycle_rule(body)["NoncurrentVersionExpiration"] == {"NoncurrentDays": 30}
+        assert "ExpirationInDays" not in lifecycle_rule(body)
+
+
+@pytest.mark.parametrize("variant", ["default_infra", "az_id_nat_scratch"])
+def test_checkpoints_expire_after_the_configured_retention(variant: str, request):
+    infra: InfraApp = request.getfixturevalue(variant)
+    _, body = bucket(infra.storage_template, "CheckpointBucket")
+    assert lifecycle_rule(body)["ExpirationInDays"] == infra.settings.checkpoints.retention_days
+    assert "VersioningConfiguration" not in body["Properties"]
+
+
+def test_checkpoint_retention_differs_between_variants(default_infra: InfraApp, az_id_nat_scratch: InfraApp):
+    """Guards the test above: the two configs really differ, so the value comes from the config."""
+    assert (
+        default_infra.settings.checkpoints.retention_days
+        != az_id_nat_scratch.settings.checkpoints.retention_days
+    )
+
+
+# --- FSx for Lustre ------------------------------------------------------------------------------
+
+
+def lustre(infra: InfraApp) -> tuple[dict[str, Any], dict[str, Any]]:
+    file_system = only(infra.storage_template, "AWS::FSx::FileSystem")
+    return file_system, file_system["Properties"]["LustreConfiguration"]
+
+
+@pytest.mark.parametrize("variant", ["default_infra", "az_id_nat_scratch", "imported_vpc_persistent_500"])
+def test_file_system_follows_the_sizing_plan(variant: str, request):
+    infra: InfraApp = request.getfixturevalue(variant)
+    plan = infra.settings.fsx_plan
+    file_system, configuration = lustre(infra)
+    assert file_system["Properties"]["StorageCapacity"] == plan.storage_capacity_gib
+    assert configuration["DeploymentType"] == plan.deployment_type
+    assert configuration.get("PerUnitStorageThroughput") == plan.per_unit_storage_throughput
+    assert file_system["Properties"]["FileSystemTypeVersion"] == "2.15"
+    assert configuration["DataCompressionType"] == "LZ4"
+    assert file_system["DeletionPolicy"] == file_system["UpdateReplacePolicy"] == "Retain"
+
+
+def test_a_need_for_500_per_tib_gets_persistent_2_at_500(imported_vpc_persistent_500: InfraApp):
+    file_system, configuration = lustre(imported_vpc_persistent_500)
+    assert (configuration["DeploymentType"], configuration["PerUnitStorageThroughput"]) == (
+        "PERSISTENT_2",
+        500,
+    )
+    assert file_system["Properties"]["StorageCapacity"] == 2400
+    assert configuration["MetadataConfiguration"] == {"Mode": "AUTOMATIC"}
+
+
+def test_persistent_2_links_the_dataset_prefix_by_data_repository_association(default_infra: InfraApp):
+    template = default_infra.storage_template
+    _, configuration = lustre(default_infra)
+    assert "ImportPath" not in configuration
+    association = only(template, "AWS::FSx::DataRepositoryAssociation")["Properties"]
+    dataset_bucket, _ = bucket(template, "DatasetBucket")
+    assert association["FileSystemId"] == {"Ref": next(iter(resources(template, "AWS::FSx::FileSystem")))}
+    assert association["DataRepositoryPath"] == {
+        "Fn::Join": ["", ["s3://", {"Ref": dataset_bucket}, "/datasets/"]]
+    }
+    assert association["FileSystemPath"] == "/"
+    assert association["S3"] == {
+        "AutoImportPolicy": {"Events": ["NEW", "CHANGED", "DELETED"]}
+    }  # never exports
+
+
+def test_scratch_links_an_existing_dataset_bucket_by_import_path(az_id_nat_scratch: InfraApp):
+    template = az_id_nat_scratch.storage_template
+    _, configuration = lustre(az_id_nat_scratch)
+    assert configuration["DeploymentType"] == "SCRATCH_2"
+    assert configuration["ImportPath"] == "s3://existing-training-data/corpus/v2/"
+    assert configuration["AutoImportPolicy"] == "NEW_CHANGED_DELETED"
+    assert not resources(template, "AWS::FSx::DataRepositoryAssociation")
+    # The existing bucket is used, not created: only checkpoints, artifacts and logs are new.
+    assert len(resources(template, "AWS::S3::Bucket")) == 3
+    assert template["Outputs"]["DatasetBucketName"]["Value"] == "existing-training-data"
+
+
+def test_fsx_disabled_creates_no_file_system(imported_vpc_nat_no_fsx: InfraApp):
+    template = imported_vpc_nat_no_fsx.storage_template
+    assert not resources(template, "AWS::FSx::FileSystem")
+    assert "FileSystemId" not in template["Outputs"]
+    storage = imported_vpc_nat_no_fsx.storage
+    assert (
+        storage.file_system is None
+        and storage.file_system_id is None
+        and storage.file_system_mount_name is None
+    )
+
+
+def test_outputs_name_buckets_and_file_system(default_infra: InfraApp):
+    outputs = default_infra.storage_template["Outputs"]
+    assert {
+        "DatasetBucketName",
+        "CheckpointBucketName",
+        "ArtifactBucketName",
+        "AccessLogBucketName",
+        "DatasetUri",
+        "FileSystemId",
+        "FileSystemMountName",
+    } <= set(outputs)
+    assert outputs["FileSystemMountName"]["Value"] == {"Fn::GetAtt": ["FileSystem", "LustreMountName"]}
