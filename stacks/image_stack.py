@@ -10,6 +10,7 @@ import cdk_ecr_deployment as ecr_deployment
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from stacks.validation import acknowledge
@@ -34,6 +35,14 @@ class ImageStack(cdk.Stack):
             self.repository = _existing_repository(self, settings.image.uri)
         else:
             self.repository, self.image_uri = self._build(settings)
+        # Where people and scripts look up the current image (and the stack is never empty).
+        ssm.StringParameter(
+            self,
+            "ImageUriParameter",
+            parameter_name=f"/{settings.project}/training-image-uri",
+            string_value=self.image_uri,
+            description="Image every trainstack training job runs",
+        )
         cdk.CfnOutput(self, "ImageUri", value=self.image_uri, description="Image every training job runs")
 
     def _build(self, settings: Settings) -> tuple[ecr.IRepository, str]:
@@ -115,7 +124,9 @@ class ImageStack(cdk.Stack):
             "ecr:GetAuthorizationToken has no resource-level scope (ECR API reference); pulls and pushes are "
             "scoped to the two repositories.",
         )
-        nag_log_groups = f"arn:<AWS::Partition>:logs:{self.region}:{self.account}:log-group:{log_group_name}"
+        # cdk-nag names a resource as rendered: the partition is literal when the region is known.
+        partition = "<AWS::Partition>" if cdk.Token.is_unresolved(self.partition) else self.partition
+        nag_log_groups = f"arn:{partition}:logs:{self.region}:{self.account}:log-group:{log_group_name}"
         for resource in (nag_log_groups, f"{nag_log_groups}:log-stream:*"):
             acknowledge(
                 role,
