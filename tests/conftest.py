@@ -39,7 +39,9 @@ def make_settings() -> Callable[..., Any]:
     from trainstack.config import parse_settings
 
     def build(overrides: dict[str, Any] | None = None):
-        return parse_settings(deep_merge(default_config_data(), overrides or {}), NO_ENV, source="test config")
+        return parse_settings(
+            deep_merge(default_config_data(), overrides or {}), NO_ENV, source="test config"
+        )
 
     return build
 

@@ -24,13 +24,33 @@ DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "config" / "defau
 # AZ ids start with a per-region code (use1-az4 is in us-east-1); AZ id -> name differs per account,
 # so the region check is all that can be done offline.
 _AZ_ID_REGION_CODES = {
-    "us-east-1": "use1", "us-east-2": "use2", "us-west-1": "usw1", "us-west-2": "usw2",
-    "ca-central-1": "cac1", "eu-west-1": "euw1", "eu-west-2": "euw2", "eu-west-3": "euw3",
-    "eu-central-1": "euc1", "eu-central-2": "euc2", "eu-north-1": "eun1", "eu-south-1": "eus1",
-    "eu-south-2": "eus2", "ap-northeast-1": "apne1", "ap-northeast-2": "apne2", "ap-northeast-3": "apne3",
-    "ap-southeast-1": "apse1", "ap-southeast-2": "apse2", "ap-southeast-3": "apse3",
-    "ap-south-1": "aps1", "ap-south-2": "aps2", "ap-east-1": "ape1", "sa-east-1": "sae1",
-    "me-south-1": "mes1", "me-central-1": "mec1", "af-south-1": "afs1", "il-central-1": "ilc1",
+    "us-east-1": "use1",
+    "us-east-2": "use2",
+    "us-west-1": "usw1",
+    "us-west-2": "usw2",
+    "ca-central-1": "cac1",
+    "eu-west-1": "euw1",
+    "eu-west-2": "euw2",
+    "eu-west-3": "euw3",
+    "eu-central-1": "euc1",
+    "eu-central-2": "euc2",
+    "eu-north-1": "eun1",
+    "eu-south-1": "eus1",
+    "eu-south-2": "eus2",
+    "ap-northeast-1": "apne1",
+    "ap-northeast-2": "apne2",
+    "ap-northeast-3": "apne3",
+    "ap-southeast-1": "apse1",
+    "ap-southeast-2": "apse2",
+    "ap-southeast-3": "apse3",
+    "ap-south-1": "aps1",
+    "ap-south-2": "aps2",
+    "ap-east-1": "ape1",
+    "sa-east-1": "sae1",
+    "me-south-1": "mes1",
+    "me-central-1": "mec1",
+    "af-south-1": "afs1",
+    "il-central-1": "ilc1",
 }
 
 
@@ -43,8 +63,12 @@ class ExistingNetwork(StrictModel):
 
     vpc_id: Annotated[str, Field(pattern=r"^vpc-[0-9a-f]{8,17}$")]
     vpc_cidr: str
-    subnet_ids: Annotated[list[Annotated[str, Field(pattern=r"^subnet-[0-9a-f]{8,17}$")]], Field(min_length=1)]
-    route_table_ids: Annotated[list[Annotated[str, Field(pattern=r"^rtb-[0-9a-f]{8,17}$")]], Field(min_length=1)]
+    subnet_ids: Annotated[
+        list[Annotated[str, Field(pattern=r"^subnet-[0-9a-f]{8,17}$")]], Field(min_length=1)
+    ]
+    route_table_ids: Annotated[
+        list[Annotated[str, Field(pattern=r"^rtb-[0-9a-f]{8,17}$")]], Field(min_length=1)
+    ]
 
 
 class NetworkSettings(StrictModel):
@@ -93,7 +117,12 @@ class CheckpointSettings(StrictModel):
 
 class ImageSettings(StrictModel):
     # None builds container/ into ECR at deploy time; a URI uses an image that already exists.
-    uri: Annotated[str | None, Field(pattern=r"^\d{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(\.cn)?/[a-z0-9._/-]+(:[\w.-]+|@sha256:[0-9a-f]{64})$")] = None
+    uri: Annotated[
+        str | None,
+        Field(
+            pattern=r"^\d{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(\.cn)?/[a-z0-9._/-]+(:[\w.-]+|@sha256:[0-9a-f]{64})$"
+        ),
+    ] = None
     keep_images: Annotated[int, Field(ge=1, le=1000)] = 10
     # Digest of AWS's SMP base image in the deploy region (AWS publishes none; see docs/container.md).
     base_digest: Annotated[str | None, Field(pattern=r"^sha256:[0-9a-f]{64}$")] = None
@@ -111,22 +140,33 @@ class Settings(StrictModel):
     checkpoints: CheckpointSettings = CheckpointSettings()
     image: ImageSettings = ImageSettings()
     notification_emails: list[Annotated[str, Field(pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$")]] = []
-    tags: dict[Annotated[str, Field(min_length=1, max_length=128)], Annotated[str, Field(max_length=256)]] = {}
+    tags: dict[
+        Annotated[str, Field(min_length=1, max_length=128)], Annotated[str, Field(max_length=256)]
+    ] = {}
     profiles: list[Profile] = []
 
     @model_validator(mode="after")
     def _placement(self) -> Settings:
         if self.account is None or self.region is None:
-            raise ValueError("account and region must be set in the file or by CDK_DEFAULT_ACCOUNT/CDK_DEFAULT_REGION")
+            raise ValueError(
+                "account and region must be set in the file or by CDK_DEFAULT_ACCOUNT/CDK_DEFAULT_REGION"
+            )
         if (self.availability_zone is None) == (self.availability_zone_id is None):
-            raise ValueError("set exactly one of availability_zone (e.g. us-east-1a) or availability_zone_id (e.g. use1-az4)")
+            raise ValueError(
+                "set exactly one of availability_zone (e.g. us-east-1a) "
+                "or availability_zone_id (e.g. use1-az4)"
+            )
         if self.availability_zone is not None and self.availability_zone[:-1] != self.region:
             raise ValueError(
                 f"availability_zone '{self.availability_zone}' is not in region '{self.region}'; "
                 f"use an AZ of that region such as {self.region}a"
             )
         code = _AZ_ID_REGION_CODES.get(self.region)
-        if self.availability_zone_id is not None and code and not self.availability_zone_id.startswith(f"{code}-az"):
+        if (
+            self.availability_zone_id is not None
+            and code
+            and not self.availability_zone_id.startswith(f"{code}-az")
+        ):
             raise ValueError(
                 f"availability_zone_id '{self.availability_zone_id}' is not in region '{self.region}'; "
                 f"ids there look like {code}-az1"
@@ -197,8 +237,10 @@ def _describe(error: dict[str, Any]) -> str:
     return f"{field}: {message}" if field else message
 
 
-def parse_settings(data: Mapping[str, Any], environ: Mapping[str, str] | None = None, source: str = "config") -> Settings:
-    """Validate a config mapping; account/region come from CDK_DEFAULT_ACCOUNT/REGION when set, else the file."""
+def parse_settings(
+    data: Mapping[str, Any], environ: Mapping[str, str] | None = None, source: str = "config"
+) -> Settings:
+    """Validate a config mapping; CDK_DEFAULT_ACCOUNT/REGION, when set, win over the file's values."""
     environ = os.environ if environ is None else environ
     if not isinstance(data, Mapping):
         raise ConfigError(f"{source}: the file must hold a YAML mapping of settings.")
@@ -212,7 +254,9 @@ def parse_settings(data: Mapping[str, Any], environ: Mapping[str, str] | None = 
         raise ConfigError(f"{source}: {_describe(error.errors()[0]).rstrip('.')}.") from None
 
 
-def load_settings(path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+def load_settings(
+    path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
+) -> Settings:
     path = Path(path) if path else DEFAULT_CONFIG_PATH
     try:
         text = path.read_text()
@@ -225,5 +269,3 @@ def load_settings(path: str | os.PathLike[str] | None = None, environ: Mapping[s
         where = f" at line {mark.line + 1}" if mark else ""
         raise ConfigError(f"{path}: not valid YAML{where}.") from None
     return parse_settings(data, environ, source=str(path))
-
-

@@ -26,7 +26,9 @@ def test_default_config_loads_offline_without_credentials():
 
 def test_cdk_environment_overrides_file_account_and_region():
     data = {**default_config_data(), "availability_zone": "eu-west-1b"}
-    settings = parse_settings(data, {"CDK_DEFAULT_ACCOUNT": "222222222222", "CDK_DEFAULT_REGION": "eu-west-1"})
+    settings = parse_settings(
+        data, {"CDK_DEFAULT_ACCOUNT": "222222222222", "CDK_DEFAULT_REGION": "eu-west-1"}
+    )
     assert (settings.account, settings.region) == ("222222222222", "eu-west-1")
 
 
@@ -52,7 +54,9 @@ def test_az_id_outside_region_is_rejected():
 
 
 def test_az_by_id_is_accepted():
-    settings = parse_settings({**default_config_data(), "availability_zone": None, "availability_zone_id": "use1-az4"}, NO_ENV)
+    settings = parse_settings(
+        {**default_config_data(), "availability_zone": None, "availability_zone_id": "use1-az4"}, NO_ENV
+    )
     assert settings.az_label == "use1-az4"
 
 

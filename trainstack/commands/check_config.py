@@ -20,5 +20,6 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as error:
         print(f"trainstack: {error}", file=sys.stderr)
         return 1
-    print(f"config OK: {len(settings.profiles)} profile(s), training AZ {settings.az_label} in {settings.region}")
+    profiles = len(settings.profiles)
+    print(f"config OK: {profiles} profile(s), training AZ {settings.az_label} in {settings.region}")
     return 0
