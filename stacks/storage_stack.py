@@ -5,7 +5,7 @@ Encryption is SSE-S3 (AES-256, S3-managed keys) on every bucket created here, ch
   artifacts with the execution role: SSE-S3 needs no key policy for either, SSE-KMS needs both granted;
 - checkpoints are large, frequent writes and FSx imports whole datasets: every object would otherwise
   cost KMS requests and count against the account's KMS request quota;
-- S3 server access logs can only be delivered to an SSE-S3 bucket.
+- S3 server access log delivery into an SSE-KMS bucket needs yet another key grant (the logging service).
 No KMS key is created, so `encryption_key` is None; an imported dataset bucket keeps its own encryption.
 """
 
