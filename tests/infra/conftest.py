@@ -60,9 +60,9 @@ def synthesize_infra(settings, outdir: Path) -> InfraApp:
 
 
 def infra_fixture(overrides: dict[str, Any]):
-    """A module-scoped fixture synthesizing one config variant once."""
+    """A fixture synthesizing one config variant once per test process."""
 
-    @pytest.fixture(scope="module")
+    @pytest.fixture(scope="session")
     def fixture(tmp_path_factory) -> InfraApp:
         return synthesize_infra(settings_with(overrides), tmp_path_factory.mktemp("cdk.out"))
 
@@ -100,7 +100,7 @@ imported_vpc_persistent_500 = infra_fixture(IMPORTED_VPC_PERSISTENT_500)
 imported_vpc_nat_no_fsx = infra_fixture(IMPORTED_VPC_NAT_NO_FSX)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def default_infra(default_app) -> InfraApp:
     """The default config's network and storage stacks, as synthesized in the whole app."""
     settings, stacks, assembly = default_app
