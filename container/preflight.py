@@ -13,7 +13,9 @@ Checks:
 - Visible GPUs equal TRAINSTACK_EXPECTED_GPUS (set by the job request from the instance catalog).
 
 With EFA devices present it chooses FI_PROVIDER=efa (libfabric fails instead of using another provider)
-and NCCL_NET="AWS Libfabric" (NCCL fails instead of falling back to sockets), unless already set. It never
+and NCCL_NET="AWS Libfabric" (NCCL fails instead of falling back to sockets), unless already set; NCCL_*
+choices also go to /etc/nccl.conf, which NCCL reads in every process on the host (ranks that mpirun starts
+on other hosts do not inherit this shell's environment), the environment still taking precedence. It never
 sets NCCL_PROTO or FI_EFA_USE_DEVICE_RDMA: the plugin sets NCCL_PROTO itself where EFA needs it, and
 libfabric uses device RDMA whenever the device supports it when the variable is unset (fi_efa(7)).
 
@@ -301,6 +303,10 @@ def main(argv: Sequence[str] | None = None, host: Host | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--exports-file", type=Path, help="write the chosen variables here as `export` lines")
     parser.add_argument(
+        "--nccl-conf", type=Path, default=Path("/etc/nccl.conf"),
+        help="NCCL's config file, where the NCCL_* choices are appended",
+    )
+    parser.add_argument(
         "--failure-file", type=Path, default=Path("/opt/ml/output/failure"),
         help="where SageMaker reads a failed job's reason (written only on failure)",
     )
@@ -317,6 +323,13 @@ def main(argv: Sequence[str] | None = None, host: Host | None = None) -> int:
         args.exports_file.write_text(
             "".join(f"export {name}={shlex.quote(value)}\n" for name, value in report.exports.items())
         )
+    nccl_settings = {name: value for name, value in report.exports.items() if name.startswith("NCCL_")}
+    if nccl_settings:
+        try:
+            with args.nccl_conf.open("a") as conf:
+                conf.write("".join(f"{name}={value}\n" for name, value in nccl_settings.items()))
+        except OSError as error:
+            print(f"  cannot write {args.nccl_conf} ({error.strerror}): NCCL settings apply locally only")
     if report.passed:
         print(f"trainstack preflight passed in {elapsed:.1f} s ({SKIP_VARIABLE}=1 skips it)", flush=True)
         return 0

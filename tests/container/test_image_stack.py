@@ -151,3 +151,11 @@ def test_existing_uri_still_names_its_repository_so_pull_can_be_granted(existing
 
 def test_template_snapshot(built, snapshot):
     assert mask_asset_hashes(built.template) == snapshot
+
+
+def test_a_malformed_base_digest_is_a_config_error_naming_the_field():
+    from trainstack.config import ConfigError, parse_settings
+
+    data = deep_merge(default_config_data(), {"image": {"base_digest": "2.5.1-gpu-py311-cu124"}})
+    with pytest.raises(ConfigError, match=r"image\.base_digest: '2\.5\.1-gpu-py311-cu124' does not match"):
+        parse_settings(data, NO_ENV, source="test config")

@@ -197,8 +197,9 @@ def test_main_writes_failure_reason_for_sagemaker_and_exits_nonzero(tmp_path, ca
     resourceconfig.parent.mkdir(parents=True)
     resourceconfig.write_text(json.dumps(RESOURCE_CONFIG))
     exports = tmp_path / "exports.sh"
-    code = preflight.main(["--failure-file", str(failure), "--exports-file", str(exports)], host)
-    assert code == 1
+    arguments = ["--failure-file", str(failure), "--exports-file", str(exports)]
+    arguments += ["--nccl-conf", str(tmp_path / "nccl.conf")]
+    assert preflight.main(arguments, host) == 1
     out, err = capsys.readouterr()
     assert out.startswith("trainstack preflight (algo-2, ml.p4d.24xlarge)\n")
     assert err.startswith("TRAINSTACK PREFLIGHT FAILED: 4 GPUs are visible")
@@ -209,8 +210,14 @@ def test_main_writes_exports_as_shell_lines_and_passes(tmp_path, capsys):
     host, _ = make_host(tmp_path / "root")
     exports = tmp_path / "exports.sh"
     failure = tmp_path / "failure"
-    assert preflight.main(["--failure-file", str(failure), "--exports-file", str(exports)], host) == 0
+    nccl_conf = tmp_path / "nccl.conf"
+    nccl_conf.write_text("NCCL_DEBUG=INFO\n")
+    arguments = ["--failure-file", str(failure), "--exports-file", str(exports)]
+    arguments += ["--nccl-conf", str(nccl_conf)]
+    assert preflight.main(arguments, host) == 0
     assert exports.read_text() == "export FI_PROVIDER=efa\nexport NCCL_NET='AWS Libfabric'\n"
+    # NCCL reads this file in every process on the host, also in ranks that mpirun starts over ssh.
+    assert nccl_conf.read_text() == "NCCL_DEBUG=INFO\nNCCL_NET=AWS Libfabric\n"
     assert not failure.exists()
     assert "trainstack preflight passed in" in capsys.readouterr().out
 
