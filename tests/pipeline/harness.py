@@ -1,0 +1,362 @@
+"""Run the synthesized state machine definitions in moto's Step Functions interpreter.
+
+moto's SageMaker reports every job Completed at once, lacks StopTrainingJob and validates nothing,
+and its interpreter names errors unlike AWS. This harness, for tests only:
+- replaces moto's training-job handlers with FakeSageMaker: jobs follow a per-scenario script of
+  statuses and FailureReasons, scripted errors are raised on create, SageMaker's server-side checks
+  are applied (botocore's model for types/required/ranges, the job-name pattern and length), and
+  StopTrainingJob and Search (by tag) exist;
+- names aws-sdk errors as AWS does: `SageMaker.<ErrorCode>` (+ "Exception" when the code lacks it);
+- records Wait and Retry delays instead of sleeping (scaled sleeping when a test needs real time).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import boto3
+import botocore.session
+from botocore.validate import ParamValidator
+from moto import mock_aws
+from moto.core.exceptions import ServiceException
+from moto.core.responses import ActionResult, EmptyResult
+from moto.sagemaker.responses import SageMakerResponse
+from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import state_task_service_aws_sdk
+from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
+
+REGION = "us-east-1"
+ACCOUNT = "123456789012"
+ROLE_ARN = f"arn:aws:iam::{ACCOUNT}:role/states-test"
+JOB_NAME_PATTERN = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
+CAPACITY_ERROR = (
+    "CapacityError: Unable to provision requested ML compute capacity. "
+    "Please retry using a different ML instance type."
+)
+
+_SAGEMAKER_MODEL = botocore.session.get_session().get_service_model("sagemaker")
+
+
+class FakeSageMakerError(ServiceException):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(code, message)
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One DescribeTrainingJob answer; the last phase of a script repeats."""
+
+    status: str
+    secondary: str
+    failure_reason: str | None = None
+
+
+STARTING = Phase("InProgress", "Starting")
+TRAINING = Phase("InProgress", "Training")
+COMPLETED = Phase("Completed", "Completed")
+CAPACITY_FAILURE = Phase("Failed", "Failed", CAPACITY_ERROR)
+
+
+def failed(reason: str) -> Phase:
+    return Phase("Failed", "Failed", reason)
+
+
+@dataclass
+class FakeJob:
+    request: dict[str, Any]
+    phases: list[Phase]
+    describes: int = 0
+    stopped: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.request["TrainingJobName"]
+
+    def current(self) -> Phase:
+        if self.stopped:
+            return Phase("Stopped", "Stopped")
+        return self.phases[min(self.describes, len(self.phases) - 1)]
+
+
+@dataclass
+class FakeSageMaker:
+    """Scripted SageMaker: job i follows job_scripts[i] (the last script repeats)."""
+
+    job_scripts: list[list[Phase]] = field(default_factory=lambda: [[STARTING, TRAINING, COMPLETED]])
+    # Errors raised by successive CreateTrainingJob calls before any job is made: (code, message).
+    create_errors: list[tuple[str, str]] = field(default_factory=list)
+    jobs: dict[str, FakeJob] = field(default_factory=dict)
+    create_calls: int = 0
+    stop_requests: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def created(self) -> list[dict[str, Any]]:
+        return [job.request for job in self.jobs.values()]
+
+    def create(self, request: dict[str, Any]) -> dict[str, Any]:
+        with self.lock:
+            self.create_calls += 1
+            validate_create_request(request)
+            if self.create_errors:
+                raise FakeSageMakerError(*self.create_errors.pop(0))
+            name = request["TrainingJobName"]
+            if name in self.jobs:
+                raise FakeSageMakerError("ResourceInUse", f"Training job names must be unique: {name}")
+            script = self.job_scripts[min(len(self.jobs), len(self.job_scripts) - 1)]
+            self.jobs[name] = FakeJob(request=request, phases=list(script))
+            return {"TrainingJobArn": _job_arn(name)}
+
+    def describe(self, name: str) -> dict[str, Any]:
+        validate_job_name(name)
+        with self.lock:
+            job = self._job(name)
+            phase = job.current()
+            job.describes += 1
+            request = job.request
+            resource_config = dict(request["ResourceConfig"])
+            preferences = resource_config.get("InstancePreferences")
+            if preferences and phase.status == "Completed":
+                resource_config["SelectedInstanceType"] = preferences[0]["InstanceType"]
+                resource_config["SelectedInstanceCount"] = preferences[0].get(
+                    "InstanceCount", resource_config.get("InstanceCount")
+                )
+            response = {
+                "TrainingJobName": name,
+                "TrainingJobArn": _job_arn(name),
+                "ModelArtifacts": {
+                    "S3ModelArtifacts": f"{request['OutputDataConfig']['S3OutputPath']}{name}/output/model.tar.gz"
+                },
+                "TrainingJobStatus": phase.status,
+                "SecondaryStatus": phase.secondary,
+                "ResourceConfig": resource_config,
+                "StoppingCondition": request["StoppingCondition"],
+                "CheckpointConfig": request.get("CheckpointConfig", {}),
+                "CreationTime": datetime.now(UTC).timestamp(),
+            }
+            if phase.failure_reason:
+                response["FailureReason"] = phase.failure_reason
+            return response
+
+    def stop(self, name: str) -> None:
+        with self.lock:
+            job = self._job(name)
+            if job.current().status != "InProgress":
+                raise FakeSageMakerError("ValidationException", f"The job {name} is not in progress.")
+            job.stopped = True
+            self.stop_requests.append(name)
+
+    def search(self, request: dict[str, Any]) -> dict[str, Any]:
+        filters = request.get("SearchExpression", {}).get("Filters", [])
+        with self.lock:
+            results = []
+            for job in self.jobs.values():
+                tags = {tag["Key"]: tag["Value"] for tag in job.request.get("Tags", [])}
+                facts = {
+                    **{f"Tags.{key}": value for key, value in tags.items()},
+                    "TrainingJobStatus": job.current().status,
+                }
+                if all(facts.get(item["Name"]) == item["Value"] for item in filters):
+                    results.append(
+                        {
+                            "TrainingJob": {
+                                "TrainingJobName": job.name,
+                                "TrainingJobStatus": job.current().status,
+                            }
+                        }
+                    )
+            return {"Results": results}
+
+    def _job(self, name: str) -> FakeJob:
+        if name not in self.jobs:
+            raise FakeSageMakerError("ValidationException", "Requested resource not found.")
+        return self.jobs[name]
+
+
+def _job_arn(name: str) -> str:
+    return f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-job/{name.lower()}"
+
+
+def validate_job_name(name: Any) -> None:
+    if not isinstance(name, str) or len(name) > 63 or not JOB_NAME_PATTERN.fullmatch(name):
+        raise FakeSageMakerError(
+            "ValidationException",
+            f"1 validation error detected: Value '{name}' at 'trainingJobName' failed to satisfy constraint: "
+            "Member must satisfy regular expression pattern: [a-zA-Z0-9](-*[a-zA-Z0-9]){0,62} and length <= 63",
+        )
+
+
+def validate_create_request(request: dict[str, Any]) -> None:
+    """SageMaker's server-side validation, as far as these tests need it (AWS's message format)."""
+    validate_job_name(request.get("TrainingJobName", ""))
+    report = ParamValidator().validate(
+        request, _SAGEMAKER_MODEL.operation_model("CreateTrainingJob").input_shape
+    )
+    if report.has_errors():
+        raise FakeSageMakerError(
+            "ValidationException", f"1 validation error detected: {report.generate_report()}"
+        )
+    for key, value in request.get("HyperParameters", {}).items():
+        if len(key) > 256 or len(value) > 2500:
+            raise FakeSageMakerError(
+                "ValidationException",
+                "1 validation error detected: Value at 'hyperParameters' failed to satisfy constraint: "
+                "Map keys must have length <= 256 and map values length <= 2500",
+            )
+    counts = [request["ResourceConfig"].get("InstanceCount")] + [
+        preference.get("InstanceCount")
+        for preference in request["ResourceConfig"].get("InstancePreferences", [])
+    ]
+    for count in counts:
+        if count is not None and count < 1:
+            raise FakeSageMakerError(
+                "ValidationException",
+                f"1 validation error detected: Value '{count}' at 'resourceConfig.instanceCount' failed to "
+                "satisfy constraint: Member must have value greater than or equal to 1",
+            )
+
+
+# ---------------------------------------------------------------- moto patches
+
+
+def _aws_error_name(norm_service_name: str, ex: Exception) -> str:
+    """AWS names aws-sdk errors `<Service>.<ErrorCode>`, with "Exception" appended when missing."""
+    from botocore.exceptions import ClientError
+
+    name = ex.response["Error"]["Code"] if isinstance(ex, ClientError) else type(ex).__name__
+    full = f"{norm_service_name}.{name}"
+    return full if full.endswith("Exception") else f"{full}Exception"
+
+
+@dataclass
+class Clock:
+    """Delays the interpreter asked for, instead of sleeping them (or sleeping them scaled)."""
+
+    waits: list[int] = field(default_factory=list)
+    retry_sleeps: list[float] = field(default_factory=list)
+    scale: float = 0.0
+
+
+@contextmanager
+def pipeline_environment(fake: FakeSageMaker, monkeypatch) -> Iterator[Clock]:
+    """mock_aws with the interpreter enabled, FakeSageMaker installed and waits recorded."""
+    clock = Clock()
+
+    def wait_interval(self, env, wait_seconds: int) -> None:
+        clock.waits.append(wait_seconds)
+        if clock.scale:
+            env.program_state_event.wait(wait_seconds * clock.scale)
+
+    def body(response: SageMakerResponse) -> dict[str, Any]:
+        return json.loads(response.body or "{}")
+
+    def create_training_job(self) -> ActionResult:
+        return ActionResult(fake.create(body(self)))
+
+    def describe_training_job(self) -> ActionResult:
+        return ActionResult(fake.describe(body(self)["TrainingJobName"]))
+
+    def stop_training_job(self) -> EmptyResult:
+        fake.stop(body(self)["TrainingJobName"])
+        return EmptyResult()
+
+    def search(self) -> ActionResult:
+        return ActionResult(fake.search(body(self)))
+
+    monkeypatch.setattr(WaitFunction, "_wait_interval", wait_interval)
+    monkeypatch.setattr(retrier_decl, "time", _RecordingTime(clock))
+    monkeypatch.setitem(state_task_service_aws_sdk._SERVICE_ERROR_NAMES, "sagemaker", "SageMaker")
+    monkeypatch.setattr(
+        state_task_service_aws_sdk.StateTaskServiceAwsSdk,
+        "_normalise_exception_name",
+        staticmethod(_aws_error_name),
+    )
+    for name, handler in (
+        ("create_training_job", create_training_job),
+        ("describe_training_job", describe_training_job),
+        ("stop_training_job", stop_training_job),
+        ("search", search),
+    ):
+        monkeypatch.setattr(SageMakerResponse, name, handler, raising=False)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("MOTO_ACCOUNT_ID", ACCOUNT)
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        yield clock
+
+
+class _RecordingTime:
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+
+    def sleep(self, seconds: float) -> None:
+        self._clock.retry_sleeps.append(seconds)
+
+
+# ---------------------------------------------------------------- executions
+
+
+@dataclass
+class Outcome:
+    status: str
+    output: dict[str, Any] | None
+    error: str | None
+    cause: str | None
+    history: list[dict[str, Any]]
+    execution_arn: str
+
+    def events(self, event_type: str) -> list[dict[str, Any]]:
+        return [event for event in self.history if event["type"] == event_type]
+
+
+def create_state_machine(definition: str, name: str = "trainstack-pipeline") -> str:
+    client = boto3.client("stepfunctions", region_name=REGION)
+    return client.create_state_machine(name=name, definition=definition, roleArn=ROLE_ARN)["stateMachineArn"]
+
+
+def start(state_machine_arn: str, execution_input: Any, name: str = "exec-1") -> str:
+    client = boto3.client("stepfunctions", region_name=REGION)
+    return client.start_execution(
+        stateMachineArn=state_machine_arn, name=name, input=json.dumps(execution_input)
+    )["executionArn"]
+
+
+def wait_for(execution_arn: str, timeout: float = 60) -> Outcome:
+    client = boto3.client("stepfunctions", region_name=REGION)
+    deadline = time.monotonic() + timeout
+    while True:
+        described = client.describe_execution(executionArn=execution_arn)
+        if described["status"] != "RUNNING":
+            break
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{execution_arn} still RUNNING after {timeout} s")
+        time.sleep(0.02)
+    history: list[dict[str, Any]] = []
+    kwargs: dict[str, Any] = {"executionArn": execution_arn, "maxResults": 1000}
+    while True:
+        page = client.get_execution_history(**kwargs)
+        history.extend(page["events"])
+        if not page.get("nextToken"):
+            break
+        kwargs["nextToken"] = page["nextToken"]
+    return Outcome(
+        status=described["status"],
+        output=json.loads(described["output"]) if described.get("output") else None,
+        error=described.get("error"),
+        cause=described.get("cause"),
+        history=history,
+        execution_arn=execution_arn,
+    )
+
+
+def run(state_machine_arn: str, execution_input: Any, name: str = "exec-1") -> Outcome:
+    return wait_for(start(state_machine_arn, execution_input, name))
