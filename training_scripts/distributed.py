@@ -40,7 +40,8 @@ class Runtime:
     dp_rank: int  # ranks with the same dp_rank (a tensor-parallel group) read the same samples
     dp_size: int
     device: torch.device
-    checkpoint_group: dist.ProcessGroup | None  # a CPU-capable group for checkpoint collectives
+    control_group: dist.ProcessGroup | None  # host-tensor collectives (None: the default group does them)
+    checkpoint_group: dist.ProcessGroup  # host-tensor collectives of checkpointing, nothing else
 
     @property
     def is_main(self) -> bool:
@@ -90,12 +91,14 @@ def setup(requested: str, mp_parameters: dict) -> Runtime:
         tsm.init(mp_parameters or None)  # None: SMP reads the job's mp_parameters itself
         model_parallel_degree = (int(mp_parameters.get("tensor_parallel_degree", 1))
                                  * int(mp_parameters.get("context_parallel_degree", 1)))
-    # DCP's collectives and async saves run on CPU tensors: SMDDP's backend has no CPU side.
-    checkpoint_group = dist.new_group(backend="gloo") if strategy == "smddp" else None
+    # DCP's collectives run on host tensors, from a background thread for async saves: a group of their
+    # own keeps them from interleaving with the training collectives. SMDDP's backend has no host side.
+    checkpoint_group = dist.new_group(backend="gloo")
+    control_group = dist.new_group(backend="gloo") if strategy == "smddp" else None
     runtime = Runtime(strategy=strategy, backend=backend, rank=rank, world_size=world_size, local_rank=local_rank,
                       dp_rank=rank // model_parallel_degree, dp_size=world_size // model_parallel_degree,
                       device=torch.device("cuda", local_rank) if cuda else torch.device("cpu"),
-                      checkpoint_group=checkpoint_group)
+                      control_group=control_group, checkpoint_group=checkpoint_group)
     if warning and runtime.is_main:
         log.warning(warning)
     return runtime

@@ -216,7 +216,7 @@ class Trainer:
     def _stop_agreed(self) -> bool:
         """True on every rank once any rank got SIGTERM, so all stop at the same step."""
         flag = torch.tensor([int(self._stop_requested)])  # a host tensor: no GPU sync per step
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.runtime.checkpoint_group)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.runtime.control_group)
         return bool(flag.item())
 
     def run(self) -> None:
