@@ -1,0 +1,94 @@
+"""Operations: an encrypted SNS topic told about every finished execution, and an alarm on failures."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import aws_cdk as cdk
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subscriptions
+from aws_cdk import aws_stepfunctions as sfn
+from constructs import Construct
+
+from stacks.job_cleanup import EXECUTION_STATUS_CHANGE
+
+FINISHED = ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED")
+
+
+class PipelineNotifications(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        project: str,
+        pipeline: sfn.StateMachine,
+        emails: Sequence[str],
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.key = kms.Key(
+            self,
+            "TopicKey",
+            description=f"{project} pipeline notifications topic",
+            enable_key_rotation=True,
+            removal_policy=cdk.RemovalPolicy.DESTROY,
+        )
+        # EventBridge and CloudWatch alarms publish to the encrypted topic: they need the key.
+        for service in ("events.amazonaws.com", "cloudwatch.amazonaws.com"):
+            self.key.grant(iam.ServicePrincipal(service), "kms:Decrypt", "kms:GenerateDataKey*")
+        self.topic = sns.Topic(
+            self,
+            "Topic",
+            display_name=f"{project} training pipeline",
+            master_key=self.key,
+            enforce_ssl=True,
+        )
+        for email in emails:
+            self.topic.add_subscription(subscriptions.EmailSubscription(email))
+        detail = events.EventField.from_path
+        self.rule = events.Rule(
+            self,
+            "OnExecutionFinished",
+            description=f"Notify about every finished {project} pipeline execution",
+            event_pattern=events.EventPattern(
+                source=["aws.states"],
+                detail_type=[EXECUTION_STATUS_CHANGE],
+                detail={"stateMachineArn": [pipeline.state_machine_arn], "status": list(FINISHED)},
+            ),
+        )
+        self.rule.add_target(
+            targets.SnsTopic(
+                self.topic,
+                message=events.RuleTargetInput.from_text(
+                    f"{project} training pipeline execution {detail('$.detail.name')} "
+                    f"{detail('$.detail.status')}. Error: {detail('$.detail.error')}. "
+                    f"Cause: {detail('$.detail.cause')}. Output: {detail('$.detail.output')}. "
+                    f"Execution: {detail('$.detail.executionArn')}"
+                ),
+            )
+        )
+        self.failures_alarm = cloudwatch.Alarm(
+            self,
+            "ExecutionsFailed",
+            alarm_description=f"A {project} pipeline execution failed, timed out or was aborted",
+            metric=cloudwatch.MathExpression(
+                expression="failed + timedOut + aborted",
+                using_metrics={
+                    "failed": pipeline.metric_failed(period=cdk.Duration.minutes(5), statistic="Sum"),
+                    "timedOut": pipeline.metric_timed_out(period=cdk.Duration.minutes(5), statistic="Sum"),
+                    "aborted": pipeline.metric_aborted(period=cdk.Duration.minutes(5), statistic="Sum"),
+                },
+                period=cdk.Duration.minutes(5),
+            ),
+            threshold=1,
+            evaluation_periods=1,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+        self.failures_alarm.add_alarm_action(cloudwatch_actions.SnsAction(self.topic))

@@ -1,0 +1,282 @@
+"""Training pipeline: SageMaker execution role, the Step Functions state machine, job cleanup,
+notifications and per-profile schedules. docs/pipeline.md describes the behaviour."""
+
+from __future__ import annotations
+
+import json
+
+import aws_cdk as cdk
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_scheduler as scheduler
+from constructs import Construct
+
+from stacks.image_stack import ImageStack
+from stacks.job_cleanup import JobCleanup
+from stacks.network_stack import NetworkStack
+from stacks.pipeline_notifications import PipelineNotifications
+from stacks.storage_stack import StorageStack
+from stacks.training_state_machine import TrainingStateMachine
+from stacks.validation import acknowledge
+from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements
+from trainstack.config import Settings
+from trainstack.job_request import PipelineResources
+
+# Where SageMaker training jobs write their logs and metrics (fixed by SageMaker).
+TRAINING_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
+TRAINING_METRICS_NAMESPACE = "/aws/sagemaker/TrainingJobs"
+# Key of the CfnOutput the CLI reads (trainstack start/status).
+STATE_MACHINE_ARN_OUTPUT = "StateMachineArn"
+CLEANUP_STATE_MACHINE_ARN_OUTPUT = "CleanupStateMachineArn"
+NOTIFICATION_TOPIC_ARN_OUTPUT = "NotificationTopicArn"
+
+
+class PipelineStack(cdk.Stack):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        settings: Settings,
+        network: NetworkStack,
+        storage: StorageStack,
+        image: ImageStack,
+        **kwargs,
+    ) -> None:
+        super().__init__(
+            scope,
+            construct_id,
+            description="trainstack pipeline: Step Functions training state machine, SageMaker role, notifications",
+            **kwargs,
+        )
+        project = settings.project
+        self.sagemaker_role = self._sagemaker_role(settings, network, storage, image)
+        self.resources = PipelineResources(
+            role_arn=self.sagemaker_role.role_arn,
+            image_uri=image.image_uri,
+            job_name_prefix=f"{project}-",
+            checkpoint_bucket=storage.checkpoint_bucket.bucket_name,
+            artifact_bucket=storage.artifact_bucket.bucket_name,
+            dataset_bucket=storage.dataset_bucket.bucket_name,
+            dataset_prefix=storage.dataset_prefix,
+            subnet_ids=tuple(subnet.subnet_id for subnet in network.training_subnets),
+            security_group_ids=(network.training_security_group.security_group_id,),
+            file_system_id=storage.file_system_id,
+            file_system_directory_path=storage.file_system_dataset_path,
+        )
+        self.training = TrainingStateMachine(
+            self,
+            "Training",
+            project=project,
+            profiles=settings.profiles,
+            resources=self.resources,
+            sagemaker_role=self.sagemaker_role,
+        )
+        self.state_machine = self.training.state_machine
+        self.cleanup = JobCleanup(self, "JobCleanup", project=project, pipeline=self.state_machine)
+        self.notifications = PipelineNotifications(
+            self,
+            "Notifications",
+            project=project,
+            pipeline=self.state_machine,
+            emails=settings.notification_emails,
+        )
+        self._schedules(settings)
+        cdk.CfnOutput(
+            self,
+            STATE_MACHINE_ARN_OUTPUT,
+            value=self.state_machine.state_machine_arn,
+            description="Start a retraining: aws stepfunctions start-execution --state-machine-arn <this>",
+        )
+        cdk.CfnOutput(
+            self,
+            CLEANUP_STATE_MACHINE_ARN_OUTPUT,
+            value=self.cleanup.state_machine.state_machine_arn,
+            description="Stops the training jobs of pipeline executions that failed, timed out or were aborted",
+        )
+        cdk.CfnOutput(
+            self,
+            NOTIFICATION_TOPIC_ARN_OUTPUT,
+            value=self.notifications.topic.topic_arn,
+            description="SNS topic told about every finished pipeline execution",
+        )
+
+    def _sagemaker_role(
+        self, settings: Settings, network: NetworkStack, storage: StorageStack, image: ImageStack
+    ) -> iam.Role:
+        """What a training job may do: read the dataset, read/write checkpoints and artifacts, pull the
+        image, write its logs and metrics, and manage the ENIs of its VPC placement."""
+        project = settings.project
+        role = iam.Role(
+            self,
+            "SageMakerExecutionRole",
+            assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
+            description=f"{project} training jobs: their buckets, image, logs and VPC network interfaces",
+        )
+        dataset = storage.dataset_bucket
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="ListDataset",
+                actions=["s3:ListBucket"],
+                resources=[dataset.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{storage.dataset_prefix}*"]}},
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="ReadDataset",
+                actions=["s3:GetObject"],
+                resources=[dataset.arn_for_objects(f"{storage.dataset_prefix}*")],
+            )
+        )
+        # Checkpoints are synced both ways (resume and save); resumeFrom may point at checkpoints or artifacts.
+        run_buckets = (storage.checkpoint_bucket, storage.artifact_bucket)
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="ListRunBuckets",
+                actions=["s3:ListBucket"],
+                resources=[bucket.bucket_arn for bucket in run_buckets],
+                conditions={"StringLike": {"s3:prefix": [f"{project}-*"]}},
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="ReadWriteRuns",
+                actions=["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
+                resources=[bucket.arn_for_objects(f"{project}-*") for bucket in run_buckets],
+            )
+        )
+        if storage.encryption_key is not None:
+            storage.encryption_key.grant_encrypt_decrypt(role)
+        if image.repository is not None:
+            image.repository.grant_pull(role)
+        else:
+            role.add_to_policy(iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"]))
+        log_group_arn = self.format_arn(
+            service="logs",
+            resource="log-group",
+            resource_name=TRAINING_LOG_GROUP,
+            arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="TrainingLogs",
+                actions=["logs:CreateLogGroup", "logs:DescribeLogStreams"],
+                resources=[log_group_arn, f"{log_group_arn}:*"],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="TrainingLogStreams",
+                actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+                # Streams are named <job name>/algo-<n>-<id>.
+                resources=[f"{log_group_arn}:log-stream:{project}-*"],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="TrainingMetrics",
+                actions=["cloudwatch:PutMetricData"],
+                resources=["*"],
+                conditions={"StringEquals": {"cloudwatch:namespace": TRAINING_METRICS_NAMESPACE}},
+            )
+        )
+        self._vpc_permissions(role, network)
+        acknowledge(
+            role,
+            "AwsSolutions-IAM5[Resource::*]",
+            "ecr:GetAuthorizationToken, cloudwatch:PutMetricData (limited by the namespace condition) and "
+            "the EC2 Describe* calls SageMaker makes for VPC placement support no resource-level permissions.",
+        )
+        acknowledge_wildcard_statements(
+            role,
+            {
+                "ReadDataset": "Training reads every object under the configured dataset prefix.",
+                "ReadWriteRuns": f"Runs own s3://<bucket>/<runName>/ and run names start with {project}-; "
+                "the run names are chosen per execution.",
+                "TrainingLogs": "SageMaker writes job logs as streams of its fixed /aws/sagemaker/TrainingJobs group.",
+                "TrainingLogStreams": f"Log streams are named after the job, and job names start with {project}-.",
+                "ManageInterfacesInTrainingVpc": "SageMaker creates the job's network interfaces at run time; "
+                "the ec2:Vpc condition limits them to the training VPC.",
+            },
+        )
+        return role
+
+    def _vpc_permissions(self, role: iam.Role, network: NetworkStack) -> None:
+        """ENI actions SageMaker performs for jobs with VpcConfig, scoped to the training VPC."""
+        vpc_arn = self.format_arn(service="ec2", resource="vpc", resource_name=network.vpc.vpc_id)
+        any_interface = self.format_arn(service="ec2", resource="network-interface", resource_name="*")
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="DescribeNetwork",
+                actions=[
+                    "ec2:DescribeNetworkInterfaces",
+                    "ec2:DescribeVpcs",
+                    "ec2:DescribeDhcpOptions",
+                    "ec2:DescribeSubnets",
+                    "ec2:DescribeSecurityGroups",
+                ],
+                resources=["*"],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="CreateInterfacesInTrainingSubnets",
+                actions=["ec2:CreateNetworkInterface"],
+                resources=[
+                    *(
+                        self.format_arn(service="ec2", resource="subnet", resource_name=subnet.subnet_id)
+                        for subnet in network.training_subnets
+                    ),
+                    self.format_arn(
+                        service="ec2",
+                        resource="security-group",
+                        resource_name=network.training_security_group.security_group_id,
+                    ),
+                ],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="ManageInterfacesInTrainingVpc",
+                actions=[
+                    "ec2:CreateNetworkInterface",
+                    "ec2:CreateNetworkInterfacePermission",
+                    "ec2:DeleteNetworkInterface",
+                    "ec2:DeleteNetworkInterfacePermission",
+                ],
+                resources=[any_interface],
+                conditions={"ArnEquals": {"ec2:Vpc": vpc_arn}},
+            )
+        )
+
+    def _schedules(self, settings: Settings) -> None:
+        """An EventBridge Scheduler schedule per profile that sets `schedule`: {"profile": <name>}."""
+        scheduled = [profile for profile in settings.profiles if profile.schedule]
+        if not scheduled:
+            return
+        role = iam.Role(
+            self,
+            "SchedulerRole",
+            assumed_by=iam.ServicePrincipal(
+                "scheduler.amazonaws.com", conditions={"StringEquals": {"aws:SourceAccount": self.account}}
+            ),
+            description=f"{settings.project} schedules: start pipeline executions",
+        )
+        self.state_machine.grant_start_execution(role)
+        for profile in scheduled:
+            scheduler.CfnSchedule(
+                self,
+                f"Schedule-{profile.name}",
+                name=f"{settings.project}-{profile.name}",
+                description=f"Periodic retraining with profile {profile.name}",
+                schedule_expression=profile.schedule,
+                schedule_expression_timezone="UTC",
+                flexible_time_window=scheduler.CfnSchedule.FlexibleTimeWindowProperty(mode="OFF"),
+                target=scheduler.CfnSchedule.TargetProperty(
+                    arn=self.state_machine.state_machine_arn,
+                    role_arn=role.role_arn,
+                    input=json.dumps({"profile": profile.name}),
+                    retry_policy=scheduler.CfnSchedule.RetryPolicyProperty(maximum_retry_attempts=3),
+                ),
+            )
+
