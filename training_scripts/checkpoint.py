@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.checkpoint.stateful import Stateful
 
@@ -70,9 +71,10 @@ class CheckpointManager:
         for folder in self.complete_checkpoints():
             try:
                 dcp.load({"train": state}, checkpoint_id=folder, process_group=self.runtime.checkpoint_group)
-            except Exception as error:  # DCP raises on every rank alike, so all ranks skip together
-                log.warning("Checkpoint %s could not be loaded (%s); trying the previous one.",
-                            folder, str(error).splitlines()[0] if str(error) else type(error).__name__)
+            # DCP gathers failures and raises on every rank alike, so all ranks skip together.
+            except (Exception, CheckpointException) as error:  # CheckpointException is a BaseException
+                reason = str(error).strip().splitlines()[-1][:300] if str(error).strip() else type(error).__name__
+                log.warning("Checkpoint %s could not be loaded (%s); trying the previous one.", folder, reason)
                 continue
             self._restore_rng(folder)
             saved_world = json.loads((folder / MARKER).read_text()).get("world_size")
