@@ -59,12 +59,12 @@ def synthesize_infra(settings, outdir: Path) -> InfraApp:
     return InfraApp(settings, network, storage, outdir)
 
 
-def infra_fixture(overrides: dict[str, Any]):
+def infra_fixture(name: str, overrides: dict[str, Any]):
     """A fixture synthesizing one config variant once per test process."""
 
     @pytest.fixture(scope="session")
     def fixture(tmp_path_factory) -> InfraApp:
-        return synthesize_infra(settings_with(overrides), tmp_path_factory.mktemp("cdk.out"))
+        return synthesize_infra(settings_with(overrides), tmp_path_factory.mktemp(f"{name}.cdk.out"))
 
     return fixture
 
@@ -95,9 +95,9 @@ IMPORTED_VPC_NAT_NO_FSX = {
     "fsx": {"enabled": False, "throughput_mbps": None},
 }
 
-az_id_nat_scratch = infra_fixture(AZ_ID_NAT_SCRATCH)
-imported_vpc_persistent_500 = infra_fixture(IMPORTED_VPC_PERSISTENT_500)
-imported_vpc_nat_no_fsx = infra_fixture(IMPORTED_VPC_NAT_NO_FSX)
+az_id_nat_scratch = infra_fixture("az_id_nat_scratch", AZ_ID_NAT_SCRATCH)
+imported_vpc_persistent_500 = infra_fixture("imported_vpc_persistent_500", IMPORTED_VPC_PERSISTENT_500)
+imported_vpc_nat_no_fsx = infra_fixture("imported_vpc_nat_no_fsx", IMPORTED_VPC_NAT_NO_FSX)
 
 
 @pytest.fixture(scope="session")
