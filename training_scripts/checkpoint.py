@@ -20,11 +20,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from distributed import Runtime
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.checkpoint.stateful import Stateful
-
-from distributed import Runtime
 
 MARKER = "COMPLETE"
 log = logging.getLogger(__name__)
@@ -45,8 +44,9 @@ class TrainState(Stateful):
         return {"model": model_state, "optimizer": optimizer_state, "step": self.step}
 
     def load_state_dict(self, state: dict) -> None:
-        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
-                       optim_state_dict=state["optimizer"])
+        set_state_dict(
+            self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"]
+        )
         self.step = state["step"]
 
 
@@ -73,21 +73,29 @@ class CheckpointManager:
                 dcp.load({"train": state}, checkpoint_id=folder, process_group=self.runtime.checkpoint_group)
             # DCP gathers failures and raises on every rank alike, so all ranks skip together.
             except (Exception, CheckpointException) as error:  # CheckpointException is a BaseException
-                reason = str(error).strip().splitlines()[-1][:300] if str(error).strip() else type(error).__name__
-                log.warning("Checkpoint %s could not be loaded (%s); trying the previous one.", folder, reason)
+                reason = (
+                    str(error).strip().splitlines()[-1][:300] if str(error).strip() else type(error).__name__
+                )
+                log.warning(
+                    "Checkpoint %s could not be loaded (%s); trying the previous one.", folder, reason
+                )
                 continue
             self._restore_rng(folder)
             saved_world = json.loads((folder / MARKER).read_text()).get("world_size")
             if saved_world != self.runtime.world_size:
-                log.warning("Checkpoint %s was written by %s ranks, this run has %s: training continues, "
-                            "but the data order differs from an uninterrupted run.",
-                            folder, saved_world, self.runtime.world_size)
+                log.warning(
+                    "Checkpoint %s was written by %s ranks, this run has %s: training continues, "
+                    "but the data order differs from an uninterrupted run.",
+                    folder,
+                    saved_world,
+                    self.runtime.world_size,
+                )
             log.info("Resumed from %s (step %d).", folder, state.step)
             return True
         return False
 
     def save(self, state: TrainState, blocking: bool = False) -> None:
-        """Start a save of `state` at its step; `blocking` (SIGTERM, end of training) waits until it is complete."""
+        """Save `state` at its step; `blocking` (SIGTERM) returns only once the checkpoint is complete."""
         self.wait()
         step = state.step
         staging = self.folder(step).with_suffix(".tmp")
@@ -100,7 +108,9 @@ class CheckpointManager:
             # DCP copies GPU tensors to host before returning; host tensors would be written while
             # the next steps update them in place, so snapshot them first.
             snapshot = _clone_host_tensors({"train": state.state_dict()})
-            future = dcp.async_save(snapshot, checkpoint_id=staging, process_group=self.runtime.checkpoint_group)
+            future = dcp.async_save(
+                snapshot, checkpoint_id=staging, process_group=self.runtime.checkpoint_group
+            )
             self._pending = (step, future)
         else:
             dcp.save({"train": state}, checkpoint_id=staging, process_group=self.runtime.checkpoint_group)
@@ -131,7 +141,7 @@ class CheckpointManager:
         marker = {"step": step, "world_size": self.runtime.world_size}
         (final / f"{MARKER}.tmp").write_text(json.dumps(marker))
         os.replace(final / f"{MARKER}.tmp", final / MARKER)
-        for old in self.complete_checkpoints()[self.keep_last:]:
+        for old in self.complete_checkpoints()[self.keep_last :]:
             shutil.rmtree(old, ignore_errors=True)
         if self.runtime.is_main:
             log.info("Saved checkpoint %s.", final)

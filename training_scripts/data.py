@@ -20,8 +20,10 @@ class TokenDataset:
     def __init__(self, directory: str, seq_len: int, vocab_size: int, channel: str):
         path = Path(directory)
         if not path.is_dir():
-            raise UserError(f"The {channel} channel directory {path} does not exist "
-                            f"(set SM_CHANNEL_{channel.upper()} or --{channel}-dir).")
+            raise UserError(
+                f"The {channel} channel directory {path} does not exist "
+                f"(set SM_CHANNEL_{channel.upper()} or --{channel}-dir)."
+            )
         files = sorted(path.glob("*.bin"))
         if not files:
             raise UserError(f"The {channel} channel directory {path} holds no *.bin token shards.")
@@ -32,7 +34,9 @@ class TokenDataset:
         counts = [max(len(shard) - 1, 0) // seq_len for shard in self.shards]
         self.first_sample = np.cumsum([0] + counts)
         if len(self) == 0:
-            raise UserError(f"The {channel} channel holds fewer than --seq-len + 1 = {seq_len + 1} tokens per shard.")
+            raise UserError(
+                f"The {channel} channel holds fewer than --seq-len + 1 = {seq_len + 1} tokens per shard."
+            )
 
     def __len__(self) -> int:
         return int(self.first_sample[-1])
@@ -43,10 +47,12 @@ class TokenDataset:
         for row, index in enumerate(indices):
             shard = int(np.searchsorted(self.first_sample, index, side="right")) - 1
             start = (int(index) - int(self.first_sample[shard])) * self.seq_len
-            rows[row] = self.shards[shard][start:start + self.seq_len + 1]
+            rows[row] = self.shards[shard][start : start + self.seq_len + 1]
         if rows.max() >= self.vocab_size:
-            raise UserError(f"The {self.channel} channel holds token id {rows.max()}, not below the model's "
-                            f"vocabulary size {self.vocab_size} (set --vocab-size).")
+            raise UserError(
+                f"The {self.channel} channel holds token id {rows.max()}, not below the model's "
+                f"vocabulary size {self.vocab_size} (set --vocab-size)."
+            )
         return torch.from_numpy(rows)
 
 
@@ -58,15 +64,18 @@ class SampleOrder:
     the batch, split into `grad_accum` micro-batches.
     """
 
-    def __init__(self, num_samples: int, seed: int, dp_rank: int, dp_size: int,
-                 micro_batch_size: int, grad_accum: int):
+    def __init__(
+        self, num_samples: int, seed: int, dp_rank: int, dp_size: int, micro_batch_size: int, grad_accum: int
+    ):
         self.num_samples, self.seed = num_samples, seed
         self.dp_rank, self.micro_batch_size, self.grad_accum = dp_rank, micro_batch_size, grad_accum
         self.global_batch = micro_batch_size * grad_accum * dp_size
         self.steps_per_epoch = num_samples // self.global_batch
         if self.steps_per_epoch == 0:
-            raise UserError(f"The train channel holds {num_samples} samples, fewer than one global batch of "
-                            f"{self.global_batch} (--micro-batch-size x --grad-accum x data-parallel ranks).")
+            raise UserError(
+                f"The train channel holds {num_samples} samples, fewer than one global batch of "
+                f"{self.global_batch} (--micro-batch-size x --grad-accum x data-parallel ranks)."
+            )
         self._epoch, self._permutation = -1, np.empty(0, dtype=np.int64)
 
     def permutation(self, epoch: int) -> np.ndarray:
@@ -78,16 +87,21 @@ class SampleOrder:
     def micro_batches(self, step: int) -> list[np.ndarray]:
         """Sample indices of this rank's micro-batches for optimizer step `step` (0-based)."""
         epoch, step_in_epoch = divmod(step, self.steps_per_epoch)
-        batch = self.permutation(epoch)[step_in_epoch * self.global_batch:][:self.global_batch]
+        batch = self.permutation(epoch)[step_in_epoch * self.global_batch :][: self.global_batch]
         per_rank = self.micro_batch_size * self.grad_accum
-        mine = batch[self.dp_rank * per_rank:][:per_rank]
+        mine = batch[self.dp_rank * per_rank :][:per_rank]
         return np.split(mine, self.grad_accum)
 
 
-def validation_batches(num_samples: int, dp_rank: int, dp_size: int, micro_batch_size: int,
-                       max_batches: int) -> list[np.ndarray]:
+def validation_batches(
+    num_samples: int, dp_rank: int, dp_size: int, micro_batch_size: int, max_batches: int
+) -> list[np.ndarray]:
     """The same leading validation samples at every evaluation, split disjointly across ranks."""
     per_step = micro_batch_size * dp_size
     steps = min(max_batches, num_samples // per_step)
-    return [np.arange(step * per_step + dp_rank * micro_batch_size, step * per_step + (dp_rank + 1) * micro_batch_size)
-            for step in range(steps)]
+    return [
+        np.arange(
+            step * per_step + dp_rank * micro_batch_size, step * per_step + (dp_rank + 1) * micro_batch_size
+        )
+        for step in range(steps)
+    ]

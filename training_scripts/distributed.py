@@ -15,9 +15,8 @@ from functools import partial
 
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
-
 from model import decoder_layers
+from torch.nn.parallel import DistributedDataParallel
 
 try:  # FSDP2: public from PyTorch 2.6, composable-only in 2.5 (the SMP 2.8 image).
     from torch.distributed.fsdp import fully_shard
@@ -48,15 +47,25 @@ class Runtime:
         return self.rank == 0
 
 
-def select_strategy(requested: str, smp_installed: bool, smddp_installed: bool, cuda: bool) -> tuple[str, str, str | None]:
+def select_strategy(
+    requested: str, smp_installed: bool, smddp_installed: bool, cuda: bool
+) -> tuple[str, str, str | None]:
     """(strategy, process-group backend, fallback warning or None) for what this machine can run."""
     fallback_backend = "cpu:gloo,cuda:nccl" if cuda else "gloo"
     if requested == "smp" and not (smp_installed and cuda):
-        return "torchrun", fallback_backend, "SMP v2 (torch.sagemaker) needs the SageMaker image and a GPU; " \
-                                             "training with FSDP2/DDP on the standard backend instead."
+        return (
+            "torchrun",
+            fallback_backend,
+            "SMP v2 (torch.sagemaker) needs the SageMaker image and a GPU; "
+            "training with FSDP2/DDP on the standard backend instead.",
+        )
     if requested == "smddp" and not (smddp_installed and cuda):
-        return "torchrun", fallback_backend, "SMDDP (smdistributed.dataparallel) needs the SageMaker image and a " \
-                                             "GPU; training on the standard backend instead."
+        return (
+            "torchrun",
+            fallback_backend,
+            "SMDDP (smdistributed.dataparallel) needs the SageMaker image and a "
+            "GPU; training on the standard backend instead.",
+        )
     if requested == "smddp":
         return "smddp", "smddp", None
     return requested, fallback_backend, None
@@ -72,7 +81,8 @@ def _installed(module: str) -> bool:
 def setup(requested: str, mp_parameters: dict) -> Runtime:
     cuda = torch.cuda.is_available()
     strategy, backend, warning = select_strategy(
-        requested, _installed("torch.sagemaker"), _installed("smdistributed.dataparallel"), cuda)
+        requested, _installed("torch.sagemaker"), _installed("smdistributed.dataparallel"), cuda
+    )
     # mpirun (SMDDP) names the local rank differently from torchrun.
     local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", "0")))
     if cuda:
@@ -89,23 +99,38 @@ def setup(requested: str, mp_parameters: dict) -> Runtime:
         import torch.sagemaker as tsm
 
         tsm.init(mp_parameters or None)  # None: SMP reads the job's mp_parameters itself
-        model_parallel_degree = (int(mp_parameters.get("tensor_parallel_degree", 1))
-                                 * int(mp_parameters.get("context_parallel_degree", 1)))
+        model_parallel_degree = int(mp_parameters.get("tensor_parallel_degree", 1)) * int(
+            mp_parameters.get("context_parallel_degree", 1)
+        )
     # DCP's collectives run on host tensors, from a background thread for async saves: a group of their
     # own keeps them from interleaving with the training collectives. SMDDP's backend has no host side.
     checkpoint_group = dist.new_group(backend="gloo")
     control_group = dist.new_group(backend="gloo") if strategy == "smddp" else None
-    runtime = Runtime(strategy=strategy, backend=backend, rank=rank, world_size=world_size, local_rank=local_rank,
-                      dp_rank=rank // model_parallel_degree, dp_size=world_size // model_parallel_degree,
-                      device=torch.device("cuda", local_rank) if cuda else torch.device("cpu"),
-                      control_group=control_group, checkpoint_group=checkpoint_group)
+    runtime = Runtime(
+        strategy=strategy,
+        backend=backend,
+        rank=rank,
+        world_size=world_size,
+        local_rank=local_rank,
+        dp_rank=rank // model_parallel_degree,
+        dp_size=world_size // model_parallel_degree,
+        device=torch.device("cuda", local_rank) if cuda else torch.device("cpu"),
+        control_group=control_group,
+        checkpoint_group=checkpoint_group,
+    )
     if warning and runtime.is_main:
         log.warning(warning)
     return runtime
 
 
-def wrap_model(model: torch.nn.Module, runtime: Runtime, parallelism: str, mp_parameters: dict,
-               activation_checkpointing: bool, compile_layers: bool) -> torch.nn.Module:
+def wrap_model(
+    model: torch.nn.Module,
+    runtime: Runtime,
+    parallelism: str,
+    mp_parameters: dict,
+    activation_checkpointing: bool,
+    compile_layers: bool,
+) -> torch.nn.Module:
     if activation_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if compile_layers:  # per block, in place: state-dict keys stay those of the plain model
@@ -115,7 +140,9 @@ def wrap_model(model: torch.nn.Module, runtime: Runtime, parallelism: str, mp_pa
     if runtime.strategy == "smp":
         return _wrap_smp(model, mp_parameters)
     if parallelism == "ddp":
-        return DistributedDataParallel(model, device_ids=[runtime.local_rank] if runtime.device.type == "cuda" else None)
+        return DistributedDataParallel(
+            model, device_ids=[runtime.local_rank] if runtime.device.type == "cuda" else None
+        )
     for layer in decoder_layers(model):
         fully_shard(layer)
     fully_shard(model)

@@ -21,9 +21,7 @@ def format_train_line(
     step: int, max_steps: int, loss: float, lr: float, tokens_per_sec: float, mfu: float | None
 ) -> str:
     """One line per logging interval; `mfu` is a fraction, or None where it is unknown (CPU)."""
-    line = (
-        f"step={step}/{max_steps} train_loss={loss:.4f} lr={lr:.3e} tokens_per_sec={tokens_per_sec:.1f}"
-    )
+    line = f"step={step}/{max_steps} train_loss={loss:.4f} lr={lr:.3e} tokens_per_sec={tokens_per_sec:.1f}"
     if mfu is not None:
         line += f" mfu_pct={100 * mfu:.2f}"
     return line

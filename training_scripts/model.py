@@ -7,18 +7,18 @@ from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaFor
 
 # Llama-style shapes. `tiny` is for CPU tests; the others follow published sizes
 # (125m ~ GPT-3 small, 1b ~ TinyLlama 1.1B, 7b/13b ~ Llama 2).
-PRESETS: dict[str, dict] = {
-    "tiny": dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=4, vocab_size=512, max_position_embeddings=512),
-    "125m": dict(hidden_size=768, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=12,
-                 num_key_value_heads=12, vocab_size=32000, max_position_embeddings=2048),
-    "1b": dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
-               num_key_value_heads=4, vocab_size=32000, max_position_embeddings=2048),
-    "7b": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
-               num_key_value_heads=32, vocab_size=32000, max_position_embeddings=4096),
-    "13b": dict(hidden_size=5120, intermediate_size=13824, num_hidden_layers=40, num_attention_heads=40,
-                num_key_value_heads=40, vocab_size=32000, max_position_embeddings=4096),
-}
+# fmt: off
+_PRESET_FIELDS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                  "num_key_value_heads", "vocab_size", "max_position_embeddings")
+PRESETS: dict[str, dict] = {name: dict(zip(_PRESET_FIELDS, shape, strict=True)) for name, shape in {
+    #        hidden  mlp    layers heads kv  vocab  context
+    "tiny": (64,     176,   2,     4,    4,  512,   512),
+    "125m": (768,    2048,  12,    12,   12, 32000, 2048),
+    "1b":   (2048,   5632,  22,    32,   4,  32000, 2048),
+    "7b":   (4096,   11008, 32,    32,   32, 32000, 4096),
+    "13b":  (5120,   13824, 40,    40,   40, 32000, 4096),
+}.items()}
+# fmt: on
 
 
 def build_model(preset: str, init_from: str | None, vocab_size: int | None) -> torch.nn.Module:
@@ -33,8 +33,13 @@ def build_model(preset: str, init_from: str | None, vocab_size: int | None) -> t
     shape = dict(PRESETS[preset])
     if vocab_size:
         shape["vocab_size"] = vocab_size
-    config = LlamaConfig(**shape, tie_word_embeddings=False, rms_norm_eps=1e-5, use_cache=False,
-                         architectures=["LlamaForCausalLM"])  # so the saved config.json names its class
+    config = LlamaConfig(
+        **shape,
+        tie_word_embeddings=False,
+        rms_norm_eps=1e-5,
+        use_cache=False,
+        architectures=["LlamaForCausalLM"],
+    )  # so the saved config.json names its class
     return LlamaForCausalLM(config)
 
 

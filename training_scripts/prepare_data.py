@@ -53,7 +53,9 @@ def hf_tokenizer(directory: str):
 
     tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
     if len(tokenizer) > UINT16_LIMIT:
-        sys.exit(f"--tokenizer {directory} has {len(tokenizer)} tokens; uint16 shards hold at most {UINT16_LIMIT}.")
+        sys.exit(
+            f"--tokenizer {directory} has {len(tokenizer)} tokens; uint16 shards hold at most {UINT16_LIMIT}."
+        )
     if tokenizer.eos_token_id is None:
         sys.exit(f"--tokenizer {directory} defines no end-of-sequence token.")
     return lambda text: tokenizer(text)["input_ids"] + [tokenizer.eos_token_id], len(tokenizer)
@@ -96,8 +98,10 @@ def main(argv: list[str] | None = None) -> None:
         val.write(tokens[split:])
     train.flush()
     val.flush()
-    print(f"Wrote {train.tokens} train and {val.tokens} val tokens to {output}; vocabulary size {vocab_size} "
-          f"(train.py --vocab-size {vocab_size} if the preset's is smaller).")
+    print(
+        f"Wrote {train.tokens} train and {val.tokens} val tokens to {output}; vocabulary size {vocab_size} "
+        f"(train.py --vocab-size {vocab_size} if the preset's is smaller)."
+    )
 
 
 if __name__ == "__main__":

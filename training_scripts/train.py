@@ -20,19 +20,25 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from safetensors.torch import save_file
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
 from checkpoint import CheckpointManager, TrainState
 from data import SampleOrder, TokenDataset, UserError, validation_batches
 from distributed import PARALLELISMS, STRATEGIES, Runtime, gradient_sync, setup, teardown, unwrap, wrap_model
 from metrics import format_train_line, format_val_line
 from model import PRESETS, build_model, flops_per_token
+from safetensors.torch import save_file
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 log = logging.getLogger("train")
 
 # Dense bf16 peak FLOP/s per GPU, for MFU. Unknown GPUs report no MFU rather than a wrong one.
-PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "A10G": 125e12, "L40S": 362e12, "L4": 121e12}
+PEAK_BF16_FLOPS = {
+    "H200": 989e12,
+    "H100": 989e12,
+    "A100": 312e12,
+    "A10G": 125e12,
+    "L40S": 362e12,
+    "L4": 121e12,
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -62,8 +68,9 @@ def _json_object(text: str) -> dict:
     except json.JSONDecodeError:
         value = None
     if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"expected a JSON object such as '{{\"tensor_parallel_degree\": 2}}', "
-                                         f"got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected a JSON object such as '{{\"tensor_parallel_degree\": 2}}', got {text!r}"
+        )
     return value
 
 
@@ -72,9 +79,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(description=__doc__.split("\n")[0], allow_abbrev=False)
     add = parser.add_argument
     add("--strategy", choices=STRATEGIES, default="torchrun", help="launch strategy of the pipeline profile")
-    add("--parallelism", choices=PARALLELISMS, default="fsdp", help="data parallelism outside SMP: FSDP2 or DDP")
-    add("--mp-parameters", type=_json_object, default=_json_object(env("SM_HP_MP_PARAMETERS") or "{}"),
-        help="SMP v2 config (JSON); defaults to SM_HP_MP_PARAMETERS")
+    add(
+        "--parallelism",
+        choices=PARALLELISMS,
+        default="fsdp",
+        help="data parallelism outside SMP: FSDP2 or DDP",
+    )
+    add(
+        "--mp-parameters",
+        type=_json_object,
+        default=_json_object(env("SM_HP_MP_PARAMETERS") or "{}"),
+        help="SMP v2 config (JSON); defaults to SM_HP_MP_PARAMETERS",
+    )
     add("--model-preset", choices=list(PRESETS), default="125m")
     add("--init-from", help="directory with config.json (and weights) to start from instead of a preset")
     add("--vocab-size", type=_positive, help="override the preset's vocabulary size")
@@ -83,8 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("--grad-accum", type=_positive, default=1, help="micro-batches per optimizer step")
     add("--max-steps", type=_positive, default=1000)
     add("--learning-rate", type=float, default=3e-4, help="peak LR at --lr-reference-batch-size sequences")
-    add("--lr-reference-batch-size", type=_positive, default=256,
-        help="global batch (sequences) the LR is given for; the LR scales linearly with the real one")
+    add(
+        "--lr-reference-batch-size",
+        type=_positive,
+        default=256,
+        help="global batch (sequences) the LR is given for; the LR scales linearly with the real one",
+    )
     add("--warmup-steps", type=int, default=100)
     add("--min-lr-ratio", type=float, default=0.1, help="final LR of the cosine decay, relative to the peak")
     add("--weight-decay", type=float, default=0.1)
@@ -117,7 +137,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if args.init_from and not (Path(args.init_from) / "config.json").is_file():
         raise UserError(f"--init-from {args.init_from} holds no config.json.")
     if args.train_dir is None:
-        raise UserError("No train channel: attach a channel named 'train' (SM_CHANNEL_TRAIN) or pass --train-dir.")
+        raise UserError(
+            "No train channel: attach a channel named 'train' (SM_CHANNEL_TRAIN) or pass --train-dir."
+        )
     return args
 
 
@@ -127,30 +149,49 @@ def _dashed(flag: str) -> str:
 
 
 class Trainer:
-    def __init__(self, args: argparse.Namespace, runtime: Runtime, train_data: TokenDataset,
-                 val_data: TokenDataset | None):
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        runtime: Runtime,
+        train_data: TokenDataset,
+        val_data: TokenDataset | None,
+    ):
         self.args, self.runtime, self.train_data, self.val_data = args, runtime, train_data, val_data
         torch.manual_seed(args.seed)  # same initial weights on every rank
         model = build_model(args.model_preset, args.init_from, args.vocab_size)
         self.flops_per_token = flops_per_token(model, args.seq_len)
-        self.model = wrap_model(model, runtime, args.parallelism, args.mp_parameters,
-                                args.activation_checkpointing, args.compile)
-        self.order = SampleOrder(len(train_data), args.seed, runtime.dp_rank, runtime.dp_size,
-                                 args.micro_batch_size, args.grad_accum)
+        self.model = wrap_model(
+            model, runtime, args.parallelism, args.mp_parameters, args.activation_checkpointing, args.compile
+        )
+        self.order = SampleOrder(
+            len(train_data),
+            args.seed,
+            runtime.dp_rank,
+            runtime.dp_size,
+            args.micro_batch_size,
+            args.grad_accum,
+        )
         # Linear scaling rule: the LR grows with the global batch.
         self.peak_lr = args.learning_rate * self.order.global_batch / args.lr_reference_batch_size
         decay = [p for p in self.model.parameters() if p.dim() >= 2]  # no decay on norms
         no_decay = [p for p in self.model.parameters() if p.dim() < 2]
         self.optimizer = torch.optim.AdamW(
             [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=self.peak_lr, betas=(0.9, 0.95), eps=1e-8)
+            lr=self.peak_lr,
+            betas=(0.9, 0.95),
+            eps=1e-8,
+        )
         self.state = TrainState(self.model, self.optimizer)
-        self.checkpoints = CheckpointManager(args.checkpoint_dir, runtime, args.keep_checkpoints,
-                                             args.async_checkpoint)
-        if val_data and not validation_batches(len(val_data), runtime.dp_rank, runtime.dp_size,
-                                               args.micro_batch_size, args.val_batches):
-            raise UserError(f"The val channel holds {len(val_data)} samples, fewer than one validation batch of "
-                            f"{args.micro_batch_size * runtime.dp_size} (--micro-batch-size x data-parallel ranks).")
+        self.checkpoints = CheckpointManager(
+            args.checkpoint_dir, runtime, args.keep_checkpoints, args.async_checkpoint
+        )
+        if val_data and not validation_batches(
+            len(val_data), runtime.dp_rank, runtime.dp_size, args.micro_batch_size, args.val_batches
+        ):
+            raise UserError(
+                f"The val channel holds {len(val_data)} samples, fewer than one validation batch of "
+                f"{args.micro_batch_size * runtime.dp_size} (--micro-batch-size x data-parallel ranks)."
+            )
         self.tokens_per_step = self.order.global_batch * args.seq_len
         self._stop_requested = False
         signal.signal(signal.SIGTERM, self._request_stop)
@@ -198,8 +239,13 @@ class Trainer:
     @torch.no_grad()
     def validation_loss(self) -> float:
         self.model.eval()
-        batches = validation_batches(len(self.val_data), self.runtime.dp_rank, self.runtime.dp_size,
-                                     self.args.micro_batch_size, self.args.val_batches)
+        batches = validation_batches(
+            len(self.val_data),
+            self.runtime.dp_rank,
+            self.runtime.dp_size,
+            self.args.micro_batch_size,
+            self.args.val_batches,
+        )
         total = self._zero()
         for samples in batches:
             total += self.loss(self.val_data.batch(samples))
@@ -223,10 +269,19 @@ class Trainer:
         args, state = self.args, self.state
         self.checkpoints.resume(state)
         if self.runtime.is_main:
-            log.info("Training %s on %d ranks (%s, %s): global batch %d sequences of %d tokens, peak LR %.3e, "
-                     "steps %d -> %d.", args.init_from or args.model_preset, self.runtime.world_size,
-                     self.runtime.strategy, args.parallelism, self.order.global_batch, args.seq_len,
-                     self.peak_lr, state.step, args.max_steps)
+            log.info(
+                "Training %s on %d ranks (%s, %s): global batch %d sequences of %d tokens, peak LR %.3e, "
+                "steps %d -> %d.",
+                args.init_from or args.model_preset,
+                self.runtime.world_size,
+                self.runtime.strategy,
+                args.parallelism,
+                self.order.global_batch,
+                args.seq_len,
+                self.peak_lr,
+                state.step,
+                args.max_steps,
+            )
         self.model.train()
         window_start, window_loss, window_steps = time.perf_counter(), self._zero(), 0
         while state.step < args.max_steps:
@@ -262,13 +317,22 @@ class Trainer:
             peak = next((flops for gpu, flops in PEAK_BF16_FLOPS.items() if gpu in name), None)
             if peak:
                 mfu = self.flops_per_token * tokens_per_sec / (peak * self.runtime.world_size)
-        log.info(format_train_line(self.state.step, self.args.max_steps, loss, self.lr_at(self.state.step - 1),
-                                   tokens_per_sec, mfu))
+        log.info(
+            format_train_line(
+                self.state.step,
+                self.args.max_steps,
+                loss,
+                self.lr_at(self.state.step - 1),
+                tokens_per_sec,
+                mfu,
+            )
+        )
 
     def save_model(self) -> None:
         """model.safetensors + config.json, loadable with AutoModelForCausalLM.from_pretrained."""
-        full_state = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True,
-                                                                               cpu_offload=True))
+        full_state = get_model_state_dict(
+            self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        )
         if not self.runtime.is_main:
             return
         model_dir = Path(self.args.model_dir)
@@ -287,8 +351,12 @@ class Trainer:
 def configure_logging(rank: int) -> None:
     # Rank 0 reports progress; the others only warnings and errors, marked with their rank.
     prefix = "" if rank == 0 else f"[rank {rank}] "
-    logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING, stream=sys.stdout,
-                        format=f"{prefix}%(asctime)s %(levelname)s %(message)s", force=True)
+    logging.basicConfig(
+        level=logging.INFO if rank == 0 else logging.WARNING,
+        stream=sys.stdout,
+        format=f"{prefix}%(asctime)s %(levelname)s %(message)s",
+        force=True,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -297,7 +365,9 @@ def main(argv: list[str] | None = None) -> int:
     try:  # flags and channels are checked alike on every rank: rank 0 reports
         args = parse_args(sys.argv[1:] if argv is None else argv)
         train_data = TokenDataset(args.train_dir, args.seq_len, _vocab_size(args), "train")
-        val_data = TokenDataset(args.val_dir, args.seq_len, _vocab_size(args), "val") if args.val_dir else None
+        val_data = (
+            TokenDataset(args.val_dir, args.seq_len, _vocab_size(args), "val") if args.val_dir else None
+        )
     except UserError as error:
         if rank == 0:
             log.error("%s", error)

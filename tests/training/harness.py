@@ -22,10 +22,34 @@ sys.path.insert(0, str(SCRIPTS))
 MAX_STEPS = 40
 CHECKPOINT_INTERVAL = 10
 TRAIN_FLAGS = [
-    "--model-preset", "tiny", "--seq-len", "32", "--micro-batch-size", "2", "--grad-accum", "2",
-    "--max-steps", str(MAX_STEPS), "--learning-rate", "3e-3", "--lr-reference-batch-size", "8",
-    "--warmup-steps", "5", "--log-interval", "5", "--val-interval", "20", "--val-batches", "2",
-    "--checkpoint-interval", str(CHECKPOINT_INTERVAL), "--keep-checkpoints", "2", "--seed", "7",
+    "--model-preset",
+    "tiny",
+    "--seq-len",
+    "32",
+    "--micro-batch-size",
+    "2",
+    "--grad-accum",
+    "2",
+    "--max-steps",
+    str(MAX_STEPS),
+    "--learning-rate",
+    "3e-3",
+    "--lr-reference-batch-size",
+    "8",
+    "--warmup-steps",
+    "5",
+    "--log-interval",
+    "5",
+    "--val-interval",
+    "20",
+    "--val-batches",
+    "2",
+    "--checkpoint-interval",
+    str(CHECKPOINT_INTERVAL),
+    "--keep-checkpoints",
+    "2",
+    "--seed",
+    "7",
 ]
 
 
@@ -50,19 +74,35 @@ class Run:
 
 
 def torchrun_command(*flags: str) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-            str(TRAIN_PY), *flags]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        str(TRAIN_PY),
+        *flags,
+    ]
 
 
 def run_dirs(dataset: Path, out: Path) -> list[str]:
-    return ["--train-dir", str(dataset / "train"), "--val-dir", str(dataset / "val"),
-            "--model-dir", str(out / "model"), "--checkpoint-dir", str(out / "checkpoints")]
+    return [
+        "--train-dir",
+        str(dataset / "train"),
+        "--val-dir",
+        str(dataset / "val"),
+        "--model-dir",
+        str(out / "model"),
+        "--checkpoint-dir",
+        str(out / "checkpoints"),
+    ]
 
 
 def train(dataset: Path, out: Path, *extra: str, flags: list[str] = TRAIN_FLAGS) -> Run:
     """Train to completion (or failure); output is stdout and stderr of every rank."""
-    result = subprocess.run(torchrun_command(*flags, *run_dirs(dataset, out), *extra),
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        torchrun_command(*flags, *run_dirs(dataset, out), *extra), capture_output=True, text=True, timeout=300
+    )
     return Run(result.returncode, result.stdout + result.stderr, out / "model", out / "checkpoints")
 
 
@@ -74,8 +114,11 @@ class Background:
         self.log_path = out / "log.txt"
         self.model_dir, self.checkpoint_dir = out / "model", out / "checkpoints"
         self._log = self.log_path.open("w")
-        self.process = subprocess.Popen(torchrun_command(*flags, *run_dirs(dataset, out), *extra),
-                                        stdout=self._log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            torchrun_command(*flags, *run_dirs(dataset, out), *extra),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
 
     def wait_for(self, condition, what: str, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout

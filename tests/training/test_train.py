@@ -55,7 +55,9 @@ def test_ddp_and_fsdp2_follow_the_same_loss_trajectory(dataset, tmp_path, refere
 def test_kill_9_then_resume_reaches_the_weights_of_an_uninterrupted_run(dataset, tmp_path, reference_run):
     # Async checkpoints here, synchronous in the reference: both paths must hold the same state.
     killed = Background(dataset, tmp_path, "--async-checkpoint", "true")
-    killed.wait_for(lambda: 2 * CHECKPOINT_INTERVAL in complete_steps(killed.checkpoint_dir), "second checkpoint")
+    killed.wait_for(
+        lambda: 2 * CHECKPOINT_INTERVAL in complete_steps(killed.checkpoint_dir), "second checkpoint"
+    )
     killed.kill_all()
     assert killed.finish() == -signal.SIGKILL
     assert not (killed.model_dir / "model.safetensors").exists(), "the run finished before it was killed"

@@ -1,0 +1,245 @@
+"""What users feed train.py and prepare_data.py: flags, channels, data order, metrics lines."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import data  # noqa: E402  (training_scripts/ is on sys.path, as in /opt/ml/code)
+import distributed  # noqa: E402
+import numpy as np
+import pytest
+import train  # noqa: E402
+
+from tests.training.harness import SCRIPTS, TRAIN_PY, write_learnable_shards
+from training_scripts.metrics import METRIC_DEFINITIONS, format_train_line, format_val_line, parse_metrics
+
+
+@pytest.fixture
+def channels(tmp_path):
+    write_learnable_shards(tmp_path / "train", 2_000, seed=1)
+    (tmp_path / "empty").mkdir()
+    return tmp_path
+
+
+def run_main(capsys, *flags: str) -> tuple[int, str]:
+    code = train.main(list(flags))
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ["--strategy", "mpi"],
+            "Argument --strategy: invalid choice: 'mpi' (choose from smp, smddp, torchrun).",
+        ),
+        (
+            ["--parallelism", "zero3"],
+            "Argument --parallelism: invalid choice: 'zero3' (choose from fsdp, ddp).",
+        ),
+        (["--max_steps", "0"], "Argument --max-steps: expected a positive integer, got 0."),
+        (
+            ["--async_checkpoint", "maybe"],
+            "Argument --async-checkpoint: expected true or false, got 'maybe'.",
+        ),
+        (["--mp_parameters", "tensor_parallel_degree=2"], "Argument --mp-parameters: expected a JSON object"),
+        (
+            ["--learning_rat", "1e-3"],
+            "Unknown flag --learning-rat; run train.py --help for the accepted flags.",
+        ),
+        (["--train-dir", "{tmp}/missing"], "The train channel directory {tmp}/missing does not exist"),
+        (
+            ["--train-dir", "{tmp}/empty"],
+            "The train channel directory {tmp}/empty holds no *.bin token shards.",
+        ),
+        (["--val-dir", "{tmp}/empty"], "The val channel directory {tmp}/empty holds no *.bin token shards."),
+        (["--init-from", "{tmp}/empty"], "--init-from {tmp}/empty holds no config.json."),
+        (["--seq-len", "4096"], "The train channel holds fewer than --seq-len + 1 = 4097 tokens per shard."),
+    ],
+)
+def test_a_bad_flag_or_channel_ends_in_one_sentence_naming_it(channels, capsys, flags, message):
+    flags = [flag.format(tmp=channels) for flag in flags]
+    defaults = ["--model-preset", "tiny", "--seq-len", "32", "--train-dir", str(channels / "train")]
+    code, output = run_main(capsys, *defaults, *flags)
+    assert code == 2
+    [line] = output.strip().splitlines()
+    # Python 3.12 stopped quoting argparse's choices: compare without quotes.
+    assert message.format(tmp=channels).replace("'", "") in line.replace("'", "")
+
+
+def test_no_train_channel_is_named(monkeypatch, capsys):
+    monkeypatch.delenv("SM_CHANNEL_TRAIN", raising=False)
+    code, output = run_main(capsys, "--model-preset", "tiny")
+    assert code == 2
+    assert (
+        "No train channel: attach a channel named 'train' (SM_CHANNEL_TRAIN) or pass --train-dir." in output
+    )
+
+
+def test_the_script_exits_non_zero_with_the_sentence_only(channels):
+    """As SageMaker runs it: a process, its exit status and its log."""
+    result = subprocess.run(
+        [sys.executable, str(TRAIN_PY), "--train-dir", str(channels / "empty")],
+        capture_output=True,
+        text=True,
+        cwd=SCRIPTS,
+    )
+    assert result.returncode == 2
+    assert result.stdout.strip().endswith("holds no *.bin token shards.")
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_toolkit_style_flags_and_sagemaker_environment_are_read(channels, monkeypatch):
+    monkeypatch.setenv("SM_CHANNEL_TRAIN", str(channels / "train"))
+    monkeypatch.setenv("SM_MODEL_DIR", str(channels / "model"))
+    monkeypatch.setenv("SM_HP_MP_PARAMETERS", '{"tensor_parallel_degree": 2}')
+    args = train.parse_args(
+        ["--max_steps", "7", "--async_checkpoint", "True", "--sagemaker_program", "train.py"]
+    )
+    assert (args.max_steps, args.async_checkpoint) == (7, True)
+    assert (args.train_dir, args.model_dir) == (str(channels / "train"), str(channels / "model"))
+    assert args.mp_parameters == {"tensor_parallel_degree": 2}
+    assert args.checkpoint_dir == "/opt/ml/checkpoints"
+
+
+@pytest.mark.parametrize(
+    ("requested", "smp", "smddp", "cuda", "strategy", "backend", "warns"),
+    [
+        ("torchrun", False, False, False, "torchrun", "gloo", False),
+        ("torchrun", False, False, True, "torchrun", "cpu:gloo,cuda:nccl", False),
+        ("smp", True, True, True, "smp", "cpu:gloo,cuda:nccl", False),
+        ("smp", False, False, True, "torchrun", "cpu:gloo,cuda:nccl", True),
+        ("smp", True, False, False, "torchrun", "gloo", True),
+        ("smddp", True, True, True, "smddp", "smddp", False),
+        ("smddp", False, False, True, "torchrun", "cpu:gloo,cuda:nccl", True),
+        ("smddp", True, True, False, "torchrun", "gloo", True),
+    ],
+)
+def test_strategy_selection_falls_back_where_the_sagemaker_libraries_cannot_run(
+    requested, smp, smddp, cuda, strategy, backend, warns
+):
+    chosen, chosen_backend, warning = distributed.select_strategy(requested, smp, smddp, cuda)
+    assert (chosen, chosen_backend, warning is not None) == (strategy, backend, warns)
+
+
+@pytest.mark.parametrize(
+    ("num_samples", "dp_size", "micro", "accum"), [(96, 2, 4, 3), (100, 4, 2, 2), (7, 1, 7, 1)]
+)
+def test_every_sample_is_read_once_per_epoch_across_ranks(num_samples, dp_size, micro, accum):
+    orders = [
+        data.SampleOrder(
+            num_samples, seed=3, dp_rank=rank, dp_size=dp_size, micro_batch_size=micro, grad_accum=accum
+        )
+        for rank in range(dp_size)
+    ]
+    steps = orders[0].steps_per_epoch
+    for epoch in range(2):
+        read = np.concatenate(
+            [
+                np.concatenate(order.micro_batches(epoch * steps + step))
+                for order in orders
+                for step in range(steps)
+            ]
+        )
+        global_batch = micro * accum * dp_size
+        assert len(read) == len(set(read.tolist())) == num_samples // global_batch * global_batch
+    first_epoch = [orders[0].micro_batches(step)[0].tolist() for step in range(steps)]
+    second_epoch = [orders[0].micro_batches(steps + step)[0].tolist() for step in range(steps)]
+    assert first_epoch != second_epoch or steps * micro == 7  # reshuffled (a 1-batch epoch cannot differ)
+
+
+def test_the_order_at_a_step_does_not_depend_on_what_was_read_before():
+    """A resumed process reads at step N what the uninterrupted one read."""
+    uninterrupted = data.SampleOrder(500, seed=1, dp_rank=1, dp_size=2, micro_batch_size=4, grad_accum=2)
+    history = [uninterrupted.micro_batches(step) for step in range(200)]
+    resumed = data.SampleOrder(500, seed=1, dp_rank=1, dp_size=2, micro_batch_size=4, grad_accum=2)
+    for step in (199, 64, 65, 150):
+        assert [b.tolist() for b in resumed.micro_batches(step)] == [b.tolist() for b in history[step]]
+
+
+def test_token_ids_beyond_the_vocabulary_are_reported(tmp_path):
+    np.array([5, 600, 7, 8, 9], dtype="<u2").tofile(tmp_path / "a.bin")
+    dataset = data.TokenDataset(str(tmp_path), seq_len=4, vocab_size=512, channel="train")
+    with pytest.raises(data.UserError, match="token id 600, not below the model's vocabulary size 512"):
+        dataset.batch(np.array([0]))
+
+
+def test_samples_do_not_cross_shards(tmp_path):
+    np.arange(0, 10, dtype="<u2").tofile(tmp_path / "a.bin")
+    np.arange(100, 107, dtype="<u2").tofile(tmp_path / "b.bin")
+    dataset = data.TokenDataset(str(tmp_path), seq_len=3, vocab_size=512, channel="train")
+    assert len(dataset) == 3 + 2
+    assert dataset.batch(np.arange(5)).tolist() == [
+        [0, 1, 2, 3],
+        [3, 4, 5, 6],
+        [6, 7, 8, 9],
+        [100, 101, 102, 103],
+        [103, 104, 105, 106],
+    ]
+
+
+def test_metric_definitions_parse_the_lines_rank_0_prints():
+    log = "\n".join(
+        [
+            "2026-01-01 INFO " + format_train_line(10, 100, 2.5, 3e-4, 12345.6, 0.4123),
+            "2026-01-01 INFO " + format_val_line(10, 2.25),
+            "2026-01-01 INFO " + format_train_line(20, 100, 0.000123, 3e-4, 9.5, None),
+        ]
+    )
+    assert parse_metrics(log) == {
+        "train:loss": [2.5, 0.0001],
+        "validation:loss": [2.25],
+        "train:tokens_per_second": [12345.6, 9.5],
+        "train:mfu_percent": [41.23],
+    }
+    # SageMaker compiles each regex on its own; each must hold exactly one capture group.
+    assert all(re.compile(d["Regex"]).groups == 1 for d in METRIC_DEFINITIONS)
+
+
+def test_metrics_module_imports_nothing_but_the_standard_library():
+    code = (
+        "import sys; import training_scripts.metrics; "
+        "print(sorted(m for m in ('torch', 'numpy', 'transformers', 'metrics', 'data') if m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=SCRIPTS.parent, check=True
+    )
+    assert result.stdout.strip() == "[]"
+
+
+def test_prepare_data_writes_train_and_val_shards_train_py_reads(tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("hello world " * 100)
+    (corpus / "b.txt").write_text("héllo " * 50)
+    subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPTS / "prepare_data.py"),
+            "--input",
+            str(corpus),
+            "--output",
+            str(tmp_path / "out"),
+            "--val-fraction",
+            "0.1",
+            "--shard-tokens",
+            "500",
+        ],
+        check=True,
+    )
+    train_tokens = np.concatenate(
+        [np.fromfile(f, dtype="<u2") for f in sorted((tmp_path / "out/train").glob("*.bin"))]
+    )
+    val_tokens = np.concatenate(
+        [np.fromfile(f, dtype="<u2") for f in sorted((tmp_path / "out/val").glob("*.bin"))]
+    )
+    a, b = len(b"hello world " * 100) + 1, len("héllo ".encode() * 50) + 1
+    assert len(train_tokens) + len(val_tokens) == a + b
+    assert len(val_tokens) == int(a * 0.1) + int(b * 0.1)
+    assert bytes(train_tokens[:11].astype(np.uint8)) == b"hello world"
+    assert (train_tokens == 256).sum() == 0 and (val_tokens == 256).sum() == 2  # end of each document
+    assert len(list((tmp_path / "out/train").glob("*.bin"))) == -(-len(train_tokens) // 500)
+    assert len(data.TokenDataset(str(tmp_path / "out/val"), seq_len=8, vocab_size=512, channel="val")) > 0
