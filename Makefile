@@ -35,7 +35,7 @@ $(CDK): package.json package-lock.json
 
 synth: $(SYNTH_DEPS) $(CDK)
 	@trainstack check-config $(CONFIG)
-	cdk synth --all --quiet --no-notices -c config=$(CONFIG)
+	cdk synth --quiet --no-notices -c config=$(CONFIG)
 
 test: $(DEV_DEPS) $(CDK)
 	pytest -n 2 --dist loadfile
