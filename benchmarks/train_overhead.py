@@ -38,7 +38,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--micro-batch-size", type=int, default=8)
     parser.add_argument("--steps", type=int, default=60, help="timed steps per throughput run")
     parser.add_argument("--repeats", type=int, default=2, help="alternating runs of each side")
-    parser.add_argument("--checkpoint-preset", default="125m", help="a model whose save takes measurable time")
+    parser.add_argument("--checkpoint-preset", default="tiny")
+    parser.add_argument(
+        "--checkpoint-vocab-size",
+        type=int,
+        default=65536,
+        help="a vocabulary large enough that a save takes measurable time",
+    )
     parser.add_argument("--nproc", type=int, default=None, help="processes (default: GPUs, or 2 on CPU)")
     parser.add_argument("--worker", choices=["minimal", "checkpoint"], help=argparse.SUPPRESS)
     parser.add_argument("--data-dir", help=argparse.SUPPRESS)
@@ -56,9 +62,8 @@ def minimal_ddp_loop(args: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
-    from torch.nn.parallel import DistributedDataParallel
-
     from model import build_model
+    from torch.nn.parallel import DistributedDataParallel
 
     cuda = torch.cuda.is_available()
     dist.init_process_group("nccl" if cuda else "gloo")
@@ -94,17 +99,17 @@ def checkpoint_stall(args: argparse.Namespace) -> None:
     """Wall time of a few training steps: without a save, with a sync save, with an async save."""
     import torch
     import torch.nn.functional as F
-
     from checkpoint import CheckpointManager, TrainState
     from distributed import setup, teardown, wrap_model
     from model import build_model
 
     runtime = setup("torchrun", {})
     torch.manual_seed(0)
-    model = wrap_model(build_model(args.checkpoint_preset, None, None), runtime, "ddp", {}, False, False)
+    model = build_model(args.checkpoint_preset, None, args.checkpoint_vocab_size)
+    model = wrap_model(model, runtime, "ddp", {}, False, False)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     state = TrainState(model, optimizer)
-    batch = torch.randint(0, 32000, (1, 65), device=runtime.device)
+    batch = torch.randint(0, args.checkpoint_vocab_size, (1, 65), device=runtime.device)
 
     def step() -> None:
         loss = F.cross_entropy(model(input_ids=batch[:, :-1]).logits.flatten(0, 1), batch[:, 1:].flatten())
@@ -117,7 +122,9 @@ def checkpoint_stall(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as directory:
         for repeat in range(args.repeats + 1):
             for mode in timings:
-                manager = CheckpointManager(f"{directory}/{mode}", runtime, keep_last=1, async_save=mode == "async")
+                manager = CheckpointManager(
+                    f"{directory}/{mode}", runtime, keep_last=1, async_save=mode == "async"
+                )
                 torch.distributed.barrier()
                 start = time.perf_counter()
                 for index in range(4):
@@ -133,7 +140,11 @@ def checkpoint_stall(args: argparse.Namespace) -> None:
                     timings[mode].append(time.perf_counter() - start)
     if runtime.is_main:
         none, sync, unblocked = (statistics.median(timings[mode]) for mode in ("none", "sync", "async"))
-        print(f"steps_s={none:.3f} sync_stall_s={sync - none:.3f} async_stall_s={unblocked - none:.3f}")
+        megabytes = sum(p.numel() for p in model.parameters()) * 4 * 3 / 2**20  # weights + 2 Adam moments
+        print(
+            f"state_mb={megabytes:.1f} steps_s={none:.3f} "
+            f"sync_stall_s={sync - none:.3f} async_stall_s={unblocked - none:.3f}"
+        )
     teardown()
 
 
@@ -142,8 +153,17 @@ def checkpoint_stall(args: argparse.Namespace) -> None:
 
 def torchrun(nproc: int, *command: str) -> str:
     result = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *command],
-        capture_output=True, text=True, check=False,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={nproc}",
+            *command,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if result.returncode:
         sys.exit(f"benchmark run failed:\n{result.stdout}\n{result.stderr}")
@@ -152,11 +172,28 @@ def torchrun(nproc: int, *command: str) -> str:
 
 def train_py_tokens_per_sec(args: argparse.Namespace, nproc: int, data_dir: Path, out: Path) -> float:
     output = torchrun(
-        nproc, str(SCRIPTS / "train.py"), "--model-preset", args.preset, "--parallelism", "ddp",
-        "--seq-len", str(args.seq_len), "--micro-batch-size", str(args.micro_batch_size),
-        "--max-steps", str(WARMUP_STEPS + args.steps), "--log-interval", str(WARMUP_STEPS),
-        "--checkpoint-interval", "1000000", "--train-dir", str(data_dir),
-        "--model-dir", str(out / "model"), "--checkpoint-dir", str(out / "checkpoints"),
+        nproc,
+        str(SCRIPTS / "train.py"),
+        "--model-preset",
+        args.preset,
+        "--parallelism",
+        "ddp",
+        "--seq-len",
+        str(args.seq_len),
+        "--micro-batch-size",
+        str(args.micro_batch_size),
+        "--max-steps",
+        str(WARMUP_STEPS + args.steps),
+        "--log-interval",
+        str(WARMUP_STEPS),
+        "--checkpoint-interval",
+        "1000000",
+        "--train-dir",
+        str(data_dir),
+        "--model-dir",
+        str(out / "model"),
+        "--checkpoint-dir",
+        str(out / "checkpoints"),
     )
     intervals = [float(value) for value in re.findall(r"tokens_per_sec=([0-9.]+)", output)]
     steady = intervals[1:]  # the first interval holds the warm-up steps
@@ -174,9 +211,15 @@ def main() -> None:
     import torch
 
     nproc = args.nproc or torch.cuda.device_count() or 2
-    worker_flags = [f"--preset={args.preset}", f"--seq-len={args.seq_len}", f"--steps={args.steps}",
-                    f"--micro-batch-size={args.micro_batch_size}", f"--repeats={args.repeats}",
-                    f"--checkpoint-preset={args.checkpoint_preset}"]
+    worker_flags = [
+        f"--preset={args.preset}",
+        f"--seq-len={args.seq_len}",
+        f"--steps={args.steps}",
+        f"--micro-batch-size={args.micro_batch_size}",
+        f"--repeats={args.repeats}",
+        f"--checkpoint-preset={args.checkpoint_preset}",
+        f"--checkpoint-vocab-size={args.checkpoint_vocab_size}",
+    ]
     with tempfile.TemporaryDirectory() as directory:
         work = Path(directory)
         (work / "data").mkdir()
@@ -184,22 +227,33 @@ def main() -> None:
         rng.integers(0, 500, 2_000_000).astype("<u2").tofile(work / "data" / "shard.bin")
         rates: dict[str, list[float]] = {"train.py": [], "minimal DDP loop": []}
         for repeat in range(args.repeats):
-            rates["train.py"].append(train_py_tokens_per_sec(args, nproc, work / "data", work / f"run{repeat}"))
+            rates["train.py"].append(
+                train_py_tokens_per_sec(args, nproc, work / "data", work / f"run{repeat}")
+            )
             output = torchrun(nproc, __file__, "--worker", "minimal", *worker_flags)
             rates["minimal DDP loop"].append(float(re.search(r"tokens_per_sec=([0-9.]+)", output).group(1)))
-        stall = dict(re.findall(r"(\w+_s)=([-0-9.]+)", torchrun(nproc, __file__, "--worker", "checkpoint",
-                                                                 *worker_flags)))
+        stall = dict(
+            re.findall(
+                r"(\w+)=([-0-9.]+)", torchrun(nproc, __file__, "--worker", "checkpoint", *worker_flags)
+            )
+        )
 
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
-    print(f"{nproc} processes on {device}; preset {args.preset}, {args.micro_batch_size} x {args.seq_len} tokens "
-          f"per rank per step, {args.steps} timed steps, {args.repeats} alternating runs each")
+    print(
+        f"{nproc} processes on {device}; preset {args.preset}, "
+        f"{args.micro_batch_size} x {args.seq_len} tokens per rank per step, "
+        f"{args.steps} timed steps, {args.repeats} alternating runs each"
+    )
     for name, values in rates.items():
         print(f"  {name:18s} tokens/s: " + ", ".join(f"{value:,.0f}" for value in values))
     ratio = statistics.median(rates["train.py"]) / statistics.median(rates["minimal DDP loop"])
     print(f"throughput ratio train.py / minimal DDP loop: {ratio:.3f} (goal >= 0.95)")
     sync, unblocked = float(stall["sync_stall_s"]), float(stall["async_stall_s"])
-    print(f"checkpoint stall ({args.checkpoint_preset}, 4 steps of {float(stall['steps_s']):.2f} s): "
-          f"sync {sync:.3f} s, async {unblocked:.3f} s, ratio async / sync {unblocked / sync:.3f}")
+    print(
+        f"checkpoint stall ({args.checkpoint_preset}, vocabulary {args.checkpoint_vocab_size}, "
+        f"{float(stall['state_mb']):.0f} MB of state per rank; 4 steps of {float(stall['steps_s']):.2f} s): "
+        f"sync {sync:.3f} s, async {unblocked:.3f} s, ratio async / sync {unblocked / sync:.3f}"
+    )
 
 
 if __name__ == "__main__":
