@@ -62,16 +62,29 @@ def _positive(text: str) -> int:
     return value
 
 
-def _json_object(text: str) -> dict:
+def _mp_parameters(text: str) -> dict:
+    """SMP config as JSON, or as the toolkit passes a dict hyperparameter: `key=value,key=value`."""
     try:
         value = json.loads(text)
     except json.JSONDecodeError:
-        value = None
+        pairs = [item.partition("=") for item in text.split(",")]
+        value = (
+            {key.strip(): _json_or_text(raw) for key, equals, raw in pairs}
+            if all(key.strip() and equals for key, equals, _ in pairs)
+            else None
+        )
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(
-            f"expected a JSON object such as '{{\"tensor_parallel_degree\": 2}}', got {text!r}"
+            f"expected a JSON object or key=value pairs such as tensor_parallel_degree=2, got {text!r}"
         )
     return value
+
+
+def _json_or_text(text: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -87,9 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add(
         "--mp-parameters",
-        type=_json_object,
-        default=_json_object(env("SM_HP_MP_PARAMETERS") or "{}"),
-        help="SMP v2 config (JSON); defaults to SM_HP_MP_PARAMETERS",
+        type=_mp_parameters,
+        help="SMP v2 config (JSON or key=value,...); defaults to SM_HP_MP_PARAMETERS",
     )
     add("--model-preset", choices=list(PRESETS), default="125m")
     add("--init-from", help="directory with config.json (and weights) to start from instead of a preset")
@@ -134,6 +146,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             log.warning("Ignoring SageMaker setting %s.", flag)
         else:
             raise UserError(f"Unknown flag {flag}; run train.py --help for the accepted flags.")
+    if args.mp_parameters is None:
+        try:
+            args.mp_parameters = _mp_parameters(os.environ.get("SM_HP_MP_PARAMETERS") or "{}")
+        except argparse.ArgumentTypeError as error:
+            raise UserError(f"SM_HP_MP_PARAMETERS: {error}.") from None
     if args.init_from and not (Path(args.init_from) / "config.json").is_file():
         raise UserError(f"--init-from {args.init_from} holds no config.json.")
     if args.train_dir is None:

@@ -45,7 +45,8 @@ def run_main(capsys, *flags: str) -> tuple[int, str]:
             ["--async_checkpoint", "maybe"],
             "Argument --async-checkpoint: expected true or false, got 'maybe'.",
         ),
-        (["--mp_parameters", "tensor_parallel_degree=2"], "Argument --mp-parameters: expected a JSON object"),
+        (["--mp_parameters", "[2]"], "Argument --mp-parameters: expected a JSON object or key=value pairs"),
+        (["--mp_parameters", "tensor_parallel_degree"], "Argument --mp-parameters: expected a JSON object"),
         (
             ["--learning_rat", "1e-3"],
             "Unknown flag --learning-rat; run train.py --help for the accepted flags.",
@@ -103,6 +104,9 @@ def test_toolkit_style_flags_and_sagemaker_environment_are_read(channels, monkey
     assert (args.train_dir, args.model_dir) == (str(channels / "train"), str(channels / "model"))
     assert args.mp_parameters == {"tensor_parallel_degree": 2}
     assert args.checkpoint_dir == "/opt/ml/checkpoints"
+    # A dict hyperparameter reaches the script flattened by the toolkit (sagemaker_training.mapping).
+    args = train.parse_args(["--mp_parameters", "hybrid_shard_degree=8,tensor_parallel_degree=1"])
+    assert args.mp_parameters == {"hybrid_shard_degree": 8, "tensor_parallel_degree": 1}
 
 
 @pytest.mark.parametrize(
