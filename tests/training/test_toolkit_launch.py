@@ -1,0 +1,111 @@
+"""train.py launched as SageMaker launches it: the real training toolkit against an /opt/ml tree.
+
+The toolkit (sagemaker-training + sagemaker-pytorch-training, as in the image) reads the
+hyperparameters the pipeline's job-request builder produces for a torchrun profile, starts
+torchrun, which starts train.py; the job must end in a model and the toolkit's success file.
+What differs from a real job, and why: SAGEMAKER_BASE_DIR points the toolkit at a temporary
+tree instead of /opt/ml; SM_STUDIO_LOCAL_MODE=true stops it waiting for the host algo-1 to
+resolve; with no GPU it would start one process, so sagemaker_mpi_num_of_processes_per_host
+asks for two. The MPI and SMDDP launchers need sshd, mpirun and smddprun: not runnable here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.training.harness import SCRIPTS, write_learnable_shards
+from training_scripts.metrics import parse_metrics
+from trainstack.job_request import PipelineResources, base_request
+from trainstack.profiles import Profile
+
+TOOLKIT_CLI = Path(sys.executable).parent / "train"  # the image's ENTRYPOINT runs this
+
+
+def torchrun_profile() -> Profile:
+    return Profile(
+        name="cpu-torchrun",
+        strategy="torchrun",
+        instance_preferences=[{"instance_type": "ml.g5.12xlarge", "instance_count": 1}],
+        hyperparameters={
+            "model_preset": "tiny",
+            "seq_len": "32",
+            "micro_batch_size": "2",
+            "max_steps": "12",
+            "learning_rate": "3e-3",
+            "lr_reference_batch_size": "4",
+            "warmup_steps": "2",
+            "log_interval": "4",
+            "val_interval": "12",
+            "val_batches": "2",
+            "checkpoint_interval": "6",
+        },
+    )
+
+
+def job_hyperparameters(profile: Profile) -> dict[str, str]:
+    resources = PipelineResources(
+        role_arn="arn:aws:iam::123456789012:role/training",
+        image_uri="image",
+        job_name_prefix="test",
+        checkpoint_bucket="checkpoints",
+        artifact_bucket="artifacts",
+        dataset_bucket="datasets",
+        dataset_prefix="data/",
+        subnet_ids=("subnet-1",),
+        security_group_ids=("sg-1",),
+    )
+    return base_request(profile, resources)["HyperParameters"]
+
+
+def opt_ml_tree(base: Path, hyperparameters: dict[str, str]) -> None:
+    """What SageMaker lays out before it starts the container (the checkpoint dir comes from the flag)."""
+    config = base / "input" / "config"
+    config.mkdir(parents=True)
+    (config / "hyperparameters.json").write_text(json.dumps(hyperparameters))
+    (config / "resourceconfig.json").write_text(
+        json.dumps({"current_host": "algo-1", "hosts": ["algo-1"], "network_interface_name": "eth0"})
+    )
+    channel = {
+        "TrainingInputMode": "File",
+        "S3DistributionType": "FullyReplicated",
+        "RecordWrapperType": "None",
+    }
+    (config / "inputdataconfig.json").write_text(json.dumps({"train": channel, "val": channel}))
+    write_learnable_shards(base / "input" / "data" / "train", 8_000, seed=1)
+    write_learnable_shards(base / "input" / "data" / "val", 2_000, seed=2)
+    shutil.copytree(
+        SCRIPTS, base / "code", ignore=shutil.ignore_patterns("__pycache__")
+    )  # COPY in the Dockerfile
+    (base / "output").mkdir()
+    (base / "model").mkdir()
+
+
+def test_the_toolkit_starts_torchrun_and_train_py_writes_the_model(tmp_path):
+    hyperparameters = job_hyperparameters(torchrun_profile())
+    assert json.loads(hyperparameters["sagemaker_torch_distributed_enabled"]) is True
+    hyperparameters["sagemaker_mpi_num_of_processes_per_host"] = "2"  # CPU: see module docstring
+    hyperparameters["checkpoint_dir"] = str(tmp_path / "checkpoints")  # /opt/ml/checkpoints on SageMaker
+    base = tmp_path / "ml"
+    opt_ml_tree(base, hyperparameters)
+    environment = {
+        **os.environ,
+        "SAGEMAKER_BASE_DIR": str(base),
+        "SM_STUDIO_LOCAL_MODE": "true",
+        "SAGEMAKER_TRAINING_MODULE": "sagemaker_pytorch_container.training:main",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
+    result = subprocess.run([str(TOOLKIT_CLI)], env=environment, capture_output=True, text=True, timeout=300)
+    output = result.stdout + result.stderr
+
+    assert result.returncode == 0, output
+    assert (base / "output" / "success").exists(), output
+    assert "torchrun" in output and "--nproc_per_node 2" in output, output
+    assert "Training tiny on 2 ranks (torchrun, fsdp)" in output
+    assert len(parse_metrics(output)["train:loss"]) == 3
+    assert {p.name for p in (base / "model").iterdir()} >= {"model.safetensors", "config.json"}
+    assert (tmp_path / "checkpoints" / "step_000000006" / "COMPLETE").exists()
