@@ -46,7 +46,11 @@ def cleanup_definition() -> dict[str, Any]:
                     "MaxResults": 100,
                     "SearchExpression": {
                         "Filters": [
-                            {"Name": f"Tags.{EXECUTION_TAG}", "Operator": "Equals", "Value.$": "$.detail.executionArn"},
+                            {
+                                "Name": f"Tags.{EXECUTION_TAG}",
+                                "Operator": "Equals",
+                                "Value.$": "$.detail.executionArn",
+                            },
                             {"Name": "TrainingJobStatus", "Operator": "Equals", "Value": "InProgress"},
                         ]
                     },
@@ -72,8 +76,13 @@ def cleanup_definition() -> dict[str, Any]:
                             "ResultPath": None,
                             "Retry": [THROTTLE_RETRY],
                             # The job ended between the search and the stop: nothing left to do.
-                            "Catch": [{"ErrorEquals": ["SageMaker.ValidationException"], "ResultPath": None,
-                                       "Next": "AlreadyEnded"}],
+                            "Catch": [
+                                {
+                                    "ErrorEquals": ["SageMaker.ValidationException"],
+                                    "ResultPath": None,
+                                    "Next": "AlreadyEnded",
+                                }
+                            ],
                             "End": True,
                         },
                         "AlreadyEnded": {"Type": "Succeed"},
@@ -108,7 +117,8 @@ class JobCleanup(Construct):
         role.add_to_policy(
             iam.PolicyStatement(
                 sid="StopOwnTrainingJobs",
-                actions=["sagemaker:StopTrainingJob"], resources=[training_job_arn(self, f"{project}-*")]
+                actions=["sagemaker:StopTrainingJob"],
+                resources=[training_job_arn(self, f"{project}-*")],
             )
         )
         self.state_machine = sfn.StateMachine(
@@ -129,7 +139,10 @@ class JobCleanup(Construct):
             event_pattern=events.EventPattern(
                 source=["aws.states"],
                 detail_type=[EXECUTION_STATUS_CHANGE],
-                detail={"stateMachineArn": [pipeline.state_machine_arn], "status": list(ENDED_UNSUCCESSFULLY)},
+                detail={
+                    "stateMachineArn": [pipeline.state_machine_arn],
+                    "status": list(ENDED_UNSUCCESSFULLY),
+                },
             ),
         )
         self.rule.add_target(targets.SfnStateMachine(self.state_machine))
@@ -141,5 +154,7 @@ class JobCleanup(Construct):
         )
         acknowledge_wildcard_statements(
             role,
-            {"StopOwnTrainingJobs": "The jobs to stop are found at run time; the project prefix is the narrowest fixed scope."},
+            {
+                "StopOwnTrainingJobs": "The jobs to stop are found at run time; the project prefix is the narrowest fixed scope."
+            },
         )

@@ -279,4 +279,3 @@ class PipelineStack(cdk.Stack):
                     retry_policy=scheduler.CfnSchedule.RetryPolicyProperty(maximum_retry_attempts=3),
                 ),
             )
-

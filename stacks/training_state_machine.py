@@ -56,10 +56,7 @@ class TrainingStateMachine(Construct):
         self.definition = build_definition(profiles, project=project, resources=placeholders)
         self.substitutions: Mapping[str, str] = {
             "Partition": cdk.Aws.PARTITION,
-            **{
-                name: resource_value(resources, path)
-                for name, path in substitution_names(resources).items()
-            },
+            **{name: resource_value(resources, path) for name, path in substitution_names(resources).items()},
         }
         self.log_group = logs.LogGroup(
             self,
@@ -97,11 +94,15 @@ class TrainingStateMachine(Construct):
             definition_substitutions=dict(self.substitutions),
             role=self.role,
             tracing_enabled=True,
-            logs=sfn.LogOptions(destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=True),
+            logs=sfn.LogOptions(
+                destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=True
+            ),
         )
         acknowledge_wildcard_statements(
             self.role,
-            {"OwnTrainingJobs": "Jobs are named per run and attempt at run time; the project prefix is the narrowest fixed scope."},
+            {
+                "OwnTrainingJobs": "Jobs are named per run and attempt at run time; the project prefix is the narrowest fixed scope."
+            },
         )
         acknowledge(
             self.role,

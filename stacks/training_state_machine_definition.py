@@ -133,14 +133,18 @@ def resource_value(resources: PipelineResources, path: str) -> str:
 
 def with_placeholders(resources: PipelineResources) -> PipelineResources:
     """The same resources with every deploy-time value replaced by its `${Name}` placeholder."""
-    names = substitution_names(resources)
+    return with_values(resources, {name: placeholder(name) for name in substitution_names(resources)})
+
+
+def with_values(resources: PipelineResources, values: dict[str, str]) -> PipelineResources:
+    """The same resources with the deploy-time value of each substitution name replaced by values[name]."""
     by_field: dict[str, Any] = {}
-    for name, path in names.items():
+    for name, path in substitution_names(resources).items():
         field, _, index = path.partition(".")
         if index:
-            by_field.setdefault(field, []).append(placeholder(name))
+            by_field.setdefault(field, []).append(values[name])
         else:
-            by_field[field] = placeholder(name)
+            by_field[field] = values[name]
     return replace(
         resources,
         **{key: tuple(value) if isinstance(value, list) else value for key, value in by_field.items()},
@@ -300,6 +304,7 @@ def _profile_state(profile: Profile, resources: PipelineResources, project: str)
         uncounted["InstancePreferences"] = instance_preferences(profile, counted=False)
     spot_type = request["ResourceConfig"].get("InstanceType")
     valid_counts = _valid_instance_counts(profile)
+    restricted = valid_counts != list(range(1, MAX_INSTANCE_COUNT + 1))
     backoffs = profile.retry.backoff_schedule()
     max_runtime_hours = _plain_number(
         profile.max_wait_hours if profile.managed_spot else MAX_RUNTIME_HOURS_LIMIT
@@ -325,7 +330,9 @@ def _profile_state(profile: Profile, resources: PipelineResources, project: str)
                 "deadlineSeconds": round(profile.retry.deadline_hours * 3600),
                 "extraTimeSeconds": extra_time_seconds(profile),
                 "maxRuntimeHoursLimit": max_runtime_hours,
-                "validInstanceCounts": valid_counts,
+                # Listed only when the profile rules some counts out (512 numbers cost parse time).
+                "instanceCountRestricted": restricted,
+                "validInstanceCounts": valid_counts if restricted else [],
                 "validInstanceCountsText": _describe_counts(valid_counts),
                 "uncountedResourceConfig": uncounted,
                 "selectedDefaults": {
@@ -563,7 +570,11 @@ def _input_states(profiles: Sequence[Profile], project: str, partition: str) -> 
                 "Next": "RejectInstanceCount",
             },
             {
-                "And": [count_given, {"Variable": "$.inspection.instanceCountFits", "BooleanEquals": False}],
+                "And": [
+                    count_given,
+                    {"Variable": "$.profile.instanceCountRestricted", "BooleanEquals": True},
+                    {"Variable": "$.inspection.instanceCountFits", "BooleanEquals": False},
+                ],
                 "Next": "RejectInstanceCountForProfile",
             },
             {
@@ -596,7 +607,7 @@ def _input_states(profiles: Sequence[Profile], project: str, partition: str) -> 
                 "Next": "CheckProbeError",
             }
         ],
-        "Next": "PrepareRun",
+        "Next": "RunLocations",
     }
     check_probe = {
         "Type": "Choice",
@@ -608,7 +619,7 @@ def _input_states(profiles: Sequence[Profile], project: str, partition: str) -> 
                 "Next": "RejectRunNameCharacters",
             }
         ],
-        "Default": "PrepareRun",
+        "Default": "RunLocations",
     }
     read_input = {
         "Type": "Pass",
@@ -641,8 +652,9 @@ def _run_states(sample: PipelineResources, poll_plan: Sequence[PollTier]) -> dic
     output = output_path(sample, _RUN_PLACEHOLDER).replace(_RUN_PLACEHOLDER, "{}")
     checkpoint = checkpoint_uri(sample, _RUN_PLACEHOLDER).replace(_RUN_PLACEHOLDER, "{}")
     run_fields = {
-        "OutputDataConfig": {"S3OutputPath.$": _format(output, run)},
-        "CheckpointConfig": {"S3Uri.$": _format(checkpoint, run)},
+        # Merged into the profile's own objects (which hold e.g. CheckpointConfig.LocalPath).
+        "OutputDataConfig.$": "States.JsonMerge($.request.OutputDataConfig, $.runLocations.output, false)",
+        "CheckpointConfig.$": "States.JsonMerge($.request.CheckpointConfig, $.runLocations.checkpoint, false)",
         "Tags": [
             {"Key": EXECUTION_TAG, "Value.$": "$$.Execution.Id"},
             {"Key": RUN_TAG, "Value.$": run},
@@ -651,6 +663,16 @@ def _run_states(sample: PipelineResources, poll_plan: Sequence[PollTier]) -> dic
     }
     keep = {"input.$": "$.input", "profile.$": "$.profile"}
     states: dict[str, Any] = {
+        "RunLocations": {
+            "Type": "Pass",
+            "Comment": "Where the run writes: s3://<artifacts>/<runName>/ and s3://<checkpoints>/<runName>/.",
+            "Parameters": {
+                "output": {"S3OutputPath.$": _format(output, run)},
+                "checkpoint": {"S3Uri.$": _format(checkpoint, run)},
+            },
+            "ResultPath": "$.runLocations",
+            "Next": "PrepareRun",
+        },
         "PrepareRun": {
             "Type": "Pass",
             "Comment": "Run name, output and checkpoint URIs, tags, merged hyperparameters.",
@@ -1228,4 +1250,4 @@ def execution_timeout_seconds(profiles: Sequence[Profile]) -> int:
 
 
 def definition_json(definition: dict[str, Any]) -> str:
-    return json.dumps(definition, indent=1, sort_keys=False)
+    return json.dumps(definition, separators=(",", ":"))

@@ -13,6 +13,7 @@ and its interpreter names errors unlike AWS. This harness, for tests only:
 from __future__ import annotations
 
 import json
+import logging
 import re
 import threading
 import time
@@ -30,6 +31,7 @@ from moto.core.exceptions import ServiceException
 from moto.core.responses import ActionResult, EmptyResult
 from moto.sagemaker.responses import SageMakerResponse
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
+from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import state_task_service_aws_sdk
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
 
@@ -271,7 +273,10 @@ def pipeline_environment(fake: FakeSageMaker, monkeypatch) -> Iterator[Clock]:
     def search(self) -> ActionResult:
         return ActionResult(fake.search(body(self)))
 
+    # Choice rules probe absent fields with IsPresent; moto logs each probe as an ERROR.
+    monkeypatch.setattr(logging.getLogger("moto.stepfunctions.parser"), "level", logging.CRITICAL)
     monkeypatch.setattr(WaitFunction, "_wait_interval", wait_interval)
+    monkeypatch.setattr(AmazonStateLanguageParser, "parse", _parse_once(AmazonStateLanguageParser.parse))
     monkeypatch.setattr(retrier_decl, "time", _RecordingTime(clock))
     monkeypatch.setitem(state_task_service_aws_sdk._SERVICE_ERROR_NAMES, "sagemaker", "SageMaker")
     monkeypatch.setattr(
@@ -292,6 +297,22 @@ def pipeline_environment(fake: FakeSageMaker, monkeypatch) -> Iterator[Clock]:
     monkeypatch.setenv("MOTO_ACCOUNT_ID", ACCOUNT)
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
         yield clock
+
+
+_PROGRAMS: dict[str, Any] = {}
+
+
+def _parse_once(parse):
+    """moto parses the definition again for every execution (seconds for this one). The parsed program
+    keeps no execution state (that lives in each execution's Environment), so parse each text once."""
+    programs = _PROGRAMS
+
+    def parse_cached(definition: str):
+        if definition not in programs:
+            programs[definition] = parse(definition)
+        return programs[definition]
+
+    return staticmethod(parse_cached)
 
 
 class _RecordingTime:
@@ -316,6 +337,15 @@ class Outcome:
 
     def events(self, event_type: str) -> list[dict[str, Any]]:
         return [event for event in self.history if event["type"] == event_type]
+
+    def state_inputs(self, state_name: str) -> list[dict[str, Any]]:
+        """The input of every visit to a state, in order."""
+        return [
+            json.loads(event["stateEnteredEventDetails"]["input"])
+            for event in self.history
+            if event["type"].endswith("StateEntered")
+            and event["stateEnteredEventDetails"]["name"] == state_name
+        ]
 
 
 def create_state_machine(definition: str, name: str = "trainstack-pipeline") -> str:
@@ -356,6 +386,14 @@ def wait_for(execution_arn: str, timeout: float = 60) -> Outcome:
         history=history,
         execution_arn=execution_arn,
     )
+
+
+def wait_until(condition, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not met")
+        time.sleep(0.02)
 
 
 def run(state_machine_arn: str, execution_input: Any, name: str = "exec-1") -> Outcome:

@@ -1,0 +1,121 @@
+"""The synthesized pipeline definitions with their DefinitionSubstitutions filled with fake deploy-time values."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from stacks.training_state_machine_definition import substitution_names, with_values
+from tests.infra.templates import resources
+from tests.pipeline import harness
+from trainstack.config import Settings
+from trainstack.job_request import PipelineResources
+
+# Realistic values (botocore's model checks lengths and patterns of some of them).
+FAKE_VALUES = {
+    "Partition": "aws",
+    "SageMakerRoleArn": f"arn:aws:iam::{harness.ACCOUNT}:role/trainstack-sagemaker",
+    "TrainingImageUri": f"{harness.ACCOUNT}.dkr.ecr.{harness.REGION}.amazonaws.com/trainstack-training:v1",
+    "CheckpointBucket": "trainstack-checkpoints-test",
+    "ArtifactBucket": "trainstack-artifacts-test",
+    "DatasetBucket": "trainstack-datasets-test",
+    "TrainingSecurityGroup0": "sg-0123456789abcdef0",
+    "FileSystemId": "fs-0123456789abcdef0",
+    "FileSystemDirectoryPath": "/abcdefgh/datasets",
+}
+
+
+def fake_value(name: str) -> str:
+    if name.startswith("TrainingSubnet"):
+        return f"subnet-0123456789abcdef{name.removeprefix('TrainingSubnet')}"
+    return FAKE_VALUES[name]
+
+
+def state_machines(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """State machine properties by StateMachineName."""
+    return {
+        body["Properties"]["StateMachineName"]: body["Properties"]
+        for body in resources(template, "AWS::StepFunctions::StateMachine").values()
+    }
+
+
+def filled_definition(properties: dict[str, Any]) -> str:
+    """The DefinitionString as CloudFormation would deploy it, with fake values substituted."""
+    text = properties["DefinitionString"]
+    for name in properties.get("DefinitionSubstitutions", {}):
+        text = text.replace("${" + name + "}", fake_value(name))
+    assert "${" not in text, "a placeholder has no DefinitionSubstitutions entry"
+    return text
+
+
+@dataclass(frozen=True)
+class SynthesizedPipeline:
+    settings: Settings
+    template: dict[str, Any]
+    training_definition: str  # filled
+    cleanup_definition: str  # filled
+    resources: PipelineResources  # what the stack passed to the builder, with the fake values
+
+    @property
+    def raw_training_definition(self) -> dict[str, Any]:
+        return json.loads(self.training_definition)
+
+
+def synthesized_pipeline(settings: Settings, stacks, assembly) -> SynthesizedPipeline:
+    stack = stacks.pipeline
+    template = assembly.get_stack_by_name(stack.stack_name).template
+    machines = state_machines(template)
+    project = settings.project
+    return SynthesizedPipeline(
+        settings=settings,
+        template=template,
+        training_definition=filled_definition(machines[f"{project}-pipeline"]),
+        cleanup_definition=filled_definition(machines[f"{project}-job-cleanup"]),
+        resources=with_values(
+            stack.resources, {name: fake_value(name) for name in substitution_names(stack.resources)}
+        ),
+    )
+
+
+@pytest.fixture(scope="session")
+def pipeline(default_app) -> SynthesizedPipeline:
+    return synthesized_pipeline(*default_app)
+
+
+@dataclass
+class Interpreter:
+    """moto's Step Functions running the pipeline definitions against FakeSageMaker."""
+
+    fake: harness.FakeSageMaker
+    clock: harness.Clock
+    pipeline_arn: str
+    cleanup_arn: str
+
+    def run(self, execution_input: Any, name: str = "exec-1") -> harness.Outcome:
+        return harness.run(self.pipeline_arn, execution_input, name)
+
+
+@pytest.fixture
+def interpreter(pipeline, monkeypatch) -> Iterator[Callable[..., Interpreter]]:
+    """interpreter(job_scripts=..., create_errors=...) -> Interpreter inside one mock_aws session."""
+    contexts = []
+
+    def start(**fake_fields: Any) -> Interpreter:
+        fake = harness.FakeSageMaker(**fake_fields)
+        context = harness.pipeline_environment(fake, monkeypatch)
+        clock = context.__enter__()
+        contexts.append(context)
+        return Interpreter(
+            fake=fake,
+            clock=clock,
+            pipeline_arn=harness.create_state_machine(pipeline.training_definition, "trainstack-pipeline"),
+            cleanup_arn=harness.create_state_machine(pipeline.cleanup_definition, "trainstack-job-cleanup"),
+        )
+
+    yield start
+    for context in reversed(contexts):
+        context.__exit__(None, None, None)
