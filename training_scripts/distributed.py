@@ -132,7 +132,11 @@ def wrap_model(
     compile_layers: bool,
 ) -> torch.nn.Module:
     if activation_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        # transformers 5 renamed gradient_checkpointing_enable; 4.4x (the SMP image) has only the old name.
+        if hasattr(model, "activation_checkpointing_enable"):
+            model.activation_checkpointing_enable({"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if compile_layers:  # per block, in place: state-dict keys stay those of the plain model
         for layer in decoder_layers(model):
             layer.compile()

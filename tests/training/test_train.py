@@ -40,8 +40,11 @@ def test_loss_falls_and_the_model_loads_with_transformers(reference_run):
 
 
 def test_ddp_and_fsdp2_follow_the_same_loss_trajectory(dataset, tmp_path, reference_run):
-    # smddp is not installed here: the run falls back to gloo and says so.
-    ddp = train(dataset, tmp_path, "--strategy", "smddp", "--parallelism", "ddp")
+    # smddp is not installed here: the run falls back to gloo and says so. Recomputing activations
+    # in backward must not change the result either.
+    ddp = train(
+        dataset, tmp_path, "--strategy", "smddp", "--parallelism", "ddp", "--activation-checkpointing", "true"
+    )
     assert ddp.returncode == 0, ddp.output
     assert "SMDDP (smdistributed.dataparallel) needs the SageMaker image" in ddp.output
     fsdp_loss = parse_metrics(reference_run.output)["train:loss"]
