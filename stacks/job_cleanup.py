@@ -135,7 +135,7 @@ class JobCleanup(Construct):
         self.rule = events.Rule(
             self,
             "OnExecutionEnded",
-            description=f"Stop the training jobs of {project} pipeline executions that failed, timed out or were aborted",
+            description=f"Stop the jobs of {project} pipeline executions that failed, timed out, aborted",
             event_pattern=events.EventPattern(
                 source=["aws.states"],
                 detail_type=[EXECUTION_STATUS_CHANGE],
@@ -155,6 +155,7 @@ class JobCleanup(Construct):
         acknowledge_wildcard_statements(
             role,
             {
-                "StopOwnTrainingJobs": "The jobs to stop are found at run time; the project prefix is the narrowest fixed scope."
+                "StopOwnTrainingJobs": "The jobs to stop are found at run time; "
+                "the project prefix is the narrowest fixed scope."
             },
         )

@@ -45,7 +45,7 @@ class PipelineStack(cdk.Stack):
         super().__init__(
             scope,
             construct_id,
-            description="trainstack pipeline: Step Functions training state machine, SageMaker role, notifications",
+            description="trainstack pipeline: training state machine, SageMaker role, cleanup, notifications",
             **kwargs,
         )
         project = settings.project
@@ -91,7 +91,7 @@ class PipelineStack(cdk.Stack):
             self,
             CLEANUP_STATE_MACHINE_ARN_OUTPUT,
             value=self.cleanup.state_machine.state_machine_arn,
-            description="Stops the training jobs of pipeline executions that failed, timed out or were aborted",
+            description="Stops the training jobs of pipeline executions that failed, timed out, were aborted",
         )
         cdk.CfnOutput(
             self,
@@ -128,7 +128,7 @@ class PipelineStack(cdk.Stack):
                 resources=[dataset.arn_for_objects(f"{storage.dataset_prefix}*")],
             )
         )
-        # Checkpoints are synced both ways (resume and save); resumeFrom may point at checkpoints or artifacts.
+        # Checkpoints sync both ways (resume, save); resumeFrom may point at checkpoints or artifacts.
         run_buckets = (storage.checkpoint_bucket, storage.artifact_bucket)
         role.add_to_policy(
             iam.PolicyStatement(
@@ -185,7 +185,8 @@ class PipelineStack(cdk.Stack):
             role,
             "AwsSolutions-IAM5[Resource::*]",
             "ecr:GetAuthorizationToken, cloudwatch:PutMetricData (limited by the namespace condition) and "
-            "the EC2 Describe* calls SageMaker makes for VPC placement support no resource-level permissions.",
+            "the EC2 Describe* calls SageMaker makes for VPC placement support no resource-level "
+            "permissions.",
         )
         acknowledge_wildcard_statements(
             role,
@@ -193,9 +194,11 @@ class PipelineStack(cdk.Stack):
                 "ReadDataset": "Training reads every object under the configured dataset prefix.",
                 "ReadWriteRuns": f"Runs own s3://<bucket>/<runName>/ and run names start with {project}-; "
                 "the run names are chosen per execution.",
-                "TrainingLogs": "SageMaker writes job logs as streams of its fixed /aws/sagemaker/TrainingJobs group.",
-                "TrainingLogStreams": f"Log streams are named after the job, and job names start with {project}-.",
-                "ManageInterfacesInTrainingVpc": "SageMaker creates the job's network interfaces at run time; "
+                "TrainingLogs": "SageMaker writes job logs as streams of its fixed group "
+                f"{TRAINING_LOG_GROUP}.",
+                "TrainingLogStreams": f"Streams are named after the job; job names start with {project}-.",
+                "ManageInterfacesInTrainingVpc": "SageMaker creates the job's network interfaces at run "
+                "time; "
                 "the ec2:Vpc condition limits them to the training VPC.",
             },
         )

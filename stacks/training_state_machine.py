@@ -101,7 +101,8 @@ class TrainingStateMachine(Construct):
         acknowledge_wildcard_statements(
             self.role,
             {
-                "OwnTrainingJobs": "Jobs are named per run and attempt at run time; the project prefix is the narrowest fixed scope."
+                "OwnTrainingJobs": "Jobs are named per run and attempt at run time; "
+                "the project prefix is the narrowest fixed scope."
             },
         )
         acknowledge(

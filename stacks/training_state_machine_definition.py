@@ -43,12 +43,13 @@ HISTORY_EVENT_LIMIT = 25_000
 # History events one poll iteration adds: Describe task (5) + status Choice (2) + clock Pass (2) +
 # Wait (2). tests/pipeline measures it from a real execution.
 EVENTS_PER_POLL = 11
-# Events of one failed attempt besides its polls (Start/Name passes, Create task with up to
-# CREATE_THROTTLE_RETRIES retries of 3 events, final Describe, classification, backoff): measured too.
-EVENTS_PER_ATTEMPT = 37 + 3 * 6
-# Events outside attempts: input checks, profile and run preparation, result.
-EVENTS_FIXED = 60
 CREATE_THROTTLE_RETRIES = 6
+# Events of one failed attempt besides its polls (start and name passes, the create task, the final
+# describe, classification, backoff; 28 measured) plus 3 per throttling retry of the create task.
+EVENTS_PER_ATTEMPT = 30 + 3 * CREATE_THROTTLE_RETRIES
+# Events of a one-attempt execution besides its polls: input checks, run preparation, the attempt,
+# the result (65 measured).
+EVENTS_FIXED = 70
 # SageMaker API throttling is transient: retry with capped, jittered exponential backoff.
 THROTTLE_RETRY = {
     "ErrorEquals": ["SageMaker.ThrottlingException"],
@@ -369,7 +370,8 @@ def _input_states(profiles: Sequence[Profile], project: str, partition: str) -> 
             "hyperparameters must be a JSON object of string names to string values."
         ),
         "RejectReservedHyperparameters": _reject(
-            f"hyperparameters may not set {', '.join(RESERVED_HYPERPARAMETERS)}: the profile's strategy sets them."
+            f"hyperparameters may not set {', '.join(RESERVED_HYPERPARAMETERS)}: "
+            "the profile's strategy sets them."
         ),
         "RejectInstanceCount": _reject(
             f"instanceCount must be a whole number from 1 to {MAX_INSTANCE_COUNT}."
@@ -383,7 +385,8 @@ def _input_states(profiles: Sequence[Profile], project: str, partition: str) -> 
             )
         ),
         "RejectMaxRuntimeHours": _reject(
-            f"maxRuntimeHours must be a number greater than 0 and at most {MAX_RUNTIME_HOURS_LIMIT} (28 days)."
+            "maxRuntimeHours must be a number greater than 0 and at most "
+            f"{MAX_RUNTIME_HOURS_LIMIT} (28 days)."
         ),
         "RejectMaxRuntimeHoursForProfile": _reject(
             cause_format=(
@@ -514,10 +517,14 @@ def _input_states(profiles: Sequence[Profile], project: str, partition: str) -> 
         "Comment": "Facts the value checks need that Choice rules cannot compute.",
         "Parameters": {
             # Splitting on every allowed character leaves only the disallowed ones.
-            "runNameOtherCharacters.$": f"States.ArrayLength(States.StringSplit($.input.runName, '{RUN_NAME_CHARACTERS}'))",
+            "runNameOtherCharacters.$": (
+                f"States.ArrayLength(States.StringSplit($.input.runName, '{RUN_NAME_CHARACTERS}'))"
+            ),
             "hyperparametersJson.$": "States.JsonToString($.input.hyperparameters)",
             "instanceCountText.$": "States.Format('{}', $.input.instanceCount)",
-            "instanceCountFits.$": "States.ArrayContains($.profile.validInstanceCounts, $.input.instanceCount)",
+            "instanceCountFits.$": (
+                "States.ArrayContains($.profile.validInstanceCounts, $.input.instanceCount)"
+            ),
             # Defaults come first in JsonMerge's result: equal texts mean no field beyond FIELDS.
             "inputJson.$": "States.JsonToString($.input)",
             "knownFieldsJson.$": "States.JsonToString($.knownFields)",
@@ -611,7 +618,7 @@ def _input_states(profiles: Sequence[Profile], project: str, partition: str) -> 
     }
     check_probe = {
         "Type": "Choice",
-        "Comment": "Only a constraint violation rejects the input; 'resource not found' is the expected answer.",
+        "Comment": "Only a constraint violation rejects the input; 'not found' is the expected answer.",
         "Choices": [
             {
                 "Variable": "$.error.Cause",
@@ -654,7 +661,9 @@ def _run_states(sample: PipelineResources, poll_plan: Sequence[PollTier]) -> dic
     run_fields = {
         # Merged into the profile's own objects (which hold e.g. CheckpointConfig.LocalPath).
         "OutputDataConfig.$": "States.JsonMerge($.request.OutputDataConfig, $.runLocations.output, false)",
-        "CheckpointConfig.$": "States.JsonMerge($.request.CheckpointConfig, $.runLocations.checkpoint, false)",
+        "CheckpointConfig.$": (
+            "States.JsonMerge($.request.CheckpointConfig, $.runLocations.checkpoint, false)"
+        ),
         "Tags": [
             {"Key": EXECUTION_TAG, "Value.$": "$$.Execution.Id"},
             {"Key": RUN_TAG, "Value.$": run},
@@ -718,7 +727,9 @@ def _run_states(sample: PipelineResources, poll_plan: Sequence[PollTier]) -> dic
             "Type": "Pass",
             "Comment": "hours * 100, rounded: the decimal shift as text ('<hours>e2'), parsed back.",
             "Parameters": {
-                "hundredths.$": "States.MathAdd(States.StringToJson(States.Format('{}e2', $.input.maxRuntimeHours)), 0)"
+                "hundredths.$": (
+                    "States.MathAdd(States.StringToJson(States.Format('{}e2', $.input.maxRuntimeHours)), 0)"
+                )
             },
             "ResultPath": "$.maxRuntime",
             "Next": "MaxRuntimeInSeconds",
@@ -754,7 +765,9 @@ def _run_states(sample: PipelineResources, poll_plan: Sequence[PollTier]) -> dic
         "AppendResumeChannel": {
             "Type": "Pass",
             "Parameters": {
-                "channels.$": "States.Array(States.ArrayGetItem($.request.InputDataConfig, 0), $.resume.channel)"
+                "channels.$": (
+                    "States.Array(States.ArrayGetItem($.request.InputDataConfig, 0), $.resume.channel)"
+                )
             },
             "ResultPath": "$.resume",
             "Next": "ApplyResumeChannel",
@@ -767,7 +780,7 @@ def _run_states(sample: PipelineResources, poll_plan: Sequence[PollTier]) -> dic
         },
         "PlanPolling": {
             "Type": "Pass",
-            "Comment": "Time limit = MaxRuntimeInSeconds + retry deadline + start-up allowance (+ spot wait).",
+            "Comment": "Time limit = MaxRuntimeInSeconds + retry deadline + start-up allowance (+ spot wait)",
             "Parameters": {
                 **keep,
                 "request.$": "$.request",
@@ -779,7 +792,10 @@ def _run_states(sample: PipelineResources, poll_plan: Sequence[PollTier]) -> dic
                     "waitSeconds": 0,
                 },
                 "limits": {
-                    "timeLimitSeconds.$": "States.MathAdd($.request.StoppingCondition.MaxRuntimeInSeconds, $.profile.extraTimeSeconds)"
+                    "timeLimitSeconds.$": (
+                        "States.MathAdd($.request.StoppingCondition.MaxRuntimeInSeconds, "
+                        "$.profile.extraTimeSeconds)"
+                    )
                 },
             },
             "Next": "ChoosePollInterval",
@@ -1039,7 +1055,7 @@ def _attempt_states(
         },
         "StopOverdueJob": {
             "Type": "Task",
-            "Comment": "The job outlived MaxRuntimeInSeconds plus every allowance: stop it rather than poll forever.",
+            "Comment": "The job outlived MaxRuntimeInSeconds and every allowance: stop it.",
             "Resource": sagemaker_resource(partition, "stopTrainingJob"),
             "Parameters": {"TrainingJobName.$": "$.progress.jobName"},
             "ResultPath": None,
@@ -1179,7 +1195,8 @@ def _attempt_states(
             "Type": "Pass",
             "Parameters": {
                 "cause.$": _format(
-                    "No capacity within the retry deadline of {} seconds (profile {}) after {} attempts; last job {}: {}",
+                    "No capacity within the retry deadline of {} seconds (profile {}) after {} attempts; "
+                    "last job {}: {}",
                     "$.profile.deadlineSeconds",
                     "$.profile.name",
                     "$.progress.attempt",

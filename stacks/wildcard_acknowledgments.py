@@ -1,4 +1,4 @@
-"""Acknowledge cdk-nag's IAM5 (wildcard) findings of a role's policy statement by statement, with a reason each.
+"""Acknowledge cdk-nag's IAM5 (wildcard) findings of a role statement by statement, with a reason each.
 
 cdk-nag names each finding after the resource exactly as the deployed template shows it, e.g.
 `AwsSolutions-IAM5[Resource::{"Fn::GetStackOutput":{...}}/run-*]` for a bucket of another stack; those

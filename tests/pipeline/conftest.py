@@ -1,4 +1,4 @@
-"""The synthesized pipeline definitions with their DefinitionSubstitutions filled with fake deploy-time values."""
+"""The synthesized pipeline definitions, their DefinitionSubstitutions filled with fake deploy-time values."""
 
 from __future__ import annotations
 

@@ -31,9 +31,9 @@ from moto.core.exceptions import ServiceException
 from moto.core.responses import ActionResult, EmptyResult
 from moto.sagemaker.responses import SageMakerResponse
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
-from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import state_task_service_aws_sdk
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
+from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
@@ -97,8 +97,16 @@ class FakeSageMaker:
     create_errors: list[tuple[str, str]] = field(default_factory=list)
     jobs: dict[str, FakeJob] = field(default_factory=dict)
     create_calls: int = 0
+    # Jobs created before job_scripts was last set: scripts apply from the next job on.
+    script_offset: int = 0
     stop_requests: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def script(self, job_scripts: list[list[Phase]]) -> None:
+        """Script the jobs created from now on."""
+        with self.lock:
+            self.job_scripts = job_scripts
+            self.script_offset = len(self.jobs)
 
     @property
     def created(self) -> list[dict[str, Any]]:
@@ -113,7 +121,8 @@ class FakeSageMaker:
             name = request["TrainingJobName"]
             if name in self.jobs:
                 raise FakeSageMakerError("ResourceInUse", f"Training job names must be unique: {name}")
-            script = self.job_scripts[min(len(self.jobs), len(self.job_scripts) - 1)]
+            index = len(self.jobs) - self.script_offset
+            script = self.job_scripts[min(index, len(self.job_scripts) - 1)]
             self.jobs[name] = FakeJob(request=request, phases=list(script))
             return {"TrainingJobArn": _job_arn(name)}
 
@@ -135,7 +144,9 @@ class FakeSageMaker:
                 "TrainingJobName": name,
                 "TrainingJobArn": _job_arn(name),
                 "ModelArtifacts": {
-                    "S3ModelArtifacts": f"{request['OutputDataConfig']['S3OutputPath']}{name}/output/model.tar.gz"
+                    "S3ModelArtifacts": (
+                        f"{request['OutputDataConfig']['S3OutputPath']}{name}/output/model.tar.gz"
+                    )
                 },
                 "TrainingJobStatus": phase.status,
                 "SecondaryStatus": phase.secondary,
@@ -192,7 +203,8 @@ def validate_job_name(name: Any) -> None:
         raise FakeSageMakerError(
             "ValidationException",
             f"1 validation error detected: Value '{name}' at 'trainingJobName' failed to satisfy constraint: "
-            "Member must satisfy regular expression pattern: [a-zA-Z0-9](-*[a-zA-Z0-9]){0,62} and length <= 63",
+            "Member must satisfy regular expression pattern: [a-zA-Z0-9](-*[a-zA-Z0-9]){0,62} "
+            "and length <= 63",
         )
 
 
