@@ -68,6 +68,9 @@ class CheckpointManager:
 
     def resume(self, state: TrainState) -> bool:
         """Load the newest checkpoint that loads; skip (with a warning) partial or corrupt ones."""
+        if self.runtime.local_rank == 0:  # saves a killed run left unfinished; no rank saves before a barrier
+            for unfinished in self.directory.glob("step_*.tmp"):
+                shutil.rmtree(unfinished, ignore_errors=True)
         for folder in self.complete_checkpoints():
             try:
                 dcp.load({"train": state}, checkpoint_id=folder, process_group=self.runtime.checkpoint_group)

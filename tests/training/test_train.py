@@ -70,6 +70,7 @@ def test_kill_9_then_resume_reaches_the_weights_of_an_uninterrupted_run(dataset,
     resumed = train(dataset, tmp_path, "--async-checkpoint", "true")
     assert resumed.returncode == 0, resumed.output
     assert f"Resumed from {killed.checkpoint_dir / f'step_{newest:09d}'} (step {newest})" in resumed.output
+    assert not list(killed.checkpoint_dir.glob("*.tmp"))
     difference = max_weight_difference(load_weights(resumed.model_dir), load_weights(reference_run.model_dir))
     assert difference <= 1e-6
 
