@@ -7,7 +7,6 @@ execution's ARN (trainstack.job_request.EXECUTION_TAG) and stops each of them.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import aws_cdk as cdk
@@ -18,8 +17,8 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from stacks.training_state_machine import training_job_arn
-from stacks.training_state_machine_definition import THROTTLE_RETRY, placeholder, sagemaker_resource
+from stacks.training_state_machine import literal_partition, training_job_arn
+from stacks.training_state_machine_definition import THROTTLE_RETRY, definition_json, sagemaker_resource
 from stacks.validation import acknowledge
 from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements
 from trainstack.job_request import EXECUTION_TAG
@@ -29,9 +28,8 @@ ENDED_UNSUCCESSFULLY = ("FAILED", "TIMED_OUT", "ABORTED")
 EXECUTION_STATUS_CHANGE = "Step Functions Execution Status Change"
 
 
-def cleanup_definition() -> dict[str, Any]:
+def cleanup_definition(partition: str) -> dict[str, Any]:
     """Input: the EventBridge event; `detail.executionArn` names the execution whose jobs to stop."""
-    partition = placeholder("Partition")
     return {
         "Comment": "Stop the InProgress training jobs of a pipeline execution that ended unsuccessfully.",
         "QueryLanguage": "JSONPath",
@@ -126,8 +124,9 @@ class JobCleanup(Construct):
             "StateMachine",
             state_machine_name=f"{project}-job-cleanup",
             state_machine_type=sfn.StateMachineType.STANDARD,
-            definition_body=sfn.DefinitionBody.from_string(json.dumps(cleanup_definition(), indent=1)),
-            definition_substitutions={"Partition": cdk.Aws.PARTITION},
+            definition_body=sfn.DefinitionBody.from_string(
+                definition_json(cleanup_definition(literal_partition(self)))
+            ),
             role=role,
             tracing_enabled=True,
             logs=sfn.LogOptions(destination=log_group, level=sfn.LogLevel.ALL, include_execution_data=True),

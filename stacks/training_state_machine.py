@@ -32,6 +32,15 @@ TRAINING_JOB_ACTIONS = (
 )
 
 
+def literal_partition(scope: Construct) -> str:
+    """The partition as text: Task Resource ARNs are validated as literals (cfn-lint E3601), and the
+    stacks always have a region (config), from which CDK knows the partition."""
+    partition = cdk.Stack.of(scope).partition
+    if cdk.Token.is_unresolved(partition):
+        raise ValueError("the pipeline stack needs a concrete region (config: region) to name its partition")
+    return partition
+
+
 def training_job_arn(scope: Construct, job_name_pattern: str) -> str:
     return cdk.Stack.of(scope).format_arn(
         service="sagemaker", resource="training-job", resource_name=job_name_pattern
@@ -53,10 +62,11 @@ class TrainingStateMachine(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         placeholders = with_placeholders(resources)
-        self.definition = build_definition(profiles, project=project, resources=placeholders)
+        self.definition = build_definition(
+            profiles, project=project, partition=literal_partition(self), resources=placeholders
+        )
         self.substitutions: Mapping[str, str] = {
-            "Partition": cdk.Aws.PARTITION,
-            **{name: resource_value(resources, path) for name, path in substitution_names(resources).items()},
+            name: resource_value(resources, path) for name, path in substitution_names(resources).items()
         }
         self.log_group = logs.LogGroup(
             self,

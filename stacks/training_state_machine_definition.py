@@ -1232,13 +1232,13 @@ def _attempt_states(
 
 
 def build_definition(
-    profiles: Sequence[Profile], *, project: str, resources: PipelineResources
+    profiles: Sequence[Profile], *, project: str, partition: str, resources: PipelineResources
 ) -> dict[str, Any]:
     """The ASL document for `resources` given with placeholders (see with_placeholders)."""
     if not profiles:
         raise ValueError("the pipeline needs at least one profile under profiles: in the config")
     tiers = poll_tiers(max(profile.retry.max_attempts for profile in profiles))
-    states = _input_states(profiles, project, placeholder("Partition"))
+    states = _input_states(profiles, project, partition)
     for profile in profiles:
         states[_profile_state_name(profile)] = _profile_state(profile, resources, project)
     states.update(_run_states(resources, tiers))
@@ -1247,7 +1247,7 @@ def build_definition(
         states[_profile_state_name(profile)]["Parameters"]["profile"]["requestShape"] = shapes.index(
             request_shape(profile, resources)
         )
-    states.update(_attempt_states(placeholder("Partition"), resources.role_arn, shapes))
+    states.update(_attempt_states(partition, resources.role_arn, shapes))
     return {
         "Comment": (
             "trainstack training pipeline: validate input, create the job, poll it, retry on capacity "

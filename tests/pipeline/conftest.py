@@ -17,7 +17,6 @@ from trainstack.job_request import PipelineResources
 
 # Realistic values (botocore's model checks lengths and patterns of some of them).
 FAKE_VALUES = {
-    "Partition": "aws",
     "SageMakerRoleArn": f"arn:aws:iam::{harness.ACCOUNT}:role/trainstack-sagemaker",
     "TrainingImageUri": f"{harness.ACCOUNT}.dkr.ecr.{harness.REGION}.amazonaws.com/trainstack-training:v1",
     "CheckpointBucket": "trainstack-checkpoints-test",
