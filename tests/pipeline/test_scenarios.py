@@ -301,3 +301,14 @@ def all_states(definition: dict) -> list[dict]:
         if "ItemProcessor" in state:
             states.extend(all_states(state["ItemProcessor"]))
     return states
+
+
+def test_capacity_retries_stop_at_the_retry_deadline(interpreter, pipeline):
+    """nccl-test: 4 h deadline. A job that waits ~4 h for capacity and then fails leaves no time to retry."""
+    deadline = pipeline.settings.profile("nccl-test").retry.deadline_hours * 3600
+    sm = interpreter(job_scripts=[[STARTING] * 130 + [CAPACITY_FAILURE]])
+    outcome = sm.run({"profile": "nccl-test", "runName": "trainstack-deadline"})
+    assert (outcome.status, outcome.error) == ("FAILED", "CapacityExhausted")
+    assert outcome.cause.startswith(f"No capacity within the retry deadline of {int(deadline)} seconds")
+    assert len(sm.fake.jobs) == 1
+    assert sum(sm.clock.waits) > deadline - 900  # it did wait for capacity, about as long as allowed
