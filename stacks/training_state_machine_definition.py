@@ -607,13 +607,9 @@ def _input_states(profiles: Sequence[Profile], project: str, partition: str) -> 
         "Parameters": {"TrainingJobName.$": "$.inspection.longestJobName"},
         "ResultPath": None,
         "Retry": [THROTTLE_RETRY],
-        "Catch": [
-            {
-                "ErrorEquals": ["SageMaker.ValidationException"],
-                "ResultPath": "$.error",
-                "Next": "CheckProbeError",
-            }
-        ],
+        # The probe only advises: any error (a missing job is the usual answer, whatever SageMaker
+        # names it) goes on to the check below, which rejects only a constraint violation.
+        "Catch": [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "CheckProbeError"}],
         "Next": "RunLocations",
     }
     check_probe = {

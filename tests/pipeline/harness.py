@@ -97,6 +97,9 @@ class FakeSageMaker:
     create_errors: list[tuple[str, str]] = field(default_factory=list)
     jobs: dict[str, FakeJob] = field(default_factory=dict)
     create_calls: int = 0
+    # What Describe/Stop of an unknown job raise (SageMaker answers ValidationException; its model lists
+    # ResourceNotFound).
+    missing_job_error: tuple[str, str] = ("ValidationException", "Requested resource not found.")
     # Jobs created before job_scripts was last set: scripts apply from the next job on.
     script_offset: int = 0
     stop_requests: list[str] = field(default_factory=list)
@@ -190,7 +193,7 @@ class FakeSageMaker:
 
     def _job(self, name: str) -> FakeJob:
         if name not in self.jobs:
-            raise FakeSageMakerError("ValidationException", "Requested resource not found.")
+            raise FakeSageMakerError(*self.missing_job_error)
         return self.jobs[name]
 
 

@@ -76,6 +76,7 @@ def test_other_failure_is_training_failed_with_one_job(interpreter):
     assert len(sm.fake.jobs) == 1
 
 
+@pytest.mark.filterwarnings("ignore:Exception\\(FakeSageMakerError\\) with code ThrottlingException")
 def test_throttled_create_is_retried_with_backoff(interpreter):
     sm = interpreter(
         job_scripts=[SUCCESS],
@@ -287,6 +288,7 @@ def test_errors_are_named_as_aws_names_them(interpreter, pipeline):
         for name in rule["ErrorEquals"]
     }
     assert names == {
+        "States.ALL",  # the advisory job-name probe
         "SageMaker.ThrottlingException",
         "SageMaker.ResourceLimitExceededException",
         "SageMaker.ValidationException",
@@ -312,3 +314,16 @@ def test_capacity_retries_stop_at_the_retry_deadline(interpreter, pipeline):
     assert outcome.cause.startswith(f"No capacity within the retry deadline of {int(deadline)} seconds")
     assert len(sm.fake.jobs) == 1
     assert sum(sm.clock.waits) > deadline - 900  # it did wait for capacity, about as long as allowed
+
+
+@pytest.mark.parametrize(
+    "missing_job_error",
+    [
+        ("ValidationException", "Requested resource not found."),
+        ("ResourceNotFound", "Training job not found"),
+    ],
+)
+def test_job_name_probe_passes_whatever_sagemaker_calls_a_missing_job(interpreter, missing_job_error):
+    sm = interpreter(job_scripts=[SUCCESS], missing_job_error=missing_job_error)
+    outcome = sm.run({"runName": "trainstack-" + "a" * 49})  # the longest run name that fits
+    assert outcome.status == "SUCCEEDED", outcome.cause
