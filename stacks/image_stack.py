@@ -82,7 +82,10 @@ class ImageStack(cdk.Stack):
         )
         # The asset lands in the CDK bootstrap repository; the copy puts it, tagged with its content hash,
         # into the repository above, where scanning, tag immutability and the lifecycle apply.
-        image_uri = repository.repository_uri_for_tag(asset.asset_hash)
+        # The RepositoryUri attribute, not repository_uri_for_tag (Fn::Split of the ARN), so that other stacks
+        # receive one plain string that cfn-lint can type.
+        cfn_repository: ecr.CfnRepository = repository.node.default_child
+        image_uri = f"{cfn_repository.attr_repository_uri}:{asset.asset_hash}"
         ecr_deployment.ECRDeployment(
             self,
             "CopyImage",

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 
 import aws_cdk as cdk
-from aws_cdk import aws_ecr as ecr
-from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_scheduler as scheduler
 from constructs import Construct
@@ -32,18 +30,6 @@ CLEANUP_STATE_MACHINE_ARN_OUTPUT = "CleanupStateMachineArn"
 NOTIFICATION_TOPIC_ARN_OUTPUT = "NotificationTopicArn"
 
 
-def _image_uri(image: ImageStack) -> str:
-    """image.image_uri, built from the repository's RepositoryUri attribute when the image stack builds the
-    image: across stacks that is one plain string output, where image_uri would be re-derived here with
-    Fn::Split over another stack's output (which cfn-lint cannot type, E1022)."""
-    asset = image.node.try_find_child("TrainingImage")
-    repository = image.repository
-    if isinstance(asset, ecr_assets.DockerImageAsset) and isinstance(repository, ecr.Repository):
-        cfn_repository = repository.node.default_child
-        return f"{cfn_repository.attr_repository_uri}:{asset.asset_hash}"
-    return image.image_uri
-
-
 class PipelineStack(cdk.Stack):
     def __init__(
         self,
@@ -66,7 +52,7 @@ class PipelineStack(cdk.Stack):
         self.sagemaker_role = self._sagemaker_role(settings, network, storage, image)
         self.resources = PipelineResources(
             role_arn=self.sagemaker_role.role_arn,
-            image_uri=_image_uri(image),
+            image_uri=image.image_uri,
             job_name_prefix=f"{project}-",
             checkpoint_bucket=storage.checkpoint_bucket.bucket_name,
             artifact_bucket=storage.artifact_bucket.bucket_name,

@@ -98,9 +98,10 @@ def test_image_uri_is_the_repository_tagged_with_the_asset_hash_after_the_copy(b
     copy = only(built.template, "Custom::CDKECRDeployment")["Properties"]
     assert asset_hash in json.dumps(copy["SrcImage"]) and "container-assets" in json.dumps(copy["SrcImage"])
     destination = copy["DestImage"]["Fn::Join"][1]
-    assert {"Ref": "Repository22E53BBD"} in destination and destination[-1] == f":{asset_hash}"
+    repository_uri = {"Fn::GetAtt": ["Repository22E53BBD", "RepositoryUri"]}
+    assert destination == ["docker://", repository_uri, f":{asset_hash}"]
     output = built.template["Outputs"]["ImageUri"]["Value"]["Fn::Join"][1]
-    assert {"Ref": "Repository22E53BBD"} in output and output[-1] == f":{asset_hash}"
+    assert output == [repository_uri, f":{asset_hash}"]
     assert built.stack.repository.node.path.endswith("/Repository")
 
 
