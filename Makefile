@@ -43,6 +43,7 @@ test: $(DEV_DEPS) $(CDK)
 lint: $(DEV_DEPS) $(CDK) synth
 	ruff check .
 	hadolint container/Dockerfile
+	python container/dockerfile_policy.py container/Dockerfile --requirements container/requirements.txt
 	cfn-lint cdk.out/*.template.json
 
 local-train: $(DEV_DEPS)
