@@ -92,6 +92,7 @@ def minimal_ddp_loop(args: argparse.Namespace) -> None:
     seconds = time.perf_counter() - start
     if rank == 0:
         print(f"tokens_per_sec={args.steps * args.micro_batch_size * args.seq_len * world / seconds:.1f}")
+    del model, optimizer  # a DDP model outliving its process group can hang in its destructor (gloo)
     dist.destroy_process_group()
 
 

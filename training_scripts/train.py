@@ -14,6 +14,7 @@ import math
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -210,12 +211,10 @@ class Trainer:
                 f"{args.micro_batch_size * runtime.dp_size} (--micro-batch-size x data-parallel ranks)."
             )
         self.tokens_per_step = self.order.global_batch * args.seq_len
-        self._stop_requested = False
-        signal.signal(signal.SIGTERM, self._request_stop)
-
-    def _request_stop(self, signum, frame) -> None:
-        # StopTrainingJob and Spot reclaim send SIGTERM about two minutes before the kill.
-        self._stop_requested = True
+        # StopTrainingJob and Spot reclaims send SIGTERM about two minutes before the kill. The handler
+        # holds the event, not the Trainer, so the model is freed before the process group is destroyed.
+        sigterm = self._sigterm = threading.Event()
+        signal.signal(signal.SIGTERM, lambda signum, frame: sigterm.set())
 
     def lr_at(self, step: int) -> float:
         warmup = min(self.args.warmup_steps, self.args.max_steps)
@@ -278,7 +277,7 @@ class Trainer:
 
     def _stop_agreed(self) -> bool:
         """True on every rank once any rank got SIGTERM, so all stop at the same step."""
-        flag = torch.tensor([int(self._stop_requested)])  # a host tensor: no GPU sync per step
+        flag = torch.tensor([int(self._sigterm.is_set())])  # a host tensor: no GPU sync per step
         dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.runtime.control_group)
         return bool(flag.item())
 
