@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -23,3 +24,14 @@ def reference_run(dataset, tmp_path_factory) -> Run:
     run = train(dataset, tmp_path_factory.mktemp("reference"))
     assert run.returncode == 0, run.output
     return run
+
+
+@pytest.fixture(autouse=True)
+def restore_root_logging():
+    """train.main() called in-process points the root logger at pytest's captured stdout, which closes
+    after the test: put the previous handlers back so later tests in this process can still log."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
