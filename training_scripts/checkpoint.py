@@ -9,6 +9,9 @@ Layout under the checkpoint dir (SageMaker syncs /opt/ml/checkpoints with S3):
 
 Each node renames and marks its own copy, so this works both with node-local
 dirs (SageMaker, one per instance) and with one shared filesystem.
+
+A new run can start from another run's checkpoints (`resume(state, source)`):
+`source` has the same layout and is only read.
 """
 
 import json
@@ -50,6 +53,14 @@ class TrainState(Stateful):
         self.step = state["step"]
 
 
+def complete_checkpoints(directory: Path) -> list[Path]:
+    """Complete checkpoint folders in `directory`, newest first; none if it does not exist."""
+    if not directory.is_dir():
+        return []
+    folders = [p for p in directory.glob("step_*") if p.suffix != ".tmp" and (p / MARKER).is_file()]
+    return sorted(folders, reverse=True)
+
+
 class CheckpointManager:
     def __init__(self, directory: str, runtime: Runtime, keep_last: int, async_save: bool):
         self.directory, self.runtime = Path(directory), runtime
@@ -59,19 +70,24 @@ class CheckpointManager:
     def folder(self, step: int) -> Path:
         return self.directory / f"step_{step:09d}"
 
-    def complete_checkpoints(self) -> list[Path]:
-        """Complete checkpoint folders, newest first."""
-        if not self.directory.is_dir():
-            return []
-        folders = [p for p in self.directory.glob("step_*") if p.suffix != ".tmp" and (p / MARKER).is_file()]
-        return sorted(folders, reverse=True)
+    def resume(self, state: TrainState, source: str | None = None) -> bool:
+        """Continue this run from its own newest checkpoint that loads; without one, from `source`'s.
 
-    def resume(self, state: TrainState) -> bool:
-        """Load the newest checkpoint that loads; skip (with a warning) partial or corrupt ones."""
+        A retry of a run that started from `source` must continue its own progress, so this
+        run's checkpoints win. Returns whether a checkpoint was loaded.
+        """
         if self.runtime.local_rank == 0:  # saves a killed run left unfinished; no rank saves before a barrier
             for unfinished in self.directory.glob("step_*.tmp"):
                 shutil.rmtree(unfinished, ignore_errors=True)
-        for folder in self.complete_checkpoints():
+        if self._load_newest(self.directory, state):
+            if source is not None:
+                log.info("This run has its own checkpoints: the resume source %s is ignored.", source)
+            return True
+        return source is not None and self._load_newest(Path(source), state)
+
+    def _load_newest(self, directory: Path, state: TrainState) -> bool:
+        """Load the newest checkpoint in `directory` that loads; skip partial or corrupt ones (warning)."""
+        for folder in complete_checkpoints(directory):
             try:
                 dcp.load({"train": state}, checkpoint_id=folder, process_group=self.runtime.checkpoint_group)
             # DCP gathers failures and raises on every rank alike, so all ranks skip together.
@@ -144,7 +160,7 @@ class CheckpointManager:
         marker = {"step": step, "world_size": self.runtime.world_size}
         (final / f"{MARKER}.tmp").write_text(json.dumps(marker))
         os.replace(final / f"{MARKER}.tmp", final / MARKER)
-        for old in self.complete_checkpoints()[self.keep_last :]:
+        for old in complete_checkpoints(self.directory)[self.keep_last :]:
             shutil.rmtree(old, ignore_errors=True)
         if self.runtime.is_main:
             log.info("Saved checkpoint %s.", final)

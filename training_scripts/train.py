@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from checkpoint import CheckpointManager, TrainState
+from checkpoint import CheckpointManager, TrainState, complete_checkpoints
 from data import SampleOrder, TokenDataset, UserError, validation_batches
 from distributed import PARALLELISMS, STRATEGIES, Runtime, gradient_sync, setup, teardown, unwrap, wrap_model
 from metrics import format_train_line, format_val_line
@@ -135,6 +135,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("--val-dir", default=env("SM_CHANNEL_VAL"), help="optional; defaults to SM_CHANNEL_VAL")
     add("--model-dir", default=env("SM_MODEL_DIR", "/opt/ml/model"))
     add("--checkpoint-dir", default="/opt/ml/checkpoints")
+    add(
+        "--resume-from",
+        default=env("SM_CHANNEL_RESUME"),
+        help="another run's checkpoint dir to start from when --checkpoint-dir holds none; "
+        "defaults to SM_CHANNEL_RESUME",
+    )
     return parser
 
 
@@ -154,11 +160,28 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             raise UserError(f"SM_HP_MP_PARAMETERS: {error}.") from None
     if args.init_from and not (Path(args.init_from) / "config.json").is_file():
         raise UserError(f"--init-from {args.init_from} holds no config.json.")
+    if (
+        args.resume_from
+        and not complete_checkpoints(Path(args.checkpoint_dir))
+        and not complete_checkpoints(Path(args.resume_from))
+    ):
+        raise UserError(
+            f"{_resume_source(args)} holds no complete checkpoint: it must be a run's checkpoint dir "
+            "(in the pipeline its prefix s3://<checkpoint-bucket>/<runName>/), whose step_* folders "
+            "end with a COMPLETE marker."
+        )
     if args.train_dir is None:
         raise UserError(
             "No train channel: attach a channel named 'train' (SM_CHANNEL_TRAIN) or pass --train-dir."
         )
     return args
+
+
+def _resume_source(args: argparse.Namespace) -> str:
+    """How errors name the resume dir: by the channel SageMaker mounted or by the flag."""
+    if args.resume_from == os.environ.get("SM_CHANNEL_RESUME"):
+        return f"The resume channel ({args.resume_from})"
+    return f"--resume-from {args.resume_from}"
 
 
 def _dashed(flag: str) -> str:
@@ -283,7 +306,8 @@ class Trainer:
 
     def run(self) -> None:
         args, state = self.args, self.state
-        self.checkpoints.resume(state)
+        if not self.checkpoints.resume(state, args.resume_from) and args.resume_from:
+            raise UserError(f"{_resume_source(args)} holds no checkpoint that loads (see the warnings).")
         if self.runtime.is_main:
             log.info(
                 "Training %s on %d ranks (%s, %s): global batch %d sequences of %d tokens, peak LR %.3e, "

@@ -58,6 +58,10 @@ def run_main(capsys, *flags: str) -> tuple[int, str]:
         ),
         (["--val-dir", "{tmp}/empty"], "The val channel directory {tmp}/empty holds no *.bin token shards."),
         (["--init-from", "{tmp}/empty"], "--init-from {tmp}/empty holds no config.json."),
+        (
+            ["--resume-from", "{tmp}/empty", "--checkpoint-dir", "{tmp}/checkpoints"],
+            "--resume-from {tmp}/empty holds no complete checkpoint: it must be a run's checkpoint dir",
+        ),
         (["--seq-len", "4096"], "The train channel holds fewer than --seq-len + 1 = 4097 tokens per shard."),
     ],
 )
@@ -78,6 +82,18 @@ def test_no_train_channel_is_named(monkeypatch, capsys):
     assert (
         "No train channel: attach a channel named 'train' (SM_CHANNEL_TRAIN) or pass --train-dir." in output
     )
+
+
+def test_a_resume_channel_without_a_complete_checkpoint_is_named(channels, monkeypatch, capsys):
+    partial = channels / "resume" / "step_000000010"  # a save that never finished: no COMPLETE marker
+    partial.mkdir(parents=True)
+    monkeypatch.setenv("SM_CHANNEL_RESUME", str(channels / "resume"))
+    code, output = run_main(
+        capsys, "--train-dir", str(channels / "train"), "--checkpoint-dir", str(channels / "checkpoints")
+    )
+    assert code == 2
+    [line] = output.strip().splitlines()
+    assert f"The resume channel ({channels / 'resume'}) holds no complete checkpoint" in line
 
 
 def test_the_script_exits_non_zero_with_the_sentence_only(channels):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import signal
 
@@ -21,6 +22,14 @@ from training_scripts.metrics import parse_metrics
 
 def complete_steps(checkpoint_dir) -> list[int]:
     return sorted(int(p.parent.name.removeprefix("step_")) for p in checkpoint_dir.glob("step_*/COMPLETE"))
+
+
+def file_digests(directory) -> dict[str, str]:
+    return {
+        str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_loss_falls_and_the_model_loads_with_transformers(reference_run):
@@ -102,4 +111,35 @@ def test_a_corrupt_newest_checkpoint_is_skipped_for_the_previous_one(dataset, tm
     assert f"Checkpoint {checkpoints / f'step_{newest:09d}'} could not be loaded" in rerun.output
     assert f"Resumed from {checkpoints / f'step_{previous:09d}'} (step {previous})" in rerun.output
     difference = max_weight_difference(load_weights(rerun.model_dir), load_weights(reference_run.model_dir))
+    assert difference <= 1e-6
+
+
+def test_a_new_run_starts_from_another_runs_checkpoint_and_its_retry_continues_its_own(
+    dataset, tmp_path, reference_run
+):
+    # The reference run stands for run A (newest checkpoint: step 30 of 40) and for the uninterrupted run.
+    source = reference_run.checkpoint_dir
+    source_files = file_digests(source)
+    newest = complete_steps(source)[-1]
+    resume_flags = ("--resume-from", str(source), "--checkpoint-interval", "5")
+
+    started = train(dataset, tmp_path, *resume_flags)
+    assert started.returncode == 0, started.output
+    assert f"Resumed from {source / f'step_{newest:09d}'} (step {newest})" in started.output
+    assert len(parse_metrics(started.output)["train:loss"]) == (MAX_STEPS - newest) // 5  # no step redone
+    assert complete_steps(started.checkpoint_dir) == [newest + 5]
+    assert file_digests(source) == source_files
+    difference = max_weight_difference(load_weights(started.model_dir), load_weights(reference_run.model_dir))
+    assert difference <= 1e-6
+
+    # A retry of that run gets the same resume channel: its own checkpoint (step 35) wins.
+    retry = train(dataset, tmp_path, *resume_flags)
+    assert retry.returncode == 0, retry.output
+    assert f"the resume source {source} is ignored" in retry.output
+    assert (
+        f"Resumed from {started.checkpoint_dir / f'step_{newest + 5:09d}'} (step {newest + 5})"
+        in retry.output
+    )
+    assert file_digests(source) == source_files
+    difference = max_weight_difference(load_weights(retry.model_dir), load_weights(reference_run.model_dir))
     assert difference <= 1e-6
