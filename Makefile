@@ -13,7 +13,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_VERSION_CHECK := 1
 export PATH := $(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
 
-.PHONY: synth test lint local-train clean
+.PHONY: synth deploy test lint local-train clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ $(CDK): package.json package-lock.json
 synth: $(SYNTH_DEPS) $(CDK)
 	@trainstack check-config $(CONFIG)
 	cdk synth --quiet --no-notices -c config=$(CONFIG)
+
+# Needs AWS credentials (and Docker, to build the image); `cdk bootstrap` once per account/region first.
+deploy: synth
+	cdk deploy --all --no-notices -c config=$(CONFIG)
 
 test: $(DEV_DEPS) $(CDK)
 	pytest -n 2 --dist loadfile
