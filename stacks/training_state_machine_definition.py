@@ -263,6 +263,25 @@ def _present_and(variable: str, *conditions: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _not_number_in_range(variable: str, below: tuple[str, float], maximum: float) -> list[dict[str, Any]]:
+    """Choice conditions that hold when the field is not a number, or is one outside (below, maximum]."""
+    operator, bound = below
+    return [
+        {"Not": {"Variable": variable, "IsNumeric": True}},
+        {
+            "And": [
+                {"Variable": variable, "IsNumeric": True},
+                {
+                    "Or": [
+                        {"Variable": variable, operator: bound},
+                        {"Variable": variable, "NumericGreaterThan": maximum},
+                    ]
+                },
+            ]
+        },
+    ]
+
+
 def _template(value: Any, leaves: dict[str, str]) -> Any:
     """Turn placeholder leaves of a request fragment into Parameters paths/intrinsics ("Key.$")."""
     if isinstance(value, dict):
@@ -398,7 +417,6 @@ def _input_states(profiles: Sequence[Profile], project: str, partition: str) -> 
         "RejectResumeFrom": _reject("resumeFrom must be an S3 URI such as s3://bucket/run-name/."),
         "InvalidInput": {"Type": "Fail", "Error": ERROR_INVALID_INPUT, "CausePath": "$.cause"},
     }
-    not_number = {"Not": {"Variable": "$.input.maxRuntimeHours", "IsNumeric": True}}
     check_types = {
         "Type": "Choice",
         "Comment": f"Type and range checks on the raw input (fields: {', '.join(FIELDS)}).",
@@ -425,42 +443,18 @@ def _input_states(profiles: Sequence[Profile], project: str, partition: str) -> 
             {
                 **_present_and(
                     "$.input.instanceCount",
-                    {"Not": {"Variable": "$.input.instanceCount", "IsNumeric": True}},
-                    {
-                        "And": [
-                            {"Variable": "$.input.instanceCount", "IsNumeric": True},
-                            {
-                                "Or": [
-                                    {"Variable": "$.input.instanceCount", "NumericLessThan": 1},
-                                    {
-                                        "Variable": "$.input.instanceCount",
-                                        "NumericGreaterThan": MAX_INSTANCE_COUNT,
-                                    },
-                                ]
-                            },
-                        ]
-                    },
+                    *_not_number_in_range(
+                        "$.input.instanceCount", ("NumericLessThan", 1), MAX_INSTANCE_COUNT
+                    ),
                 ),
                 "Next": "RejectInstanceCount",
             },
             {
                 **_present_and(
                     "$.input.maxRuntimeHours",
-                    not_number,
-                    {
-                        "And": [
-                            {"Variable": "$.input.maxRuntimeHours", "IsNumeric": True},
-                            {
-                                "Or": [
-                                    {"Variable": "$.input.maxRuntimeHours", "NumericLessThanEquals": 0},
-                                    {
-                                        "Variable": "$.input.maxRuntimeHours",
-                                        "NumericGreaterThan": MAX_RUNTIME_HOURS_LIMIT,
-                                    },
-                                ]
-                            },
-                        ]
-                    },
+                    *_not_number_in_range(
+                        "$.input.maxRuntimeHours", ("NumericLessThanEquals", 0), MAX_RUNTIME_HOURS_LIMIT
+                    ),
                 ),
                 "Next": "RejectMaxRuntimeHours",
             },
