@@ -7,6 +7,7 @@ execution's ARN (trainstack.job_request.EXECUTION_TAG) and stops each of them.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import aws_cdk as cdk
@@ -26,6 +27,17 @@ from trainstack.job_request import EXECUTION_TAG
 # Execution statuses after which a job of that execution must not keep running.
 ENDED_UNSUCCESSFULLY = ("FAILED", "TIMED_OUT", "ABORTED")
 EXECUTION_STATUS_CHANGE = "Step Functions Execution Status Change"
+
+
+def execution_status_pattern(
+    state_machine: sfn.IStateMachine, statuses: Iterable[str]
+) -> events.EventPattern:
+    """EventBridge pattern for the given execution statuses of one state machine."""
+    return events.EventPattern(
+        source=["aws.states"],
+        detail_type=[EXECUTION_STATUS_CHANGE],
+        detail={"stateMachineArn": [state_machine.state_machine_arn], "status": list(statuses)},
+    )
 
 
 def cleanup_definition(partition: str) -> dict[str, Any]:
@@ -135,14 +147,7 @@ class JobCleanup(Construct):
             self,
             "OnExecutionEnded",
             description=f"Stop the jobs of {project} pipeline executions that failed, timed out, aborted",
-            event_pattern=events.EventPattern(
-                source=["aws.states"],
-                detail_type=[EXECUTION_STATUS_CHANGE],
-                detail={
-                    "stateMachineArn": [pipeline.state_machine_arn],
-                    "status": list(ENDED_UNSUCCESSFULLY),
-                },
-            ),
+            event_pattern=execution_status_pattern(pipeline, ENDED_UNSUCCESSFULLY),
         )
         self.rule.add_target(targets.SfnStateMachine(self.state_machine))
         acknowledge(

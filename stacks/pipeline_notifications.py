@@ -16,7 +16,7 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from stacks.job_cleanup import EXECUTION_STATUS_CHANGE
+from stacks.job_cleanup import execution_status_pattern
 
 FINISHED = ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED")
 
@@ -56,11 +56,7 @@ class PipelineNotifications(Construct):
             self,
             "OnExecutionFinished",
             description=f"Notify about every finished {project} pipeline execution",
-            event_pattern=events.EventPattern(
-                source=["aws.states"],
-                detail_type=[EXECUTION_STATUS_CHANGE],
-                detail={"stateMachineArn": [pipeline.state_machine_arn], "status": list(FINISHED)},
-            ),
+            event_pattern=execution_status_pattern(pipeline, FINISHED),
         )
         self.rule.add_target(
             targets.SnsTopic(
