@@ -1,4 +1,8 @@
-"""`trainstack` console script: one subcommand per module in trainstack.commands."""
+"""`trainstack` console script.
+
+Only the chosen command's module is imported, so one command's dependency (boto3 for the AWS
+commands) cannot break another (check-config, size-fsx).
+"""
 
 from __future__ import annotations
 
@@ -6,26 +10,55 @@ import argparse
 import importlib
 import sys
 
-# Each module exposes add_parser(subparsers) and sets `handler` (args -> exit code) on its parser.
-COMMAND_MODULES = ("check_config", "size_fsx", "start", "status")
+DESCRIPTION = (
+    "Retrain large PyTorch models on Amazon SageMaker through the trainstack pipeline: check the "
+    "platform config, size FSx for Lustre, start a retraining and follow it, list, stop and read "
+    "the logs of runs."
+)
+EPILOG = "`trainstack COMMAND --help` shows a command's options. Docs: README.md, docs/pipeline-usage.md."
+
+# command -> (module in trainstack.commands, summary). Each module has add_parser(subparsers), which
+# sets `handler` (args -> exit code) on the parsers it adds.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "check-config": ("check_config", "validate a config file exactly as `make synth` does"),
+    "size-fsx": ("size_fsx", "print the cheapest FSx for Lustre plan for a dataset and a read need"),
+    "start": ("start", "start a retraining (a pipeline execution); --wait follows it"),
+    "status": ("status", "print a run's status and output"),
+    "watch": ("status", "follow a run until it ends, one timestamped line per change"),
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="trainstack", description=__doc__.splitlines()[0])
+def _overview() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trainstack",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "command",
+        metavar="COMMAND",
+        choices=list(COMMANDS),
+        help="one of: " + ", ".join(COMMANDS),
+    )
+    parser.add_argument("arguments", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    commands = "\n".join(f"  {name:<14}{summary}" for name, (_, summary) in COMMANDS.items())
+    parser.description = f"{DESCRIPTION}\n\ncommands:\n{commands}"
+    return parser
+
+
+def build_parser(command: str) -> argparse.ArgumentParser:
+    """The parser of `trainstack COMMAND`, importing only that command's module."""
+    parser = argparse.ArgumentParser(prog="trainstack", description=DESCRIPTION)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"trainstack.commands.{name}")
-        except ModuleNotFoundError as error:
-            if error.name != f"trainstack.commands.{name}":
-                raise
-            continue
-        module.add_parser(subparsers)
+    importlib.import_module(f"trainstack.commands.{COMMANDS[command][0]}").add_parser(subparsers)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    chosen = _overview().parse_args(argv[:1] if argv and argv[0] in COMMANDS else argv)
+    args = build_parser(chosen.command).parse_args(argv)
     return args.handler(args)
 
 

@@ -212,3 +212,29 @@ def test_status_and_watch_an_existing_execution(aws, capsys):
 def test_status_rejects_a_non_execution_arn_without_calling_aws(capsys):
     assert main(["status", "arn:aws:states:us-east-1:123456789012:stateMachine:x"]) == 2
     assert "is not a Step Functions execution ARN" in capsys.readouterr().err
+
+
+def test_check_config_and_size_fsx_run_without_boto3():
+    """`make synth` installs no more than it needs: the commands it runs must not import the AWS SDK."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys; sys.modules['boto3'] = sys.modules['botocore'] = None; "
+        "from trainstack.cli import main; "
+        "sys.exit(main(['check-config']) or main(['size-fsx', '--dataset-gib', '100', '--epoch-seconds', '30']))"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "config OK" in result.stdout
+
+
+def test_help_describes_the_product_and_lists_every_command(capsys):
+    from trainstack.cli import COMMANDS
+
+    with pytest.raises(SystemExit) as raised:
+        main(["--help"])
+    assert raised.value.code == 0
+    out = capsys.readouterr().out
+    assert "Retrain large PyTorch models on Amazon SageMaker" in out
+    assert all(command in out for command in COMMANDS)
