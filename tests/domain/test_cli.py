@@ -220,7 +220,7 @@ def test_check_config_and_size_fsx_run_without_boto3():
     import sys
 
     script = (
-        "import sys; sys.modules['boto3'] = sys.modules['botocore'] = None; "
+        "import sys; sys.modules['boto3'] = None; "
         "from trainstack.cli import main; "
         "sys.exit(main(['check-config']) or main(['size-fsx', '--dataset-gib', '100', '--epoch-seconds', '30']))"
     )
