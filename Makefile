@@ -33,8 +33,9 @@ $(CDK): package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
+# app.py validates the config (one line on error, as `trainstack check-config`), prints the FSx plan and
+# its monthly cost, and removes templates of stacks the app no longer has from cdk.out.
 synth: $(SYNTH_DEPS) $(CDK)
-	@trainstack check-config $(CONFIG)
 	cdk synth --quiet --no-notices -c config=$(CONFIG)
 
 # Needs AWS credentials (and Docker, to build the image); `cdk bootstrap` once per account/region first.

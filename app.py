@@ -2,11 +2,13 @@
 """CDK entry point: load the config (-c config=FILE, default config/default.yaml), build the stacks."""
 
 import sys
+from pathlib import Path
 
 import aws_cdk as cdk
 
 from stacks.app_builder import build_app
 from trainstack.config import ConfigError, load_settings
+from trainstack.fsx_sizing import quota_warning, summary
 
 
 def main() -> None:
@@ -16,8 +18,27 @@ def main() -> None:
     except ConfigError as error:
         print(f"trainstack: {error}", file=sys.stderr)
         sys.exit(1)
+    plan = settings.fsx_plan
+    if plan:
+        # stderr: the CDK CLI shows it, and stdout may carry a template (cdk synth STACK).
+        print(f"trainstack: FSx for Lustre: {summary(plan)}", file=sys.stderr)
+        warning = quota_warning(plan, settings.fsx.deployment_type)
+        if warning:
+            print(f"trainstack: warning: {warning}", file=sys.stderr)
     build_app(app, settings)
-    app.synth()
+    assembly = app.synth()
+    remove_other_templates(Path(assembly.directory), {stack.template_file for stack in assembly.stacks})
+
+
+def remove_other_templates(outdir: Path, current: set[str]) -> None:
+    """cdk.out keeps earlier syntheses' files: drop templates of stacks this app no longer has (another
+    project name, say), so that lint and deploy see only the current app."""
+    for template in outdir.glob("*.template.json"):
+        if template.name not in current:
+            template.unlink()
+            template.with_name(template.name.replace(".template.json", ".assets.json")).unlink(
+                missing_ok=True
+            )
 
 
 if __name__ == "__main__":

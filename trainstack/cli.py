@@ -23,8 +23,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "check-config": ("check_config", "validate a config file exactly as `make synth` does"),
     "size-fsx": ("size_fsx", "print the cheapest FSx for Lustre plan for a dataset and a read need"),
     "start": ("start", "start a retraining (a pipeline execution); --wait follows it"),
-    "status": ("status", "print a run's status and output"),
+    "runs": ("runs", "list recent runs: profile, status, attempt, job, instances, elapsed time"),
+    "status": ("status", "print a run's status, current job and output"),
     "watch": ("status", "follow a run until it ends, one timestamped line per change"),
+    "logs": ("logs", "print a run's training logs (CloudWatch); --follow until it ends"),
+    "stop": ("stop", "stop a run; the pipeline's cleanup stops its training job"),
 }
 
 

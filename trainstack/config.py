@@ -6,16 +6,19 @@ field and what is allowed.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import botocore
+import botocore.loaders
 import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
-from trainstack.base import StrictModel
+from trainstack.base import PATTERN_WORDS, StrictModel, matching
 from trainstack.fsx_sizing import FsxPlan, plan_for
 from trainstack.profiles import Profile
 
@@ -54,6 +57,17 @@ _AZ_ID_REGION_CODES = {
 }
 
 
+@functools.cache
+def known_regions() -> frozenset[str]:
+    """Every Region of every partition in botocore's endpoint data (aws, aws-cn, aws-us-gov, ...)."""
+    partitions = botocore.loaders.create_loader().load_data("endpoints")["partitions"]
+    return frozenset(region for partition in partitions for region in partition["regions"])
+
+
+def botocore_version() -> str:
+    return botocore.__version__
+
+
 class ConfigError(Exception):
     """A config the user wrote that cannot be deployed; str() is one sentence."""
 
@@ -61,13 +75,19 @@ class ConfigError(Exception):
 class ExistingNetwork(StrictModel):
     """An existing VPC and subnet(s) in the training AZ, used instead of creating a VPC."""
 
-    vpc_id: Annotated[str, Field(pattern=r"^vpc-[0-9a-f]{8,17}$")]
+    vpc_id: Annotated[str, matching(r"^vpc-[0-9a-f]{8,17}$", "a VPC id like vpc-0a1b2c3d4e5f60718")]
     vpc_cidr: str
     subnet_ids: Annotated[
-        list[Annotated[str, Field(pattern=r"^subnet-[0-9a-f]{8,17}$")]], Field(min_length=1)
+        list[
+            Annotated[str, matching(r"^subnet-[0-9a-f]{8,17}$", "a subnet id like subnet-0a1b2c3d4e5f60718")]
+        ],
+        Field(min_length=1),
     ]
     route_table_ids: Annotated[
-        list[Annotated[str, Field(pattern=r"^rtb-[0-9a-f]{8,17}$")]], Field(min_length=1)
+        list[
+            Annotated[str, matching(r"^rtb-[0-9a-f]{8,17}$", "a route table id like rtb-0a1b2c3d4e5f60718")]
+        ],
+        Field(min_length=1),
     ]
 
 
@@ -92,8 +112,20 @@ class NetworkSettings(StrictModel):
 
 class DatasetSettings(StrictModel):
     # None creates a bucket; a name uses an existing bucket (not managed by the stack).
-    bucket_name: Annotated[str | None, Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")] = None
-    prefix: Annotated[str, Field(pattern=r"^([A-Za-z0-9!_.*'()-]+/)*$")] = "datasets/"
+    bucket_name: Annotated[
+        str | None,
+        matching(
+            r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$",
+            "an S3 bucket name: 3 to 63 lowercase letters, digits, dots or hyphens",
+        ),
+    ] = None
+    prefix: Annotated[
+        str,
+        matching(
+            r"^([A-Za-z0-9!_.*'()-]+/)*$",
+            "an S3 key prefix ending in / (like datasets/ or corpus/v2/), or empty for the whole bucket",
+        ),
+    ] = "datasets/"
     size_gib: Annotated[float, Field(gt=0, le=1_000_000)] = 1000
 
 
@@ -119,27 +151,40 @@ class ImageSettings(StrictModel):
     # None builds container/ into ECR at deploy time; a URI uses an image that already exists.
     uri: Annotated[
         str | None,
-        Field(
-            pattern=r"^\d{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(\.cn)?/[a-z0-9._/-]+(:[\w.-]+|@sha256:[0-9a-f]{64})$"
+        matching(
+            r"^\d{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(\.cn)?/[a-z0-9._/-]+(:[\w.-]+|@sha256:[0-9a-f]{64})$",
+            "an ECR image URI with a tag or digest, like "
+            "111111111111.dkr.ecr.us-east-1.amazonaws.com/trainstack:v1",
         ),
     ] = None
     keep_images: Annotated[int, Field(ge=1, le=1000)] = 10
     # Digest of AWS's SMP base image in the deploy region (AWS publishes none; see docs/container.md).
-    base_digest: Annotated[str | None, Field(pattern=r"^sha256:[0-9a-f]{64}$")] = None
+    base_digest: Annotated[
+        str | None, matching(r"^sha256:[0-9a-f]{64}$", "an image digest: sha256: and 64 hex digits")
+    ] = None
 
 
 class Settings(StrictModel):
-    project: Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{1,20}$")] = "trainstack"
-    account: Annotated[str | None, Field(pattern=r"^\d{12}$")] = None
-    region: Annotated[str | None, Field(pattern=r"^[a-z]{2}(-gov)?-[a-z]+-\d$")] = None
-    availability_zone: Annotated[str | None, Field(pattern=r"^[a-z]{2}(-gov)?-[a-z]+-\d[a-z]$")] = None
-    availability_zone_id: Annotated[str | None, Field(pattern=r"^[a-z]+\d-az\d+$")] = None
+    project: Annotated[
+        str,
+        matching(r"^[a-z][a-z0-9-]{1,20}$", "2 to 21 lowercase letters, digits or - starting with a letter"),
+    ] = "trainstack"
+    account: Annotated[str | None, matching(r"^\d{12}$", "an AWS account id of 12 digits")] = None
+    region: str | None = None  # checked against botocore's partition data in _placement
+    availability_zone: Annotated[
+        str | None, matching(r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$", "an AZ name like us-east-1a (region + letter)")
+    ] = None
+    availability_zone_id: Annotated[str | None, matching(r"^[a-z]+\d-az\d+$", "an AZ id like use1-az4")] = (
+        None
+    )
     network: NetworkSettings = NetworkSettings()
     dataset: DatasetSettings = DatasetSettings()
     fsx: FsxSettings = FsxSettings(throughput_mbps=1000)
     checkpoints: CheckpointSettings = CheckpointSettings()
     image: ImageSettings = ImageSettings()
-    notification_emails: list[Annotated[str, Field(pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$")]] = []
+    notification_emails: list[
+        Annotated[str, matching(r"^[^@\s]+@[^@\s]+\.[^@\s]+$", "an email address like ml-team@example.com")]
+    ] = []
     tags: dict[
         Annotated[str, Field(min_length=1, max_length=128)], Annotated[str, Field(max_length=256)]
     ] = {}
@@ -151,11 +196,18 @@ class Settings(StrictModel):
             raise ValueError(
                 "account and region must be set in the file or by CDK_DEFAULT_ACCOUNT/CDK_DEFAULT_REGION"
             )
+        if self.region not in known_regions():
+            raise ValueError(
+                f"region: '{self.region}' is not an AWS Region known to botocore {botocore_version()}; "
+                f"use one of {', '.join(sorted(known_regions()))}"
+            )
         if (self.availability_zone is None) == (self.availability_zone_id is None):
             raise ValueError(
-                "set exactly one of availability_zone (e.g. us-east-1a) "
-                "or availability_zone_id (e.g. use1-az4)"
+                "set exactly one of availability_zone (an AZ name like us-east-1a) "
+                "or availability_zone_id (an AZ id like use1-az4)"
             )
+        if not self.profiles:
+            raise ValueError("profiles: give at least one training profile (see config/default.yaml)")
         if self.availability_zone is not None and self.availability_zone[:-1] != self.region:
             raise ValueError(
                 f"availability_zone '{self.availability_zone}' is not in region '{self.region}'; "
@@ -232,7 +284,7 @@ def _describe(error: dict[str, Any]) -> str:
         return f"{field}: unknown key; allowed keys here: {', '.join(allowed)}"
     message = error["msg"].removeprefix("Value error, ")
     if error["type"] == "string_pattern_mismatch":
-        message = f"{error['input']!r} does not match {error['ctx']['pattern']}"
+        message = f"{error['input']!r} is not {PATTERN_WORDS[error['ctx']['pattern']]}"
     # Model-level checks already name their fields in the message.
     return f"{field}: {message}" if field else message
 
@@ -240,13 +292,19 @@ def _describe(error: dict[str, Any]) -> str:
 def parse_settings(
     data: Mapping[str, Any], environ: Mapping[str, str] | None = None, source: str = "config"
 ) -> Settings:
-    """Validate a config mapping; CDK_DEFAULT_ACCOUNT/REGION, when set, win over the file's values."""
+    """Validate a config mapping. The file's values win; what it leaves out is filled in this order:
+    region from availability_zone (us-east-1a -> us-east-1), then account and region from
+    CDK_DEFAULT_ACCOUNT/CDK_DEFAULT_REGION (the CDK CLI sets them from the caller's AWS profile, and to
+    us-east-1 on a machine without one, so they can never override a file)."""
     environ = os.environ if environ is None else environ
     if not isinstance(data, Mapping):
         raise ConfigError(f"{source}: the file must hold a YAML mapping of settings.")
     merged = dict(data)
+    zone = merged.get("availability_zone")
+    if not merged.get("region") and isinstance(zone, str) and zone[-1:].isalpha():
+        merged["region"] = zone[:-1]
     for key, variable in (("account", "CDK_DEFAULT_ACCOUNT"), ("region", "CDK_DEFAULT_REGION")):
-        if environ.get(variable):
+        if not merged.get(key) and environ.get(variable):
             merged[key] = environ[variable]
     try:
         return Settings.model_validate(merged)

@@ -103,6 +103,11 @@ class FsxPlan:
         """Larger than the default per-account Lustre storage quota: a quota increase is needed first."""
         return self.storage_capacity_gib > DEFAULT_ACCOUNT_QUOTA_GIB
 
+    @property
+    def tier(self) -> FsxTier:
+        key = (self.deployment_type, self.per_unit_storage_throughput)
+        return next(tier for tier in TIERS if (tier.deployment_type, tier.per_unit_storage_throughput) == key)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             **asdict(self),
@@ -123,11 +128,13 @@ def size_fsx(
     throughput_mbps: float | None = None,
     epoch_seconds: float | None = None,
     deployment_type: str | None = None,
+    max_capacity_gib: int = LARGEST_CAPACITY_GIB,
 ) -> FsxPlan:
     """The cheapest valid configuration with capacity >= dataset and baseline >= the need.
 
     The need is throughput_mbps, or the dataset read once per epoch_seconds, or nothing (capacity
-    only). Ties in cost go to the smaller capacity, then to the order of TIERS.
+    only). Ties in cost go to the smaller capacity, then to the order of TIERS. Capacities stay at
+    or below max_capacity_gib (a valid capacity).
     """
     _check_positive(dataset_gib, "dataset_gib", "a size in GiB")
     if throughput_mbps is not None and epoch_seconds is not None:
@@ -146,21 +153,23 @@ def size_fsx(
             "deployment_type",
         )
     tiers = [tier for tier in TIERS if deployment_type in (None, tier.deployment_type)]
-    if dataset_gib > LARGEST_CAPACITY_GIB:
+    if dataset_gib > max_capacity_gib:
         raise FsxSizingError(
             f"{dataset_gib:,g} GiB does not fit one file system of at most {MAX_STORAGE_CAPACITY_GIB:,} GiB "
-            f"(largest valid capacity {LARGEST_CAPACITY_GIB:,} GiB)",
+            f"(largest valid capacity {max_capacity_gib:,} GiB)",
             "dataset_gib",
         )
     fastest = max(tiers, key=lambda tier: tier.baseline_mbps_per_tib)
-    if need > fastest.baseline_mbps(LARGEST_CAPACITY_GIB):
-        raise FsxSizingError(_too_fast(need, dataset_gib, epoch_seconds, fastest), need_parameter)
+    if need > fastest.baseline_mbps(max_capacity_gib):
+        raise FsxSizingError(
+            _too_fast(need, dataset_gib, epoch_seconds, fastest, max_capacity_gib), need_parameter
+        )
 
     candidates = []
     for order, tier in enumerate(tiers):
         capacity = _smallest_capacity(tier, dataset_gib, need)
-        if capacity > LARGEST_CAPACITY_GIB:
-            continue  # this tier would need a file system larger than any planned
+        if capacity > max_capacity_gib:
+            continue  # this tier would need a file system larger than allowed
         cost = tier.monthly_cost_usd(capacity)
         candidates.append((cost, capacity, order, tier))
     cost, capacity, _, tier = min(candidates, key=lambda candidate: candidate[:3])
@@ -174,6 +183,43 @@ def size_fsx(
         required_mbps=need,
         dataset_gib=float(dataset_gib),
     )
+
+
+def within_default_quota(plan: FsxPlan, deployment_type: str | None = None) -> FsxPlan | None:
+    """For a plan above the default Lustre quota: the cheapest plan for the same need that fits under
+    it (a faster tier on less storage), or None when none does."""
+    try:
+        return size_fsx(
+            plan.dataset_gib,
+            throughput_mbps=plan.required_mbps or None,
+            deployment_type=deployment_type,
+            max_capacity_gib=DEFAULT_ACCOUNT_QUOTA_GIB,
+        )
+    except FsxSizingError:
+        return None
+
+
+def summary(plan: FsxPlan) -> str:
+    """One line: type, capacity, baseline and monthly cost with the prices' region and date."""
+    prices = FSX_LUSTRE_PRICES
+    return (
+        f"{plan.tier.label}, {plan.storage_capacity_gib:,} GiB, {plan.throughput_mbps:,.0f} MB/s baseline, "
+        f"${plan.monthly_cost_usd:,.2f}/month ({prices.region} prices of {prices.as_of})"
+    )
+
+
+def quota_warning(plan: FsxPlan, deployment_type: str | None = None) -> str | None:
+    """None within the default quota; else one sentence with the cheapest plan that fits under it."""
+    if not plan.above_default_quota:
+        return None
+    warning = (
+        f"{plan.storage_capacity_gib:,} GiB is above the default {DEFAULT_ACCOUNT_QUOTA_GIB:,} GiB "
+        "Lustre storage quota of an account and Region: ask AWS to raise it before deploying"
+    )
+    alternative = within_default_quota(plan, deployment_type)
+    if alternative is None:
+        return f"{warning}; no plan for this need fits under it."
+    return f"{warning}, or take the cheapest plan under it: {summary(alternative)}."
 
 
 # Config field that carries each size_fsx parameter, for messages at config load.
@@ -213,11 +259,13 @@ def _smallest_capacity(tier: FsxTier, dataset_gib: float, need_mbps: float) -> i
     return max(FIRST_CAPACITIES_GIB[1], math.ceil(least / CAPACITY_STEP_GIB) * CAPACITY_STEP_GIB)
 
 
-def _too_fast(need: float, dataset_gib: float, epoch_seconds: float | None, fastest: FsxTier) -> str:
-    most = fastest.baseline_mbps(LARGEST_CAPACITY_GIB)
+def _too_fast(
+    need: float, dataset_gib: float, epoch_seconds: float | None, fastest: FsxTier, max_capacity_gib: int
+) -> str:
+    most = fastest.baseline_mbps(max_capacity_gib)
     limit = (
         f"more than one file system of at most {MAX_STORAGE_CAPACITY_GIB:,} GiB can give "
-        f"({fastest.label} reaches {most:,.0f} MB/s at {LARGEST_CAPACITY_GIB:,} GiB)"
+        f"({fastest.label} reaches {most:,.0f} MB/s at {max_capacity_gib:,} GiB)"
     )
     if epoch_seconds is None:
         return f"{need:,.0f} MB/s is {limit}"

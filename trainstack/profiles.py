@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
 
-from trainstack.base import StrictModel
+from trainstack.base import StrictModel, matching
 from trainstack.instances import INSTANCE_TYPES, InstanceType, UnknownInstanceTypeError, instance_type
 
 Strategy = Literal["smp", "smddp", "torchrun", "mpi"]
@@ -41,7 +41,13 @@ _SCHEDULE_PATTERN = (
     r"|cron\(\S+ \S+ \S+ \S+ \S+ \S+\)"
     r"|at\(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\))$"
 )
-_HYPERPARAMETER_NAME = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,255}$")]
+_HYPERPARAMETER_NAME = Annotated[
+    str,
+    matching(
+        r"^[A-Za-z_][A-Za-z0-9_.-]{0,255}$",
+        "a name of up to 256 letters, digits, _ . or - that starts with a letter or _",
+    ),
+]
 
 
 def _as_text(value: Any) -> Any:
@@ -54,7 +60,13 @@ def _as_text(value: Any) -> Any:
 
 
 _HYPERPARAMETER_VALUE = Annotated[str, BeforeValidator(_as_text), Field(max_length=2500)]
-_ENV_NAME = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,511}$")]
+_ENV_NAME = Annotated[
+    str,
+    matching(
+        r"^[A-Za-z_][A-Za-z0-9_]{0,511}$",
+        "a variable name of letters, digits and _ not starting with a digit",
+    ),
+]
 _ENV_VALUE = Annotated[str, BeforeValidator(_as_text), Field(max_length=512)]
 
 
@@ -131,9 +143,14 @@ class RetryPolicy(StrictModel):
 
 
 class Profile(StrictModel):
-    name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,30}$")]
+    name: Annotated[
+        str,
+        matching(r"^[a-z][a-z0-9-]{0,30}$", "up to 31 lowercase letters, digits or - starting with a letter"),
+    ]
     strategy: Strategy
-    entry_point: Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_./-]*\.(py|sh)$")] = "train.py"
+    entry_point: Annotated[
+        str, matching(r"^[A-Za-z0-9_][A-Za-z0-9_./-]*\.(py|sh)$", "a relative path to a .py or .sh file")
+    ] = "train.py"
     instance_preferences: Annotated[list[InstancePreference], Field(min_length=1, max_length=5)]
     volume_size_gb: Annotated[int, Field(ge=1, le=16_384)] = 200
     max_runtime_hours: Annotated[float, Field(gt=0, le=MAX_RUNTIME_HOURS_LIMIT)] = 24
@@ -143,11 +160,21 @@ class Profile(StrictModel):
     hyperparameters: dict[_HYPERPARAMETER_NAME, _HYPERPARAMETER_VALUE] = {}
     keep_alive_seconds: Annotated[int, Field(ge=0, le=21_600)] = 0
     training_plan_arn: Annotated[
-        str | None, Field(pattern=r"^arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]*:[0-9]{12}:training-plan/.+$")
+        str | None,
+        matching(
+            r"^arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]*:[0-9]{12}:training-plan/.+$",
+            "a SageMaker training plan ARN (arn:aws:sagemaker:<region>:<account>:training-plan/<name>)",
+        ),
     ] = None
     infra_check: bool = False
     retry: RetryPolicy = RetryPolicy()
-    schedule: Annotated[str | None, Field(pattern=_SCHEDULE_PATTERN)] = None
+    schedule: Annotated[
+        str | None,
+        matching(
+            _SCHEDULE_PATTERN,
+            "an EventBridge Scheduler expression: rate(1 day), cron(0 2 * * ? *) or at(2026-12-01T02:00:00)",
+        ),
+    ] = None
     environment: dict[_ENV_NAME, _ENV_VALUE] = {}
 
     @field_validator("hyperparameters")

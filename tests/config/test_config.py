@@ -1,4 +1,5 @@
-"""The config model: defaults, precedence of the CDK environment, one-sentence errors naming the field."""
+"""The config model: defaults, the file winning over the CDK environment, one-sentence errors naming
+the field."""
 
 from __future__ import annotations
 
@@ -24,12 +25,73 @@ def test_default_config_loads_offline_without_credentials():
     assert settings.az_label == "us-east-1a"
 
 
-def test_cdk_environment_overrides_file_account_and_region():
-    data = {**default_config_data(), "availability_zone": "eu-west-1b"}
+def test_file_values_win_over_the_cdk_environment():
+    """The CDK CLI sets CDK_DEFAULT_REGION=us-east-1 on a machine without AWS config: it must not move
+    an eu-west-1 platform."""
+    data = {**default_config_data(), "region": "eu-west-1", "availability_zone": "eu-west-1b"}
     settings = parse_settings(
-        data, {"CDK_DEFAULT_ACCOUNT": "222222222222", "CDK_DEFAULT_REGION": "eu-west-1"}
+        data, {"CDK_DEFAULT_ACCOUNT": "222222222222", "CDK_DEFAULT_REGION": "us-east-1"}
+    )
+    assert (settings.account, settings.region) == ("111111111111", "eu-west-1")
+
+
+def test_cdk_environment_fills_what_the_file_leaves_out():
+    data = {key: value for key, value in default_config_data().items() if key not in ("account", "region")}
+    settings = parse_settings(
+        {**data, "availability_zone": None, "availability_zone_id": "euw1-az2"},
+        {"CDK_DEFAULT_ACCOUNT": "222222222222", "CDK_DEFAULT_REGION": "eu-west-1"},
     )
     assert (settings.account, settings.region) == ("222222222222", "eu-west-1")
+
+
+def test_region_follows_from_the_az_name_before_the_cdk_environment():
+    data = {key: value for key, value in default_config_data().items() if key != "region"}
+    settings = parse_settings(
+        {**data, "availability_zone": "eu-west-1b"}, {"CDK_DEFAULT_REGION": "us-east-1"}
+    )
+    assert settings.region == "eu-west-1"
+
+
+@pytest.mark.parametrize("region", ["us-east-9", "eu-middle-1", "US-EAST-1"])
+def test_region_must_be_one_botocore_knows(region):
+    message = error_for({"region": region, "availability_zone": None, "availability_zone_id": "use1-az4"})
+    assert f"region: '{region}' is not an AWS Region known to botocore" in message
+    assert "us-east-1, us-east-2" in message and "cn-north-1" in message
+
+
+def test_regions_of_other_partitions_are_accepted():
+    settings = parse_settings(
+        {**default_config_data(), "region": "us-gov-west-1", "availability_zone": "us-gov-west-1a"}, NO_ENV
+    )
+    assert settings.region == "us-gov-west-1"
+
+
+def test_an_empty_profile_list_is_rejected():
+    assert error_for({"profiles": []}) == (
+        "my.yaml: profiles: give at least one training profile (see config/default.yaml)."
+    )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "words"),
+    [
+        ({"account": "12345"}, "account: '12345' is not an AWS account id of 12 digits."),
+        (
+            {"availability_zone": "us-east-1"},
+            "availability_zone: 'us-east-1' is not an AZ name like us-east-1a",
+        ),
+        (
+            {"availability_zone": None, "availability_zone_id": "az4"},
+            "availability_zone_id: 'az4' is not an AZ id like use1-az4.",
+        ),
+        ({"project": "Trainstack"}, "project: 'Trainstack' is not 2 to 21 lowercase letters"),
+        ({"notification_emails": ["ml-team"]}, "notification_emails.0: 'ml-team' is not an email address"),
+    ],
+)
+def test_format_errors_speak_in_words_not_regexes(overrides, words):
+    message = error_for(overrides)
+    assert words in message
+    assert "^" not in message and "\\d" not in message
 
 
 def test_unknown_key_names_it_and_lists_allowed_keys():

@@ -136,7 +136,10 @@ def test_default_profiles_are_valid_and_cover_every_strategy():
             {"retry": {"max_attempts": 100}},
             "profiles.0.retry.max_attempts: Input should be less than or equal to 99.",
         ),
-        ({"schedule": "every day"}, "profiles.0.schedule: 'every day' does not match"),
+        (
+            {"schedule": "every day"},
+            "profiles.0.schedule: 'every day' is not an EventBridge Scheduler expression",
+        ),
         (
             {"keep_alive_seconds": 30000},
             "profiles.0.keep_alive_seconds: Input should be less than or equal to 21600.",
@@ -145,7 +148,10 @@ def test_default_profiles_are_valid_and_cover_every_strategy():
             {"max_runtime_hours": 700},
             "profiles.0.max_runtime_hours: Input should be less than or equal to 672.",
         ),
-        ({"entry_point": "../train"}, "profiles.0.entry_point: '../train' does not match"),
+        (
+            {"entry_point": "../train"},
+            "profiles.0.entry_point: '../train' is not a relative path to a .py or .sh file",
+        ),
         ({"smp_parameters": {}}, "profiles.0.smp_parameters: unknown key; allowed keys here: "),
     ],
 )

@@ -3,6 +3,7 @@ sentence naming the field, a non-zero exit and no traceback."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -30,6 +31,14 @@ BAD_CONFIGS = {
         {"dataset": {"size_gib": 1000}, "fsx": {"throughput_mbps": None, "epoch_seconds": 0.001}},
         "fsx.epoch_seconds: reading 1,000 GiB every 0.001 s needs 1,073,741,824 MB/s, "
         "more than one file system",
+    ),
+    "no_profiles": (
+        {"profiles": []},
+        "profiles: give at least one training profile (see config/default.yaml).",
+    ),
+    "unknown_region": (
+        {"region": "us-east-9", "availability_zone": None, "availability_zone_id": "use1-az4"},
+        "region: 'us-east-9' is not an AWS Region known to botocore",
     ),
     "malformed_cidr": (
         {"network": {"vpc_cidr": "10.20.0.0/33"}},
@@ -105,3 +114,46 @@ def test_cdk_synth_stops_with_the_same_sentence(bad_config, tmp_path):
     )
     assert_one_line_error(result, expected)
     assert not list((tmp_path / "cdk.out").glob("*.template.json"))
+
+
+def test_a_file_region_wins_over_the_cdk_clis_default_region(tmp_path):
+    """With no AWS config the CDK CLI sets CDK_DEFAULT_REGION=us-east-1; the eu-west-1 example must still
+    synthesize offline, every stack in eu-west-1, and print its FSx plan."""
+    home = tmp_path / "home"  # no ~/.aws: the CLI falls back to us-east-1 itself
+    home.mkdir()
+    environment = {
+        key: value for key, value in without_account_variables().items() if not key.startswith("AWS_")
+    } | {
+        "HOME": str(home),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "CDK_DISABLE_VERSION_CHECK": "1",
+    }
+    outdir = tmp_path / "cdk.out"
+    result = subprocess.run(
+        [
+            str(CDK_CLI),
+            "synth",
+            "--quiet",
+            "--no-notices",
+            "-c",
+            "config=config/examples/eu-west-1.yaml",
+            "-o",
+            str(outdir),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        env=environment,
+        check=False,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "trainstack: FSx for Lustre: " in result.stderr and "/month" in result.stderr
+    manifest = json.loads((outdir / "manifest.json").read_text())
+    stacks = {
+        name: artifact["environment"]
+        for name, artifact in manifest["artifacts"].items()
+        if artifact["type"] == "aws:cloudformation:stack"
+    }
+    assert set(stacks) == {f"trainstack-eu-{part}" for part in ("network", "storage", "image", "pipeline")}
+    assert set(stacks.values()) == {"aws://111111111111/eu-west-1"}

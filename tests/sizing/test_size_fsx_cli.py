@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from trainstack.cli import main
+from trainstack.prices import FSX_LUSTRE_PRICES
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
@@ -76,9 +77,34 @@ def test_table_for_people(capsys):
     assert "note" not in rows
 
 
-def test_table_warns_above_the_default_account_quota(capsys):
+def test_table_warns_above_the_default_account_quota_and_offers_the_cheapest_plan_under_it(capsys):
+    # SCRATCH_2 needs 103,200 GiB to read 20,000 MB/s; PERSISTENT_2 at 250 MB/s/TiB fits in 100,800 GiB.
+    _, out, _ = run_cli(capsys, "--dataset-gib", "100000", "--throughput-mbps", "20000")
+    rows = dict(line.split("  ", 1) for line in out.splitlines())
+    rows = {label.strip(): value.strip() for label, value in rows.items()}
+    assert rows["storage capacity"] == "103,200 GiB (dataset 100,000 GiB)"
+    assert rows["note"].startswith("103,200 GiB is above the default 100,800 GiB Lustre storage quota")
+    assert rows["note"].endswith(
+        "or take the cheapest plan under it: PERSISTENT_2 at 250 MB/s/TiB, 100,800 GiB, "
+        f"24,609 MB/s baseline, $21,168.00/month (us-east-1 prices of {FSX_LUSTRE_PRICES.as_of})."
+    )
+
+
+def test_json_carries_the_plan_within_the_default_quota(capsys):
+    _, out, _ = run_cli(capsys, "--dataset-gib", "100000", "--throughput-mbps", "20000", "--json")
+    plan = json.loads(out)
+    assert (plan["storage_capacity_gib"], plan["within_default_quota"]["storage_capacity_gib"]) == (
+        103200,
+        100800,
+    )
+    _, out, _ = run_cli(capsys, "--dataset-gib", "1000", "--throughput-mbps", "1000", "--json")
+    assert "within_default_quota" not in json.loads(out)
+
+
+def test_no_plan_under_the_quota_is_said_so(capsys):
     _, out, _ = run_cli(capsys, "--dataset-gib", "200000", "--throughput-mbps", "1000")
-    assert "above the default 100,800 GiB Lustre quota" in out
+    assert "above the default 100,800 GiB Lustre storage quota" in out
+    assert "no plan for this need fits under it" in out
 
 
 @pytest.mark.parametrize(

@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from trainstack.config import ConfigError, load_settings
+from trainstack.fsx_sizing import quota_warning, summary
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("check-config", help="validate a trainstack config file")
-    parser.add_argument("config", nargs="?", help="config file (default: config/default.yaml)")
+    description = "validate a config file exactly as `make synth` does; print its FSx plan and monthly cost"
+    parser = subparsers.add_parser("check-config", help=description, description=description)
+    parser.add_argument(
+        "config",
+        nargs="?",
+        default=os.environ.get("TRAINSTACK_CONFIG"),
+        help="config file (default: $TRAINSTACK_CONFIG, else config/default.yaml)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -22,4 +30,9 @@ def run(args: argparse.Namespace) -> int:
         return 1
     profiles = len(settings.profiles)
     print(f"config OK: {profiles} profile(s), training AZ {settings.az_label} in {settings.region}")
+    plan = settings.fsx_plan
+    print(f"FSx for Lustre: {summary(plan)}" if plan else "FSx for Lustre: disabled (fsx.enabled: false)")
+    warning = plan and quota_warning(plan, settings.fsx.deployment_type)
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
     return 0

@@ -8,11 +8,12 @@ import math
 import sys
 
 from trainstack.fsx_sizing import (
-    DEFAULT_ACCOUNT_QUOTA_GIB,
     DEPLOYMENT_TYPES,
     FsxPlan,
     FsxSizingError,
+    quota_warning,
     size_fsx,
+    within_default_quota,
 )
 from trainstack.prices import FSX_LUSTRE_PRICES
 
@@ -49,7 +50,14 @@ def run(args: argparse.Namespace) -> int:
     except _UsageError as error:
         print(f"trainstack size-fsx: {error}", file=sys.stderr)
         return 2
-    print(json.dumps(plan.to_dict(), indent=2) if args.json else _table(plan, args))
+    if args.json:
+        document = plan.to_dict()
+        if plan.above_default_quota:
+            alternative = within_default_quota(plan, _deployment_type(args))
+            document["within_default_quota"] = alternative.to_dict() if alternative else None
+        print(json.dumps(document, indent=2))
+    else:
+        print(_table(plan, args))
     return 0
 
 
@@ -61,7 +69,7 @@ def _plan(args: argparse.Namespace) -> FsxPlan:
             "give exactly one of --throughput-mbps (MB/s the jobs read) "
             "or --epoch-seconds (seconds one epoch may take to read the dataset)."
         )
-    deployment_type = args.deployment_type.upper() if args.deployment_type else None
+    deployment_type = _deployment_type(args)
     try:
         return size_fsx(
             _number(args.dataset_gib, "--dataset-gib", "a size in GiB"),
@@ -71,6 +79,10 @@ def _plan(args: argparse.Namespace) -> FsxPlan:
         )
     except FsxSizingError as error:
         raise _UsageError(f"{error.named(_FLAGS[error.parameter])}.") from None
+
+
+def _deployment_type(args: argparse.Namespace) -> str | None:
+    return args.deployment_type.upper() if args.deployment_type else None
 
 
 def _number(text: str | None, flag: str, what: str) -> float | None:
@@ -106,8 +118,8 @@ def _table(plan: FsxPlan, args: argparse.Namespace) -> str:
             f"${plan.monthly_cost_usd:,.2f} ({FSX_LUSTRE_PRICES.region} prices of {FSX_LUSTRE_PRICES.as_of})",
         ),
     ]
-    if plan.above_default_quota:
-        quota = f"above the default {DEFAULT_ACCOUNT_QUOTA_GIB:,} GiB Lustre quota: ask AWS to raise it"
-        rows.append(("note", quota))
+    warning = quota_warning(plan, _deployment_type(args))
+    if warning:
+        rows.append(("note", warning))
     width = max(len(label) for label, _ in rows)
     return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)

@@ -1,0 +1,95 @@
+"""What the AWS commands share: where the pipeline is, usage errors, AWS failures.
+
+Exit codes everywhere: 0 success (or still running), 1 the run failed or AWS refused, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import boto3
+
+from trainstack.config import ConfigError, Settings, load_settings
+from trainstack.runs import find_state_machine
+
+DEFAULT_POLL_SECONDS = 15.0
+
+
+class UsageError(Exception):
+    """Bad command-line input: one sentence naming the flag or argument; exit code 2."""
+
+
+def subcommand_errors(parser: argparse.ArgumentParser) -> None:
+    """argparse's own errors (unknown flag, bad int) show this subcommand's usage, then one sentence."""
+
+    def error(message: str):
+        print(parser.format_usage().rstrip(), file=sys.stderr)
+        print(f"{parser.prog}: {message.rstrip('.')}.", file=sys.stderr)
+        raise SystemExit(2)
+
+    parser.error = error  # type: ignore[method-assign]
+
+
+def add_config_argument(parser: argparse.ArgumentParser, what: str = "") -> None:
+    parser.add_argument(
+        "--config",
+        default=os.environ.get("TRAINSTACK_CONFIG"),
+        help=f"config file{what} (default: $TRAINSTACK_CONFIG, else config/default.yaml)",
+    )
+
+
+def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
+    """--config, --region and --state-machine-arn: where the pipeline of a deployed config is."""
+    add_config_argument(parser)
+    parser.add_argument("--region", help="AWS region (default: the config's)")
+    parser.add_argument("--state-machine-arn", help="skip the CloudFormation lookup of the pipeline stack")
+
+
+def add_poll_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--poll-seconds", type=float, default=DEFAULT_POLL_SECONDS, help=argparse.SUPPRESS)
+
+
+@dataclass
+class Pipeline:
+    """The deployed pipeline a command talks to, with boto3 clients in its region."""
+
+    settings: Settings
+    region: str
+    given_state_machine_arn: str | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Pipeline:
+        try:
+            settings = load_settings(args.config)
+        except ConfigError as error:
+            raise UsageError(f"--config: {error}".rstrip(".")) from None
+        return cls(settings, args.region or settings.region, getattr(args, "state_machine_arn", None))
+
+    def client(self, service: str) -> Any:
+        return boto3.client(service, region_name=self.region)
+
+    @cached_property
+    def state_machine_arn(self) -> str:
+        return self.given_state_machine_arn or find_state_machine(
+            self.client("cloudformation"), self.settings.project, self.region
+        )
+
+
+def usage_failure(args: argparse.Namespace, error: Exception) -> int:
+    print(f"trainstack {args.command}: {str(error).rstrip('.')}.", file=sys.stderr)
+    return 2
+
+
+def failure(args: argparse.Namespace, error: Exception) -> int:
+    print(f"trainstack {args.command}: {str(error).rstrip('.')}.", file=sys.stderr)
+    return 1
+
+
+def aws_failure(error: Exception) -> int:
+    print(f"trainstack: AWS call failed: {error}", file=sys.stderr)
+    return 1

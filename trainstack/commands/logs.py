@@ -1,0 +1,94 @@
+"""`trainstack logs RUN [--follow]`: the CloudWatch logs of a run's current training job."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from datetime import UTC, datetime
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from trainstack.commands.common import (
+    Pipeline,
+    UsageError,
+    add_pipeline_arguments,
+    add_poll_argument,
+    aws_failure,
+    failure,
+    subcommand_errors,
+    usage_failure,
+)
+from trainstack.runs import (
+    JOB_ENDED,
+    TRAINING_LOG_GROUP,
+    RunError,
+    current_job,
+    latest_execution,
+    log_events,
+    run_name_of,
+)
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "logs",
+        help="print a run's training logs",
+        description=f"Print the log streams of a run's current training job ({TRAINING_LOG_GROUP}, "
+        "one stream per host), oldest first; --follow keeps printing until the run ends.",
+    )
+    parser.add_argument("run", metavar="RUN", help="run name (see `trainstack runs`) or execution ARN")
+    parser.add_argument(
+        "--follow", "-f", action="store_true", help="keep printing new lines until the run ends"
+    )
+    add_pipeline_arguments(parser)
+    add_poll_argument(parser)
+    parser.set_defaults(handler=run)
+    subcommand_errors(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        pipeline = Pipeline.from_args(args)
+        stepfunctions = pipeline.client("stepfunctions")
+        state_machine_arn = "" if args.run.startswith("arn:") else pipeline.state_machine_arn
+        execution = latest_execution(stepfunctions, state_machine_arn, args.run)
+        return _print_logs(pipeline, execution, args)
+    except UsageError as error:
+        return usage_failure(args, error)
+    except RunError as error:
+        return failure(args, error)
+    except (BotoCoreError, ClientError) as error:
+        return aws_failure(error)
+
+
+def _print_logs(pipeline: Pipeline, execution: dict, args: argparse.Namespace) -> int:
+    stepfunctions, sagemaker, logs = (
+        pipeline.client(name) for name in ("stepfunctions", "sagemaker", "logs")
+    )
+    run_name = run_name_of(execution, pipeline.settings.project)
+    printed: dict[str, set[str]] = {}  # job -> event ids already printed
+    while True:
+        job = current_job(sagemaker, run_name)
+        if job is None and not args.follow:
+            raise RunError(f"run {args.run} has no training job yet")
+        if job is not None:
+            seen = printed.setdefault(job.name, set())
+            if len(printed) > 1 and not seen:
+                print(f"--- attempt {job.attempt}: {job.name}", flush=True)
+            for event in log_events(logs, job.name):
+                if event["eventId"] not in seen:
+                    seen.add(event["eventId"])
+                    stamp = datetime.fromtimestamp(event["timestamp"] / 1000, UTC)
+                    print(
+                        f"{stamp:%H:%M:%S} {event['logStreamName'].split('/', 1)[-1]}  "
+                        f"{event['message'].rstrip()}",
+                        flush=True,
+                    )
+        if not args.follow:
+            return 0
+        status = stepfunctions.describe_execution(executionArn=execution["executionArn"])["status"]
+        if status != "RUNNING" and (job is None or job.status in JOB_ENDED):
+            print(f"run {run_name}: execution {status}", file=sys.stderr)
+            return 0
+        time.sleep(args.poll_seconds)

@@ -1,0 +1,72 @@
+"""`trainstack runs`: the pipeline's recent runs, one line each."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from trainstack.commands.common import (
+    Pipeline,
+    UsageError,
+    add_pipeline_arguments,
+    aws_failure,
+    failure,
+    subcommand_errors,
+    usage_failure,
+)
+from trainstack.runs import RunError, current_job, elapsed, run_input, run_name_of
+
+COLUMNS = ("RUN", "PROFILE", "STATUS", "ATTEMPT", "JOB", "INSTANCES", "ELAPSED")
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "runs", help="list recent runs", description="List the pipeline's recent runs, newest first."
+    )
+    parser.add_argument("--max", type=int, default=20, metavar="N", help="how many runs (default: 20)")
+    add_pipeline_arguments(parser)
+    parser.set_defaults(handler=run)
+    subcommand_errors(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        if args.max < 1:
+            raise UsageError(f"--max: {args.max} is not a number of runs; give 1 or more")
+        pipeline = Pipeline.from_args(args)
+        rows = list(_rows(pipeline, args.max))
+    except UsageError as error:
+        return usage_failure(args, error)
+    except RunError as error:
+        return failure(args, error)
+    except (BotoCoreError, ClientError) as error:
+        return aws_failure(error)
+    if not rows:
+        print(f"no runs yet in {pipeline.state_machine_arn}")
+        return 0
+    widths = [max(len(row[column]) for row in [COLUMNS, *rows]) for column in range(len(COLUMNS))]
+    for row in [COLUMNS, *rows]:
+        print("  ".join(value.ljust(width) for value, width in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
+def _rows(pipeline: Pipeline, limit: int):
+    stepfunctions = pipeline.client("stepfunctions")
+    sagemaker = pipeline.client("sagemaker")
+    listed = stepfunctions.list_executions(stateMachineArn=pipeline.state_machine_arn, maxResults=limit)
+    now = datetime.now(UTC)
+    for item in sorted(listed["executions"], key=lambda item: item["startDate"], reverse=True)[:limit]:
+        execution = stepfunctions.describe_execution(executionArn=item["executionArn"])
+        run_name = run_name_of(execution, pipeline.settings.project)
+        job = current_job(sagemaker, run_name)
+        yield (
+            run_name,
+            str(run_input(execution).get("profile", "-")),
+            execution["status"],
+            str(job.attempt) if job else "-",
+            f"{job.name} ({job.status})" if job else "-",
+            job.instances if job else "-",
+            elapsed(execution, now),
+        )

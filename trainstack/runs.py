@@ -1,0 +1,171 @@
+"""A run as the CLI sees it: the pipeline executions named after it and its training jobs.
+
+A run's first execution is named exactly like the run (`<project>-...`); starting the same run again
+after it ended (to resume from its checkpoints) names the next execution `<run>.2`, `<run>.3`, ...
+Its training jobs are `<run>-<attempt>` (the pipeline's naming). Functions take boto3 clients, so
+the CLI and the demo share them and tests run them against moto.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+STATE_MACHINE_OUTPUT = "StateMachineArn"
+TRAINING_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
+EXECUTION_ARN_PATTERN = r"^arn:aws[a-z-]*:states:[a-z0-9-]+:\d{12}:execution:[^:]+:[^:]+$"
+ENDED_BADLY = ("FAILED", "TIMED_OUT", "ABORTED")
+JOB_ENDED = ("Completed", "Failed", "Stopped")
+
+
+class RunError(Exception):
+    """The run or its pipeline cannot be found or acted on; str() is one sentence."""
+
+
+@dataclass(frozen=True)
+class Job:
+    attempt: int
+    description: dict[str, Any]  # DescribeTrainingJob
+
+    @property
+    def name(self) -> str:
+        return self.description["TrainingJobName"]
+
+    @property
+    def status(self) -> str:
+        return self.description["TrainingJobStatus"]
+
+    @property
+    def instances(self) -> str:
+        """`2 x ml.p5.48xlarge`: the selected preference once SageMaker chose, else the requested type."""
+        resources = self.description.get("ResourceConfig", {})
+        kind = resources.get("SelectedInstanceType") or resources.get("InstanceType")
+        count = resources.get("SelectedInstanceCount") or resources.get("InstanceCount")
+        return f"{count} x {kind}" if kind else "-"
+
+
+def find_state_machine(cloudformation: Any, project: str, region: str) -> str:
+    """The StateMachineArn output of the `<project>-pipeline` stack."""
+    stack = f"{project}-pipeline"
+    try:
+        stacks = cloudformation.describe_stacks(StackName=stack)["Stacks"]
+    except ClientError as error:
+        if "does not exist" in str(error):
+            raise RunError(
+                f"stack {stack} does not exist in {region}; deploy it (cdk deploy {stack}) "
+                "or pass --state-machine-arn"
+            ) from None
+        raise
+    for output in stacks[0].get("Outputs", []):
+        if output["OutputKey"] == STATE_MACHINE_OUTPUT:
+            return output["OutputValue"]
+    raise RunError(f"stack {stack} has no {STATE_MACHINE_OUTPUT} output; pass --state-machine-arn")
+
+
+def is_execution_arn(text: str) -> bool:
+    return re.match(EXECUTION_ARN_PATTERN, text) is not None
+
+
+def execution_arn_for(state_machine_arn: str, name: str) -> str:
+    """arn:...:stateMachine:M -> arn:...:execution:M:name (Step Functions' ARN scheme)."""
+    prefix, machine = state_machine_arn.rsplit(":stateMachine:", 1)
+    return f"{prefix}:execution:{machine}:{name}"
+
+
+def executions_of(stepfunctions: Any, state_machine_arn: str, run_name: str) -> list[dict[str, Any]]:
+    """ListExecutions items of a run's executions, newest first."""
+    pattern = re.compile(rf"^{re.escape(run_name)}(\.\d+)?$")
+    found = []
+    for page in stepfunctions.get_paginator("list_executions").paginate(stateMachineArn=state_machine_arn):
+        found.extend(item for item in page["executions"] if pattern.match(item["name"]))
+    return sorted(found, key=lambda item: item["startDate"], reverse=True)
+
+
+def next_execution_name(run_name: str, earlier: list[dict[str, Any]]) -> str:
+    """`<run>.N` after the run's earlier executions; refuses while one of them is still running."""
+    running = [item for item in earlier if item["status"] == "RUNNING"]
+    if running:
+        raise RunError(
+            f"run {run_name} already exists and is running ({running[0]['executionArn']}); follow it with "
+            f"`trainstack watch {run_name}`, stop it with `trainstack stop {run_name}`, or choose another "
+            "--run-name"
+        )
+    numbers = [int(item["name"].rsplit(".", 1)[1]) if "." in item["name"] else 1 for item in earlier]
+    return f"{run_name}.{max(numbers, default=1) + 1}"
+
+
+def latest_execution(stepfunctions: Any, state_machine_arn: str, run: str) -> dict[str, Any]:
+    """DescribeExecution of RUN: an execution ARN, or the newest execution of the run named so."""
+    if is_execution_arn(run):
+        return stepfunctions.describe_execution(executionArn=run)
+    found = executions_of(stepfunctions, state_machine_arn, run)
+    if not found:
+        raise RunError(f"no run named {run} in {state_machine_arn}; `trainstack runs` lists the recent ones")
+    return stepfunctions.describe_execution(executionArn=found[0]["executionArn"])
+
+
+def run_input(execution: dict[str, Any]) -> dict[str, Any]:
+    try:
+        given = json.loads(execution.get("input") or "{}")
+    except ValueError:
+        return {}
+    return given if isinstance(given, dict) else {}
+
+
+def run_name_of(execution: dict[str, Any], project: str) -> str:
+    """The input's runName, or the state machine's default `<project>-<execution name>`."""
+    given = run_input(execution).get("runName")
+    return given if isinstance(given, str) else f"{project}-{execution['name']}"
+
+
+def current_job(sagemaker: Any, run_name: str) -> Job | None:
+    """The newest training job `<run>-<attempt>`; None before the first."""
+    pattern = re.compile(rf"^{re.escape(run_name)}-(\d+)$")
+    summaries = sagemaker.list_training_jobs(
+        NameContains=run_name, SortBy="CreationTime", SortOrder="Descending", MaxResults=100
+    )["TrainingJobSummaries"]
+    attempts = [
+        (int(match.group(1)), summary["TrainingJobName"])
+        for summary in summaries
+        if (match := pattern.match(summary["TrainingJobName"]))
+    ]
+    if not attempts:
+        return None
+    attempt, name = max(attempts)
+    return Job(attempt, sagemaker.describe_training_job(TrainingJobName=name))
+
+
+def elapsed(execution: dict[str, Any], now: datetime) -> str:
+    """H:MM:SS from the execution's start to its stop, or to now while it runs."""
+    end = execution.get("stopDate") or now
+    seconds = max(0, int((end - execution["startDate"]).total_seconds()))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def status_line(execution: dict[str, Any], job: Job | None) -> str:
+    if job is None:
+        return f"{execution['status']} | no training job yet"
+    return (
+        f"{execution['status']} | attempt {job.attempt} | {job.name} | "
+        f"{job.status} / {job.description.get('SecondaryStatus', '-')}"
+    )
+
+
+def log_events(logs: Any, job_name: str, start_time_ms: int = 0) -> list[dict[str, Any]]:
+    """The job's CloudWatch log events (every host's stream `<job>/algo-N-...`) from start_time_ms on."""
+    events: list[dict[str, Any]] = []
+    arguments = {"logGroupName": TRAINING_LOG_GROUP, "logStreamNamePrefix": f"{job_name}/"}
+    if start_time_ms:
+        arguments["startTime"] = start_time_ms
+    try:
+        for page in logs.get_paginator("filter_log_events").paginate(**arguments):
+            events.extend(page["events"])
+    except ClientError as error:
+        if error.response["Error"]["Code"] != "ResourceNotFoundException":
+            raise
+    return sorted(events, key=lambda event: (event["timestamp"], event.get("eventId", "")))
