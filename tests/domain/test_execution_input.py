@@ -72,8 +72,9 @@ def test_rules_are_data_over_the_contract_fields():
 
 
 def test_no_profiles_configured(make_settings):
+    # The config model rejects an empty profile list; the input rule stays as a second line of defence.
     with pytest.raises(InvalidInputError, match="no profiles are configured"):
-        validate_execution_input({}, make_settings({"profiles": []}))
+        validate_execution_input({}, make_settings().model_copy(update={"profiles": []}))
 
 
 def test_instance_count_must_fit_the_profile(make_settings):
