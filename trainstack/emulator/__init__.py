@@ -1,0 +1,21 @@
+"""A local AWS Step Functions for tests and demos: moto's interpreter running JSONata state machines with
+AWS's error names on a virtual or scaled clock. Needs the dev dependencies (moto, jsonata-python).
+
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        with local_stepfunctions(VirtualClock()) as clock:
+            ...  # create state machines, start executions; clock.waits lists the Wait states
+"""
+
+from trainstack.emulator.clock import Clock, ScaledClock, VirtualClock
+from trainstack.emulator.errors import aws_sdk_error_name, modelled_error_codes, service_error
+from trainstack.emulator.session import local_stepfunctions
+
+__all__ = [
+    "Clock",
+    "ScaledClock",
+    "VirtualClock",
+    "aws_sdk_error_name",
+    "local_stepfunctions",
+    "modelled_error_codes",
+    "service_error",
+]

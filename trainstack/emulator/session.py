@@ -1,0 +1,218 @@
+"""`local_stepfunctions()`: moto's Step Functions interpreter (a copy of LocalStack's) made to run
+JSONata state machines the way AWS does, on a pluggable clock.
+
+What it changes inside moto, for the duration of the `with` block:
+- JSONata: the evaluator hook moto leaves empty is filled with jsonata-python; LocalStack's stand-ins
+  for the Step Functions functions (some unimplemented) give way to real ones (functions.py); an
+  evaluation error fails the state with States.QueryEvaluationError, as on AWS; string variables are
+  encoded as JSON strings (moto quotes them without escaping, which breaks on `"` or `\\`).
+- Time: $now()/$millis(), execution start times (`$states.context.Execution.StartTime`), history
+  timestamps, Wait states, Retry intervals and the state machine's TimeoutSeconds follow the clock.
+- Errors: aws-sdk task errors are named as AWS names them (errors.py), with SageMaker registered.
+- Speed: a definition is parsed once per session, not once per execution (the parsed program keeps no
+  execution state).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import types
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from datetime import datetime
+from typing import Any
+from unittest import mock
+
+from trainstack.emulator.clock import Clock, VirtualClock
+from trainstack.emulator.errors import SERVICE_ERROR_NAMES, aws_sdk_error_name
+from trainstack.emulator.functions import jsonata_evaluator
+
+# moto modules that read the wall clock for what the emulator's clock should decide.
+_CLOCK_READERS = (
+    "moto.stepfunctions.parser.models",  # execution start dates
+    "moto.stepfunctions.parser.backend.execution",  # execution stop dates
+    "moto.stepfunctions.parser.asl.eval.event.event_manager",  # history event timestamps
+    "moto.stepfunctions.parser.asl.component.state.state",  # $states.context.State.EnteredTime
+    "moto.stepfunctions.parser.asl.component.state.wait.wait_function.timestamp",  # Wait Timestamp
+)
+
+
+@contextmanager
+def local_stepfunctions(clock: Clock | None = None, *, quiet: bool = True) -> Iterator[Clock]:
+    """Patch moto's Step Functions interpreter for AWS's JSONata, error names and the given clock
+    (a VirtualClock by default) and yield the clock. Combine with
+    `mock_aws(config={"stepfunctions": {"execute_state_machine": True}})` (inside or outside)."""
+    clock = clock or VirtualClock()
+    with ExitStack() as patches:
+        for patch in _patches(clock, quiet):
+            patches.enter_context(patch)
+        yield clock
+
+
+def _patches(clock: Clock, quiet: bool) -> list[Any]:
+    import importlib
+
+    from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
+    from moto.stepfunctions.parser.asl.component.common.string import string_expression
+    from moto.stepfunctions.parser.asl.component.program.program import Program
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
+        state_task_service_aws_sdk as aws_sdk,
+    )
+    from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
+    from moto.stepfunctions.parser.asl.eval import states, variable_store
+    from moto.stepfunctions.parser.asl.jsonata import jsonata
+    from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
+
+    def wait_interval(self, env, wait_seconds: int) -> None:
+        clock.wait_state(wait_seconds, env.program_state_event, env.is_running)
+
+    patches = [
+        mock.patch.object(jsonata, "_eval_jsonata", jsonata_evaluator(clock)),
+        mock.patch.object(
+            string_expression, "get_intrinsic_functions_declarations", lambda variable_references: ""
+        ),
+        mock.patch.object(
+            string_expression.StringJSONata,
+            "_eval_body",
+            _failing_as_aws(string_expression.StringJSONata._eval_body),
+        ),
+        mock.patch.object(states, "encode_jsonata_variable_declarations", _encode_declarations),
+        mock.patch.object(variable_store, "encode_jsonata_variable_declarations", _encode_declarations),
+        mock.patch.object(WaitFunction, "_wait_interval", wait_interval),
+        mock.patch.object(retrier_decl, "time", types.SimpleNamespace(sleep=clock.retry_sleep)),
+        mock.patch.object(Program, "eval", _program_eval_on(clock)),
+        mock.patch.dict(aws_sdk._SERVICE_ERROR_NAMES, SERVICE_ERROR_NAMES),
+        mock.patch.object(
+            aws_sdk.StateTaskServiceAwsSdk, "_normalise_exception_name", staticmethod(_exception_name)
+        ),
+        mock.patch.object(AmazonStateLanguageParser, "parse", _parse_once(AmazonStateLanguageParser.parse)),
+    ]
+    clock_datetime = _datetime_module_on(clock)
+    patches += [
+        mock.patch.object(importlib.import_module(name), "datetime", clock_datetime)
+        for name in _CLOCK_READERS
+    ]
+    if quiet:
+        # JSONPath Choice rules probing absent fields log each probe as an ERROR.
+        patches.append(
+            mock.patch.object(logging.getLogger("moto.stepfunctions.parser"), "level", logging.CRITICAL)
+        )
+    return patches
+
+
+def _exception_name(service_error_name: str, error: Exception) -> str:
+    from botocore.exceptions import ClientError
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
+        state_task_service_aws_sdk as aws_sdk,
+    )
+
+    botocore_service = {name: service for service, name in aws_sdk._SERVICE_ERROR_NAMES.items()}.get(
+        service_error_name, service_error_name.lower()
+    )
+    code = error.response["Error"]["Code"] if isinstance(error, ClientError) else type(error).__name__
+    return aws_sdk_error_name(service_error_name, botocore_service, code)
+
+
+def _encode_declarations(bindings: dict[str, Any]) -> str:
+    """`$name:=<JSON>;` for each binding (moto writes strings as '"' + value + '"', unescaped)."""
+    return "".join(
+        f"{name}:={json.dumps(value, separators=(',', ':'), default=str)};"
+        for name, value in bindings.items()
+    )
+
+
+def _failing_as_aws(eval_body):
+    """A JSONata evaluation that raises fails the state with States.QueryEvaluationError (catchable), as
+    on AWS, instead of moto's uncatchable States.Runtime."""
+    from moto.stepfunctions.parser.api import EvaluationFailedEventDetails, HistoryEventType
+    from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
+        FailureEvent,
+        FailureEventException,
+    )
+    from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import StatesErrorName
+    from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import (
+        StatesErrorNameType,
+    )
+    from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
+
+    def eval_or_fail(self, env) -> None:
+        try:
+            eval_body(self, env)
+        except FailureEventException:
+            raise
+        except Exception as error:  # jsonata-python raises plain exceptions with the message
+            name = StatesErrorName(typ=StatesErrorNameType.StatesQueryEvaluationError)
+            raise FailureEventException(
+                FailureEvent(
+                    env=env,
+                    error_name=name,
+                    event_type=HistoryEventType.EvaluationFailed,
+                    event_details=EventDetails(
+                        evaluationFailedEventDetails=EvaluationFailedEventDetails(
+                            error=name.error_name,
+                            cause=f"An error occurred while executing the state: {error}",
+                        )
+                    ),
+                )
+            ) from error
+
+    return eval_or_fail
+
+
+def _program_eval_on(clock: Clock):
+    """Program.eval with the state machine's TimeoutSeconds measured on the clock."""
+    from moto.stepfunctions.parser.asl.component.program.program import Program
+    from moto.stepfunctions.parser.utils import TMP_THREADS
+
+    def program_eval(self, env) -> None:
+        env.next_state_name = self.start_at.start_at_name
+        worker = threading.Thread(target=super(Program, self).eval, args=(env,), daemon=True)
+        TMP_THREADS.append(worker)
+        if not self.timeout_seconds:
+            worker.start()
+            worker.join()
+            return
+        # Set before the first state runs, so that no wait can pass it unnoticed.
+        deadline = clock.deadline(self.timeout_seconds.timeout_seconds)
+        worker.start()
+        try:
+            while worker.is_alive():
+                worker.join(0.01)
+                if worker.is_alive() and clock.time() >= deadline.at:
+                    env.set_timed_out()
+                    return
+        finally:
+            clock.resolve(deadline)
+
+    return program_eval
+
+
+def _datetime_module_on(clock: Clock) -> types.ModuleType:
+    """The `datetime` module with `datetime.now()` read from the clock."""
+    import datetime as real
+
+    class ClockDatetime(datetime):
+        @classmethod
+        def now(cls, tz=None) -> datetime:
+            return clock.now(tz)
+
+    module = types.ModuleType("datetime")
+    module.__dict__.update(real.__dict__)
+    module.datetime = ClockDatetime
+    return module
+
+
+_PROGRAMS: dict[str, Any] = {}
+_PROGRAMS_LOCK = threading.Lock()
+
+
+def _parse_once(parse):
+    def parse_cached(definition: str):
+        with _PROGRAMS_LOCK:
+            if definition not in _PROGRAMS:
+                _PROGRAMS[definition] = parse(definition)
+            return _PROGRAMS[definition]
+
+    return staticmethod(parse_cached)
