@@ -13,7 +13,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_VERSION_CHECK := 1
 export PATH := $(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
 
-.PHONY: synth deploy test lint local-train clean
+.PHONY: synth demo deploy test lint local-train clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,11 @@ $(CDK): package.json package-lock.json
 synth: $(SYNTH_DEPS) $(CDK)
 	cdk synth --quiet --no-notices -c config=$(CONFIG)
 
+# One retraining end to end with no AWS: the synthesized state machine in the local emulator, SageMaker
+# simulated by local training processes, a capacity loss, back-off and resume (trainstack/demo/run.py).
+demo: $(DEV_DEPS) synth
+	python -m trainstack.demo --config $(CONFIG)
+
 # Needs AWS credentials (and Docker, to build the image); `cdk bootstrap` once per account/region first.
 deploy: synth
 	cdk deploy --all --no-notices -c config=$(CONFIG)
@@ -55,4 +60,4 @@ local-train: $(DEV_DEPS)
 	bash training_scripts/local_train.sh
 
 clean:
-	rm -rf cdk.out local-run .pytest_cache .hypothesis
+	rm -rf cdk.out local-run demo-run .pytest_cache .hypothesis

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from datetime import UTC, datetime
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -16,7 +15,7 @@ from trainstack.commands.common import (
     subcommand_errors,
     usage_failure,
 )
-from trainstack.runs import RunError, current_job, elapsed, run_input, run_name_of
+from trainstack.runs import RunError, clock, current_job, elapsed, run_input, run_name_of
 
 COLUMNS = ("RUN", "PROFILE", "STATUS", "ATTEMPT", "JOB", "INSTANCES", "ELAPSED")
 
@@ -56,7 +55,7 @@ def _rows(pipeline: Pipeline, limit: int):
     stepfunctions = pipeline.client("stepfunctions")
     sagemaker = pipeline.client("sagemaker")
     listed = stepfunctions.list_executions(stateMachineArn=pipeline.state_machine_arn, maxResults=limit)
-    now = datetime.now(UTC)
+    now = clock()
     for item in sorted(listed["executions"], key=lambda item: item["startDate"], reverse=True)[:limit]:
         execution = stepfunctions.describe_execution(executionArn=item["executionArn"])
         run_name = run_name_of(execution, pipeline.settings.project)

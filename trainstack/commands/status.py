@@ -14,6 +14,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from trainstack import runs
 from trainstack.commands.common import (
     Pipeline,
     UsageError,
@@ -127,11 +128,10 @@ def follow(pipeline: Pipeline, execution_arn: str, poll_seconds: float) -> int:
     shown = ""
     while True:
         execution = stepfunctions.describe_execution(executionArn=execution_arn)
-        now = datetime.now(UTC)
         line = status_line(
             execution, current_job(sagemaker, run_name_of(execution, pipeline.settings.project))
         )
-        stamped = f"{now:%Y-%m-%d %H:%M:%S}Z  {elapsed(execution, now):>8}  {line}"
+        stamped = f"{datetime.now(UTC):%Y-%m-%d %H:%M:%S}Z  {elapsed(execution, runs.clock()):>8}  {line}"
         if live:
             out.write(f"\r\x1b[2K{stamped}")
         elif line != shown:

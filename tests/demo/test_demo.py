@@ -1,0 +1,67 @@
+"""`make demo`'s path, smaller: the synthesized pipeline in the emulator, real local training processes,
+a capacity loss on the first attempt, back-off, the second attempt resuming from its checkpoint, and a
+model that loads with AutoModelForCausalLM."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import DEFAULT_CONFIG, REPO_ROOT
+
+
+def test_a_retraining_survives_a_capacity_loss_and_resumes_from_its_checkpoint(default_app, tmp_path):
+    _, _, assembly = default_app
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainstack.demo",
+            "--config",
+            str(DEFAULT_CONFIG),
+            "--cdk-out",
+            assembly.directory,
+            "--workdir",
+            str(tmp_path / "demo"),
+            "--max-steps",
+            "20",
+            "--checkpoint-interval",
+            "10",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+        env={key: value for key, value in os.environ.items() if not key.startswith("AWS_")},
+    )
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    assert (
+        f"1/5 synthesized pipeline: {Path(assembly.directory) / 'trainstack-pipeline.template.json'}" in out
+    )
+    # The CLI's live lines: the first attempt fails on capacity, the second completes.
+    assert re.search(
+        r"Z +\d+:\d\d:\d\d  RUNNING \| attempt 1 \| (\S+)-1 \| Failed / Failed$", out, re.MULTILINE
+    )
+    assert re.search(
+        r"Z +\d+:\d\d:\d\d  SUCCEEDED \| attempt 2 \| (\S+)-2 \| Completed / Completed$", out, re.MULTILINE
+    )
+    assert '"attempts": 2' in out
+    first = re.search(
+        r"attempt 1: \S+ started from scratch, .*ended Failed: CapacityError: Unable to provision", out
+    )
+    assert first, out
+    resumed = re.search(
+        r"attempt 2: \S+ resumed from the checkpoint of step (\d+), last logged step 20, "
+        r"ended Completed",
+        out,
+    )
+    assert resumed and int(resumed.group(1)) >= 10, out
+    assert "loads with AutoModelForCausalLM: LlamaForCausalLM" in out
+    # The checkpoints live in the folder standing for the run's checkpoint prefix, shared by both attempts.
+    checkpoints = list((tmp_path / "demo" / "s3").glob("*checkpoint*/*/step_*/COMPLETE"))
+    assert len({path.parent.parent for path in checkpoints}) == 1 and len(checkpoints) >= 2

@@ -1,0 +1,5 @@
+import sys
+
+from trainstack.demo.run import main
+
+sys.exit(main())

@@ -1,0 +1,335 @@
+"""SageMaker training simulated by real local training processes, behind moto's SageMaker API.
+
+CreateTrainingJob lays out an /opt/ml tree for the job (hyperparameters, input and resource config,
+the code from training_scripts/, as the image's Dockerfile copies it) and starts SageMaker's training
+toolkit on it, which starts torchrun and train.py on CPU with the job's hyperparameters, exactly as
+`make local-train` and tests/training/test_toolkit_launch.py do. S3 is a local folder: `s3://B/K`
+is `<root>/s3/B/K`. The job's checkpoint dir is the folder standing for CheckpointConfig.S3Uri
+(SageMaker syncs /opt/ml/checkpoints with it), every input channel reads the local dataset folder,
+and on success the model dir is uploaded as `<S3OutputPath><job>/output/model.tar.gz`.
+
+DescribeTrainingJob reports that process's real state: InProgress while it runs, then Completed,
+or Failed with the toolkit's failure reason. StopTrainingJob sends SIGTERM to its process group
+(train.py saves a checkpoint and exits), then the job is Stopped. `capacity_failures=N` makes the
+first N jobs fail like a lost capacity block: once the job has written a checkpoint, its
+processes get SIGTERM and the job ends Failed with a `CapacityError:` reason, as SageMaker words it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+from trainstack.demo.synthesized import ACCOUNT
+
+TRAINING_SCRIPTS = Path(__file__).resolve().parents[2] / "training_scripts"
+CAPACITY_ERROR = (
+    "CapacityError: Unable to provision requested ML compute capacity. "
+    "Please retry using a different ML instance type."
+)
+# CPU stands in for the instance's GPUs: two processes per host (the toolkit starts one otherwise).
+PROCESSES_PER_HOST = "2"
+
+
+class LocalSageMakerError(Exception):
+    """An error SageMaker's API answers with: (code, message)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class LocalJob:
+    request: dict[str, Any]
+    base: Path  # the job's /opt/ml
+    checkpoint_dir: Path
+    process: subprocess.Popen
+    created: datetime
+    simulate_capacity_failure: bool
+    log_path: Path
+    stop_requested: bool = False
+    capacity_failed: bool = False
+    ended: datetime | None = None
+    tags: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.request["TrainingJobName"]
+
+    def status(self) -> tuple[str, str, str | None]:
+        """(TrainingJobStatus, SecondaryStatus, FailureReason) from the process."""
+        code = self.process.poll()
+        if code is None:
+            return "InProgress", "Stopping" if self.stop_requested else "Training", None
+        if self.capacity_failed:
+            return "Failed", "Failed", CAPACITY_ERROR
+        if self.stop_requested:
+            return "Stopped", "Stopped", None
+        if code == 0 and (self.base / "output" / "success").exists():
+            return "Completed", "Completed", None
+        failure = self.base / "output" / "failure"
+        reason = failure.read_text().strip()[-1000:] if failure.exists() else f"the process exited {code}"
+        return "Failed", "Failed", f"AlgorithmError: {reason}"
+
+
+class LocalSageMaker:
+    """The training jobs of one demo, under `root` (S3 in root/s3, jobs in root/jobs)."""
+
+    def __init__(self, root: Path, dataset_dir: Path, capacity_failures: int = 0) -> None:
+        self.root, self.dataset_dir = root, dataset_dir
+        self.capacity_failures = capacity_failures
+        self.jobs: dict[str, LocalJob] = {}
+        self._lock = threading.Lock()
+
+    def local_path(self, s3_uri: str) -> Path:
+        bucket_and_key = s3_uri.removeprefix("s3://")
+        return self.root / "s3" / bucket_and_key
+
+    # ------------------------------------------------------------------ API
+
+    def create(self, request: dict[str, Any]) -> dict[str, Any]:
+        name = request["TrainingJobName"]
+        with self._lock:
+            if name in self.jobs:
+                raise LocalSageMakerError("ResourceInUse", f"Training job names must be unique: {name}")
+            checkpoint_dir = self.local_path(request["CheckpointConfig"]["S3Uri"])
+            base = self.root / "jobs" / name / "ml"
+            self._lay_out(base, request, checkpoint_dir)
+            log_path = base / "output" / "job.log"
+            simulate = len(self.jobs) < self.capacity_failures
+            job = LocalJob(
+                request=request,
+                base=base,
+                checkpoint_dir=checkpoint_dir,
+                process=self._start(base, log_path),
+                created=datetime.now(UTC),
+                simulate_capacity_failure=simulate,
+                log_path=log_path,
+                tags=list(request.get("Tags", [])),
+            )
+            self.jobs[name] = job
+        threading.Thread(target=self._supervise, args=(job,), daemon=True).start()
+        return {"TrainingJobArn": self.arn(name)}
+
+    def describe(self, name: str) -> dict[str, Any]:
+        job = self._job(name)
+        status, secondary, reason = job.status()
+        request = job.request
+        resources = dict(request["ResourceConfig"])
+        preferences = resources.get("InstancePreferences")
+        if preferences:  # SageMaker launches on the first preference with capacity: here, the first
+            resources["SelectedInstanceType"] = preferences[0]["InstanceType"]
+            resources["SelectedInstanceCount"] = preferences[0].get("InstanceCount", 1)
+        answer = {
+            "TrainingJobName": name,
+            "TrainingJobArn": self.arn(name),
+            "TrainingJobStatus": status,
+            "SecondaryStatus": secondary,
+            "HyperParameters": request.get("HyperParameters", {}),
+            "AlgorithmSpecification": request["AlgorithmSpecification"],
+            "RoleArn": request["RoleArn"],
+            "ResourceConfig": resources,
+            "StoppingCondition": request["StoppingCondition"],
+            "CheckpointConfig": request.get("CheckpointConfig", {}),
+            "OutputDataConfig": request["OutputDataConfig"],
+            "ModelArtifacts": {"S3ModelArtifacts": self._model_uri(request)},
+            "CreationTime": job.created.timestamp(),
+            "TrainingStartTime": job.created.timestamp(),
+        }
+        if job.ended:
+            answer["TrainingEndTime"] = job.ended.timestamp()
+        if reason:
+            answer["FailureReason"] = reason
+        return answer
+
+    def stop(self, name: str) -> None:
+        job = self._job(name)
+        if job.status()[0] != "InProgress":
+            raise LocalSageMakerError("ValidationException", f"The job {name} is not in progress.")
+        job.stop_requested = True
+        _signal_group(job.process, signal.SIGTERM)
+
+    def list(self, name_contains: str = "") -> list[dict[str, Any]]:
+        with self._lock:
+            jobs = [job for job in self.jobs.values() if name_contains in job.name]
+        return [
+            {
+                "TrainingJobName": job.name,
+                "TrainingJobArn": self.arn(job.name),
+                "CreationTime": job.created.timestamp(),
+                "TrainingJobStatus": job.status()[0],
+            }
+            for job in sorted(jobs, key=lambda job: job.created, reverse=True)
+        ]
+
+    def search(self, request: dict[str, Any]) -> dict[str, Any]:
+        filters = request.get("SearchExpression", {}).get("Filters", [])
+        results = []
+        for summary in self.list():
+            job = self._job(summary["TrainingJobName"])
+            facts = {f"Tags.{tag['Key']}": tag["Value"] for tag in job.tags}
+            facts["TrainingJobStatus"] = summary["TrainingJobStatus"]
+            if all(facts.get(item["Name"]) == item["Value"] for item in filters):
+                results.append(
+                    {"TrainingJob": {key: summary[key] for key in ("TrainingJobName", "TrainingJobStatus")}}
+                )
+        return {"Results": results}
+
+    def add_tags(self, arn: str, tags: list[dict[str, str]]) -> None:
+        name = next((job for job in self.jobs.values() if self.arn(job.name) == arn), None)
+        if name is not None:
+            name.tags.extend(tags)
+
+    def arn(self, name: str) -> str:
+        region = os.environ.get("AWS_DEFAULT_REGION", "us-east-1")
+        return f"arn:aws:sagemaker:{region}:{ACCOUNT}:training-job/{name.lower()}"
+
+    def shutdown(self) -> None:
+        """Stop whatever still runs (the demo was interrupted)."""
+        for job in self.jobs.values():
+            if job.process.poll() is None:
+                _signal_group(job.process, signal.SIGKILL)
+
+    # ------------------------------------------------------------------ jobs
+
+    def _job(self, name: str) -> LocalJob:
+        with self._lock:
+            if name not in self.jobs:
+                raise LocalSageMakerError("ValidationException", "Requested resource not found.")
+            return self.jobs[name]
+
+    def _model_uri(self, request: dict[str, Any]) -> str:
+        output = request["OutputDataConfig"]["S3OutputPath"].rstrip("/")
+        return f"{output}/{request['TrainingJobName']}/output/model.tar.gz"
+
+    def _lay_out(self, base: Path, request: dict[str, Any], checkpoint_dir: Path) -> None:
+        """What SageMaker lays out before it starts the container."""
+        config = base / "input" / "config"
+        config.mkdir(parents=True)
+        checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        hyperparameters = {
+            **request.get("HyperParameters", {}),
+            "sagemaker_mpi_num_of_processes_per_host": PROCESSES_PER_HOST,
+            "checkpoint_dir": str(checkpoint_dir),  # CheckpointConfig.LocalPath, synced with S3Uri
+        }
+        (config / "hyperparameters.json").write_text(json.dumps(hyperparameters))
+        (config / "resourceconfig.json").write_text(
+            json.dumps({"current_host": "algo-1", "hosts": ["algo-1"], "network_interface_name": "eth0"})
+        )
+        channel = {
+            "TrainingInputMode": "File",
+            "S3DistributionType": "FullyReplicated",
+            "RecordWrapperType": "None",
+        }
+        channels = {}
+        for name in ("train", "val"):  # the FSx or S3 channel of the dataset: the local dataset folder
+            if (self.dataset_dir / name).is_dir():
+                channels[name] = channel
+                (base / "input" / "data").mkdir(parents=True, exist_ok=True)
+                (base / "input" / "data" / name).symlink_to((self.dataset_dir / name).resolve())
+        (config / "inputdataconfig.json").write_text(json.dumps(channels))
+        shutil.copytree(TRAINING_SCRIPTS, base / "code", ignore=shutil.ignore_patterns("__pycache__"))
+        (base / "output").mkdir()
+        (base / "model").mkdir()
+
+    def _start(self, base: Path, log_path: Path) -> subprocess.Popen:
+        environment = {
+            **os.environ,
+            "SAGEMAKER_BASE_DIR": str(base),
+            "SM_STUDIO_LOCAL_MODE": "true",  # else the toolkit waits to resolve host algo-1
+            "SAGEMAKER_TRAINING_MODULE": "sagemaker_pytorch_container.training:main",
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+            "OMP_NUM_THREADS": "1",
+        }
+        with log_path.open("w") as log:
+            return subprocess.Popen(
+                [str(Path(sys.executable).parent / "train")],
+                env=environment,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: stop and capacity loss signal all of it
+            )
+
+    def _supervise(self, job: LocalJob) -> None:
+        """Ends the job: simulated capacity loss after its first new checkpoint, model upload on success."""
+        if job.simulate_capacity_failure:
+            before = set(job.checkpoint_dir.glob("step_*/COMPLETE"))
+            while job.process.poll() is None and not (
+                set(job.checkpoint_dir.glob("step_*/COMPLETE")) - before
+            ):
+                threading.Event().wait(0.5)
+            if job.process.poll() is None:
+                job.capacity_failed = True
+                _signal_group(job.process, signal.SIGTERM)
+        job.process.wait()
+        if job.status()[0] == "Completed":
+            model = self.local_path(self._model_uri(job.request))
+            model.parent.mkdir(parents=True, exist_ok=True)
+            with tarfile.open(model, "w:gz") as archive:
+                for item in sorted((job.base / "model").iterdir()):
+                    archive.add(item, arcname=item.name)
+        job.ended = datetime.now(UTC)
+
+
+def _signal_group(process: subprocess.Popen, signum: int) -> None:
+    try:
+        os.killpg(process.pid, signum)
+    except ProcessLookupError:
+        pass
+
+
+@contextmanager
+def serving(sagemaker: LocalSageMaker) -> Iterator[LocalSageMaker]:
+    """Route moto's SageMaker training-job API to `sagemaker` (inside mock_aws)."""
+    from moto.core.responses import ActionResult, EmptyResult
+    from moto.sagemaker.responses import SageMakerResponse
+
+    from trainstack.emulator import service_error
+
+    def handler(action):
+        def respond(response: SageMakerResponse):
+            try:
+                return action(json.loads(response.body or "{}"))
+            except LocalSageMakerError as error:
+                raise service_error(error.code, str(error)) from None
+
+        return respond
+
+    actions = {
+        "create_training_job": lambda body: ActionResult(sagemaker.create(body)),
+        "describe_training_job": lambda body: ActionResult(sagemaker.describe(body["TrainingJobName"])),
+        "stop_training_job": lambda body: (sagemaker.stop(body["TrainingJobName"]), EmptyResult())[1],
+        "list_training_jobs": lambda body: ActionResult(
+            {
+                "TrainingJobSummaries": sagemaker.list(body.get("NameContains", ""))[
+                    : body.get("MaxResults", 100)
+                ]
+            }
+        ),
+        "search": lambda body: ActionResult(sagemaker.search(body)),
+        "add_tags": lambda body: (
+            sagemaker.add_tags(body["ResourceArn"], body["Tags"]),
+            ActionResult({"Tags": body["Tags"]}),
+        )[1],
+    }
+    with ExitStack() as patches:
+        for name, action in actions.items():
+            patches.enter_context(mock.patch.object(SageMakerResponse, name, handler(action), create=True))
+        try:
+            yield sagemaker
+        finally:
+            sagemaker.shutdown()

@@ -1,0 +1,224 @@
+"""`make demo` (python -m trainstack.demo): one retraining end to end on this machine, no AWS.
+
+1. The training state machine exactly as `make synth` wrote it to cdk.out.
+2. A small dataset (the Python standard library's sources, byte tokens) stands for the dataset bucket.
+3. moto's Step Functions runs the state machine (trainstack.emulator: AWS's JSONata and error names,
+   a clock running --speedup times faster so that back-offs and polls are short); SageMaker is
+   simulated by real local training processes (trainstack.demo.local_sagemaker).
+4. `trainstack start --wait` starts the retraining and follows it. The first attempt loses its
+   capacity after its first checkpoint (CapacityError); the pipeline backs off and creates the next
+   attempt on the same checkpoint prefix, which resumes from that checkpoint and finishes.
+5. The model artifact the execution outputs loads with transformers' AutoModelForCausalLM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tarfile
+from datetime import UTC, datetime
+from pathlib import Path
+from unittest import mock
+
+from trainstack.config import load_settings
+from trainstack.demo.local_sagemaker import TRAINING_SCRIPTS, LocalSageMaker, serving
+from trainstack.demo.synthesized import load_pipeline
+
+CORPUS_MODULES = (
+    "argparse",
+    "contextlib",
+    "dataclasses",
+    "functools",
+    "json/__init__",
+    "logging/__init__",
+    "pathlib/__init__",
+    "shutil",
+    "textwrap",
+    "typing",
+)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m trainstack.demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="config/default.yaml", help="the config `make synth` used")
+    parser.add_argument(
+        "--cdk-out", default="cdk.out", type=Path, help="where `make synth` wrote the templates"
+    )
+    parser.add_argument(
+        "--workdir", default="demo-run", type=Path, help="local S3, jobs and logs (emptied first)"
+    )
+    parser.add_argument("--profile", default="small-torchrun", help="a torchrun profile of the config")
+    parser.add_argument("--max-steps", type=int, default=60)
+    parser.add_argument("--checkpoint-interval", type=int, default=20)
+    parser.add_argument("--speedup", type=float, default=30.0, help="emulated time runs this much faster")
+    return parser.parse_args(argv)
+
+
+def say(message: str) -> None:
+    print(f"{datetime.now(UTC):%H:%M:%S}  {message}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    settings = load_settings(args.config)
+    pipeline = load_pipeline(args.cdk_out, settings.project, settings.region)
+    say(
+        f"1/5 synthesized pipeline: {pipeline.template_path}, state machine {pipeline.name} "
+        f"({pipeline.states} states)"
+    )
+    shutil.rmtree(args.workdir, ignore_errors=True)
+    dataset = prepare_dataset(args.workdir)
+    say(f"2/5 dataset: {sum(f.stat().st_size for f in dataset.rglob('*.bin')) // 2:,} tokens in {dataset}")
+    os.environ.update(
+        {"AWS_ACCESS_KEY_ID": "demo", "AWS_SECRET_ACCESS_KEY": "demo", "AWS_DEFAULT_REGION": settings.region}
+    )
+    os.environ.pop("AWS_PROFILE", None)
+    run_name = f"{settings.project}-demo-{datetime.now(UTC):%H%M%S}"
+    sagemaker = LocalSageMaker(args.workdir.resolve(), dataset, capacity_failures=1)
+    output = run_pipeline(args, settings, pipeline, sagemaker, run_name)
+    if output is None:
+        return 1
+    return check_model(sagemaker, output, run_name)
+
+
+def prepare_dataset(workdir: Path) -> Path:
+    corpus, dataset = workdir / "corpus", workdir / "dataset"
+    corpus.mkdir(parents=True)
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    for module in CORPUS_MODULES:
+        source = stdlib / f"{module}.py"
+        if source.exists():
+            shutil.copy(source, corpus / f"{module.replace('/', '_')}.py")
+    subprocess.run(
+        [
+            sys.executable,
+            str(TRAINING_SCRIPTS / "prepare_data.py"),
+            "--input",
+            str(corpus),
+            "--output",
+            str(dataset),
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    return dataset
+
+
+def run_pipeline(args, settings, pipeline, sagemaker: LocalSageMaker, run_name: str) -> dict | None:
+    import boto3
+    from moto import mock_aws
+
+    from trainstack.cli import main as trainstack
+    from trainstack.emulator import ScaledClock, local_stepfunctions
+
+    hyperparameters = {
+        "model_preset": "tiny",
+        "seq_len": "128",
+        "micro_batch_size": "4",
+        "max_steps": str(args.max_steps),
+        "learning_rate": "3e-3",
+        "lr_reference_batch_size": "8",
+        "warmup_steps": "10",
+        "log_interval": "10",
+        "val_interval": str(args.max_steps),
+        "val_batches": "4",
+        "checkpoint_interval": str(args.checkpoint_interval),
+    }
+    with (
+        mock_aws(config={"stepfunctions": {"execute_state_machine": True}}),
+        local_stepfunctions(ScaledClock(args.speedup)) as clock,
+        serving(sagemaker),
+    ):
+        state_machine_arn = boto3.client("stepfunctions").create_state_machine(
+            name=pipeline.name,
+            definition=pipeline.definition,
+            roleArn=f"arn:aws:iam::123456789012:role/{settings.project}-pipeline",
+        )["stateMachineArn"]
+        say(
+            f"3/5 emulator: {state_machine_arn} in moto; SageMaker runs jobs as local processes under "
+            f"{sagemaker.root / 'jobs'}; emulated time runs {args.speedup:g}x faster (a 300 s back-off takes "
+            f"{300 / args.speedup:g} s; the elapsed column below is emulated time); the first attempt will "
+            "lose its capacity after its first checkpoint"
+        )
+        command = [
+            "start",
+            "--config",
+            args.config,
+            "--state-machine-arn",
+            state_machine_arn,
+            "--profile",
+            args.profile,
+            "--run-name",
+            run_name,
+            "--wait",
+            "--poll-seconds",
+            "1",
+        ]
+        for name, value in hyperparameters.items():
+            command += ["--hp", f"{name}={value}"]
+        say("4/5 trainstack " + " ".join(command[:9]) + " --wait --hp ...")
+        with mock.patch("trainstack.runs.clock", lambda: clock.now(UTC)):
+            code = trainstack(command)
+        execution = boto3.client("stepfunctions").list_executions(stateMachineArn=state_machine_arn)[
+            "executions"
+        ][0]
+        described = boto3.client("stepfunctions").describe_execution(executionArn=execution["executionArn"])
+    report_attempts(sagemaker)
+    if code != 0:
+        say(f"the retraining did not succeed (exit {code}); job logs: {sagemaker.root / 'jobs'}")
+        return None
+    return json.loads(described["output"])
+
+
+def report_attempts(sagemaker: LocalSageMaker) -> None:
+    for number, job in enumerate(sorted(sagemaker.jobs.values(), key=lambda job: job.created), start=1):
+        status, _, reason = job.status()
+        log = job.log_path.read_text(errors="replace") if job.log_path.exists() else ""
+        resumed = re.search(r"Resumed from \S+ \(step (\d+)\)", log)
+        steps = re.findall(r"step[ =:]+(\d+)", log)
+        story = (
+            f"resumed from the checkpoint of step {resumed.group(1)}" if resumed else "started from scratch"
+        )
+        end = f"ended {status}" + (f": {reason.split('.')[0]}" if reason else "")
+        last = f", last logged step {steps[-1]}" if steps else ""
+        say(f"   attempt {number}: {job.name} {story}{last}, {end}")
+
+
+def check_model(sagemaker: LocalSageMaker, output: dict, run_name: str) -> int:
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
+
+    uri = next((value for value in _strings(output) if value.endswith("model.tar.gz")), None)
+    if uri is None:
+        say(f"the execution output names no model.tar.gz: {output}")
+        return 1
+    archive = sagemaker.local_path(uri)
+    model_dir = archive.parent / "model"
+    with tarfile.open(archive) as tar:
+        tar.extractall(model_dir, filter="data")
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    parameters = sum(parameter.numel() for parameter in model.parameters())
+    say(
+        f"5/5 {uri} (= {archive}) loads with AutoModelForCausalLM: {type(model).__name__}, "
+        f"{parameters:,} parameters. Run {run_name} done."
+    )
+    return 0
+
+
+def _strings(value):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
