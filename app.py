@@ -6,7 +6,6 @@ from pathlib import Path
 
 import aws_cdk as cdk
 
-from stacks.app_builder import build_app
 from trainstack.config import ConfigError, load_settings
 from trainstack.fsx_sizing import quota_warning, summary
 
@@ -25,6 +24,9 @@ def main() -> None:
         warning = quota_warning(plan, settings.fsx.deployment_type)
         if warning:
             print(f"trainstack: warning: {warning}", file=sys.stderr)
+    # Imported once the config is valid: a bad config fails before the stack modules load (seconds).
+    from stacks.app_builder import build_app
+
     build_app(app, settings)
     assembly = app.synth()
     remove_other_templates(Path(assembly.directory), {stack.template_file for stack in assembly.stacks})
