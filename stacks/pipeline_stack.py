@@ -66,8 +66,7 @@ class PipelineStack(cdk.Stack):
         self.training = TrainingStateMachine(
             self,
             "Training",
-            project=project,
-            profiles=settings.profiles,
+            settings=settings,
             resources=self.resources,
             sagemaker_role=self.sagemaker_role,
         )

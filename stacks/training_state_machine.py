@@ -1,35 +1,50 @@
-"""The training pipeline's Step Functions state machine: definition, role, logging and tracing."""
+"""The training pipeline's Step Functions state machines (JSONata): the pipeline and one attempt of it.
+
+The pipeline: check the input (the rules of trainstack.execution_input, in JSONata), build the run's
+CreateTrainingJob request from the profile's base request (trainstack.job_request, applied with
+$merge), run attempt after attempt in the attempt machine (stacks/training_attempt.py), wait with
+capped, jittered backoff between attempts that found no capacity, until the profile's max_attempts or
+its retry deadline (wall clock, from the execution's start time), and report the result.
+Errors: InvalidInput, CapacityExhausted, QuotaExceeded, TrainingFailed, TrainingStopped.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
+from stacks.pipeline_input_rules import (
+    backoff_seconds_expression,
+    check_input_expression,
+    literal,
+    profile_table,
+)
+from stacks.pipeline_run_request import plan_expression, request_expression
+from stacks.training_attempt import TrainingAttempt, expression
 from stacks.training_state_machine_definition import (
-    build_definition,
-    definition_json,
+    ERROR_CAPACITY_EXHAUSTED,
+    ERROR_INVALID_INPUT,
+    ERROR_QUOTA_EXCEEDED,
+    ERROR_TRAINING_FAILED,
+    ERROR_TRAINING_STOPPED,
+    execution_timeout_seconds,
     resource_value,
     substitution_names,
     with_placeholders,
 )
 from stacks.validation import acknowledge
 from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements
+from trainstack.config import Settings
 from trainstack.job_request import PipelineResources
-from trainstack.profiles import Profile
 
-# What the state machine calls: the training jobs it names, nothing else in SageMaker.
-TRAINING_JOB_ACTIONS = (
-    "sagemaker:CreateTrainingJob",
-    "sagemaker:DescribeTrainingJob",
-    "sagemaker:StopTrainingJob",
-    # CreateTrainingJob with Tags needs AddTags on the new job.
-    "sagemaker:AddTags",
-)
+# CreateTrainingJob with Tags needs AddTags on the new job.
+CREATE_ACTIONS = ("sagemaker:CreateTrainingJob", "sagemaker:AddTags")
 
 
 def literal_partition(scope: Construct) -> str:
@@ -47,77 +62,230 @@ def training_job_arn(scope: Construct, job_name_pattern: str) -> str:
     )
 
 
+def _machine(
+    scope: Construct, construct_id: str, *, name: str, chain: sfn.IChainable, timeout: cdk.Duration | None
+) -> tuple[sfn.StateMachine, logs.LogGroup]:
+    log_group = logs.LogGroup(
+        scope,
+        f"{construct_id}Logs",
+        log_group_name=f"/aws/vendedlogs/states/{name}",
+        retention=logs.RetentionDays.THREE_MONTHS,
+        removal_policy=cdk.RemovalPolicy.DESTROY,
+    )
+    machine = sfn.StateMachine(
+        scope,
+        construct_id,
+        state_machine_name=name,
+        state_machine_type=sfn.StateMachineType.STANDARD,
+        query_language=sfn.QueryLanguage.JSONATA,
+        definition_body=sfn.DefinitionBody.from_chainable(chain),
+        timeout=timeout,
+        tracing_enabled=True,
+        logs=sfn.LogOptions(destination=log_group, level=sfn.LogLevel.ALL, include_execution_data=True),
+    )
+    return machine, log_group
+
+
 class TrainingStateMachine(Construct):
-    """STANDARD JSONPath state machine; deploy-time values enter through DefinitionSubstitutions."""
+    """The pipeline (`state_machine`) and its attempt machine (`attempt_machine`), both STANDARD."""
 
     def __init__(
         self,
         scope: Construct,
         construct_id: str,
         *,
-        project: str,
-        profiles: Sequence[Profile],
+        settings: Settings,
         resources: PipelineResources,
         sagemaker_role: iam.IRole,
     ) -> None:
         super().__init__(scope, construct_id)
+        project, profiles = settings.project, settings.profiles
+        if not profiles:
+            raise ValueError("the pipeline needs at least one profile under profiles: in the config")
         placeholders = with_placeholders(resources)
-        self.definition = build_definition(
-            profiles, project=project, partition=literal_partition(self), resources=placeholders
-        )
         self.substitutions: Mapping[str, str] = {
             name: resource_value(resources, path) for name, path in substitution_names(resources).items()
         }
-        self.log_group = logs.LogGroup(
-            self,
-            "Logs",
-            log_group_name=f"/aws/vendedlogs/states/{project}-pipeline",
-            retention=logs.RetentionDays.THREE_MONTHS,
-            removal_policy=cdk.RemovalPolicy.DESTROY,
+        job_arn = training_job_arn(self, f"{project}-*")
+        attempt = TrainingAttempt(self, "Attempt", partition=literal_partition(self), job_arn=job_arn)
+        self.attempt_machine, self.attempt_log_group = _machine(
+            self, "AttemptStateMachine", name=f"{project}-pipeline-attempt", chain=attempt.start, timeout=None
         )
-        self.role = iam.Role(
+        chain = self._pipeline(settings, placeholders)
+        self.state_machine, self.log_group = _machine(
             self,
-            "Role",
-            assumed_by=iam.ServicePrincipal("states.amazonaws.com"),
-            description=f"{project} pipeline state machine: its own training jobs and passing their role",
+            "StateMachine",
+            name=f"{project}-pipeline",
+            chain=chain,
+            timeout=cdk.Duration.seconds(execution_timeout_seconds(profiles)),
         )
-        self.role.add_to_policy(
+        self._substitute(self.state_machine)
+        acknowledge_wildcard_statements(
+            self.state_machine.role,
+            {
+                "states:DescribeExecution": "StartExecution.sync follows the attempt executions it starts; "
+                "their names are generated at run time under the attempt machine's name."
+            },
+        )
+        self._grant(self.attempt_machine, job_arn, sagemaker_role)
+        for machine in (self.state_machine, self.attempt_machine):
+            acknowledge(
+                machine.role,
+                "AwsSolutions-IAM5[Resource::*]",
+                "CloudWatch Logs delivery and X-Ray actions, added by CDK for logging and tracing, "
+                "support no resource-level permissions.",
+            )
+
+    def _substitute(self, machine: sfn.StateMachine) -> None:
+        resource = machine.node.default_child
+        assert isinstance(resource, sfn.CfnStateMachine)
+        resource.definition_substitutions = dict(self.substitutions)
+
+    def _grant(self, attempt_machine: sfn.StateMachine, job_arn: str, sagemaker_role: iam.IRole) -> None:
+        """What the constructs cannot add: the custom create task's actions and passing the job's role."""
+        attempt_machine.add_to_role_policy(
             iam.PolicyStatement(
-                sid="OwnTrainingJobs",
-                actions=list(TRAINING_JOB_ACTIONS),
-                resources=[training_job_arn(self, f"{project}-*")],
+                sid="CreateOwnTrainingJobs", actions=list(CREATE_ACTIONS), resources=[job_arn]
             )
         )
-        self.role.add_to_policy(
+        attempt_machine.add_to_role_policy(
             iam.PolicyStatement(
                 actions=["iam:PassRole"],
                 resources=[sagemaker_role.role_arn],
                 conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}},
             )
         )
-        self.state_machine = sfn.StateMachine(
-            self,
-            "StateMachine",
-            state_machine_name=f"{project}-pipeline",
-            state_machine_type=sfn.StateMachineType.STANDARD,
-            definition_body=sfn.DefinitionBody.from_string(definition_json(self.definition)),
-            definition_substitutions=dict(self.substitutions),
-            role=self.role,
-            tracing_enabled=True,
-            logs=sfn.LogOptions(
-                destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=True
-            ),
-        )
         acknowledge_wildcard_statements(
-            self.role,
+            attempt_machine.role,
             {
-                "OwnTrainingJobs": "Jobs are named per run and attempt at run time; "
+                "CreateOwnTrainingJobs": "Jobs are named per run and attempt at run time; "
                 "the project prefix is the narrowest fixed scope."
             },
         )
-        acknowledge(
-            self.role,
-            "AwsSolutions-IAM5[Resource::*]",
-            "CloudWatch Logs delivery and X-Ray actions, added by CDK for logging and tracing, "
-            "support no resource-level permissions.",
+
+    def _pipeline(self, settings: Settings, resources: PipelineResources) -> sfn.IChainable:
+        scope = self
+        read_input = sfn.Pass.jsonata(
+            scope,
+            "ReadInput",
+            comment="The profiles: each one's CreateTrainingJob base request and retry policy.",
+            # As a JSONata literal: moto's ASL parser keeps JSON escapes of plain Assign values (a
+            # MetricDefinitions regex "\\." would reach SageMaker as "\\\\."); JSONata reads them as AWS does.
+            assign={"profiles": expression(literal(profile_table(settings.profiles, resources)))},
         )
+        check_input = sfn.Pass.jsonata(
+            scope, "CheckInput", assign={"checked": expression(check_input_expression(settings))}
+        )
+        invalid_input = sfn.Fail.jsonata(
+            scope, "InvalidInput", error=ERROR_INVALID_INPUT, cause=expression("$checked.problem")
+        )
+        prepare_run = sfn.Pass.jsonata(
+            scope,
+            "PrepareRun",
+            comment="The run's request (profile base request + run fields) and its limits; attempt 1.",
+            assign={
+                "request": expression(request_expression(resources)),
+                "plan": expression(plan_expression()),
+                "attempt": 1,
+                # The table and the raw input are not needed any more (every expression reads all variables).
+                "profiles": expression("null"),
+                "checked": expression("null"),
+            },
+        )
+        run_attempt = tasks.StepFunctionsStartExecution.jsonata(
+            scope,
+            "RunAttempt",
+            comment="Attempt N creates and follows job <runName>-N; every attempt shares the checkpoint URI.",
+            state_machine=self.attempt_machine,
+            integration_pattern=sfn.IntegrationPattern.RUN_JOB,
+            associate_with_parent=True,
+            name=expression('"attempt-" & $string($attempt) & "-" & $uuid()'),
+            input=sfn.TaskInput.from_object(
+                {
+                    "request": expression(
+                        '$merge([$request, {"TrainingJobName": $plan.runName & "-" & $string($attempt)}])'
+                    ),
+                    "runName": expression("$plan.runName"),
+                    "stopAtMillis": expression("$plan.stopAtMillis"),
+                    "timeLimitSeconds": expression("$plan.timeLimitSeconds"),
+                }
+            ),
+            assign={"outcome": expression("$states.result.Output")},
+            outputs={},
+        )
+        wait_before_retry = sfn.Wait.jsonata(
+            scope, "WaitBeforeRetry", time=sfn.WaitTime.seconds(expression("$backoffSeconds"))
+        )
+        succeeded = sfn.Succeed.jsonata(
+            scope,
+            "Succeeded",
+            outputs={
+                "trainingJobName": expression("$outcome.job.name"),
+                "instanceType": expression("$outcome.job.instanceType"),
+                "instanceCount": expression("$outcome.job.instanceCount"),
+                "modelArtifacts": expression("$outcome.job.artifacts"),
+                "checkpointUri": expression("$request.CheckpointConfig.S3Uri"),
+                "attempts": expression("$attempt"),
+            },
+        )
+        capacity_exhausted = sfn.Fail.jsonata(
+            scope,
+            "CapacityExhausted",
+            error=ERROR_CAPACITY_EXHAUSTED,
+            cause=expression(
+                '($last := "; last job " & $plan.runName & "-" & $string($attempt) & ": " & $outcome.cause; '
+                "$attempt >= $plan.maxAttempts "
+                '? "No capacity after " & $string($attempt) & " attempts (profile " & $plan.profile '
+                '& " allows " '
+                '& $string($plan.maxAttempts) & ")" & $last '
+                ': "No capacity within the retry deadline of " & $string($plan.deadlineSeconds) & " seconds '
+                '(profile " & $plan.profile & ") after " & $string($attempt) & " attempts" & $last)'
+            ),
+        )
+
+        def fail(state_id: str, error: str) -> sfn.Fail:
+            return sfn.Fail.jsonata(scope, state_id, error=error, cause=expression("$outcome.cause"))
+
+        def status_in(*statuses: str) -> str:
+            return f"$outcome.status in {literal(list(statuses))}"
+
+        no_capacity = status_in("Capacity", "Throttled")
+        # No attempt starts after the deadline, even after its longest backoff (cap plus jitter).
+        time_left = (
+            "$millis() + 1000 * $plan.backoff.maxSeconds * (1 + $plan.backoff.jitter) <= $plan.deadlineMillis"
+        )
+        classify = (
+            sfn.Choice.jsonata(scope, "ClassifyAttempt")
+            .when(sfn.Condition.jsonata(expression(status_in("Completed"))), succeeded)
+            .when(
+                sfn.Condition.jsonata(
+                    expression(f"{no_capacity} and $attempt < $plan.maxAttempts and {time_left}")
+                ),
+                wait_before_retry,
+                assign={
+                    "attempt": expression("$attempt + 1"),
+                    "backoffSeconds": expression(backoff_seconds_expression()),
+                },
+            )
+            .when(sfn.Condition.jsonata(expression(no_capacity)), capacity_exhausted)
+            .when(
+                sfn.Condition.jsonata(expression(status_in("Quota"))),
+                fail("QuotaExceeded", ERROR_QUOTA_EXCEEDED),
+            )
+            .when(
+                sfn.Condition.jsonata(expression(status_in("Rejected", "NameInUse"))),
+                fail("RejectedBySageMaker", ERROR_INVALID_INPUT),
+            )
+            .when(
+                sfn.Condition.jsonata(expression(status_in("Failed"))),
+                fail("TrainingFailed", ERROR_TRAINING_FAILED),
+            )
+            .otherwise(fail("TrainingStopped", ERROR_TRAINING_STOPPED))
+        )
+        wait_before_retry.next(run_attempt)
+        valid = (
+            sfn.Choice.jsonata(scope, "IsInputValid")
+            .when(sfn.Condition.jsonata(expression("$checked.problem != null")), invalid_input)
+            .otherwise(prepare_run.next(run_attempt).next(classify))
+        )
+        return read_input.next(check_input).next(valid)

@@ -54,8 +54,12 @@ class _AcknowledgeWildcards:
             return []
         document = cdk.Stack.of(self._role).resolve(policy.document)
         errors = []
+        matched: set[str] = set()
         for statement in document.get("Statement", []):
-            sid = statement.get("Sid")
+            actions = statement.get("Action", [])
+            keys = [statement.get("Sid"), *(actions if isinstance(actions, list) else [actions])]
+            sid = next((key for key in keys if key in self._reasons), None)
+            matched.update(key for key in keys if key in self._reasons)
             resources = statement.get("Resource", [])
             wildcards = [
                 flatten_reference(resource)
@@ -68,12 +72,13 @@ class _AcknowledgeWildcards:
                 continue
             for resource in wildcards:
                 acknowledge(policy, f"AwsSolutions-IAM5[Resource::{resource}]", self._reasons[sid])
-        missing = sorted(set(self._reasons) - {s.get("Sid") for s in document.get("Statement", [])})
+        missing = sorted(set(self._reasons) - matched)
         if missing:
-            errors.append(f"no statement with Sid {', '.join(missing)} in {self._role.node.path}")
+            errors.append(f"no statement with Sid or action {', '.join(missing)} in {self._role.node.path}")
         return errors
 
 
 def acknowledge_wildcard_statements(role: iam.Role, reasons: Mapping[str, str]) -> None:
-    """`reasons`: statement Sid -> why its wildcard resources are as narrow as they can be."""
+    """`reasons`: statement Sid (or one of its actions, for statements the constructs write) -> why its
+    wildcard resources are as narrow as they can be."""
     role.node.add_validation(_AcknowledgeWildcards(role, reasons))

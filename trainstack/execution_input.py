@@ -7,8 +7,9 @@ INPUT_RULES lists the rules as data, in the order they are checked: the field, a
 the one-sentence cause an execution fails with (error `InvalidInput`). PROFILE_RULES follow; they
 depend on the chosen profile. Defaults: `profile` is the first profile of the config; `runName` is
 `<project>-<execution name>` in the state machine (the CLI always sends one, see
-`default_run_name`). Rules JSONPath cannot express (character sets, lengths) are also enforced by
-SageMaker's own validation, which the state machine reports as `InvalidInput` too.
+`default_run_name`). The state machine evaluates the same rules, in the same order, as JSONata
+(stacks/pipeline_input_rules.py: one condition per rule id); SageMaker's own validation of the request
+is reported as `InvalidInput` too.
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from typing import Any
 
 from trainstack.config import Settings
 from trainstack.job_request import RunRequest
-from trainstack.profiles import MAX_RUNTIME_HOURS_LIMIT, RESERVED_HYPERPARAMETERS, Profile
+from trainstack.profiles import MAX_ATTEMPTS_LIMIT, MAX_RUNTIME_HOURS_LIMIT, RESERVED_HYPERPARAMETERS, Profile
 
 FIELDS = ("profile", "runName", "hyperparameters", "instanceCount", "maxRuntimeHours", "resumeFrom")
-# Job names are `<runName>-<attempt>` (attempts <= 99) and SageMaker allows 63 characters.
-RUN_NAME_MAX_LENGTH = 60
+# Job names are `<runName>-<attempt>` (attempts <= MAX_ATTEMPTS_LIMIT, 3 digits) and SageMaker allows
+# 63 characters.
+RUN_NAME_MAX_LENGTH = 63 - 1 - len(str(MAX_ATTEMPTS_LIMIT))
+MIN_RUNTIME_HOURS = 0.01
 RUN_NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$"
 MAX_INSTANCE_COUNT = 512
 S3_URI_PATTERN = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$"
@@ -49,8 +52,9 @@ class InputRule:
     accepts: Callable[[Any, Settings], bool]  # called only when the field is present
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def _is_whole_number(value: Any) -> bool:
+    """JSON has one number type: 2 and 2.0 are the same whole number (as in JSONata)."""
+    return _is_number(value) and float(value).is_integer()
 
 
 def _is_number(value: Any) -> bool:
@@ -130,12 +134,12 @@ INPUT_RULES: tuple[InputRule, ...] = (
     InputRule(
         "instanceCount", "integer>=1",
         f"instanceCount must be a whole number from 1 to {MAX_INSTANCE_COUNT}.",
-        lambda value, _: _is_int(value) and 1 <= value <= MAX_INSTANCE_COUNT,
+        lambda value, _: _is_whole_number(value) and 1 <= value <= MAX_INSTANCE_COUNT,
     ),
     InputRule(
-        "maxRuntimeHours", "number>0",
-        f"maxRuntimeHours must be a number greater than 0 and at most {MAX_RUNTIME_HOURS_LIMIT} (28 days).",
-        lambda value, _: _is_number(value) and 0 < value <= MAX_RUNTIME_HOURS_LIMIT,
+        "maxRuntimeHours", "number-in-range",
+        f"maxRuntimeHours must be a number from {MIN_RUNTIME_HOURS} to {MAX_RUNTIME_HOURS_LIMIT} (28 days).",
+        lambda value, _: _is_number(value) and MIN_RUNTIME_HOURS <= value <= MAX_RUNTIME_HOURS_LIMIT,
     ),
     InputRule(
         "resumeFrom", "s3-uri",
@@ -176,6 +180,17 @@ def default_run_name(settings: Settings, profile: str, now: datetime | None = No
     return f"{settings.project}-{profile}-{now:%Y%m%d-%H%M%S}"
 
 
+def message_context(settings: Settings, unknown: str) -> dict[str, str]:
+    """What the {placeholders} of INPUT_RULES' messages stand for; `unknown` lists the unknown fields."""
+    return {
+        "fields": ", ".join(FIELDS),
+        "profiles": ", ".join(profile.name for profile in settings.profiles),
+        "prefix": settings.project,
+        "reserved": ", ".join(RESERVED_HYPERPARAMETERS),
+        "unknown": unknown,
+    }
+
+
 def validate_execution_input(data: Any, settings: Settings, execution_name: str | None = None) -> RunRequest:
     """The RunRequest an input describes, or InvalidInputError with the cause the state machine reports.
 
@@ -184,13 +199,8 @@ def validate_execution_input(data: Any, settings: Settings, execution_name: str 
     """
     if not settings.profiles:
         raise InvalidInputError("no profiles are configured; add one under profiles: in the config.")
-    context = {
-        "fields": ", ".join(FIELDS),
-        "profiles": ", ".join(profile.name for profile in settings.profiles),
-        "prefix": settings.project,
-        "reserved": ", ".join(RESERVED_HYPERPARAMETERS),
-        "unknown": ", ".join(sorted(set(data) - set(FIELDS))) if isinstance(data, Mapping) else "",
-    }
+    unknown = ", ".join(sorted(set(data) - set(FIELDS))) if isinstance(data, Mapping) else ""
+    context = message_context(settings, unknown)
     whole_input_rules = [rule for rule in INPUT_RULES if not rule.field]
     for rule in whole_input_rules:
         if not rule.accepts(data, settings):
@@ -216,7 +226,7 @@ def validate_execution_input(data: Any, settings: Settings, execution_name: str 
         profile=profile.name,
         run_name=values["runName"],
         hyperparameters=dict(values.get("hyperparameters", {})),
-        instance_count=values.get("instanceCount"),
+        instance_count=None if values.get("instanceCount") is None else int(values["instanceCount"]),
         max_runtime_hours=values.get("maxRuntimeHours"),
         resume_from=values.get("resumeFrom"),
     )

@@ -102,8 +102,8 @@ def output_path(resources: PipelineResources, run_name: str) -> str:
 
 
 def max_runtime_seconds(hours: float) -> int:
-    """Hours to seconds at a resolution of 0.01 h, which the state machine can compute without multiplying."""
-    return round(hours * 100) * 36
+    """Hours to whole seconds, rounded half to even as JSONata's $round does in the state machine."""
+    return round(hours * 3600)
 
 
 def tags(run_name: str, execution_arn: str | None) -> list[dict[str, str]]:

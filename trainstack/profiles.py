@@ -18,8 +18,9 @@ Strategy = Literal["smp", "smddp", "torchrun", "mpi"]
 
 # SageMaker's limit on StoppingCondition.MaxRuntimeInSeconds (28 days), in hours.
 MAX_RUNTIME_HOURS_LIMIT = 28 * 24
-# Attempt numbers are appended to the run name as "-<attempt>"; two digits keep job names <= 63 chars.
-MAX_ATTEMPTS_LIMIT = 99
+# Attempt numbers are appended to the run name as "-<attempt>" (at most 3 digits). Each attempt runs
+# in a child execution, so the pipeline's own history grows by a few events per attempt only.
+MAX_ATTEMPTS_LIMIT = 999
 
 # Hyperparameters the profile's strategy sets (the SageMaker toolkit's launch flags and train.py's
 # --strategy): profiles and execution inputs may not set them.
@@ -115,13 +116,18 @@ class SmpParameters(StrictModel):
 
 
 class RetryPolicy(StrictModel):
-    """How the state machine retries a job that failed for lack of capacity (CapacityError)."""
+    """How the state machine retries a job that failed for lack of capacity (CapacityError, or spot
+    capacity that never came: Stopped/MaxWaitTimeExceeded).
 
-    max_attempts: Annotated[int, Field(ge=1, le=MAX_ATTEMPTS_LIMIT)] = 10
-    initial_backoff_seconds: Annotated[int, Field(ge=1, le=86_400)] = 300
+    Defaults: the next attempt starts at most 300 s (plus up to 10 % jitter) after a capacity failure,
+    for up to 48 hours; 600 attempts cover those 48 hours even when every attempt fails at once.
+    """
+
+    max_attempts: Annotated[int, Field(ge=1, le=MAX_ATTEMPTS_LIMIT)] = 600
+    initial_backoff_seconds: Annotated[int, Field(ge=1, le=86_400)] = 60
     backoff_multiplier: Annotated[float, Field(ge=1, le=10)] = 2.0
-    max_backoff_seconds: Annotated[int, Field(ge=1, le=86_400)] = 3600
-    deadline_hours: Annotated[float, Field(gt=0, le=24 * 14)] = 24
+    max_backoff_seconds: Annotated[int, Field(ge=1, le=86_400)] = 300
+    deadline_hours: Annotated[float, Field(gt=0, le=24 * 14)] = 48
 
     @model_validator(mode="after")
     def _backoff_bounds(self) -> RetryPolicy:

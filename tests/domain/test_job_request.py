@@ -214,8 +214,8 @@ def test_spot_profile_names_one_instance_type_and_a_wait_limit(settings):
 def test_max_runtime_override(settings):
     request = build(settings.profile("llama-1b-smddp"), RUNS["overrides"])
     assert request["StoppingCondition"] == {"MaxRuntimeInSeconds": 9000}
-    # 0.01 h resolution, the one the state machine computes without multiplication.
-    assert max_runtime_seconds(1.234) == 123 * 36
+    # Whole seconds, rounded half to even like JSONata's $round in the state machine.
+    assert max_runtime_seconds(1.234) == 4442
 
 
 def test_fsx_train_channel_reads_the_file_system_read_only(settings):

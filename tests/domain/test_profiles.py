@@ -133,8 +133,8 @@ def test_default_profiles_are_valid_and_cover_every_strategy():
             "retry.initial_backoff_seconds (600).",
         ),
         (
-            {"retry": {"max_attempts": 100}},
-            "profiles.0.retry.max_attempts: Input should be less than or equal to 99.",
+            {"retry": {"max_attempts": 1000}},
+            "profiles.0.retry.max_attempts: Input should be less than or equal to 999.",
         ),
         (
             {"schedule": "every day"},

@@ -13,6 +13,7 @@ from stacks.training_state_machine_definition import substitution_names, with_va
 from tests.infra.templates import resources
 from tests.pipeline import harness
 from trainstack.config import Settings
+from trainstack.emulator import VirtualClock
 from trainstack.job_request import PipelineResources
 
 # Realistic values (botocore's model checks lengths and patterns of some of them).
@@ -42,13 +43,30 @@ def state_machines(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
     }
 
 
-def filled_definition(properties: dict[str, Any]) -> str:
-    """The DefinitionString as CloudFormation would deploy it, with fake values substituted."""
+def state_machine_arn(name: str) -> str:
+    return f"arn:aws:states:{harness.REGION}:{harness.ACCOUNT}:stateMachine:{name}"
+
+
+def filled_definition(properties: dict[str, Any], template: dict[str, Any]) -> str:
+    """The DefinitionString as CloudFormation would deploy it, with fake values substituted: Fn::Join
+    parts joined (the partition, other state machines' ARNs by name) and DefinitionSubstitutions filled."""
     text = properties["DefinitionString"]
+    if isinstance(text, dict):
+        text = "".join(_reference_value(part, template) for part in text["Fn::Join"][1])
     for name in properties.get("DefinitionSubstitutions", {}):
         text = text.replace("${" + name + "}", fake_value(name))
     assert "${" not in text, "a placeholder has no DefinitionSubstitutions entry"
     return text
+
+
+def _reference_value(part: Any, template: dict[str, Any]) -> str:
+    if isinstance(part, str):
+        return part
+    if part == {"Ref": "AWS::Partition"}:
+        return "aws"
+    machine = template["Resources"][part["Ref"]]
+    assert machine["Type"] == "AWS::StepFunctions::StateMachine", part
+    return state_machine_arn(machine["Properties"]["StateMachineName"])
 
 
 @dataclass(frozen=True)
@@ -56,6 +74,7 @@ class SynthesizedPipeline:
     settings: Settings
     template: dict[str, Any]
     training_definition: str  # filled
+    attempt_definition: str  # filled
     cleanup_definition: str  # filled
     resources: PipelineResources  # what the stack passed to the builder, with the fake values
 
@@ -72,8 +91,9 @@ def synthesized_pipeline(settings: Settings, stacks, assembly) -> SynthesizedPip
     return SynthesizedPipeline(
         settings=settings,
         template=template,
-        training_definition=filled_definition(machines[f"{project}-pipeline"]),
-        cleanup_definition=filled_definition(machines[f"{project}-job-cleanup"]),
+        training_definition=filled_definition(machines[f"{project}-pipeline"], template),
+        attempt_definition=filled_definition(machines[f"{project}-pipeline-attempt"], template),
+        cleanup_definition=filled_definition(machines[f"{project}-job-cleanup"], template),
         resources=with_values(
             stack.resources, {name: fake_value(name) for name in substitution_names(stack.resources)}
         ),
@@ -90,12 +110,16 @@ class Interpreter:
     """moto's Step Functions running the pipeline definitions against FakeSageMaker."""
 
     fake: harness.FakeSageMaker
-    clock: harness.Clock
+    clock: VirtualClock
     pipeline_arn: str
+    attempt_arn: str
     cleanup_arn: str
 
     def run(self, execution_input: Any, name: str = "exec-1") -> harness.Outcome:
         return harness.run(self.pipeline_arn, execution_input, name)
+
+    def attempts(self) -> list[harness.Outcome]:
+        return harness.executions(self.attempt_arn)
 
 
 @pytest.fixture
@@ -111,6 +135,9 @@ def interpreter(pipeline, monkeypatch) -> Iterator[Callable[..., Interpreter]]:
         return Interpreter(
             fake=fake,
             clock=clock,
+            attempt_arn=harness.create_state_machine(
+                pipeline.attempt_definition, "trainstack-pipeline-attempt"
+            ),
             pipeline_arn=harness.create_state_machine(pipeline.training_definition, "trainstack-pipeline"),
             cleanup_arn=harness.create_state_machine(pipeline.cleanup_definition, "trainstack-job-cleanup"),
         )

@@ -1,19 +1,20 @@
 """Run the synthesized state machine definitions in moto's Step Functions interpreter.
 
-moto's SageMaker reports every job Completed at once, lacks StopTrainingJob and validates nothing,
-and its interpreter names errors unlike AWS. This harness, for tests only:
-- replaces moto's training-job handlers with FakeSageMaker: jobs follow a per-scenario script of
-  statuses and FailureReasons, scripted errors are raised on create, SageMaker's server-side checks
-  are applied (botocore's model for types/required/ranges, the job-name pattern and length), and
-  StopTrainingJob and Search (by tag) exist;
-- names aws-sdk errors as AWS does: `SageMaker.<ErrorCode>` (+ "Exception" when the code lacks it);
-- records Wait and Retry delays instead of sleeping (scaled sleeping when a test needs real time).
+moto's SageMaker reports every job Completed at once, lacks StopTrainingJob and validates nothing.
+This harness, for tests only, replaces moto's training-job handlers with FakeSageMaker: jobs follow a
+per-scenario script of statuses and FailureReasons, scripted errors are raised on create, any call can
+be throttled a given number of times (ThrottlingException, "Rate exceeded"), SageMaker's server-side
+checks are applied (botocore's model for types/required/ranges, the job-name pattern and length), and
+StopTrainingJob and Search (by tag) exist.
+
+The interpreter itself runs as trainstack.emulator makes it run: JSONata through jsonata-python, AWS's
+error names (`SageMaker.<Code>Exception` for codes SageMaker's model declares, SageMakerException for
+the rest) and a virtual clock, so that no test waits on the wall clock for a Wait or a Retry.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import re
 import threading
 import time
@@ -27,13 +28,10 @@ import boto3
 import botocore.session
 from botocore.validate import ParamValidator
 from moto import mock_aws
-from moto.core.exceptions import ServiceException
 from moto.core.responses import ActionResult, EmptyResult
 from moto.sagemaker.responses import SageMakerResponse
-from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
-from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import state_task_service_aws_sdk
-from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
-from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
+
+from trainstack.emulator import VirtualClock, local_stepfunctions, service_error
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
@@ -47,9 +45,11 @@ CAPACITY_ERROR = (
 _SAGEMAKER_MODEL = botocore.session.get_session().get_service_model("sagemaker")
 
 
-class FakeSageMakerError(ServiceException):
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(code, message)
+def FakeSageMakerError(code: str, message: str) -> Exception:  # noqa: N802 (reads like the exception it makes)
+    return service_error(code, message)
+
+
+THROTTLED = ("ThrottlingException", "Rate exceeded")
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,8 @@ STARTING = Phase("InProgress", "Starting")
 TRAINING = Phase("InProgress", "Training")
 COMPLETED = Phase("Completed", "Completed")
 CAPACITY_FAILURE = Phase("Failed", "Failed", CAPACITY_ERROR)
+# Managed spot: capacity never came within MaxWaitTimeInSeconds.
+SPOT_WAIT_EXCEEDED = Phase("Stopped", "MaxWaitTimeExceeded")
 
 
 def failed(reason: str) -> Phase:
@@ -95,6 +97,8 @@ class FakeSageMaker:
     job_scripts: list[list[Phase]] = field(default_factory=lambda: [[STARTING, TRAINING, COMPLETED]])
     # Errors raised by successive CreateTrainingJob calls before any job is made: (code, message).
     create_errors: list[tuple[str, str]] = field(default_factory=list)
+    # A deterministic rejection: every CreateTrainingJob call fails so (code, message).
+    reject_creates: tuple[str, str] | None = None
     jobs: dict[str, FakeJob] = field(default_factory=dict)
     create_calls: int = 0
     # What Describe/Stop of an unknown job raise (SageMaker answers ValidationException; its model lists
@@ -103,7 +107,26 @@ class FakeSageMaker:
     # Jobs created before job_scripts was last set: scripts apply from the next job on.
     script_offset: int = 0
     stop_requests: list[str] = field(default_factory=list)
+    # Calls answered ThrottlingException before they pass, by action ("DescribeTrainingJob": 3).
+    throttles: dict[str, int] = field(default_factory=dict)
+    throttled: dict[str, int] = field(default_factory=dict)
+    # Describe calls after which throttling starts (a throttled status call mid-run).
+    throttle_describes_after: int = 0
+    # When set, DescribeTrainingJob blocks until it is set again (`held` tells a call is waiting).
+    release: threading.Event | None = None
+    held: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def _throttle(self, action: str) -> None:
+        """Raise ThrottlingException while `action` has throttled answers left (call under the lock)."""
+        if action == "DescribeTrainingJob" and sum(job.describes for job in self.jobs.values()) < (
+            self.throttle_describes_after
+        ):
+            return
+        if self.throttles.get(action, 0) > 0:
+            self.throttles[action] -= 1
+            self.throttled[action] = self.throttled.get(action, 0) + 1
+            raise FakeSageMakerError(*THROTTLED)
 
     def script(self, job_scripts: list[list[Phase]]) -> None:
         """Script the jobs created from now on."""
@@ -118,7 +141,10 @@ class FakeSageMaker:
     def create(self, request: dict[str, Any]) -> dict[str, Any]:
         with self.lock:
             self.create_calls += 1
+            self._throttle("CreateTrainingJob")
             validate_create_request(request)
+            if self.reject_creates:
+                raise FakeSageMakerError(*self.reject_creates)
             if self.create_errors:
                 raise FakeSageMakerError(*self.create_errors.pop(0))
             name = request["TrainingJobName"]
@@ -131,7 +157,11 @@ class FakeSageMaker:
 
     def describe(self, name: str) -> dict[str, Any]:
         validate_job_name(name)
+        if self.release is not None and not self.release.is_set():
+            self.held.set()
+            self.release.wait()
         with self.lock:
+            self._throttle("DescribeTrainingJob")
             job = self._job(name)
             phase = job.current()
             job.describes += 1
@@ -164,6 +194,7 @@ class FakeSageMaker:
 
     def stop(self, name: str) -> None:
         with self.lock:
+            self._throttle("StopTrainingJob")
             job = self._job(name)
             if job.current().status != "InProgress":
                 raise FakeSageMakerError("ValidationException", f"The job {name} is not in progress.")
@@ -173,6 +204,7 @@ class FakeSageMaker:
     def search(self, request: dict[str, Any]) -> dict[str, Any]:
         filters = request.get("SearchExpression", {}).get("Filters", [])
         with self.lock:
+            self._throttle("Search")
             results = []
             for job in self.jobs.values():
                 tags = {tag["Key"]: tag["Value"] for tag in job.request.get("Tags", [])}
@@ -244,33 +276,9 @@ def validate_create_request(request: dict[str, Any]) -> None:
 # ---------------------------------------------------------------- moto patches
 
 
-def _aws_error_name(norm_service_name: str, ex: Exception) -> str:
-    """AWS names aws-sdk errors `<Service>.<ErrorCode>`, with "Exception" appended when missing."""
-    from botocore.exceptions import ClientError
-
-    name = ex.response["Error"]["Code"] if isinstance(ex, ClientError) else type(ex).__name__
-    full = f"{norm_service_name}.{name}"
-    return full if full.endswith("Exception") else f"{full}Exception"
-
-
-@dataclass
-class Clock:
-    """Delays the interpreter asked for, instead of sleeping them (or sleeping them scaled)."""
-
-    waits: list[int] = field(default_factory=list)
-    retry_sleeps: list[float] = field(default_factory=list)
-    scale: float = 0.0
-
-
 @contextmanager
-def pipeline_environment(fake: FakeSageMaker, monkeypatch) -> Iterator[Clock]:
-    """mock_aws with the interpreter enabled, FakeSageMaker installed and waits recorded."""
-    clock = Clock()
-
-    def wait_interval(self, env, wait_seconds: int) -> None:
-        clock.waits.append(wait_seconds)
-        if clock.scale:
-            env.program_state_event.wait(wait_seconds * clock.scale)
+def pipeline_environment(fake: FakeSageMaker, monkeypatch) -> Iterator[VirtualClock]:
+    """mock_aws with the interpreter enabled, FakeSageMaker installed, on a virtual clock."""
 
     def body(response: SageMakerResponse) -> dict[str, Any]:
         return json.loads(response.body or "{}")
@@ -288,17 +296,6 @@ def pipeline_environment(fake: FakeSageMaker, monkeypatch) -> Iterator[Clock]:
     def search(self) -> ActionResult:
         return ActionResult(fake.search(body(self)))
 
-    # Choice rules probe absent fields with IsPresent; moto logs each probe as an ERROR.
-    monkeypatch.setattr(logging.getLogger("moto.stepfunctions.parser"), "level", logging.CRITICAL)
-    monkeypatch.setattr(WaitFunction, "_wait_interval", wait_interval)
-    monkeypatch.setattr(AmazonStateLanguageParser, "parse", _parse_once(AmazonStateLanguageParser.parse))
-    monkeypatch.setattr(retrier_decl, "time", _RecordingTime(clock))
-    monkeypatch.setitem(state_task_service_aws_sdk._SERVICE_ERROR_NAMES, "sagemaker", "SageMaker")
-    monkeypatch.setattr(
-        state_task_service_aws_sdk.StateTaskServiceAwsSdk,
-        "_normalise_exception_name",
-        staticmethod(_aws_error_name),
-    )
     for name, handler in (
         ("create_training_job", create_training_job),
         ("describe_training_job", describe_training_job),
@@ -311,31 +308,8 @@ def pipeline_environment(fake: FakeSageMaker, monkeypatch) -> Iterator[Clock]:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.setenv("MOTO_ACCOUNT_ID", ACCOUNT)
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
-        yield clock
-
-
-_PROGRAMS: dict[str, Any] = {}
-
-
-def _parse_once(parse):
-    """moto parses the definition again for every execution (seconds for this one). The parsed program
-    keeps no execution state (that lives in each execution's Environment), so parse each text once."""
-    programs = _PROGRAMS
-
-    def parse_cached(definition: str):
-        if definition not in programs:
-            programs[definition] = parse(definition)
-        return programs[definition]
-
-    return staticmethod(parse_cached)
-
-
-class _RecordingTime:
-    def __init__(self, clock: Clock) -> None:
-        self._clock = clock
-
-    def sleep(self, seconds: float) -> None:
-        self._clock.retry_sleeps.append(seconds)
+        with local_stepfunctions(VirtualClock()) as clock:
+            yield clock
 
 
 # ---------------------------------------------------------------- executions
@@ -375,7 +349,11 @@ def start(state_machine_arn: str, execution_input: Any, name: str = "exec-1") ->
     )["executionArn"]
 
 
-def wait_for(execution_arn: str, timeout: float = 60) -> Outcome:
+# Guards against a hung execution only: executions run on the virtual clock, nothing waits for time.
+HANG_GUARD_SECONDS = 600
+
+
+def wait_for(execution_arn: str, timeout: float = HANG_GUARD_SECONDS) -> Outcome:
     client = boto3.client("stepfunctions", region_name=REGION)
     deadline = time.monotonic() + timeout
     while True:
@@ -403,7 +381,7 @@ def wait_for(execution_arn: str, timeout: float = 60) -> Outcome:
     )
 
 
-def wait_until(condition, timeout: float = 30) -> None:
+def wait_until(condition, timeout: float = HANG_GUARD_SECONDS) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
@@ -413,3 +391,10 @@ def wait_until(condition, timeout: float = 30) -> None:
 
 def run(state_machine_arn: str, execution_input: Any, name: str = "exec-1") -> Outcome:
     return wait_for(start(state_machine_arn, execution_input, name))
+
+
+def executions(state_machine_arn: str) -> list[Outcome]:
+    """Every finished execution of a state machine (e.g. the attempts of the pipeline), oldest first."""
+    client = boto3.client("stepfunctions", region_name=REGION)
+    listed = client.list_executions(stateMachineArn=state_machine_arn)["executions"]
+    return [wait_for(item["executionArn"]) for item in sorted(listed, key=lambda item: item["startDate"])]

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from stacks.pipeline_stack import STATE_MACHINE_ARN_OUTPUT
-from tests.conftest import deep_merge, default_config_data, synthesize
+from tests.conftest import REPO_ROOT, deep_merge, default_config_data, synthesize
 from tests.infra.templates import mask_asset_hashes, only, resources
 from tests.pipeline.conftest import state_machines
 from trainstack.config import parse_settings
@@ -36,28 +39,36 @@ def text(value: Any) -> str:
     return json.dumps(value)
 
 
-def test_state_machine_role_touches_only_its_training_jobs_and_passes_only_the_sagemaker_role(pipeline):
-    statements = policy_statements(pipeline.template, "TrainingRole")
+def test_attempt_machine_role_touches_only_its_training_jobs_and_passes_only_the_sagemaker_role(pipeline):
+    statements = policy_statements(pipeline.template, "TrainingAttemptStateMachineRole")
     sagemaker = [s for s in statements if any(a.startswith("sagemaker:") for a in actions(s))]
-    assert len(sagemaker) == 1
-    assert sorted(actions(sagemaker[0])) == sorted(
-        [
-            "sagemaker:CreateTrainingJob",
-            "sagemaker:DescribeTrainingJob",
-            "sagemaker:StopTrainingJob",
-            "sagemaker:AddTags",
-        ]
-    )
-    assert sagemaker[0]["Resource"] == f"arn:aws:sagemaker:us-east-1:111111111111:training-job/{PROJECT}-*"
+    assert sorted(a.lower() for s in sagemaker for a in actions(s)) == [
+        "sagemaker:addtags",
+        "sagemaker:createtrainingjob",
+        "sagemaker:describetrainingjob",
+        "sagemaker:stoptrainingjob",
+    ]
+    for statement in sagemaker:
+        assert statement["Resource"] == f"arn:aws:sagemaker:us-east-1:111111111111:training-job/{PROJECT}-*"
     (pass_role,) = [s for s in statements if "iam:PassRole" in actions(s)]
     assert pass_role["Condition"] == {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}
     assert pass_role["Resource"] == {"Fn::GetAtt": [next(iter(sagemaker_role(pipeline.template))), "Arn"]}
+    assert_only_logs_and_tracing_on_every_resource(statements)
+
+
+def test_pipeline_role_runs_only_its_attempt_machine(pipeline):
+    statements = policy_statements(pipeline.template, "TrainingStateMachineRole")
+    assert not [s for s in statements if any(a.startswith(("sagemaker:", "iam:")) for a in actions(s))]
+    (start,) = [s for s in statements if "states:StartExecution" in actions(s)]
+    assert start["Resource"] == {"Ref": machine_id(pipeline.template, f"{PROJECT}-pipeline-attempt")}
+    assert_only_logs_and_tracing_on_every_resource(statements)
+
+
+def assert_only_logs_and_tracing_on_every_resource(statements: list[dict[str, Any]]) -> None:
     assert not [
         s
         for s in statements
-        if "iam:PassRole" not in actions(s)
-        and s.get("Resource") == "*"
-        and not all(a.startswith(("logs:", "xray:")) for a in actions(s))
+        if s.get("Resource") == "*" and not all(a.startswith(("logs:", "xray:")) for a in actions(s))
     ]
 
 
@@ -117,20 +128,20 @@ def test_cleanup_rule_starts_the_cleanup_machine_for_unsuccessful_executions_of_
     assert cleanup["Properties"]["Targets"][0]["Arn"] == {"Ref": cleanup_machine_id(pipeline.template)}
 
 
-def training_machine_id(template: dict[str, Any]) -> str:
+def machine_id(template: dict[str, Any], name: str) -> str:
     return next(
-        name
-        for name in resources(template, "AWS::StepFunctions::StateMachine")
-        if name.startswith("Training")
+        logical_id
+        for logical_id, body in resources(template, "AWS::StepFunctions::StateMachine").items()
+        if body["Properties"]["StateMachineName"] == name
     )
+
+
+def training_machine_id(template: dict[str, Any]) -> str:
+    return machine_id(template, f"{PROJECT}-pipeline")
 
 
 def cleanup_machine_id(template: dict[str, Any]) -> str:
-    return next(
-        name
-        for name in resources(template, "AWS::StepFunctions::StateMachine")
-        if name.startswith("JobCleanup")
-    )
+    return machine_id(template, f"{PROJECT}-job-cleanup")
 
 
 def test_notifications_go_to_an_encrypted_topic_on_every_finished_execution(pipeline):
@@ -173,10 +184,50 @@ def test_outputs_name_the_state_machines(pipeline):
 def test_jobs_carry_the_metric_definitions(pipeline):
     from training_scripts.metrics import METRIC_DEFINITIONS
 
-    definition = pipeline.raw_training_definition["States"]
-    for profile in pipeline.settings.profiles:
-        request = definition[f"UseProfile-{profile.name}"]["Parameters"]["request"]
-        assert request["AlgorithmSpecification"]["MetricDefinitions"] == METRIC_DEFINITIONS
+    for profile in profile_table(pipeline).values():
+        assert profile["request"]["AlgorithmSpecification"]["MetricDefinitions"] == METRIC_DEFINITIONS
+
+
+def profile_table(pipeline) -> dict[str, Any]:
+    """The profile table the pipeline's first state assigns (a JSONata literal)."""
+    text = pipeline.raw_training_definition["States"]["ReadInput"]["Assign"]["profiles"]
+    return json.loads(text.removeprefix("{%").removesuffix("%}"))
+
+
+def test_definitions_are_jsonata_within_forty_states_and_valid_for_aws_tools(pipeline):
+    definitions = [pipeline.training_definition, pipeline.attempt_definition]
+    parsed = [json.loads(text) for text in definitions]
+    assert all(definition["QueryLanguage"] == "JSONata" for definition in parsed)
+    assert sum(len(definition["States"]) for definition in parsed) <= 40
+    for definition in parsed:
+        for state in definition["States"].values():
+            assert "QueryLanguage" not in state and "Parameters" not in state and "ResultPath" not in state
+    assert aws_validation(definitions) == [{"aslValidator": [], "languageService": []}] * 2
+    # The validators do find faults: a state pointing at no state.
+    broken = definitions[1].replace('"Next":"WaitForJob"', '"Next":"NoSuchState"', 1)
+    assert aws_validation([broken])[0] != {"aslValidator": [], "languageService": []}
+
+
+def aws_validation(definitions: list[str]) -> list[dict[str, list[str]]]:
+    """asl-validator's and amazon-states-language-service's findings (npm, pinned in package.json)."""
+    result = subprocess.run(
+        ["node", str(Path(__file__).with_name("validate_asl.js"))],
+        input=json.dumps(definitions),
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO_ROOT,
+    )
+    return json.loads(result.stdout)
+
+
+def test_expressions_have_no_lone_dollar(pipeline):
+    """AWS and the local interpreter reject a lone `$` or `$$` inside a JSONata expression."""
+    from moto.stepfunctions.parser.asl.jsonata.jsonata import extract_jsonata_variable_references
+
+    for text in (pipeline.training_definition, pipeline.attempt_definition):
+        for expression in re.findall(r"\{%(.*?)%\}", text):
+            extract_jsonata_variable_references(json.loads(f'"{expression}"'))
 
 
 @pytest.fixture(scope="module")

@@ -135,6 +135,12 @@ def run_pipeline(args, settings, pipeline, sagemaker: LocalSageMaker, run_name: 
         local_stepfunctions(ScaledClock(args.speedup)) as clock,
         serving(sagemaker),
     ):
+        for child, child_definition in pipeline.children.items():
+            boto3.client("stepfunctions").create_state_machine(
+                name=child,
+                definition=child_definition,
+                roleArn=f"arn:aws:iam::123456789012:role/{settings.project}-pipeline",
+            )
         state_machine_arn = boto3.client("stepfunctions").create_state_machine(
             name=pipeline.name,
             definition=pipeline.definition,

@@ -2,7 +2,9 @@
 
 CloudFormation fills the definition's `${Name}` placeholders (DefinitionSubstitutions) at deploy
 time with the role, image, buckets, subnets and file system; locally they get stand-in values of
-the same shape, chosen by the placeholder's name.
+the same shape, chosen by the placeholder's name. References CloudFormation resolves (Fn::Join of the
+partition and of the ARNs of the state machines the pipeline starts, such as its attempt machine)
+become the values they have in moto; those machines come along in `children`.
 """
 
 from __future__ import annotations
@@ -25,10 +27,12 @@ class SynthesizedPipeline:
     name: str  # StateMachineName
     definition: str  # placeholders filled
     substitutions: dict[str, str]  # placeholder -> the local value it got
+    # State machines the pipeline starts (StateMachineName -> definition): create them first.
+    children: dict[str, str]
 
     @property
     def states(self) -> int:
-        return _count_states(json.loads(self.definition))
+        return sum(_count_states(json.loads(text)) for text in (self.definition, *self.children.values()))
 
 
 def load_pipeline(cdk_out: Path, project: str, region: str) -> SynthesizedPipeline:
@@ -46,16 +50,34 @@ def load_pipeline(cdk_out: Path, project: str, region: str) -> SynthesizedPipeli
     if name not in machines:
         raise SynthesizedPipelineError(f"{template_path} has no state machine named {name}")
     properties = machines[name]
-    definition = properties["DefinitionString"]
-    if not isinstance(definition, str):
-        raise SynthesizedPipelineError(f"{template_path}: the definition of {name} is not a plain string")
+    resources = template["Resources"]
+    referenced: list[str] = []
+
+    def value_of(part: Any) -> str:
+        if isinstance(part, str):
+            return part
+        if part == {"Ref": "AWS::Partition"}:
+            return "aws"
+        machine = resources.get(part.get("Ref", ""), {})
+        if machine.get("Type") != "AWS::StepFunctions::StateMachine":
+            raise SynthesizedPipelineError(f"{template_path}: the definition of {name} refers to {part}")
+        referenced.append(machine["Properties"]["StateMachineName"])
+        return f"arn:aws:states:{region}:{ACCOUNT}:stateMachine:{referenced[-1]}"
+
+    def text_of(definition: Any) -> str:
+        return (
+            definition if isinstance(definition, str) else "".join(map(value_of, definition["Fn::Join"][1]))
+        )
+
+    definition = text_of(properties["DefinitionString"])
+    children = {child: text_of(machines[child]["DefinitionString"]) for child in referenced}
     substitutions = {
         placeholder: local_value(placeholder, project, region)
         for placeholder in properties.get("DefinitionSubstitutions", {})
     }
     for placeholder, value in substitutions.items():
         definition = definition.replace("${" + placeholder + "}", value)
-    return SynthesizedPipeline(template_path, name, definition, substitutions)
+    return SynthesizedPipeline(template_path, name, definition, substitutions, children)
 
 
 def local_value(placeholder: str, project: str, region: str) -> str:

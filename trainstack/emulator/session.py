@@ -9,6 +9,7 @@ What it changes inside moto, for the duration of the `with` block:
 - Time: $now()/$millis(), execution start times (`$states.context.Execution.StartTime`), history
   timestamps, Wait states, Retry intervals and the state machine's TimeoutSeconds follow the clock.
 - Errors: aws-sdk task errors are named as AWS names them (errors.py), with SageMaker registered.
+- Child executions (states:startExecution, .sync:2): cased as on AWS (nested_executions.py).
 - Speed: a definition is parsed once per session, not once per execution (the parsed program keeps no
   execution state).
 """
@@ -25,6 +26,7 @@ from datetime import datetime
 from typing import Any
 from unittest import mock
 
+from trainstack.emulator import nested_executions
 from trainstack.emulator.clock import Clock, VirtualClock
 from trainstack.emulator.errors import SERVICE_ERROR_NAMES, aws_sdk_error_name
 from trainstack.emulator.functions import jsonata_evaluator
@@ -89,6 +91,7 @@ def _patches(clock: Clock, quiet: bool) -> list[Any]:
         ),
         mock.patch.object(AmazonStateLanguageParser, "parse", _parse_once(AmazonStateLanguageParser.parse)),
     ]
+    patches += nested_executions.patches()
     clock_datetime = _datetime_module_on(clock)
     patches += [
         mock.patch.object(importlib.import_module(name), "datetime", clock_datetime)

@@ -1,0 +1,200 @@
+"""The execution input checks of trainstack.execution_input as one JSONata expression, and the profile table.
+
+Each rule of INPUT_RULES and PROFILE_RULES has its condition here, keyed by (field, rule id); the causes
+are the rules' own messages, so the state machine and the CLI reject the same input with the same
+sentence. The expression evaluates the rules in the same order as the CLI (whole input, then each
+field, then the chosen profile's rules) and yields {"problem": cause or null, "input": the input with
+its defaults, "profile": the chosen profile's entry of the profile table}.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from stacks.training_state_machine_definition import extra_time_seconds
+from trainstack.config import Settings
+from trainstack.execution_input import (
+    FIELDS,
+    HYPERPARAMETER_NAME_MAX_LENGTH,
+    HYPERPARAMETER_VALUE_MAX_LENGTH,
+    INPUT_RULES,
+    MAX_INSTANCE_COUNT,
+    MIN_RUNTIME_HOURS,
+    PROFILE_RULES,
+    RUN_NAME_MAX_LENGTH,
+    RUN_NAME_PATTERN,
+    S3_URI_PATTERN,
+    message_context,
+)
+from trainstack.job_request import PipelineResources, base_request, instance_preferences
+from trainstack.profiles import MAX_RUNTIME_HOURS_LIMIT, RESERVED_HYPERPARAMETERS, Profile
+
+# Fraction of each capacity backoff added at random (jitter).
+JITTER_FRACTION = 0.1
+
+
+def literal(value: Any) -> str:
+    """A JSON value as JSONata source (JSON literals are JSONata literals)."""
+    return json.dumps(value, separators=(",", ":"))
+
+
+def regex(pattern: str) -> str:
+    """A Python regular expression as a JSONata regex literal."""
+    return "/" + pattern.replace("/", "\\/") + "/"
+
+
+def _conditions(settings: Settings) -> dict[tuple[str, str], str]:
+    """What each rule accepts; `$v` is the field's value, `$p` the chosen profile's table entry."""
+    names = literal([profile.name for profile in settings.profiles])
+    prefix = f"{settings.project}-"
+    return {
+        ("", "object"): '$type($raw) = "object"',
+        ("", "known-fields"): "$count($unknown) = 0",
+        ("profile", "string"): '$type($v) = "string"',
+        ("profile", "one-of-profiles"): f"$v in {names}",
+        ("runName", "string"): '$type($v) = "string"',
+        ("runName", "prefix"): f"$substring($v, 0, {len(prefix)}) = {literal(prefix)}",
+        (
+            "runName",
+            "job-name",
+        ): f"$length($v) <= {RUN_NAME_MAX_LENGTH} and $contains($v, {regex(RUN_NAME_PATTERN)})",
+        ("hyperparameters", "object"): '$type($v) = "object"',
+        ("hyperparameters", "string-values"): (
+            '$count($filter($keys($v), function($k) { $type($lookup($v, $k)) != "string" })) = 0'
+        ),
+        ("hyperparameters", "not-reserved"): (
+            "$count($filter($keys($v), function($k) "
+            f"{{ $k in {literal(list(RESERVED_HYPERPARAMETERS))} }})) = 0"
+        ),
+        ("hyperparameters", "sizes"): (
+            "$count($filter($keys($v), function($k) { $length($k) = 0 "
+            f"or $length($k) > {HYPERPARAMETER_NAME_MAX_LENGTH} "
+            f"or $length($lookup($v, $k)) > {HYPERPARAMETER_VALUE_MAX_LENGTH} }})) = 0"
+        ),
+        ("instanceCount", "integer>=1"): (
+            f'$type($v) = "number" ? ($v = $floor($v) and $v >= 1 and $v <= {MAX_INSTANCE_COUNT}) : false'
+        ),
+        ("maxRuntimeHours", "number-in-range"): (
+            f'$type($v) = "number" ? ($v >= {MIN_RUNTIME_HOURS} and $v <= {MAX_RUNTIME_HOURS_LIMIT}) : false'
+        ),
+        ("resumeFrom", "s3-uri"): f'$type($v) = "string" ? $contains($v, {regex(S3_URI_PATTERN)}) : false',
+        ("instanceCount", "fits-profile"): "$exists($p.validCounts) ? $v in $p.validCounts : true",
+        ("maxRuntimeHours", "within-spot-wait"): "$v <= $p.maxRuntimeHours",
+    }
+
+
+def _profile_rule_causes() -> dict[str, str]:
+    """PROFILE_RULES' causes, which name the value and the profile, as JSONata string expressions."""
+    return {
+        "fits-profile": (
+            '"instanceCount " & $string($v) & " does not fit profile " & $p.name & ": it allows " '
+            '& $p.countsText & "."'
+        ),
+        "within-spot-wait": (
+            '"maxRuntimeHours must be at most " & $string($p.maxRuntimeHours) & " for profile " '
+            '& $p.name & "."'
+        ),
+    }
+
+
+def check_input_expression(settings: Settings) -> str:
+    """The JSONata block that checks `$states.input` against `$profiles` (see module docstring)."""
+    conditions = _conditions(settings)
+    context = message_context(settings, unknown="\0")
+    checks: list[tuple[str, str, str]] = []  # (field, condition that accepts, cause expression)
+    for rule in INPUT_RULES:
+        before, _, after = rule.message.format(**context).partition("\0")
+        cause = literal(before) + (f' & $join($unknown, ", ") & {literal(after)}' if after else "")
+        checks.append((rule.field, conditions[(rule.field, rule.rule)], cause))
+    causes = _profile_rule_causes()
+    for profile_rule in PROFILE_RULES:
+        checks.append(
+            (
+                profile_rule.field,
+                conditions[(profile_rule.field, profile_rule.rule)],
+                causes[profile_rule.rule],
+            )
+        )
+    chain = "null"
+    for field, accepts, cause in reversed(checks):
+        value = "$raw" if not field else f"$in.{field}"
+        rejects = f"($v := {value}; $exists($v) ? $not({accepts}) : false)"
+        chain = f"({rejects} ? {cause} : {chain})"
+    defaults = (
+        f'{{"profile": {literal(settings.profiles[0].name)}, '
+        f'"runName": {literal(settings.project + "-")} & $states.context.Execution.Name, '
+        '"hyperparameters": {}}'
+    )
+    return (
+        "($raw := $states.input;"
+        f' $isObject := $type($raw) = "object";'
+        " $unknown := $isObject ? $sort($filter($keys($raw), "
+        f"function($k) {{ $not($k in {literal(list(FIELDS))}) }})) : [];"
+        f" $in := $isObject ? $merge([{defaults}, $raw]) : {{}};"
+        ' $p := $type($in.profile) = "string" ? $lookup($profiles, $in.profile) : null;'
+        f' {{"problem": {chain}, "input": $in, "profile": $p}})'
+    )
+
+
+def profile_table(profiles: Sequence[Profile], resources: PipelineResources) -> dict[str, Any]:
+    """Per profile, by name: its base request and what the checks, the request and the retries need."""
+    return {profile.name: _profile_entry(profile, resources) for profile in profiles}
+
+
+def _profile_entry(profile: Profile, resources: PipelineResources) -> dict[str, Any]:
+    request = base_request(profile, resources)
+    uncounted = dict(request["ResourceConfig"])
+    uncounted.pop("InstanceCount", None)
+    if profile.uses_instance_preferences:
+        uncounted["InstancePreferences"] = instance_preferences(profile, counted=False)
+    valid_counts = [
+        count for count in range(1, MAX_INSTANCE_COUNT + 1) if profile.instance_count_problem(count) is None
+    ]
+    retry = profile.retry
+    entry: dict[str, Any] = {
+        "name": profile.name,
+        "request": request,
+        "uncountedResourceConfig": uncounted,
+        "maxRuntimeHours": _plain_number(
+            profile.max_wait_hours if profile.managed_spot else MAX_RUNTIME_HOURS_LIMIT
+        ),
+        "countsText": _describe_counts(valid_counts),
+        "maxAttempts": retry.max_attempts,
+        "backoff": {
+            "initialSeconds": retry.initial_backoff_seconds,
+            "multiplier": _plain_number(retry.backoff_multiplier),
+            "maxSeconds": retry.max_backoff_seconds,
+            "jitter": JITTER_FRACTION,
+        },
+        "deadlineSeconds": round(retry.deadline_hours * 3600),
+        "extraSeconds": extra_time_seconds(profile),
+    }
+    # Listed only when the profile rules some counts out (512 numbers cost parse time on every check).
+    if valid_counts != list(range(1, MAX_INSTANCE_COUNT + 1)):
+        entry["validCounts"] = valid_counts
+    return entry
+
+
+def _plain_number(value: float) -> float | int:
+    """8.0 -> 8, as the CLI's messages print it (:g)."""
+    return int(value) if float(value).is_integer() else value
+
+
+def _describe_counts(counts: list[int]) -> str:
+    if not counts:
+        return "none"
+    if counts == list(range(counts[0], counts[-1] + 1)):
+        return f"{counts[0]}" if len(counts) == 1 else f"{counts[0]} to {counts[-1]}"
+    return ", ".join(map(str, counts))
+
+
+def backoff_seconds_expression() -> str:
+    """The capacity backoff before attempt `$attempt + 1`: initial * multiplier^(attempt-1), capped, plus
+    up to JITTER_FRACTION of it at random (RetryPolicy.backoff_schedule gives the same bases)."""
+    base = (
+        "$min([$round($plan.backoff.initialSeconds * $power($plan.backoff.multiplier, $attempt - 1)), "
+        "$plan.backoff.maxSeconds])"
+    )
+    return f"($base := {base}; $base + $floor($random() * $plan.backoff.jitter * $base))"

@@ -1,0 +1,81 @@
+"""The run's CreateTrainingJob request and limits, as JSONata over the checked input (`$checked`).
+
+The same per-run fields as trainstack.job_request.build_create_training_job_request (its module
+docstring has the table), applied to the profile's base request with $merge; the request SageMaker
+receives equals the Python builder's for every profile (tests/pipeline prove it).
+"""
+
+from __future__ import annotations
+
+from stacks.pipeline_input_rules import literal
+from trainstack.job_request import (
+    EXECUTION_TAG,
+    RUN_TAG,
+    PipelineResources,
+    checkpoint_uri,
+    output_path,
+    resume_channel,
+)
+
+_MARK = "\0"
+
+
+def _with_run_name(uri: str) -> str:
+    """A URI built for the run name _MARK, as a JSONata string expression of `$in.runName`."""
+    before, _, after = uri.partition(_MARK)
+    return f"{literal(before)} & $in.runName & {literal(after)}"
+
+
+def max_runtime_seconds_expression(hours: str) -> str:
+    """trainstack.job_request.max_runtime_seconds: $round rounds half to even, like Python's round."""
+    return f"$round({hours} * 3600)"
+
+
+def request_expression(resources: PipelineResources) -> str:
+    resume = literal(resume_channel(_MARK)).replace(literal(_MARK), "$in.resumeFrom")
+    output = _with_run_name(output_path(resources, _MARK))
+    checkpoint = _with_run_name(checkpoint_uri(resources, _MARK))
+    runtime = max_runtime_seconds_expression("$in.maxRuntimeHours")
+    fields = {
+        "OutputDataConfig": f'$merge([$base.OutputDataConfig, {{"S3OutputPath": {output}}}])',
+        "CheckpointConfig": f'$merge([$base.CheckpointConfig, {{"S3Uri": {checkpoint}}}])',
+        "Tags": (
+            f'[{{"Key": {literal(EXECUTION_TAG)}, "Value": $states.context.Execution.Id}}, '
+            f'{{"Key": {literal(RUN_TAG)}, "Value": $in.runName}}]'
+        ),
+        "HyperParameters": "$merge([$base.HyperParameters, $in.hyperparameters])",
+        # An instance count applies to every preference (which then lose their own counts).
+        "ResourceConfig": (
+            "$exists($in.instanceCount) "
+            '? $merge([$p.uncountedResourceConfig, {"InstanceCount": $in.instanceCount}]) '
+            ": $base.ResourceConfig"
+        ),
+        "StoppingCondition": (
+            "$exists($in.maxRuntimeHours) "
+            f'? $merge([$base.StoppingCondition, {{"MaxRuntimeInSeconds": {runtime}}}]) '
+            ": $base.StoppingCondition"
+        ),
+        "InputDataConfig": (
+            f"$exists($in.resumeFrom) ? $append($base.InputDataConfig, [{resume}]) : $base.InputDataConfig"
+        ),
+    }
+    run_fields = ", ".join(f"{literal(name)}: {value}" for name, value in fields.items())
+    return (
+        "($p := $checked.profile; $in := $checked.input; $base := $p.request; "
+        f"$merge([$base, {{{run_fields}}}]))"
+    )
+
+
+def plan_expression() -> str:
+    """Retry policy and limits of the run. The time limit (the job is stopped after it) is
+    MaxRuntimeInSeconds plus the profile's allowances, both measured from the execution's start."""
+    runtime = max_runtime_seconds_expression("$in.maxRuntimeHours")
+    return (
+        "($p := $checked.profile; $in := $checked.input; "
+        "$start := $toMillis($states.context.Execution.StartTime); "
+        f"$limit := ($exists($in.maxRuntimeHours) ? {runtime} "
+        ": $p.request.StoppingCondition.MaxRuntimeInSeconds) + $p.extraSeconds; "
+        '{"profile": $p.name, "runName": $in.runName, "maxAttempts": $p.maxAttempts, "backoff": $p.backoff, '
+        '"deadlineSeconds": $p.deadlineSeconds, "deadlineMillis": $start + 1000 * $p.deadlineSeconds, '
+        '"timeLimitSeconds": $limit, "stopAtMillis": $start + 1000 * $limit})'
+    )

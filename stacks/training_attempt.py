@@ -1,0 +1,280 @@
+"""One attempt of a training run, as its own state machine: create the job, poll it, report how it ended.
+
+The pipeline starts one execution of this machine per attempt (states:startExecution.sync:2), so its
+own history grows by a few events per attempt, and an attempt's history holds one job's polls.
+
+Input: {"request": the complete CreateTrainingJob request, "runName", "stopAtMillis": when the pipeline
+stops the job (epoch ms), "timeLimitSeconds": the same as a duration}.
+Output, always (the execution succeeds whatever happened to the job): {"status", "cause", "job"} with
+status one of ATTEMPT_STATUSES and job {name, instanceType, instanceCount, artifacts} once described.
+
+AWS's error names under aws-sdk:sagemaker:* (errors SageMaker's API model declares are
+`SageMaker.<Code>Exception`; every other one, throttling and validation included, is
+`SageMaker.SageMakerException` with the code and message only in the Cause) decide the paths:
+- CreateTrainingJob: ResourceLimitExceeded is a quota (fail fast), ResourceInUse a used run name; a
+  SageMakerException is retried for a few seconds, then classified by its Cause: throttling is retried
+  with capped, jittered backoff, anything else is SageMaker rejecting the request (InvalidInput).
+- DescribeTrainingJob / StopTrainingJob: a SageMakerException is retried with backoff; when the retries
+  run out the next poll asks again. A throttled status call never ends the attempt nor stops its job.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Duration
+from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import aws_stepfunctions_tasks as tasks
+from constructs import Construct
+
+from stacks.pipeline_input_rules import literal
+from stacks.training_state_machine_definition import poll_seconds_expression
+
+SAGEMAKER_ERROR = "SageMaker.SageMakerException"
+QUOTA_ERROR = "SageMaker.ResourceLimitExceededException"
+IN_USE_ERROR = "SageMaker.ResourceInUseException"
+# What the pipeline does with each status: see training_state_machine.
+ATTEMPT_STATUSES = (
+    "Completed",
+    "Capacity",
+    "Throttled",
+    "Failed",
+    "Stopped",
+    "Overdue",
+    "Quota",
+    "Rejected",
+    "NameInUse",
+)
+# A SageMakerException on create: retried this often (1 s, 2 s) before its Cause is read.
+CREATE_QUICK_RETRIES = 2
+# Throttled creates after the quick retries: this many more, 15 s doubling to 120 s, plus jitter.
+CREATE_THROTTLE_LOOPS = 6
+THROTTLE_CAUSE = "/rate exceeded|throttl/i"
+# Job states that end an attempt; the rest are polled.
+SPOT_CAPACITY_SECONDARY_STATUS = "MaxWaitTimeExceeded"
+CAPACITY_REASON_PREFIX = "CapacityError"
+# SageMaker's validation message names its own field: say which input field that is.
+REJECTED_FIELDS = (
+    ("trainingJobName", "runName"),
+    ("yperParameters", "hyperparameters"),
+    ("nstanceCount", "instanceCount"),
+    ("axRuntimeInSeconds", "maxRuntimeHours"),
+    ("3Uri", "resumeFrom"),
+)
+
+
+def expression(text: str) -> str:
+    return "{% " + text + " %}"
+
+
+def _outcome(status: str, cause: str = "null", *, with_job: bool = True) -> str:
+    job = ', "job": $job' if with_job else ""
+    return expression(f'{{"status": "{status}", "cause": {cause}{job}}}')
+
+
+def _rejected_cause() -> str:
+    chain = '"The input"'
+    for needle, field in reversed(REJECTED_FIELDS):
+        chain = f"($contains($c, {literal(needle)}) ? {literal(field)} : {chain})"
+    return f'($c := $states.errorOutput.Cause; {chain} & " was rejected by SageMaker: " & $c)'
+
+
+class TrainingAttempt(Construct):
+    """The attempt state machine's chain of states (`self.start`); the caller builds the machine."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, partition: str, job_arn: str) -> None:
+        super().__init__(scope, construct_id)
+        report = sfn.Succeed.jsonata(self, "ReportOutcome", outputs=expression("$outcome"))
+        job_name = "$states.context.Execution.Input.request.TrainingJobName"
+
+        # One create task for every profile's request shape: the request is one JSONata value.
+        # CallAwsService takes Arguments as an object of fields only, hence a custom state.
+        create = sfn.CustomState(
+            self,
+            "CreateTrainingJob",
+            state_json={
+                "Type": "Task",
+                "Resource": f"arn:{partition}:states:::aws-sdk:sagemaker:createTrainingJob",
+                "Arguments": expression("$states.context.Execution.Input.request"),
+                "Assign": {
+                    "job": expression(f'{{"name": {job_name}, "createdMillis": $millis()}}'),
+                    "limits": expression(
+                        '{"stopAtMillis": $states.context.Execution.Input.stopAtMillis, '
+                        '"timeLimitSeconds": $states.context.Execution.Input.timeLimitSeconds}'
+                    ),
+                },
+                "Output": {},
+            },
+        )
+        create.add_retry(
+            errors=[SAGEMAKER_ERROR],
+            interval=Duration.seconds(1),
+            backoff_rate=2,
+            max_attempts=CREATE_QUICK_RETRIES,
+        )
+        name_in_use = (
+            '"runName " & $states.context.Execution.Input.runName & " is already used by training job " & '
+            f'{job_name} & "; choose another runName."'
+        )
+        quota = (
+            f'"SageMaker refused job " & {job_name} & ": a service quota is exhausted (" & '
+            '$states.errorOutput.Cause & "). Request a higher quota in Service Quotas or wait for running '
+            'jobs to end."'
+        )
+        create.add_catch(
+            report, errors=[QUOTA_ERROR], assign={"outcome": _outcome("Quota", quota, with_job=False)}
+        )
+        create.add_catch(
+            report,
+            errors=[IN_USE_ERROR],
+            assign={"outcome": _outcome("NameInUse", name_in_use, with_job=False)},
+        )
+        classify_create_error = sfn.Choice.jsonata(
+            self, "ClassifyCreateError", comment="Throttling is retried; any other error is a rejection."
+        )
+        create.add_catch(
+            classify_create_error,
+            errors=[SAGEMAKER_ERROR],
+            assign={
+                # Unless its Cause says throttling, the error is SageMaker rejecting the request.
+                "outcome": _outcome("Rejected", _rejected_cause(), with_job=False),
+                "createError": expression("$states.errorOutput"),
+                "throttles": expression("$exists($throttles) ? $throttles + 1 : 1"),
+            },
+        )
+        wait_after_throttle = sfn.Wait.jsonata(
+            self,
+            "WaitAfterThrottle",
+            time=sfn.WaitTime.seconds(
+                expression(
+                    "($base := $min([120, 15 * $power(2, $throttles - 1)]); "
+                    "$base + $floor($random() * 0.5 * $base))"
+                )
+            ),
+        )
+        wait_after_throttle.next(create)
+        throttled = f"$contains($createError.Cause, {THROTTLE_CAUSE})"
+        classify_create_error.when(
+            sfn.Condition.jsonata(expression(f"{throttled} and $throttles <= {CREATE_THROTTLE_LOOPS}")),
+            wait_after_throttle,
+        ).when(
+            sfn.Condition.jsonata(expression(throttled)),
+            report,
+            assign={
+                "outcome": expression(
+                    '{"status": "Throttled", "cause": "SageMaker kept throttling CreateTrainingJob: " & '
+                    "$createError.Cause}"
+                )
+            },
+        ).otherwise(report)
+
+        wait_for_job = sfn.Wait.jsonata(
+            self,
+            "WaitForJob",
+            time=sfn.WaitTime.seconds(
+                expression(poll_seconds_expression("($millis() - $job.createdMillis) / 1000"))
+            ),
+        )
+        describe = tasks.CallAwsService.jsonata(
+            self,
+            "DescribeTrainingJob",
+            service="sagemaker",
+            action="describeTrainingJob",
+            parameters={"TrainingJobName": expression("$job.name")},
+            iam_resources=[job_arn],
+            assign={
+                "described": expression(
+                    "($r := $states.result; "
+                    '{"status": $r.TrainingJobStatus, "secondary": $r.SecondaryStatus, '
+                    '"reason": $r.FailureReason})'
+                ),
+                "job": expression(
+                    "($r := $states.result; $c := $r.ResourceConfig; $merge([$job, {"
+                    '"instanceType": $c.SelectedInstanceType ? $c.SelectedInstanceType : $c.InstanceType, '
+                    '"instanceCount": $c.SelectedInstanceCount ? $c.SelectedInstanceCount '
+                    ': $c.InstanceCount, '
+                    '"artifacts": $r.ModelArtifacts.S3ModelArtifacts}]))'
+                ),
+            },
+            outputs={},
+        )
+        status_call_retry = {
+            "errors": [SAGEMAKER_ERROR],
+            "interval": Duration.seconds(2),
+            "backoff_rate": 2,
+            "max_attempts": 5,
+            "max_delay": Duration.seconds(60),
+            "jitter_strategy": sfn.JitterType.FULL,
+        }
+        describe.add_retry(**status_call_retry)
+        describe.add_catch(wait_for_job, errors=[SAGEMAKER_ERROR], outputs={})
+        stop = tasks.CallAwsService.jsonata(
+            self,
+            "StopOverdueJob",
+            comment="The job outlived MaxRuntimeInSeconds and every allowance: stop it.",
+            service="sagemaker",
+            action="stopTrainingJob",
+            parameters={"TrainingJobName": expression("$job.name")},
+            iam_resources=[job_arn],
+            assign={
+                "outcome": _outcome(
+                    "Overdue",
+                    '"Training job " & $job.name & " was stopped by the pipeline after " & '
+                    '$string($limits.timeLimitSeconds) & " seconds, its time limit (maxRuntimeHours + retry '
+                    'deadline + start-up allowance)."',
+                )
+            },
+            outputs={},
+        )
+        stop.add_retry(**status_call_retry)
+        # A stop that fails (the job may just have ended) is followed by the next poll.
+        stop.add_catch(wait_for_job, errors=[SAGEMAKER_ERROR], outputs={})
+        stop.next(report)
+
+        status = "$described.status"
+        check_job = sfn.Choice.jsonata(self, "CheckJob")
+        check_job.when(
+            sfn.Condition.jsonata(expression(f'{status} = "Completed"')),
+            report,
+            assign={"outcome": _outcome("Completed")},
+        ).when(
+            sfn.Condition.jsonata(
+                expression(
+                    f'({status} = "Failed" and '
+                    f"$substring($described.reason, 0, {len(CAPACITY_REASON_PREFIX)}) = "
+                    f'{literal(CAPACITY_REASON_PREFIX)}) or ({status} = "Stopped" and $described.secondary = '
+                    f"{literal(SPOT_CAPACITY_SECONDARY_STATUS)})"
+                )
+            ),
+            report,
+            assign={
+                "outcome": _outcome(
+                    "Capacity",
+                    '$described.reason ? $described.reason : "spot capacity did not come within '
+                    'MaxWaitTimeInSeconds (" & $described.secondary & ")"',
+                )
+            },
+        ).when(
+            sfn.Condition.jsonata(expression(f'{status} = "Failed"')),
+            report,
+            assign={
+                "outcome": _outcome(
+                    "Failed",
+                    '$described.reason ? "Training job " & $job.name & " failed: " & $described.reason : '
+                    '"Training job " & $job.name & " failed without a FailureReason."',
+                )
+            },
+        ).when(
+            sfn.Condition.jsonata(expression(f'{status} = "Stopped"')),
+            report,
+            assign={
+                "outcome": _outcome(
+                    "Stopped", '"Training job " & $job.name & " was stopped (" & $described.secondary & ")."'
+                )
+            },
+        ).when(sfn.Condition.jsonata(expression("$millis() > $limits.stopAtMillis")), stop).otherwise(
+            wait_for_job
+        )
+
+        create.next(wait_for_job)
+        wait_for_job.next(describe)
+        describe.next(check_job)
+        self.start: sfn.IChainable = create
