@@ -120,8 +120,8 @@ def check_input_expression(settings: Settings) -> str:
     chain = "null"
     for field, accepts, cause in reversed(checks):
         value = "$raw" if not field else f"$in.{field}"
-        rejects = f"($v := {value}; $exists($v) ? $not({accepts}) : false)"
-        chain = f"({rejects} ? {cause} : {chain})"
+        # The cause may name the value: it stays inside the block that binds $v.
+        chain = f"($v := {value}; ($exists($v) ? $not({accepts}) : false) ? {cause} : {chain})"
     defaults = (
         f'{{"profile": {literal(settings.profiles[0].name)}, '
         f'"runName": {literal(settings.project + "-")} & $states.context.Execution.Name, '
