@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from stacks.training_attempt import CREATE_THROTTLE_LOOPS
 from stacks.training_state_machine_definition import HISTORY_EVENT_BUDGET, worst_case_history
 from tests.pipeline.harness import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING
@@ -31,6 +33,7 @@ def run(sm, script, name, **fake) -> tuple[int, list[int]]:
     return len(outcome.history), attempts
 
 
+@pytest.mark.filterwarnings("ignore:Exception\\(ServiceError\\) with code ThrottlingException")
 def test_worst_case_history_stays_under_the_budget_for_every_profile(interpreter, pipeline):
     sm = interpreter()
     few_polls = [STARTING, TRAINING, COMPLETED]

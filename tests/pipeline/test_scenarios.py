@@ -24,6 +24,11 @@ from tests.pipeline.harness import (
 from trainstack.execution_input import InvalidInputError, validate_execution_input
 from trainstack.job_request import build_create_training_job_request
 
+# moto warns that SageMaker's model declares no ThrottlingException: that is the point (AWS names it
+# SageMaker.SageMakerException).
+UNMODELLED_THROTTLING = pytest.mark.filterwarnings(
+    "ignore:Exception\\(ServiceError\\) with code ThrottlingException"
+)
 DEFAULT_PROFILE = "llama-7b-smp"
 SUCCESS = [STARTING, TRAINING, COMPLETED]
 SAGEMAKER_ERROR = "SageMaker.SageMakerException"
@@ -118,6 +123,7 @@ def test_out_of_memory_fails_fast_as_training_failed_with_one_job(interpreter):
     assert len(sm.fake.jobs) == 1
 
 
+@UNMODELLED_THROTTLING
 def test_throttled_create_is_retried_with_backoff(interpreter):
     sm = interpreter(job_scripts=[SUCCESS], throttles={"CreateTrainingJob": 4})
     outcome = sm.run({"runName": "trainstack-throttled"})
@@ -127,6 +133,7 @@ def test_throttled_create_is_retried_with_backoff(interpreter):
     assert task_errors(sm.attempts(), "createTrainingJob") == [SAGEMAKER_ERROR] * 4
 
 
+@UNMODELLED_THROTTLING
 def test_throttled_status_calls_mid_run_neither_end_the_run_nor_stop_its_job(interpreter):
     sm = interpreter(
         job_scripts=[[STARTING, TRAINING, TRAINING, TRAINING, COMPLETED]],
