@@ -160,6 +160,6 @@ def test_a_malformed_base_digest_is_a_config_error_naming_the_field():
     data = deep_merge(default_config_data(), {"image": {"base_digest": "2.5.1-gpu-py311-cu124"}})
     with pytest.raises(
         ConfigError,
-        match=r"image\.base_digest: '2\.5\.1-gpu-py311-cu124' is not an image digest: sha256: and 64 hex digits",
+        match=r"image\.base_digest: '2\.5\.1-gpu-py311-cu124' is not an image digest: sha256: and 64 hex",
     ):
         parse_settings(data, NO_ENV, source="test config")
