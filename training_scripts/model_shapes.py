@@ -23,6 +23,17 @@ PRESETS: dict[str, dict] = {name: dict(zip(_PRESET_FIELDS, shape, strict=True)) 
 }.items()}
 # fmt: on
 
+# Dense bf16 peak FLOP/s per GPU (vendor data sheets, without sparsity), for MFU and the planner's
+# throughput. V100 has no bf16 tensor cores and is left out: unknown GPUs get no MFU rather than a wrong one.
+PEAK_BF16_FLOPS = {
+    "H200": 989e12,
+    "H100": 989e12,
+    "A100": 312e12,
+    "A10G": 125e12,
+    "L40S": 362e12,
+    "L4": 121e12,
+}
+
 
 def head_dim(shape: Mapping) -> int:
     return shape.get("head_dim") or shape["hidden_size"] // shape["num_attention_heads"]

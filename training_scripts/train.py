@@ -26,20 +26,11 @@ from data import SampleOrder, TokenDataset, UserError, validation_batches
 from distributed import PARALLELISMS, STRATEGIES, Runtime, gradient_sync, setup, teardown, unwrap, wrap_model
 from metrics import format_train_line, format_val_line
 from model import PRESETS, build_model, flops_per_token
+from model_shapes import PEAK_BF16_FLOPS
 from safetensors.torch import save_file
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 log = logging.getLogger("train")
-
-# Dense bf16 peak FLOP/s per GPU, for MFU. Unknown GPUs report no MFU rather than a wrong one.
-PEAK_BF16_FLOPS = {
-    "H200": 989e12,
-    "H100": 989e12,
-    "A100": 312e12,
-    "A10G": 125e12,
-    "L40S": 362e12,
-    "L4": 121e12,
-}
 
 
 class _Parser(argparse.ArgumentParser):

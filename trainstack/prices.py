@@ -1,4 +1,4 @@
-"""Dated price data: the one place trainstack keeps what AWS charges.
+"""Dated price data: the one place trainstack keeps what AWS charges (FSx for Lustre, SageMaker training).
 
 FSx for Lustre, US East (N. Virginia), SSD storage, USD per GB-month, from the AWS pricing page
 below. AWS bills the provisioned StorageCapacity figure at the GB-month rate: its own scratch
@@ -44,6 +44,44 @@ FSX_LUSTRE_PRICES = FsxLustrePriceTable(
             ("PERSISTENT_2", 250): 0.210,
             ("PERSISTENT_2", 500): 0.340,
             ("PERSISTENT_2", 1000): 0.600,
+        }
+    ),
+)
+
+
+@dataclass(frozen=True)
+class TrainingPriceTable:
+    """SageMaker training, on-demand, USD per instance-hour (billed per second)."""
+
+    region: str
+    as_of: date
+    source_url: str
+    usd_per_instance_hour: MappingProxyType[str, float]
+
+    def hourly_usd(self, instance_type: str) -> float | None:
+        """None for a type with no recorded price: the planner reports no cost rather than a wrong one."""
+        return self.usd_per_instance_hour.get(instance_type)
+
+
+# SageMaker training on-demand list prices in US East (N. Virginia), as published on the page below
+# before AWS's June 2025 price reduction for P4/P5 instances; they could not be re-checked from the
+# build machines (no internet), so costs computed from them are upper bounds for P4/P5. Types without a
+# figure we could vouch for (ml.p5e, ml.p5en, ml.g6e) are left out.
+SAGEMAKER_TRAINING_PRICES = TrainingPriceTable(
+    region="us-east-1",
+    as_of=date(2025, 5, 31),
+    source_url="https://aws.amazon.com/sagemaker/pricing/",
+    usd_per_instance_hour=MappingProxyType(
+        {
+            "ml.p3.16xlarge": 28.152,
+            "ml.p3dn.24xlarge": 35.894,
+            "ml.p4d.24xlarge": 37.688,
+            "ml.p4de.24xlarge": 47.110,
+            "ml.p5.48xlarge": 113.068,
+            "ml.g5.12xlarge": 7.090,
+            "ml.g5.48xlarge": 20.360,
+            "ml.m5.xlarge": 0.230,
+            "ml.c5.4xlarge": 0.952,
         }
     ),
 )

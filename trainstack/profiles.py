@@ -13,6 +13,7 @@ from pydantic import BeforeValidator, Field, ValidationError, field_validator, m
 
 from trainstack.base import StrictModel, matching
 from trainstack.instances import INSTANCE_TYPES, InstanceType, UnknownInstanceTypeError, instance_type
+from trainstack.planning.setups import fit_problems
 
 Strategy = Literal["smp", "smddp", "torchrun", "mpi"]
 
@@ -231,6 +232,8 @@ class Profile(StrictModel):
         if self.managed_spot and self.training_plan_arn:
             yield "training_plan_arn uses reserved capacity and cannot be combined with managed_spot"
         yield from self.placement_problems()
+        # A fallback type that cannot hold the model fails here, not after hours of waiting for capacity.
+        yield from fit_problems(self)
 
     def placement_problems(self):
         """Rules that depend on instance counts: re-checked when an execution overrides the count."""

@@ -97,7 +97,13 @@ def test_start_finds_the_state_machine_in_the_stack_outputs_and_sends_the_input(
     )
     assert code == 0
     (execution,) = executions(arn)
-    assert capsys.readouterr().out.strip() == execution["executionArn"]
+    captured = capsys.readouterr()
+    assert captured.out.strip() == execution["executionArn"]
+    # The plan of the run it started: the profile with the run's instance count and max_steps.
+    assert [line.split(" GiB")[0] for line in captured.err.splitlines()] == [
+        "plan: ml.p5.48xlarge x4: 41.1 of 80",
+        "plan: ml.p4de.24xlarge x4: 41.1 of 80",
+    ]
     assert json.loads(execution["input"]) == {
         "profile": "llama-7b-smp",
         "runName": "trainstack-llama-v2",
@@ -193,7 +199,7 @@ def test_wait_exits_non_zero_with_the_error_name_and_cause(aws, capsys):
     captured = capsys.readouterr()
     assert code == 1
     assert "no training job yet" in captured.out
-    assert captured.err.strip() == (
+    assert captured.err.strip().splitlines()[-1] == (
         "trainstack: execution FAILED: CapacityExhausted: no capacity in 12 attempts"
     )
 

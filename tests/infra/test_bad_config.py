@@ -40,6 +40,30 @@ BAD_CONFIGS = {
         {"region": "us-east-9", "availability_zone": None, "availability_zone_id": "use1-az4"},
         "region: 'us-east-9' is not an AWS Region known to botocore",
     ),
+    "fallback_type_cannot_hold_the_model": (
+        {
+            "profiles": [
+                {
+                    "name": "llama-7b-smp",
+                    "strategy": "smp",
+                    "instance_preferences": [
+                        {"instance_type": "ml.p5.48xlarge", "instance_count": 2},
+                        {"instance_type": "ml.g5.48xlarge", "instance_count": 2},
+                    ],
+                    "smp": {"hybrid_shard_degree": 8},
+                    "hyperparameters": {
+                        "model_preset": "7b",
+                        "seq_len": "4096",
+                        "micro_batch_size": "2",
+                        "activation_checkpointing": "true",
+                    },
+                }
+            ]
+        },
+        "profiles.0: profile llama-7b-smp cannot fit model 7b on instance_preferences.1 (ml.g5.48xlarge): "
+        "it needs 41.1 GiB per GPU and the GPU has 24 GiB (short 17.1 GiB); smallest change that fits: "
+        "smp.tensor_parallel_degree 4.",
+    ),
     "malformed_cidr": (
         {"network": {"vpc_cidr": "10.20.0.0/33"}},
         "network.vpc_cidr: '10.20.0.0/33' is not an IPv4 CIDR block such as 10.20.0.0/16.",

@@ -30,6 +30,7 @@ from trainstack.commands.common import (
 from trainstack.commands.status import follow
 from trainstack.config import Settings
 from trainstack.execution_input import InvalidInputError, default_run_name, validate_execution_input
+from trainstack.planning.setups import plan_lines
 from trainstack.runs import RunError, execution_arn_for, executions_of, next_execution_name
 
 # Input field -> the flag that sets it, so messages name what the user typed.
@@ -88,6 +89,11 @@ def run(args: argparse.Namespace) -> int:
     except (BotoCoreError, ClientError) as error:
         return aws_failure(error)
     print(execution_arn)
+    profile = next(p for p in pipeline.settings.profiles if p.name == execution_input["profile"])
+    for line in plan_lines(
+        profile, execution_input.get("hyperparameters"), execution_input.get("instanceCount")
+    ):
+        print(line, file=sys.stderr)
     if not args.wait:
         return 0
     try:

@@ -1,0 +1,144 @@
+"""`trainstack plan` as a user runs it, and the planner's choices on the shipped profiles."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import DEFAULT_CONFIG, NO_ENV
+from trainstack.cli import main
+from trainstack.config import load_settings
+from trainstack.instances import instance_type
+from trainstack.planning.plans import plan, recommend
+from trainstack.planning.setups import TRAIN_DEFAULTS, fit_problems, preset_shape, setup_for_profile
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "training_scripts"
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(["plan", *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_profile_plan_prints_each_preference_with_memory_fit_time_and_cost(capsys):
+    code, out, _ = run(capsys, "--profile", "llama-7b-smp", "--config", str(DEFAULT_CONFIG))
+    assert code == 0
+    assert "ml.p5.48xlarge x2 (16 x H100):" in out and "ml.p4de.24xlarge x2 (16 x A100):" in out
+    lines = [line for line in out.splitlines() if "GiB per GPU" in line]
+    assert len(lines) == 2 and all("of 80 GiB per GPU, fits;" in line for line in lines)
+    assert all("tokens/s" in line and " h, $" in line for line in lines)
+    assert "per GPU (GiB): weights 3.1, gradients 3.1, optimizer 6.3, bf16 weight copies 12.3" in out
+
+
+def test_json_parses_and_adds_up(capsys):
+    code, out, _ = run(capsys, "--profile", "llama-7b-smp", "--json", "--tokens", "1B")
+    assert code == 0
+    document = json.loads(out)
+    first, second = document["plans"]
+    assert (first["instance_type"], second["instance_type"]) == ("ml.p5.48xlarge", "ml.p4de.24xlarge")
+    parts = first["memory_per_gpu_gib"]
+    assert sum(value for name, value in parts.items() if name != "total") == pytest.approx(
+        parts["total"], abs=0.01
+    )
+    assert first["fits"] and first["tokens"] == 1e9
+    # H100 does more tokens per second than A100, so the same budget takes less time.
+    assert first["hours"] < second["hours"]
+    assert first["cost_usd"] == pytest.approx(first["hours"] * 113.068 * 2, rel=1e-3)
+
+
+def test_a_model_too_big_for_the_type_gets_the_smallest_change_that_fits(capsys):
+    code, out, _ = run(
+        capsys, "--model-preset", "1b", "--instance-type", "ml.p4d.24xlarge", "--parallelism", "ddp"
+    )
+    assert code == 1
+    assert "does NOT fit" in out
+    assert "smallest change that fits: shard: hyperparameter parallelism fsdp" in out
+
+
+def test_recommend_names_smp_degrees_that_fit(capsys):
+    code, out, _ = run(
+        capsys,
+        "--model-preset",
+        "13b",
+        "--instance-type",
+        "ml.g5.48xlarge",
+        "--instance-count",
+        "4",
+        "--recommend",
+    )
+    assert code == 1 and "does NOT fit" in out  # FSDP alone cannot hold 13b on 32 x 24 GiB
+    [line] = [line for line in out.splitlines() if "recommended:" in line]
+    assert line.strip().startswith("recommended: smp.tensor_parallel_degree 8,") and ", fits;" in line
+
+
+def test_recommendation_is_the_fastest_layout_that_fits():
+    spec = instance_type("ml.p5.48xlarge")
+    setup = setup_for_profile(
+        next(p for p in load_settings(DEFAULT_CONFIG, environ=NO_ENV).profiles if p.name == "llama-7b-smp")
+    )
+    shipped = plan(setup, spec, 2, None)
+    best = recommend(setup, spec, 2, None)
+    assert shipped.fits and best.fits
+    assert best.throughput.tokens_per_second >= shipped.throughput.tokens_per_second
+    # On the A100 40 GB type the shipped layout does not fit; a recommendation does.
+    smaller = instance_type("ml.p4d.24xlarge")
+    assert not plan(setup, smaller, 2, None).fits and recommend(setup, smaller, 2, None).fits
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--instance-type", "ml.p9.huge"], "trainstack plan: --instance-type must be one of ml.c5.4xlarge,"),
+        (
+            ["--model-preset", "70x"],
+            "trainstack plan: --model-preset must be one of tiny, 125m, 1b, 7b, 13b.",
+        ),
+        (["--model-preset", "1b"], "trainstack plan: --instance-type is required without --profile"),
+        (
+            ["--profile", "nope"],
+            "trainstack plan: --profile must be one of the config's profiles: llama-7b-smp,",
+        ),
+        (
+            ["--profile", "nccl-test"],
+            "trainstack plan: --profile: profile nccl-test runs nccl_test.sh, not train.py.",
+        ),
+        (
+            ["--instance-type", "ml.p5.48xlarge", "--tokens", "lots"],
+            "trainstack plan: --tokens must be a number of tokens of at least 1, such as 2e9 or 2B",
+        ),
+        (
+            ["--instance-type", "ml.p5.48xlarge", "--seq-len", "0"],
+            "trainstack plan: --seq-len must be a whole number of at least 1, got '0'.",
+        ),
+        (
+            ["--instance-type", "ml.p5.48xlarge", "--hybrid-shard-degree", "2"],
+            "trainstack plan: --tensor-parallel-degree and --hybrid-shard-degree apply only to strategy smp.",
+        ),
+        (["--instance-type", "ml.m5.xlarge"], "trainstack plan: --instance-type: plan a GPU type;"),
+    ],
+)
+def test_bad_input_is_one_sentence_naming_the_flag(capsys, argv, message):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert err.startswith(message) and err.count("\n") == 1 and err.rstrip().endswith(".")
+
+
+def test_init_from_reads_the_config_json(tmp_path, capsys):
+    (tmp_path / "config.json").write_text(json.dumps({**preset_shape("1b"), "tie_word_embeddings": True}))
+    code, out, _ = run(capsys, "--init-from", str(tmp_path), "--instance-type", "ml.p5.48xlarge", "--json")
+    assert code == 0 and json.loads(out)["setup"]["model"] == str(tmp_path)
+
+
+def test_every_shipped_training_profile_fits_its_preferences():
+    for profile in load_settings(DEFAULT_CONFIG, environ=NO_ENV).profiles:
+        assert list(fit_problems(profile)) == []
+
+
+def test_defaults_are_train_py_defaults():
+    sys.path.insert(0, str(SCRIPTS))
+    import train  # noqa: PLC0415  (train.py's parser: torch is installed in the test environment)
+
+    defaults = vars(train.build_parser().parse_args([]))
+    assert {name: defaults[name] for name in TRAIN_DEFAULTS} == TRAIN_DEFAULTS

@@ -1,0 +1,288 @@
+"""`trainstack plan`: will a profile (or a model on an instance type) fit, how fast, how long, how much.
+
+    trainstack plan --profile llama-7b-smp
+    trainstack plan --model-preset 13b --instance-type ml.p4d.24xlarge --instance-count 2 --recommend
+
+Formulas, assumptions and sources: docs/plan.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+
+from training_scripts.model_shapes import PRESETS
+from trainstack.config import ConfigError, load_settings
+from trainstack.instances import INSTANCE_TYPES, InstanceType
+from trainstack.planning.memory import GIB
+from trainstack.planning.plans import Plan, Setup, plan, recommend
+from trainstack.planning.setups import (
+    TRAIN_DEFAULTS,
+    UnplannableError,
+    as_mapping,
+    preset_shape,
+    profile_token_budget,
+    setup_for_profile,
+    shape_from_config_json,
+)
+from trainstack.planning.throughput import MFU_AS_OF
+from trainstack.prices import SAGEMAKER_TRAINING_PRICES
+
+_STRATEGIES = ("smp", "smddp", "torchrun")
+_PARALLELISMS = ("fsdp", "ddp")
+_SUFFIXES = {"K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
+
+
+class _UsageError(Exception):
+    """Bad flags: one sentence naming the flag and what is allowed."""
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    summary = "memory per GPU, fit, tokens/s, time and cost of a profile or a model on an instance type"
+    parser = subparsers.add_parser("plan", help=summary, description=summary)
+    add = parser.add_argument
+    # Values are checked by run() (not argparse) so every mistake gets one sentence naming the flag.
+    add("--config", help="config file with the profile (default: config/default.yaml)")
+    add("--profile", help="plan this profile of the config, one line per instance preference")
+    add("--model-preset", metavar="NAME", help=f"model preset: {', '.join(PRESETS)}")
+    add("--init-from", metavar="DIR", help="directory with the model's config.json (instead of a preset)")
+    add("--instance-type", metavar="TYPE", help="instance type (with --profile: instead of its preferences)")
+    add("--instance-count", metavar="N", help="instances (default 1, or the profile's)")
+    add("--seq-len", metavar="N", help="tokens per sequence (default: the profile's, else train.py's 1024)")
+    add("--micro-batch-size", metavar="N", help="sequences per GPU per forward pass")
+    add("--activation-checkpointing", metavar="BOOL", help="true or false")
+    add("--strategy", metavar="NAME", help=f"without --profile: {', '.join(_STRATEGIES)} (default torchrun)")
+    add("--parallelism", metavar="NAME", help="outside SMP: fsdp (default) or ddp")
+    add("--tensor-parallel-degree", metavar="N", help="SMP tensor parallelism")
+    add("--hybrid-shard-degree", metavar="N", help="SMP: GPUs a parameter is sharded over (0: all)")
+    add("--tokens", metavar="N", help="token budget for time and cost, e.g. 2e9 or 2B (default: max_steps)")
+    add("--recommend", action="store_true", help="recommend SMP degrees and checkpointing for each type")
+    add("--json", action="store_true", help="print the plans as JSON")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        setup, targets, budget = _inputs(args)
+    except _UsageError as error:
+        print(f"trainstack plan: {error}", file=sys.stderr)
+        return 2
+    plans = [plan(setup, spec, count, tokens) for spec, count, tokens in targets]
+    recommended = (
+        [recommend(setup, spec, count, tokens) for spec, count, tokens in targets] if args.recommend else []
+    )
+    if args.json:
+        document = {"setup": as_mapping(setup), "plans": [item.as_dict() for item in plans]}
+        if args.recommend:
+            document["recommended"] = [item and _recommendation(item) for item in recommended]
+        document["assumptions"] = {
+            "mfu_as_of": MFU_AS_OF.isoformat(),
+            "prices_as_of": SAGEMAKER_TRAINING_PRICES.as_of.isoformat(),
+            "prices_region": SAGEMAKER_TRAINING_PRICES.region,
+        }
+        print(json.dumps(document, indent=2))
+    else:
+        print(_report(setup, plans, recommended, budget))
+    return 0 if all(item.fits for item in plans) else 1
+
+
+def _inputs(args: argparse.Namespace) -> tuple[Setup, list[tuple[InstanceType, int, float | None]], str]:
+    """(setup, [(type, count, tokens)], budget description) from the flags."""
+    tokens = _tokens(args.tokens)
+    count = _positive(args.instance_count, "--instance-count") if args.instance_count else None
+    if args.profile:
+        if args.model_preset or args.init_from:
+            raise _UsageError("--profile plans the profile's own model: drop --model-preset/--init-from.")
+        profile = _profile(args)
+        try:
+            setup = setup_for_profile(profile)
+        except UnplannableError as error:
+            raise _UsageError(f"--profile: {error}.") from None
+        setup = _overrides(setup, args)
+        preferences = [(p.spec, count or p.instance_count) for p in profile.instance_preferences]
+        if args.instance_type:
+            preferences = [(_instance_type(args.instance_type), count or 1)]
+        targets = [
+            (spec, n, tokens or profile_token_budget(profile, setup, n, spec))
+            for spec, n in preferences
+            if spec.gpus
+        ]
+        budget = f"{tokens:,.0f} tokens" if tokens else "the profile's max_steps"
+    else:
+        setup = _overrides(_explicit_setup(args), args)
+        if not args.instance_type:
+            raise _UsageError("--instance-type is required without --profile (or give --profile NAME).")
+        spec = _instance_type(args.instance_type)
+        targets = [(spec, count or 1, tokens)] if spec.gpus else []
+        budget = f"{tokens:,.0f} tokens" if tokens else "no token budget (give --tokens)"
+    if not targets:
+        raise _UsageError("--instance-type: plan a GPU type; CPU types train no model worth planning.")
+    return setup, targets, budget
+
+
+def _profile(args: argparse.Namespace):
+    try:
+        settings = load_settings(args.config)
+    except ConfigError as error:
+        raise _UsageError(f"--config: {error}".rstrip(".") + ".") from None
+    names = [profile.name for profile in settings.profiles]
+    if args.profile not in names:
+        raise _UsageError(f"--profile must be one of the config's profiles: {', '.join(names)}.")
+    return settings.profiles[names.index(args.profile)]
+
+
+def _explicit_setup(args: argparse.Namespace) -> Setup:
+    if args.model_preset and args.init_from:
+        raise _UsageError("--model-preset and --init-from exclude each other: give one.")
+    if args.init_from:
+        try:
+            shape = shape_from_config_json(args.init_from)
+        except UnplannableError as error:
+            raise _UsageError(f"{error}.") from None
+        model = args.init_from
+    else:
+        model = args.model_preset or TRAIN_DEFAULTS["model_preset"]
+        if model not in PRESETS:
+            raise _UsageError(f"--model-preset must be one of {', '.join(PRESETS)}.")
+        shape = preset_shape(model)
+    strategy = args.strategy or "torchrun"
+    if strategy not in _STRATEGIES:
+        raise _UsageError(f"--strategy must be one of {', '.join(_STRATEGIES)}.")
+    return Setup(
+        model=model,
+        shape=shape,
+        seq_len=TRAIN_DEFAULTS["seq_len"],
+        micro_batch_size=TRAIN_DEFAULTS["micro_batch_size"],
+        grad_accum=1,
+        activation_checkpointing=False,
+        strategy=strategy,
+        parallelism=TRAIN_DEFAULTS["parallelism"],
+    )
+
+
+def _overrides(setup: Setup, args: argparse.Namespace) -> Setup:
+    changes: dict = {}
+    if args.seq_len:
+        changes["seq_len"] = _positive(args.seq_len, "--seq-len")
+    if args.micro_batch_size:
+        changes["micro_batch_size"] = _positive(args.micro_batch_size, "--micro-batch-size")
+    if args.activation_checkpointing:
+        if args.activation_checkpointing.lower() not in ("true", "false"):
+            raise _UsageError("--activation-checkpointing must be true or false.")
+        changes["activation_checkpointing"] = args.activation_checkpointing.lower() == "true"
+    if args.parallelism:
+        if args.parallelism not in _PARALLELISMS:
+            raise _UsageError(f"--parallelism must be one of {', '.join(_PARALLELISMS)}.")
+        changes["parallelism"] = args.parallelism
+    if args.tensor_parallel_degree:
+        changes["tensor_parallel"] = _positive(args.tensor_parallel_degree, "--tensor-parallel-degree")
+    if args.hybrid_shard_degree:
+        changes["hybrid_shard_degree"] = _non_negative(args.hybrid_shard_degree, "--hybrid-shard-degree")
+    setup = replace(setup, **changes)
+    if setup.strategy != "smp" and (args.tensor_parallel_degree or args.hybrid_shard_degree):
+        raise _UsageError("--tensor-parallel-degree and --hybrid-shard-degree apply only to strategy smp.")
+    return setup
+
+
+def _instance_type(name: str) -> InstanceType:
+    if name not in INSTANCE_TYPES:
+        raise _UsageError(f"--instance-type must be one of {', '.join(sorted(INSTANCE_TYPES))}.")
+    return INSTANCE_TYPES[name]
+
+
+def _positive(text: str, flag: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise _UsageError(f"{flag} must be a whole number of at least 1, got '{text}'.")
+    return int(text)
+
+
+def _non_negative(text: str, flag: str) -> int:
+    if not text.isdigit():
+        raise _UsageError(f"{flag} must be a whole number of at least 0, got '{text}'.")
+    return int(text)
+
+
+def _tokens(text: str | None) -> float | None:
+    if text is None:
+        return None
+    number, scale = text, 1.0
+    if text[-1:].upper() in _SUFFIXES:
+        number, scale = text[:-1], _SUFFIXES[text[-1].upper()]
+    try:
+        value = float(number) * scale
+    except ValueError:
+        value = 0.0
+    if not value >= 1:
+        raise _UsageError(
+            f"--tokens must be a number of tokens of at least 1, such as 2e9 or 2B, got '{text}'."
+        )
+    return value
+
+
+def _report(setup: Setup, plans: list[Plan], recommended: list[Plan | None], budget: str) -> str:
+    lines = [
+        f"model {setup.model}: seq_len {setup.seq_len}, micro_batch_size {setup.micro_batch_size}, "
+        f"activation checkpointing {'on' if setup.activation_checkpointing else 'off'}, "
+        f"strategy {_strategy(setup)}; time and cost for {budget}"
+    ]
+    for index, item in enumerate(plans):
+        spec = item.spec
+        lines.append("")
+        lines.append(
+            f"{spec.name} x{item.instance_count} ({item.instance_count * spec.gpus} x {spec.gpu_model}):"
+        )
+        lines.append(f"  {item.line().split(': ', 1)[1]}")
+        parts = ", ".join(
+            f"{name.replace('_', ' ')} {value / GIB:.1f}" for name, value in item.memory.parts().items()
+        )
+        lines.append(f"  per GPU (GiB): {parts}")
+        if item.fix:
+            fixed = f" ({item.fixed_memory.total / GIB:.1f} GiB)" if item.fixed_memory else ""
+            lines.append(f"  smallest change that fits: {item.fix}{fixed}")
+        if item.throughput is None:
+            lines.append(f"  no throughput: no peak FLOP/s or MFU recorded for {spec.gpu_model}")
+        elif item.throughput.cost_usd is None and item.throughput.hours is not None:
+            lines.append(f"  no cost: no price recorded for {spec.name}")
+        if recommended:
+            best = recommended[index]
+            lines.append(f"  recommended: {_recommendation_text(best)}")
+    lines.append("")
+    lines.append(
+        f"Assumed MFU per GPU model as of {MFU_AS_OF}; on-demand SageMaker prices in "
+        f"{SAGEMAKER_TRAINING_PRICES.region} as of {SAGEMAKER_TRAINING_PRICES.as_of}. See docs/plan.md."
+    )
+    return "\n".join(lines)
+
+
+def _strategy(setup: Setup) -> str:
+    if setup.strategy == "smp":
+        return (
+            f"smp (tensor_parallel_degree {setup.tensor_parallel}, "
+            f"hybrid_shard_degree {setup.hybrid_shard_degree or 'all'})"
+        )
+    return f"{setup.strategy} ({setup.parallelism})"
+
+
+def _recommendation(item: Plan) -> dict:
+    return {
+        "instance_type": item.spec.name,
+        "tensor_parallel_degree": item.setup.tensor_parallel,
+        "hybrid_shard_degree": item.setup.hybrid_shard_degree,
+        "activation_checkpointing": item.setup.activation_checkpointing,
+        "micro_batch_size": item.setup.micro_batch_size,
+        "memory_per_gpu_gib": round(item.memory.total / GIB, 3),
+        "tokens_per_second": item.throughput and round(item.throughput.tokens_per_second),
+    }
+
+
+def _recommendation_text(item: Plan | None) -> str:
+    if item is None:
+        return "nothing fits on this type at this count, even with micro_batch_size 1"
+    return (
+        f"smp.tensor_parallel_degree {item.setup.tensor_parallel}, smp.hybrid_shard_degree "
+        f"{item.setup.hybrid_shard_degree}, activation_checkpointing "
+        f"{str(item.setup.activation_checkpointing).lower()}, "
+        f"micro_batch_size {item.setup.micro_batch_size}: {item.line().split(': ', 1)[1]}"
+    )

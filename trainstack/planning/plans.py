@@ -1,0 +1,228 @@
+"""A plan for one instance preference: memory per GPU against the GPU's, the smallest change that makes
+it fit, tokens/s, time and cost; and the SMP degrees to recommend for a model and instance."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
+
+from trainstack.instances import InstanceType
+from trainstack.planning.memory import GIB, Layout, MemoryEstimate, Workload, estimate_memory
+from trainstack.planning.throughput import Throughput, estimate_throughput
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What train.py runs with, whatever the instance: model, batch shape and parallel strategy."""
+
+    model: str  # a preset name or a config.json path, for messages
+    shape: Mapping
+    seq_len: int
+    micro_batch_size: int
+    grad_accum: int
+    activation_checkpointing: bool
+    strategy: str  # smp, smddp, torchrun
+    parallelism: str  # fsdp or ddp (outside SMP)
+    tensor_parallel: int = 1  # SMP only
+    hybrid_shard_degree: int = 0  # SMP only; 0: shard over every data-parallel rank
+
+    def layout(self, spec: InstanceType, instance_count: int) -> Layout:
+        world = spec.gpus * instance_count
+        if self.strategy == "smp":
+            data_parallel = max(world // self.tensor_parallel, 1)
+            shard = min(self.hybrid_shard_degree or data_parallel, data_parallel)
+            return Layout(world, shard, self.tensor_parallel)
+        if self.parallelism == "ddp":
+            return Layout(world, 1, ddp=True)
+        return Layout(world, world)
+
+    def workload(self) -> Workload:
+        return Workload(self.shape, self.seq_len, self.micro_batch_size, self.activation_checkpointing)
+
+    def tokens_per_step(self, spec: InstanceType, instance_count: int) -> int:
+        layout = self.layout(spec, instance_count)
+        data_parallel = layout.world_size // layout.tensor_parallel
+        return self.seq_len * self.micro_batch_size * self.grad_accum * data_parallel
+
+
+@dataclass(frozen=True)
+class Plan:
+    setup: Setup
+    spec: InstanceType
+    instance_count: int
+    memory: MemoryEstimate
+    throughput: Throughput | None
+    fix: str | None  # the smallest change that makes it fit, when it does not
+    fixed_memory: MemoryEstimate | None
+    tokens: float | None = None  # the budget that hours and cost are for
+
+    @property
+    def gpu_memory(self) -> int:
+        return self.spec.gpu_memory_gib * GIB
+
+    @property
+    def fits(self) -> bool:
+        return self.memory.total <= self.gpu_memory
+
+    @property
+    def shortfall(self) -> int:
+        return max(self.memory.total - self.gpu_memory, 0)
+
+    def line(self) -> str:
+        """One line: type x count, memory per GPU, fit, tokens/s, time and cost."""
+        text = (
+            f"{self.spec.name} x{self.instance_count}: {gib(self.memory.total)} of "
+            f"{self.spec.gpu_memory_gib} GiB per GPU, "
+        )
+        text += "fits" if self.fits else f"does NOT fit (short {gib(self.shortfall)} GiB)"
+        if self.throughput:
+            text += f"; {self.throughput.tokens_per_second:,.0f} tokens/s"
+            if self.throughput.hours is not None:
+                text += f", {self.throughput.hours:,.1f} h"
+            if self.throughput.cost_usd is not None:
+                text += f", ${self.throughput.cost_usd:,.0f}"
+        return text
+
+    def as_dict(self) -> dict:
+        layout = self.setup.layout(self.spec, self.instance_count)
+        return {
+            "instance_type": self.spec.name,
+            "instance_count": self.instance_count,
+            "gpu_memory_gib": self.spec.gpu_memory_gib,
+            "memory_per_gpu_gib": {name: round(value / GIB, 3) for name, value in self.memory.parts().items()}
+            | {"total": round(self.memory.total / GIB, 3)},
+            "fits": self.fits,
+            "shortfall_gib": round(self.shortfall / GIB, 3),
+            "fix": self.fix,
+            "tokens": self.tokens,
+            "layout": {
+                "world_size": layout.world_size,
+                "shard_degree": layout.shard_degree,
+                "tensor_parallel_degree": layout.tensor_parallel,
+                "ddp": layout.ddp,
+            },
+            "tokens_per_second": self.throughput and round(self.throughput.tokens_per_second),
+            "assumed_mfu": self.throughput and round(self.throughput.mfu, 3),
+            "hours": self.throughput and self.throughput.hours and round(self.throughput.hours, 2),
+            "cost_usd": self.throughput and self.throughput.cost_usd and round(self.throughput.cost_usd, 2),
+        }
+
+
+def gib(value: int) -> str:
+    return f"{value / GIB:.1f}"
+
+
+def plan(setup: Setup, spec: InstanceType, instance_count: int, tokens: float | None) -> Plan:
+    memory = _memory(setup, spec, instance_count)
+    fix, fixed = None, None
+    if memory.total > spec.gpu_memory_gib * GIB:
+        found = smallest_fix(setup, spec, instance_count)
+        fix, fixed = found if found else (_NO_FIX, None)
+    throughput = _throughput(setup, spec, instance_count, tokens)
+    return Plan(setup, spec, instance_count, memory, throughput, fix, fixed, tokens)
+
+
+_NO_FIX = (
+    "no change of this strategy makes it fit (not even sharding over every GPU, activation checkpointing "
+    "and micro_batch_size 1 together): use more instances, a type with more GPU memory, or SMP tensor "
+    "parallelism (trainstack plan --recommend)"
+)
+
+
+def smallest_fix(setup: Setup, spec: InstanceType, instance_count: int) -> tuple[str, MemoryEstimate] | None:
+    """The first change, cheapest in throughput first, after which the model fits; None if none does."""
+    limit = spec.gpu_memory_gib * GIB
+    for description, changed in _changes(setup, spec, instance_count):
+        memory = _memory(changed, spec, instance_count)
+        if memory.total <= limit:
+            return description, memory
+    return None
+
+
+def _changes(setup: Setup, spec: InstanceType, instance_count: int) -> Iterator[tuple[str, Setup]]:
+    layout = setup.layout(spec, instance_count)
+    data_parallel = layout.world_size // layout.tensor_parallel
+    if setup.strategy == "smp":
+        for degree in _divisors(data_parallel):
+            if degree > layout.shard_degree:
+                yield (
+                    f"shard wider: smp.hybrid_shard_degree {degree}",
+                    replace(setup, hybrid_shard_degree=degree),
+                )
+    elif setup.parallelism == "ddp":
+        yield "shard: hyperparameter parallelism fsdp", replace(setup, parallelism="fsdp")
+    if not setup.activation_checkpointing:
+        yield (
+            "checkpoint activations: hyperparameter activation_checkpointing true",
+            replace(setup, activation_checkpointing=True),
+        )
+    for size in range(setup.micro_batch_size - 1, 0, -1):
+        yield (
+            f"smaller micro-batch: micro_batch_size {size} (raise grad_accum to keep the global batch)",
+            replace(setup, micro_batch_size=size),
+        )
+    if setup.strategy == "smp":
+        for degree in _divisors(spec.gpus):
+            if degree > setup.tensor_parallel:
+                yield f"smp.tensor_parallel_degree {degree}", replace(setup, tensor_parallel=degree)
+    widest = replace(
+        setup,
+        hybrid_shard_degree=0,
+        parallelism="fsdp",
+        activation_checkpointing=True,
+        micro_batch_size=1,
+        tensor_parallel=spec.gpus if setup.strategy == "smp" else setup.tensor_parallel,
+    )
+    together = "shard over every GPU, checkpoint activations and micro_batch_size 1 together"
+    if setup.strategy == "smp":
+        together += f", with smp.tensor_parallel_degree {spec.gpus}"
+    yield together, widest
+
+
+def recommend(setup: Setup, spec: InstanceType, instance_count: int, tokens: float | None) -> Plan | None:
+    """SMP degrees for this model on this instance: of the layouts that fit, the fastest, then the one
+    with the least tensor parallelism, then the one sharded over the fewest GPUs (sharding within a node
+    keeps all-gathers off the network). The micro-batch shrinks only when nothing fits at its size."""
+    world = spec.gpus * instance_count
+    for micro_batch in range(setup.micro_batch_size, 0, -1):
+        candidates = []
+        for tensor_parallel in _divisors(spec.gpus):
+            for shard in _divisors(world // tensor_parallel):
+                for checkpointing in (False, True):
+                    candidate = replace(
+                        setup,
+                        strategy="smp",
+                        micro_batch_size=micro_batch,
+                        tensor_parallel=tensor_parallel,
+                        hybrid_shard_degree=shard,
+                        activation_checkpointing=checkpointing,
+                    )
+                    if _memory(candidate, spec, instance_count).total > spec.gpu_memory_gib * GIB:
+                        continue
+                    throughput = _throughput(candidate, spec, instance_count, tokens)
+                    speed = throughput.tokens_per_second if throughput else 0.0
+                    candidates.append((-round(speed), tensor_parallel, shard, candidate))
+        if candidates:
+            best = min(candidates, key=lambda item: item[:3])[3]
+            return plan(best, spec, instance_count, tokens)
+    return None
+
+
+def _memory(setup: Setup, spec: InstanceType, instance_count: int) -> MemoryEstimate:
+    return estimate_memory(setup.workload(), setup.layout(spec, instance_count))
+
+
+def _throughput(setup: Setup, spec: InstanceType, instance_count: int, tokens: float | None):
+    return estimate_throughput(
+        setup.shape,
+        setup.seq_len,
+        spec,
+        instance_count,
+        setup.activation_checkpointing,
+        setup.tensor_parallel,
+        tokens,
+    )
+
+
+def _divisors(number: int) -> list[int]:
+    return [value for value in range(1, number + 1) if number % value == 0]
