@@ -12,6 +12,7 @@ from trainstack.config import load_settings
 from trainstack.instances import instance_type
 from trainstack.planning.plans import plan, recommend
 from trainstack.planning.setups import TRAIN_DEFAULTS, fit_problems, preset_shape, setup_for_profile
+from trainstack.profiles import Profile
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "training_scripts"
 
@@ -142,3 +143,25 @@ def test_defaults_are_train_py_defaults():
 
     defaults = vars(train.build_parser().parse_args([]))
     assert {name: defaults[name] for name in TRAIN_DEFAULTS} == TRAIN_DEFAULTS
+
+
+def test_an_instance_count_override_that_cannot_fit_is_refused():
+    """The pipeline's instanceCount rule comes from Profile.instance_count_problem: fewer instances
+    shard FSDP over fewer GPUs, so the same 7b profile fits on 2 p4d but not on 1."""
+    profile = Profile.model_validate(
+        {
+            "name": "llama-7b-fsdp",
+            "strategy": "torchrun",
+            "instance_preferences": [{"instance_type": "ml.p4d.24xlarge", "instance_count": 2}],
+            "hyperparameters": {
+                "model_preset": "7b",
+                "seq_len": "4096",
+                "micro_batch_size": "2",
+                "activation_checkpointing": "true",
+            },
+        }
+    )
+    assert profile.instance_count_problem(2) is None
+    assert profile.instance_count_problem(1).startswith(
+        "profile llama-7b-fsdp cannot fit model 7b on instance_preferences.0 (ml.p4d.24xlarge): it needs "
+    )
