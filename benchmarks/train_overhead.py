@@ -5,10 +5,15 @@
 Both figures are ratios of runs made side by side, alternating, in this one
 invocation (these machines are noisy):
 
-1. throughput: tokens/s of train.py (DDP) over a minimal hand-written DDP loop
-   on the same model, batch and process count (goal >= 0.95);
+1. throughput: tokens/s of train.py over a minimal hand-written loop with the
+   same parallelism (FSDP2, train.py's default, and DDP) on the same model,
+   batch and process count (goal >= 0.95);
 2. checkpoint stall: extra wall time of training steps that include an async
-   save, over the extra time of a synchronous save (lower is better).
+   save, over the extra time of a synchronous save (lower is better), FSDP2
+   and DDP.
+
+Each figure is given per back-to-back pair (same background load), with the
+median and the spread (min-max) over the pairs.
 
 Runs on CPU (gloo, 2 processes) or on GPUs (NCCL, one process per GPU).
 """
@@ -37,7 +42,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--seq-len", type=int, default=256)
     parser.add_argument("--micro-batch-size", type=int, default=8)
     parser.add_argument("--steps", type=int, default=60, help="timed steps per throughput run")
-    parser.add_argument("--repeats", type=int, default=2, help="alternating runs of each side")
+    parser.add_argument("--repeats", type=int, default=3, help="alternating runs of each side (pairs)")
+    parser.add_argument(
+        "--parallelism", nargs="+", default=["fsdp", "ddp"], choices=["fsdp", "ddp"], help="paths to measure"
+    )
     parser.add_argument("--checkpoint-preset", default="tiny")
     parser.add_argument(
         "--checkpoint-vocab-size",
@@ -47,6 +55,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument("--nproc", type=int, default=None, help="processes (default: GPUs, or 2 on CPU)")
     parser.add_argument("--worker", choices=["minimal", "checkpoint"], help=argparse.SUPPRESS)
+    parser.add_argument("--worker-parallelism", default="fsdp", help=argparse.SUPPRESS)
     parser.add_argument("--data-dir", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -57,23 +66,31 @@ WARMUP_STEPS = 10
 # ---------------------------------------------------------------- workers (run under torchrun)
 
 
-def minimal_ddp_loop(args: argparse.Namespace) -> None:
-    """The baseline: model, AdamW, clipping, DDP; batches prepared up front; nothing else."""
+def minimal_loop(args: argparse.Namespace) -> None:
+    """The baseline: model, AdamW, clipping, DDP or FSDP2; batches prepared up front; nothing else."""
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
-    from model import build_model
+    from distributed import fully_shard
+    from model import model_config
     from torch.nn.parallel import DistributedDataParallel
+    from transformers import AutoModelForCausalLM
 
     cuda = torch.cuda.is_available()
     dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device("cuda", rank % torch.cuda.device_count()) if cuda else torch.device("cpu")
     torch.manual_seed(0)
-    model = build_model(args.preset, None, None).to(device)
-    model = DistributedDataParallel(model, device_ids=[device.index] if cuda else None)
+    config = model_config(args.preset, None, None, args.seq_len)
+    model = AutoModelForCausalLM.from_config(config).to(device)
+    if args.worker_parallelism == "ddp":
+        model = DistributedDataParallel(model, device_ids=[device.index] if cuda else None)
+    else:
+        for layer in model.model.layers:
+            fully_shard(layer)
+        fully_shard(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
-    vocab = model.module.config.vocab_size
+    vocab = config.vocab_size
     batches = torch.randint(0, vocab, (8, args.micro_batch_size, args.seq_len + 1), device=device)
     for step in range(WARMUP_STEPS + args.steps):
         if step == WARMUP_STEPS:
@@ -102,12 +119,19 @@ def checkpoint_stall(args: argparse.Namespace) -> None:
     import torch.nn.functional as F
     from checkpoint import CheckpointManager, TrainState
     from distributed import setup, teardown, wrap_model
-    from model import build_model
+    from model import build_model, identity, initialize, model_config
 
     runtime = setup("torchrun", {})
-    torch.manual_seed(0)
-    model = build_model(args.checkpoint_preset, None, args.checkpoint_vocab_size)
-    model = wrap_model(model, runtime, "ddp", {}, False, False)
+    meta_model = build_model(model_config(args.checkpoint_preset, None, args.checkpoint_vocab_size, 64))
+    model = wrap_model(
+        meta_model,
+        runtime,
+        args.worker_parallelism,
+        {},
+        False,
+        False,
+        lambda module: initialize(module, meta_model, runtime.device, 0, allocate=True),
+    )
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     state = TrainState(model, optimizer)
     batch = torch.randint(0, args.checkpoint_vocab_size, (1, 65), device=runtime.device)
@@ -124,7 +148,12 @@ def checkpoint_stall(args: argparse.Namespace) -> None:
         for repeat in range(args.repeats + 1):
             for mode in timings:
                 manager = CheckpointManager(
-                    f"{directory}/{mode}", runtime, keep_last=1, async_save=mode == "async"
+                    f"{directory}/{mode}",
+                    runtime,
+                    keep_last=1,
+                    async_save=mode == "async",
+                    model_identity=identity(meta_model),
+                    reset=lambda: None,
                 )
                 torch.distributed.barrier()
                 start = time.perf_counter()
@@ -132,7 +161,7 @@ def checkpoint_stall(args: argparse.Namespace) -> None:
                     step()
                     state.step += 1
                     if index == 0 and mode != "none":
-                        manager.save(state)
+                        manager.save(state, {})
                     manager.poll()
                 manager.wait()  # an async save still running at the end is stall too
                 if torch.cuda.is_available():
@@ -140,12 +169,10 @@ def checkpoint_stall(args: argparse.Namespace) -> None:
                 if repeat:  # the first round warms up allocator and files
                     timings[mode].append(time.perf_counter() - start)
     if runtime.is_main:
-        none, sync, unblocked = (statistics.median(timings[mode]) for mode in ("none", "sync", "async"))
-        megabytes = sum(p.numel() for p in model.parameters()) * 4 * 3 / 2**20  # weights + 2 Adam moments
-        print(
-            f"state_mb={megabytes:.1f} steps_s={none:.3f} "
-            f"sync_stall_s={sync - none:.3f} async_stall_s={unblocked - none:.3f}"
-        )
+        megabytes = identity(meta_model)["parameters"] * 4 * 3 / 2**20  # weights + 2 Adam moments, all ranks
+        print(f"state_mb={megabytes:.1f} steps_s={statistics.median(timings['none']):.3f}")
+        for none, sync, unblocked in zip(timings["none"], timings["sync"], timings["async"], strict=True):
+            print(f"sync_stall_s={sync - none:.4f} async_stall_s={unblocked - none:.4f}")
     teardown()
 
 
@@ -171,14 +198,16 @@ def torchrun(nproc: int, *command: str) -> str:
     return result.stdout
 
 
-def train_py_tokens_per_sec(args: argparse.Namespace, nproc: int, data_dir: Path, out: Path) -> float:
+def train_py_tokens_per_sec(
+    args: argparse.Namespace, parallelism: str, nproc: int, data_dir: Path, out: Path
+) -> float:
     output = torchrun(
         nproc,
         str(SCRIPTS / "train.py"),
         "--model-preset",
         args.preset,
         "--parallelism",
-        "ddp",
+        parallelism,
         "--seq-len",
         str(args.seq_len),
         "--micro-batch-size",
@@ -202,10 +231,16 @@ def train_py_tokens_per_sec(args: argparse.Namespace, nproc: int, data_dir: Path
     return len(steady) / sum(1 / rate for rate in steady)
 
 
+def spread(values: list[float]) -> str:
+    """Every pair's value, the median and the min-max range."""
+    listed = ", ".join(f"{value:.3f}" for value in values)
+    return f"{listed}; median {statistics.median(values):.3f}, range {min(values):.3f}-{max(values):.3f}"
+
+
 def main() -> None:
     args = parse_args()
     if args.worker == "minimal":
-        return minimal_ddp_loop(args)
+        return minimal_loop(args)
     if args.worker == "checkpoint":
         return checkpoint_stall(args)
 
@@ -221,45 +256,51 @@ def main() -> None:
         f"--checkpoint-preset={args.checkpoint_preset}",
         f"--checkpoint-vocab-size={args.checkpoint_vocab_size}",
     ]
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
+    print(
+        f"{nproc} processes on {device}; preset {args.preset}, "
+        f"{args.micro_batch_size} x {args.seq_len} tokens per rank per step, "
+        f"{args.steps} timed steps, {args.repeats} alternating pairs per path",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory() as directory:
         work = Path(directory)
         (work / "data").mkdir()
         rng = np.random.default_rng(0)
         rng.integers(0, 500, 2_000_000).astype("<u2").tofile(work / "data" / "shard.bin")
-        rates: dict[str, list[float]] = {"train.py": [], "minimal DDP loop": []}
-        for repeat in range(args.repeats):
-            rates["train.py"].append(
-                train_py_tokens_per_sec(args, nproc, work / "data", work / f"run{repeat}")
+        for parallelism in args.parallelism:
+            flags = [*worker_flags, f"--worker-parallelism={parallelism}"]
+            ours, bare = [], []
+            for repeat in range(args.repeats):
+                run_dir = work / f"{parallelism}{repeat}"
+                ours.append(train_py_tokens_per_sec(args, parallelism, nproc, work / "data", run_dir))
+                output = torchrun(nproc, __file__, "--worker", "minimal", *flags)
+                bare.append(float(re.search(r"tokens_per_sec=([0-9.]+)", output).group(1)))
+            print(f"{parallelism}: train.py tokens/s " + ", ".join(f"{v:,.0f}" for v in ours))
+            print(f"{parallelism}: minimal loop tokens/s " + ", ".join(f"{v:,.0f}" for v in bare))
+            # Each pair ran back to back, under the same background load: compare within pairs.
+            ratios = [a / b for a, b in zip(ours, bare, strict=True)]
+            print(
+                f"{parallelism}: throughput ratio train.py / minimal loop per pair: "
+                f"{spread(ratios)} (goal >= 0.95)"
             )
-            output = torchrun(nproc, __file__, "--worker", "minimal", *worker_flags)
-            rates["minimal DDP loop"].append(float(re.search(r"tokens_per_sec=([0-9.]+)", output).group(1)))
-        stall = dict(
-            re.findall(
-                r"(\w+)=([-0-9.]+)", torchrun(nproc, __file__, "--worker", "checkpoint", *worker_flags)
+            output = torchrun(nproc, __file__, "--worker", "checkpoint", *flags)
+            state = dict(re.findall(r"(state_mb|steps_s)=([-0-9.]+)", output))
+            stalls = [
+                (float(a), float(b))
+                for a, b in re.findall(r"sync_stall_s=([-0-9.]+) async_stall_s=([-0-9.]+)", output)
+            ]
+            print(
+                f"{parallelism}: checkpoint stall ({args.checkpoint_preset}, vocabulary "
+                f"{args.checkpoint_vocab_size}, {float(state['state_mb']):.0f} MB of state; 4 steps of "
+                f"{float(state['steps_s']):.2f} s), sync / async s per round: "
+                + ", ".join(f"{sync:.3f} / {unblocked:.3f}" for sync, unblocked in stalls)
             )
-        )
-
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
-    print(
-        f"{nproc} processes on {device}; preset {args.preset}, "
-        f"{args.micro_batch_size} x {args.seq_len} tokens per rank per step, "
-        f"{args.steps} timed steps, {args.repeats} alternating runs each"
-    )
-    for name, values in rates.items():
-        print(f"  {name:18s} tokens/s: " + ", ".join(f"{value:,.0f}" for value in values))
-    # Each pair ran back to back, under the same background load: compare within pairs.
-    ratios = [ours / bare for ours, bare in zip(rates["train.py"], rates["minimal DDP loop"], strict=True)]
-    print(
-        "throughput ratio train.py / minimal DDP loop, per pair: "
-        + ", ".join(f"{ratio:.3f}" for ratio in ratios)
-        + f"; median {statistics.median(ratios):.3f} (goal >= 0.95)"
-    )
-    sync, unblocked = float(stall["sync_stall_s"]), float(stall["async_stall_s"])
-    print(
-        f"checkpoint stall ({args.checkpoint_preset}, vocabulary {args.checkpoint_vocab_size}, "
-        f"{float(stall['state_mb']):.0f} MB of state per rank; 4 steps of {float(stall['steps_s']):.2f} s): "
-        f"sync {sync:.3f} s, async {unblocked:.3f} s, ratio async / sync {unblocked / sync:.3f}"
-    )
+            print(
+                f"{parallelism}: checkpoint stall ratio async / sync per round: "
+                f"{spread([unblocked / sync for sync, unblocked in stalls])}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

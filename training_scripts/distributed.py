@@ -10,6 +10,7 @@ import importlib.util
 import logging
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
@@ -40,7 +41,8 @@ class Runtime:
     dp_size: int
     device: torch.device
     control_group: dist.ProcessGroup | None  # host-tensor collectives (None: the default group does them)
-    checkpoint_group: dist.ProcessGroup  # host-tensor collectives of checkpointing, nothing else
+    # host-tensor collectives of checkpointing and of the start-up checks (`agree`), never of training
+    checkpoint_group: dist.ProcessGroup
 
     @property
     def is_main(self) -> bool:
@@ -130,7 +132,9 @@ def wrap_model(
     mp_parameters: dict,
     activation_checkpointing: bool,
     compile_layers: bool,
+    materialize: Callable[[torch.nn.Module], None],
 ) -> torch.nn.Module:
+    """Shard or replicate the meta-device `model`, then `materialize` (allocate and fill) this rank's part."""
     if activation_checkpointing:
         # transformers 5 renamed gradient_checkpointing_enable; 4.4x (the SMP image) has only the old name.
         if hasattr(model, "activation_checkpointing_enable"):
@@ -140,35 +144,54 @@ def wrap_model(
     if compile_layers:  # per block, in place: state-dict keys stay those of the plain model
         for layer in decoder_layers(model):
             layer.compile()
-    model.to(runtime.device)
     if runtime.strategy == "smp":
         return _wrap_smp(model, mp_parameters)
     if parallelism == "ddp":
+        materialize(model)
         return DistributedDataParallel(
             model, device_ids=[runtime.local_rank] if runtime.device.type == "cuda" else None
         )
     for layer in decoder_layers(model):
         fully_shard(layer)
     fully_shard(model)
+    materialize(model)  # FSDP2 shards in place: each rank allocates only its shards
     return model
 
 
 def _wrap_smp(model: torch.nn.Module, mp_parameters: dict) -> torch.nn.Module:
-    """SMP v2: tensor-parallel transform, then PyTorch FSDP (v1), as the SMP v2 guide does."""
+    """SMP v2: tensor-parallel transform, then PyTorch FSDP (v1) with SMP's delayed parameter
+    initialization, as the SMP v2 guide does: parameters stay on the meta device until FSDP has
+    sharded them, then each module's shard is allocated and initialized."""
     import torch.sagemaker as tsm
     from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
     from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+    from torch.sagemaker.delayed_param import DelayedParamIniter
 
     model = tsm.transform(model)
+    initer = DelayedParamIniter(model)
     layer_class = type(decoder_layers(model)[0])  # the transformed (tensor-parallel) block
     hybrid = int(mp_parameters.get("hybrid_shard_degree", 0)) > 0
-    return FullyShardedDataParallel(
-        model,
-        auto_wrap_policy=partial(transformer_auto_wrap_policy, transformer_layer_cls={layer_class}),
-        sharding_strategy=ShardingStrategy.HYBRID_SHARD if hybrid else ShardingStrategy.FULL_SHARD,
-        device_id=torch.cuda.current_device(),
-        use_orig_params=True,
-    )
+    with initer.validate_params_and_buffers_inited():
+        return FullyShardedDataParallel(
+            model,
+            auto_wrap_policy=partial(transformer_auto_wrap_policy, transformer_layer_cls={layer_class}),
+            sharding_strategy=ShardingStrategy.HYBRID_SHARD if hybrid else ShardingStrategy.FULL_SHARD,
+            device_id=torch.cuda.current_device(),
+            use_orig_params=True,
+            param_init_fn=initer.get_param_init_fn(),
+            post_param_init_fn=initer.get_post_param_init_fn(),
+        )
+
+
+def agree(runtime: Runtime, problem: str | None) -> str | None:
+    """The first rank's problem (a sentence) on every rank, or None if no rank has one.
+
+    Checks that each rank makes on its own (files, directories) end the same way everywhere:
+    every rank raises the same error instead of one failing and its peers hanging or tracing back.
+    """
+    problems: list[str | None] = [None] * runtime.world_size
+    dist.all_gather_object(problems, problem, group=runtime.checkpoint_group)
+    return next((p for p in problems if p), None)
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:

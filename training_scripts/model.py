@@ -1,40 +1,151 @@
-"""Llama-family causal LM built from a preset or a local directory; nothing is downloaded."""
+"""Llama-family causal LM from a preset or a local directory, built on the meta device; nothing is downloaded.
 
+Large models never exist whole on one rank: `build_model` makes parameters without
+storage, the caller shards them (FSDP2 or SMP), and `initialize` materializes each
+rank's shards and fills them. Initial values do not depend on the sharding: each
+module's parameters are drawn whole (one module at a time, on the training device)
+with the model's own `_init_weights`, and each rank keeps its slice. So DDP, FSDP2
+and any world size start from the same weights, and peak memory is a rank's shards
+plus the largest module.
+"""
+
+import hashlib
+import logging
 from pathlib import Path
 
 import torch
 from model_shapes import PRESETS
-from model_shapes import flops_per_token as shape_flops_per_token
-from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, PretrainedConfig
+
+try:  # DTensor: public from PyTorch 2.5's successor; private in 2.5 (the SMP 2.8 image).
+    from torch.distributed.tensor import DTensor, distribute_tensor
+except ImportError:
+    from torch.distributed._tensor import DTensor, distribute_tensor
+
+log = logging.getLogger(__name__)
 
 
-def build_model(preset: str, init_from: str | None, vocab_size: int | None) -> torch.nn.Module:
-    """A fresh model from `preset`, or the config (and weights, if present) in `init_from`."""
+def model_config(
+    preset: str, init_from: str | None, vocab_size: int | None, seq_len: int
+) -> PretrainedConfig:
+    """The config of `init_from` or of `preset` (with `vocab_size`), positions raised to `seq_len`."""
     if init_from:
-        directory = Path(init_from)
-        config = AutoConfig.from_pretrained(directory, local_files_only=True)
-        if any(directory.glob("*.safetensors")) or any(directory.glob("*.bin")):
-            # Train in fp32 master weights whatever dtype the checkpoint was saved in.
-            return AutoModelForCausalLM.from_pretrained(directory, local_files_only=True).float()
+        config = AutoConfig.from_pretrained(init_from, local_files_only=True)
+    else:
+        shape = dict(PRESETS[preset])
+        if vocab_size:
+            shape["vocab_size"] = vocab_size
+        config = LlamaConfig(
+            **shape,
+            tie_word_embeddings=False,
+            rms_norm_eps=1e-5,
+            use_cache=False,
+            architectures=["LlamaForCausalLM"],  # so the saved config.json names its class
+        )
+    if seq_len > config.max_position_embeddings:
+        # Rotary positions extend to any length; the exported config must say what the model was trained on.
+        log.warning(
+            "--seq-len %d exceeds the model's max_position_embeddings %d: raised to %d (the exported "
+            "config.json says so).",
+            seq_len,
+            config.max_position_embeddings,
+            seq_len,
+        )
+        config.max_position_embeddings = seq_len
+    return config
+
+
+def build_model(config: PretrainedConfig) -> torch.nn.Module:
+    """The model with every parameter and buffer on the meta device (no storage): shard, then `initialize`."""
+    with torch.device("meta"):
         return AutoModelForCausalLM.from_config(config)
-    shape = dict(PRESETS[preset])
-    if vocab_size:
-        shape["vocab_size"] = vocab_size
-    config = LlamaConfig(
-        **shape,
-        tie_word_embeddings=False,
-        rms_norm_eps=1e-5,
-        use_cache=False,
-        architectures=["LlamaForCausalLM"],
-    )  # so the saved config.json names its class
-    return LlamaForCausalLM(config)
+
+
+def has_weights(init_from: str | None) -> bool:
+    return bool(init_from) and any(
+        any(Path(init_from).glob(pattern)) for pattern in ("*.safetensors", "*.bin")
+    )
+
+
+def identity(model: torch.nn.Module) -> dict:
+    """What a checkpoint records of the model it belongs to: class, size and a fingerprint of every
+    parameter's name and shape (another preset, vocabulary or architecture gives another fingerprint)."""
+    shapes = sorted((name, tuple(p.shape)) for name, p in model.named_parameters())
+    return {
+        "class": type(model).__name__,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "fingerprint": hashlib.sha256(repr(shapes).encode()).hexdigest()[:16],
+    }
+
+
+def describe(identity_: dict) -> str:
+    parameters = f"{identity_['parameters']:,} parameters"
+    return f"{identity_['class']} with {parameters} (fingerprint {identity_['fingerprint']})"
+
+
+@torch.no_grad()
+def initialize(
+    model: torch.nn.Module, hf_model: torch.nn.Module, device: torch.device, seed: int, allocate: bool
+) -> None:
+    """Fill the (possibly sharded) `model` with its initial weights; `allocate` first materializes it
+    from the meta device on `device`.
+
+    `hf_model` is the transformers model inside it (FSDP2 shards in place, so often the same object).
+    Every rank draws the same full values module by module from `seed` and keeps its own shard.
+    """
+    if allocate:
+        model.to_empty(device=device)
+    torch.manual_seed(seed)
+    for module in hf_model.modules():
+        init_module(hf_model, module, device)
+    _restore_buffers(hf_model, device)
+
+
+def init_module(hf_model: torch.nn.Module, module: torch.nn.Module, device: torch.device) -> None:
+    """Run transformers' `_init_weights` on full-size copies of `module`'s own parameters; keep this
+    rank's part.
+
+    Called per module by SMP's delayed parameter initialization too.
+    """
+    own = dict(module.named_parameters(recurse=False))
+    if not own:
+        return
+    full = {
+        name: torch.nn.Parameter(torch.empty(p.shape, dtype=p.dtype, device=device))
+        for name, p in own.items()
+    }
+    for name, tensor in full.items():
+        module._parameters[name] = tensor
+    try:
+        hf_model._init_weights(module)
+    finally:
+        for name, parameter in own.items():
+            module._parameters[name] = parameter
+    for name, parameter in own.items():
+        if isinstance(parameter, DTensor):
+            shard = distribute_tensor(full[name].detach(), parameter.device_mesh, parameter.placements)
+            parameter.to_local().copy_(shard.to_local())
+        else:
+            parameter.copy_(full[name])
+
+
+def _restore_buffers(hf_model: torch.nn.Module, device: torch.device) -> None:
+    """to_empty leaves buffers uninitialized; the rotary embedding's are computed from the config."""
+    for module in hf_model.modules():
+        if "RotaryEmbedding" in type(module).__name__:
+            fresh = type(module)(config=module.config)
+            for name, buffer in fresh.named_buffers(recurse=False):
+                getattr(module, name).copy_(buffer.to(device))
+
+
+def load_pretrained(model: torch.nn.Module, init_from: str) -> None:
+    """Weights of `init_from` into the materialized (possibly sharded) model; every rank reads the files."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    weights = AutoModelForCausalLM.from_pretrained(init_from, local_files_only=True).float().state_dict()
+    set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True))
 
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The repeated transformer blocks: the unit for FSDP sharding, compile and checkpointing."""
     return list(model.model.layers)
-
-
-def flops_per_token(model: torch.nn.Module, seq_len: int) -> float:
-    """Training FLOPs per token of `model`: model_shapes.flops_per_token on its config."""
-    return shape_flops_per_token(model.config.to_dict(), seq_len)

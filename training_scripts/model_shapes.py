@@ -9,7 +9,7 @@ builds: a preset below, or the config.json of `--init-from`.
 from collections.abc import Mapping
 
 # Llama-style shapes. `tiny` is for CPU tests; the others follow published sizes
-# (125m ~ GPT-3 small, 1b ~ TinyLlama 1.1B, 7b/13b ~ Llama 2).
+# (125m ~ GPT-3 small, 1b ~ TinyLlama 1.1B, 7b/13b/70b ~ Llama 2).
 # fmt: off
 _PRESET_FIELDS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                   "num_key_value_heads", "vocab_size", "max_position_embeddings")
@@ -20,6 +20,7 @@ PRESETS: dict[str, dict] = {name: dict(zip(_PRESET_FIELDS, shape, strict=True)) 
     "1b":   (2048,   5632,  22,    32,   4,  32000, 2048),
     "7b":   (4096,   11008, 32,    32,   32, 32000, 4096),
     "13b":  (5120,   13824, 40,    40,   40, 32000, 4096),
+    "70b":  (8192,   28672, 80,    64,   8,  32000, 4096),
 }.items()}
 # fmt: on
 

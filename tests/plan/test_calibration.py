@@ -37,8 +37,9 @@ PEAK_TOLERANCE = (0.95, 1.05)
 
 @functools.cache
 def _model(preset: str) -> torch.nn.Module:
-    torch.manual_seed(0)
-    return model.build_model(preset, None, None)  # built once per preset: 125m takes seconds
+    net = model.build_model(model.model_config(preset, None, None, 1))  # on the meta device, as train.py
+    model.initialize(net, net, torch.device("cpu"), seed=0, allocate=True)  # built once per preset
+    return net
 
 
 def built(preset: str, checkpointing: bool = False) -> torch.nn.Module:

@@ -73,13 +73,13 @@ class Run:
     checkpoint_dir: Path
 
 
-def torchrun_command(*flags: str) -> list[str]:
+def torchrun_command(*flags: str, nproc: int = 2) -> list[str]:
     return [
         sys.executable,
         "-m",
         "torch.distributed.run",
         "--standalone",
-        "--nproc_per_node=2",
+        f"--nproc_per_node={nproc}",
         str(TRAIN_PY),
         *flags,
     ]
@@ -98,10 +98,13 @@ def run_dirs(dataset: Path, out: Path) -> list[str]:
     ]
 
 
-def train(dataset: Path, out: Path, *extra: str, flags: list[str] = TRAIN_FLAGS) -> Run:
+def train(dataset: Path, out: Path, *extra: str, flags: list[str] = TRAIN_FLAGS, nproc: int = 2) -> Run:
     """Train to completion (or failure); output is stdout and stderr of every rank."""
     result = subprocess.run(
-        torchrun_command(*flags, *run_dirs(dataset, out), *extra), capture_output=True, text=True, timeout=300
+        torchrun_command(*flags, *run_dirs(dataset, out), *extra, nproc=nproc),
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     return Run(result.returncode, result.stdout + result.stderr, out / "model", out / "checkpoints")
 

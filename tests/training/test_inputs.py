@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import subprocess
 import sys
@@ -20,6 +21,9 @@ from training_scripts.metrics import METRIC_DEFINITIONS, format_train_line, form
 def channels(tmp_path):
     write_learnable_shards(tmp_path / "train", 2_000, seed=1)
     (tmp_path / "empty").mkdir()
+    for name, size in (("odd", 7), ("zero", 0)):  # an upload cut short, an empty file
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "a.bin").write_bytes(b"\1" * size)
     return tmp_path
 
 
@@ -62,12 +66,42 @@ def run_main(capsys, *flags: str) -> tuple[int, str]:
             ["--resume-from", "{tmp}/empty", "--checkpoint-dir", "{tmp}/checkpoints"],
             "--resume-from {tmp}/empty holds no complete checkpoint: it must be a run's checkpoint dir",
         ),
-        (["--seq-len", "4096"], "The train channel holds fewer than --seq-len + 1 = 4097 tokens per shard."),
+        (
+            # 7b's positions reach 4096: no warning about raising them precedes the error.
+            ["--model-preset", "7b", "--seq-len", "4096"],
+            "The train channel holds fewer than --seq-len + 1 = 4097 tokens per shard.",
+        ),
+        (["--learning-rate", "-1e-3"], "Argument --learning-rate: expected a number above 0, got -1e-3."),
+        (["--learning-rate", "0"], "Argument --learning-rate: expected a number above 0, got 0."),
+        (["--min-lr-ratio", "1.5"], "Argument --min-lr-ratio: expected a number from 0 to 1, got 1.5."),
+        (["--warmup-steps", "-1"], "Argument --warmup-steps: expected 0 or a positive integer, got -1."),
+        (["--grad-clip", "-1"], "Argument --grad-clip: expected a number of at least 0, got -1."),
+        (
+            ["--profile-steps", "5-2"],
+            "Argument --profile-steps: expected a step or a range of steps such as 10-12",
+        ),
+        (
+            ["--train-dir", "{tmp}/odd"],
+            "The train shard {tmp}/odd/a.bin holds 7 bytes: a shard must hold whole",
+        ),
+        (
+            ["--train-dir", "{tmp}/zero"],
+            "The train shard {tmp}/zero/a.bin holds 0 bytes: a shard must hold whole",
+        ),
+        (
+            ["--checkpoint-dir", "{tmp}/train/shard_00000.bin/checkpoints"],
+            "--checkpoint-dir {tmp}/train/shard_00000.bin/checkpoints is not writable (Not a directory)",
+        ),
+        (
+            ["--model-dir", "{tmp}/train/shard_00000.bin/model"],
+            "--model-dir {tmp}/train/shard_00000.bin/model is not writable (Not a directory)",
+        ),
     ],
 )
 def test_a_bad_flag_or_channel_ends_in_one_sentence_naming_it(channels, capsys, flags, message):
     flags = [flag.format(tmp=channels) for flag in flags]
     defaults = ["--model-preset", "tiny", "--seq-len", "32", "--train-dir", str(channels / "train")]
+    defaults += ["--model-dir", str(channels / "model"), "--checkpoint-dir", str(channels / "checkpoints")]
     code, output = run_main(capsys, *defaults, *flags)
     assert code == 2
     [line] = output.strip().splitlines()
@@ -180,17 +214,24 @@ def test_the_order_at_a_step_does_not_depend_on_what_was_read_before():
         assert [b.tolist() for b in resumed.micro_batches(step)] == [b.tolist() for b in history[step]]
 
 
-def test_token_ids_beyond_the_vocabulary_are_reported(tmp_path):
-    np.array([5, 600, 7, 8, 9], dtype="<u2").tofile(tmp_path / "a.bin")
-    dataset = data.TokenDataset(str(tmp_path), seq_len=4, vocab_size=512, channel="train")
-    with pytest.raises(data.UserError, match="token id 600, not below the model's vocabulary size 512"):
-        dataset.batch(np.array([0]))
+def test_token_ids_beyond_the_vocabulary_are_reported_with_their_shard(tmp_path):
+    np.array([5, 6, 7, 8, 9], dtype="<u2").tofile(tmp_path / "a.bin")
+    np.array([5, 600, 7, 8, 9], dtype="<u2").tofile(tmp_path / "b.bin")
+    dataset = data.TokenDataset(str(tmp_path), seq_len=4, channel="train")
+    # Two ranks scan every other shard each; their results combine into every shard's largest id.
+    scans = [dataset.largest_token_ids(rank, 2) for rank in range(2)]
+    assert scans[0].tolist() == [9, -1] and scans[1].tolist() == [-1, 600]
+    with pytest.raises(
+        data.UserError,
+        match=f"shard {tmp_path / 'b.bin'} holds token id 600, not below the model's vocabulary size 512",
+    ):
+        dataset.check_vocabulary(np.maximum(*scans), 512)
 
 
 def test_samples_do_not_cross_shards(tmp_path):
     np.arange(0, 10, dtype="<u2").tofile(tmp_path / "a.bin")
     np.arange(100, 107, dtype="<u2").tofile(tmp_path / "b.bin")
-    dataset = data.TokenDataset(str(tmp_path), seq_len=3, vocab_size=512, channel="train")
+    dataset = data.TokenDataset(str(tmp_path), seq_len=3, channel="train")
     assert len(dataset) == 3 + 2
     assert dataset.batch(np.arange(5)).tolist() == [
         [0, 1, 2, 3],
@@ -204,17 +245,20 @@ def test_samples_do_not_cross_shards(tmp_path):
 def test_metric_definitions_parse_the_lines_rank_0_prints():
     log = "\n".join(
         [
-            "2026-01-01 INFO " + format_train_line(10, 100, 2.5, 3e-4, 12345.6, 0.4123),
+            "2026-01-01 INFO " + format_train_line(10, 100, 2.5, 1.25, 3e-4, 12345.6, 0.4123),
             "2026-01-01 INFO " + format_val_line(10, 2.25),
-            "2026-01-01 INFO " + format_train_line(20, 100, 0.000123, 3e-4, 9.5, None),
+            "2026-01-01 INFO " + format_train_line(20, 100, 0.000123, 0.5, 3e-4, 9.5, None),
+            # A diverging run must show in SageMaker's charts, not vanish from them.
+            "2026-01-01 INFO " + format_train_line(30, 100, math.nan, math.inf, 3e-4, 9.5, None),
+            "2026-01-01 INFO " + format_val_line(30, -math.inf),
         ]
     )
-    assert parse_metrics(log) == {
-        "train:loss": [2.5, 0.0001],
-        "validation:loss": [2.25],
-        "train:tokens_per_second": [12345.6, 9.5],
-        "train:mfu_percent": [41.23],
-    }
+    metrics = parse_metrics(log)
+    assert metrics["train:loss"][:2] == [2.5, 0.0001] and math.isnan(metrics["train:loss"][2])
+    assert metrics["train:grad_norm"] == [1.25, 0.5, math.inf]
+    assert metrics["validation:loss"] == [2.25, -math.inf]
+    assert metrics["train:tokens_per_second"] == [12345.6, 9.5, 9.5]
+    assert metrics["train:mfu_percent"] == [41.23]
     # SageMaker compiles each regex on its own; each must hold exactly one capture group.
     assert all(re.compile(d["Regex"]).groups == 1 for d in METRIC_DEFINITIONS)
 
@@ -262,4 +306,4 @@ def test_prepare_data_writes_train_and_val_shards_train_py_reads(tmp_path):
     assert bytes(train_tokens[:11].astype(np.uint8)) == b"hello world"
     assert (train_tokens == 256).sum() == 0 and (val_tokens == 256).sum() == 2  # end of each document
     assert len(list((tmp_path / "out/train").glob("*.bin"))) == -(-len(train_tokens) // 500)
-    assert len(data.TokenDataset(str(tmp_path / "out/val"), seq_len=8, vocab_size=512, channel="val")) > 0
+    assert len(data.TokenDataset(str(tmp_path / "out/val"), seq_len=8, channel="val")) > 0

@@ -1,0 +1,262 @@
+"""train.py's flags: SageMaker passes hyperparameters as `--name value`, defaults come from its environment.
+
+Every value is checked here, before any process group or model exists: a mistake
+ends the job at once in one sentence that names the flag and what it allows.
+"""
+
+import argparse
+import json
+import logging
+import os
+from pathlib import Path
+
+from checkpoint import complete_checkpoints
+from data import UserError
+from distributed import PARALLELISMS, STRATEGIES
+from model_shapes import PRESETS
+
+log = logging.getLogger("train")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one sentence instead of usage + message
+        raise UserError(f"{message[0].upper()}{message[1:]}.")
+
+
+def _boolean(text: str) -> bool:
+    # SageMaker passes hyperparameter values as strings: "true", "True", "false", ...
+    if text.lower() in ("true", "1", "yes"):
+        return True
+    if text.lower() in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or a positive integer, got {text}")
+    return value
+
+
+def _number(low: float, high: float = float("inf"), low_inclusive: bool = True):
+    """A float type within [low, high] (or (low, high] without `low_inclusive`), said in words."""
+    if high == float("inf"):
+        allowed = f"a number {'of at least' if low_inclusive else 'above'} {low:g}"
+    else:
+        allowed = f"a number from {low:g} to {high:g}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {allowed}, got {text!r}") from None
+        if not (value >= low if low_inclusive else value > low) or not value <= high:
+            raise argparse.ArgumentTypeError(f"expected {allowed}, got {text}")
+        return value
+
+    return parse
+
+
+def _mp_parameters(text: str) -> dict:
+    """SMP config as JSON, or as the toolkit passes a dict hyperparameter: `key=value,key=value`."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        pairs = [item.partition("=") for item in text.split(",")]
+        value = (
+            {key.strip(): _json_or_text(raw) for key, equals, raw in pairs}
+            if all(key.strip() and equals for key, equals, _ in pairs)
+            else None
+        )
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(
+            f"expected a JSON object or key=value pairs such as tensor_parallel_degree=2, got {text!r}"
+        )
+    return value
+
+
+def _json_or_text(text: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def build_parser() -> argparse.ArgumentParser:
+    env = os.environ.get
+    parser = _Parser(description="Train a Llama-family causal LM on uint16 token shards.", allow_abbrev=False)
+    add = parser.add_argument
+    add("--strategy", choices=STRATEGIES, default="torchrun", help="launch strategy of the pipeline profile")
+    add(
+        "--parallelism",
+        choices=PARALLELISMS,
+        default="fsdp",
+        help="data parallelism outside SMP: FSDP2 or DDP",
+    )
+    add(
+        "--mp-parameters",
+        type=_mp_parameters,
+        help="SMP v2 config (JSON or key=value,...); defaults to SM_HP_MP_PARAMETERS",
+    )
+    add("--model-preset", choices=list(PRESETS), default="125m")
+    add("--init-from", help="directory with config.json (and weights) to start from instead of a preset")
+    add("--vocab-size", type=_positive, help="override the preset's vocabulary size")
+    add(
+        "--seq-len",
+        type=_positive,
+        default=1024,
+        help="tokens per sample; above the model's max_position_embeddings raises it (exported so)",
+    )
+    add("--micro-batch-size", type=_positive, default=8, help="sequences per rank per forward pass")
+    add("--grad-accum", type=_positive, default=1, help="micro-batches per optimizer step")
+    add("--max-steps", type=_positive, default=1000)
+    add(
+        "--learning-rate",
+        type=_number(0, low_inclusive=False),
+        default=3e-4,
+        help="peak LR at --lr-reference-batch-size sequences",
+    )
+    add(
+        "--lr-reference-batch-size",
+        type=_positive,
+        default=256,
+        help="global batch (sequences) the LR is given for; the LR scales linearly with the real one",
+    )
+    add("--warmup-steps", type=_non_negative, default=100)
+    add(
+        "--min-lr-ratio",
+        type=_number(0, 1),
+        default=0.1,
+        help="final LR of the cosine decay, relative to the peak",
+    )
+    add("--weight-decay", type=_number(0), default=0.1)
+    add("--grad-clip", type=_number(0), default=1.0, help="max gradient norm; 0 turns clipping off")
+    add(
+        "--max-nonfinite-steps",
+        type=_positive,
+        default=3,
+        help="consecutive steps with a non-finite loss or gradient norm (each skipped) before training stops",
+    )
+    add("--seed", type=int, default=0)
+    add("--activation-checkpointing", type=_boolean, default=False)
+    add("--compile", type=_boolean, default=False, help="torch.compile each decoder layer")
+    add("--log-interval", type=_positive, default=10)
+    add("--val-interval", type=_positive, default=200)
+    add(
+        "--val-batches",
+        type=_positive,
+        default=20,
+        help="validation covers the first val-batches x micro-batch-size val samples, whatever the ranks",
+    )
+    add("--checkpoint-interval", type=_positive, default=200)
+    add("--keep-checkpoints", type=_positive, default=2)
+    add("--async-checkpoint", type=_boolean, default=False, help="write checkpoints while training continues")
+    add(
+        "--allow-global-batch-change",
+        type=_boolean,
+        default=False,
+        help="resume with another data-parallel size even where the checkpoint's global batch cannot be kept",
+    )
+    add("--profile-steps", help="FIRST-LAST (or one step): write a torch profiler trace of these steps")
+    add(
+        "--profile-dir",
+        default=env("SM_OUTPUT_DATA_DIR", "/opt/ml/output/data"),
+        help="where profiler traces go; defaults to SM_OUTPUT_DATA_DIR (uploaded as output.tar.gz)",
+    )
+    add(
+        "--dry-run",
+        type=_boolean,
+        nargs="?",
+        const=True,
+        default=False,
+        help="build, shard and initialize the model, print per-rank parameter bytes and peak RSS, exit",
+    )
+    add("--train-dir", default=env("SM_CHANNEL_TRAIN"), help="defaults to SM_CHANNEL_TRAIN")
+    add("--val-dir", default=env("SM_CHANNEL_VAL"), help="optional; defaults to SM_CHANNEL_VAL")
+    add("--model-dir", default=env("SM_MODEL_DIR", "/opt/ml/model"))
+    add("--checkpoint-dir", default="/opt/ml/checkpoints")
+    add(
+        "--resume-from",
+        default=env("SM_CHANNEL_RESUME"),
+        help="another run's checkpoint dir to start from when --checkpoint-dir holds none; "
+        "defaults to SM_CHANNEL_RESUME",
+    )
+    return parser
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    # SageMaker hyperparameter names usually use underscores; the flags use dashes.
+    argv = [_dashed(arg) if arg.startswith("--") else arg for arg in argv]
+    # argparse takes a value such as -1e-3 for a flag: join negative numbers to their flag.
+    for index in reversed(range(len(argv) - 1)):
+        if argv[index].startswith("--") and "=" not in argv[index] and _negative_number(argv[index + 1]):
+            argv[index : index + 2] = [f"{argv[index]}={argv[index + 1]}"]
+    args, unknown = build_parser().parse_known_args(argv)
+    for flag in [arg for arg in unknown if arg.startswith("--")]:
+        if flag.startswith("--sagemaker-"):  # the toolkit's own settings, should any reach the script
+            log.warning("Ignoring SageMaker setting %s.", flag)
+        else:
+            raise UserError(f"Unknown flag {flag}; run train.py --help for the accepted flags.")
+    if args.mp_parameters is None:
+        try:
+            args.mp_parameters = _mp_parameters(os.environ.get("SM_HP_MP_PARAMETERS") or "{}")
+        except argparse.ArgumentTypeError as error:
+            raise UserError(f"SM_HP_MP_PARAMETERS: {error}.") from None
+    args.profile_steps = _profile_steps(args.profile_steps)
+    if args.init_from and not (Path(args.init_from) / "config.json").is_file():
+        raise UserError(f"--init-from {args.init_from} holds no config.json.")
+    if args.dry_run:
+        return args
+    if (
+        args.resume_from
+        and not complete_checkpoints(Path(args.checkpoint_dir))
+        and not complete_checkpoints(Path(args.resume_from))
+    ):
+        raise UserError(
+            f"{resume_source(args)} holds no complete checkpoint: it must be a run's checkpoint dir "
+            "(in the pipeline its prefix s3://<checkpoint-bucket>/<runName>/), whose step_* folders "
+            "end with a COMPLETE marker."
+        )
+    if args.train_dir is None:
+        raise UserError(
+            "No train channel: attach a channel named 'train' (SM_CHANNEL_TRAIN) or pass --train-dir."
+        )
+    return args
+
+
+def _profile_steps(text: str | None) -> range | None:
+    if text is None:
+        return None
+    first, dash, last = text.partition("-")
+    if first.isdigit() and (not dash or last.isdigit()) and int(first) <= int(last or first):
+        return range(int(first), int(last or first) + 1)
+    raise UserError(
+        f"Argument --profile-steps: expected a step or a range of steps such as 10-12, got {text!r}."
+    )
+
+
+def resume_source(args: argparse.Namespace) -> str:
+    """How errors name the resume dir: by the channel SageMaker mounted or by the flag."""
+    if args.resume_from == os.environ.get("SM_CHANNEL_RESUME"):
+        return f"The resume channel ({args.resume_from})"
+    return f"--resume-from {args.resume_from}"
+
+
+def _negative_number(text: str) -> bool:
+    try:
+        return float(text) < 0
+    except ValueError:
+        return False
+
+
+def _dashed(flag: str) -> str:
+    name, equals, value = flag.partition("=")
+    return name.replace("_", "-") + equals + value
