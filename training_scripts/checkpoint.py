@@ -133,7 +133,8 @@ class CheckpointManager:
                 return self._resumed(folder, state)
             failures.append(f"{folder.name} ({reason})")
             self.reset()  # never continue from, or train on, a half-loaded state
-            log.warning("Checkpoint %s could not be loaded (%s); trying the previous one.", folder, reason)
+            if self.runtime.is_main:  # every rank found the same
+                log.warning("Checkpoint %s could not be loaded (%s).", folder, reason)
         raise UserError(
             f"{where} holds {len(folders)} checkpoint(s) and none loads, so training stops rather than start "
             f"over and replace them: {'; '.join(failures)}; this run's model is "
@@ -257,8 +258,11 @@ class CheckpointManager:
 
 
 def _last_line(error: BaseException) -> str:
+    """The gist of an error: the first sentence of its last line (DCP wraps each rank's traceback)."""
     text = str(error).strip()
-    return text.splitlines()[-1][:300] if text else type(error).__name__
+    if not text:
+        return type(error).__name__
+    return text.splitlines()[-1].split(". ")[0].rstrip(".")[:200]
 
 
 def _clone_host_tensors(tree):

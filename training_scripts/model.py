@@ -123,10 +123,18 @@ def init_module(hf_model: torch.nn.Module, module: torch.nn.Module, device: torc
             module._parameters[name] = parameter
     for name, parameter in own.items():
         if isinstance(parameter, DTensor):
-            shard = distribute_tensor(full[name].detach(), parameter.device_mesh, parameter.placements)
-            parameter.to_local().copy_(shard.to_local())
+            parameter.to_local().copy_(_shard_of(full[name].detach(), parameter).to_local())
         else:
             parameter.copy_(full[name])
+
+
+def _shard_of(full: torch.Tensor, parameter: DTensor) -> DTensor:
+    """This rank's part of `full`, cut as `parameter` is; every rank holds the same `full`, so no
+    rank needs to send it (src_data_rank=None; PyTorch 2.5 lacks the option and scatters from rank 0)."""
+    try:
+        return distribute_tensor(full, parameter.device_mesh, parameter.placements, src_data_rank=None)
+    except TypeError:
+        return distribute_tensor(full, parameter.device_mesh, parameter.placements)
 
 
 def _restore_buffers(hf_model: torch.nn.Module, device: torch.device) -> None:

@@ -146,7 +146,8 @@ def sample_order(
     if resumed.dp_size not in (None, runtime.dp_size) and saved_batch:
         if saved_batch % per_accum == 0:
             grad_accum = saved_batch // per_accum
-            log.warning(
+            _warn_once(
+                runtime,
                 "Checkpoint %s was written by %d data-parallel ranks, this run has %d: gradient accumulation "
                 "%d (instead of --grad-accum %d) keeps the global batch of %d sequences, so every step reads "
                 "the samples the uninterrupted run would have read.",
@@ -167,7 +168,8 @@ def sample_order(
             )
     order = _order(args, runtime, num_samples, grad_accum, resumed)
     if saved_batch and order.global_batch != saved_batch:
-        log.warning(
+        _warn_once(
+            runtime,
             "The global batch changes from %d to %d sequences at step %d; the data continues where the "
             "checkpoint left it (epoch %d, sample %d of its order), and the peak LR scales with the batch.",
             saved_batch,
@@ -176,6 +178,11 @@ def sample_order(
             *order.start_position,
         )
     return order
+
+
+def _warn_once(runtime: Runtime, message: str, *values) -> None:
+    if runtime.is_main:  # every rank reaches the same conclusion
+        log.warning(message, *values)
 
 
 def _order(args, runtime, num_samples: int, grad_accum: int, resumed: Resumed | None = None) -> SampleOrder:

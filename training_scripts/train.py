@@ -285,13 +285,14 @@ class Trainer:
         full_state = get_model_state_dict(
             self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
         )
-        if not self.runtime.is_main:
-            return
-        transformers_logging.disable_progress_bar()  # a bar per save in the job log says nothing
-        self.parallel.hf_model.save_pretrained(
-            self.args.model_dir, state_dict=full_state, max_shard_size="5GB"
-        )
-        log.info("Saved the model to %s.", self.args.model_dir)
+        if self.runtime.is_main:
+            transformers_logging.disable_progress_bar()  # a bar per save in the job log says nothing
+            self.parallel.hf_model.save_pretrained(
+                self.args.model_dir, state_dict=full_state, max_shard_size="5GB"
+            )
+            log.info("Saved the model to %s.", self.args.model_dir)
+        # No rank tears the process groups down while rank 0 still writes: all end together.
+        dist.barrier(group=self.runtime.checkpoint_group)
 
 
 def _local(parameter: torch.Tensor) -> torch.Tensor:

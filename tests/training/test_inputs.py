@@ -307,3 +307,44 @@ def test_prepare_data_writes_train_and_val_shards_train_py_reads(tmp_path):
     assert (train_tokens == 256).sum() == 0 and (val_tokens == 256).sum() == 2  # end of each document
     assert len(list((tmp_path / "out/train").glob("*.bin"))) == -(-len(train_tokens) // 500)
     assert len(data.TokenDataset(str(tmp_path / "out/val"), seq_len=8, channel="val")) > 0
+
+
+@pytest.mark.parametrize(("dp_size", "micro", "accum"), [(1, 2, 4), (4, 1, 2), (8, 1, 1)])
+def test_another_number_of_ranks_with_the_same_global_batch_reads_the_same_samples(dp_size, micro, accum):
+    """2 ranks x 2 x 2 resumed on other ranks with accumulation adjusted: every step, the same batch."""
+    before = [data.SampleOrder(300, 5, rank, 2, 2, 2) for rank in range(2)]
+    after = [
+        data.SampleOrder(
+            300, 5, rank, dp_size, micro, accum, start_step=40, start_position=before[0].position(40)
+        )
+        for rank in range(dp_size)
+    ]
+    for step in range(40, 150):
+        read_before = np.concatenate([np.concatenate(order.micro_batches(step)) for order in before])
+        read_after = np.concatenate([np.concatenate(order.micro_batches(step)) for order in after])
+        assert read_after.tolist() == read_before.tolist()
+
+
+def test_a_changed_global_batch_continues_at_the_checkpoints_position():
+    old = data.SampleOrder(100, 5, 0, 1, 8, 1)  # 12 steps per epoch, 4 samples dropped
+    new = data.SampleOrder(100, 5, 0, 1, 6, 1, start_step=5, start_position=old.position(5))
+    first_epoch = [
+        *(old.global_samples(step) for step in range(5)),
+        *(new.global_samples(s) for s in range(5, 15)),
+    ]
+    read = np.concatenate(first_epoch).tolist()
+    assert read == old.permutation(0)[: len(read)].tolist()  # no sample twice, none skipped
+    assert new.position(15) == (1, 0)  # 40 + 60 = 100 samples: the epoch is read to its end
+    assert new.global_samples(15).tolist() == old.permutation(1)[:6].tolist()
+
+
+@pytest.mark.parametrize("dp_size", [1, 2, 3, 5])
+def test_validation_covers_the_same_samples_whatever_the_number_of_ranks(dp_size):
+    counted = []
+    batch_counts = set()
+    for rank in range(dp_size):
+        batches, real = data.validation_batches(50, rank, dp_size, micro_batch_size=4, max_batches=3)
+        counted += np.concatenate(batches)[:real].tolist()
+        batch_counts.add(len(batches))
+    assert sorted(counted) == list(range(12))
+    assert len(batch_counts) == 1  # every rank runs as many forward passes (sharded models need it)
