@@ -199,6 +199,11 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
     return getattr(model, "module", model)
 
 
+def local_part(parameter: torch.Tensor) -> torch.Tensor:
+    """This rank's part of a parameter: its shard under FSDP2 (a DTensor), the whole one otherwise."""
+    return parameter.to_local() if hasattr(parameter, "to_local") else parameter
+
+
 @contextlib.contextmanager
 def gradient_sync(model: torch.nn.Module, enabled: bool):
     """Skip the gradient all-reduce on all but the last micro-batch of an accumulation."""

@@ -8,7 +8,6 @@ or to print collective tracebacks.
 import argparse
 import logging
 import resource
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +16,7 @@ import torch
 import torch.distributed as dist
 from checkpoint import Resumed
 from data import SampleOrder, TokenDataset, UserError
-from distributed import Runtime, agree, unwrap, wrap_model
+from distributed import Runtime, agree, local_part, unwrap, wrap_model
 from model import build_model, has_weights, identity, initialize, load_pretrained
 from model_shapes import parameter_count
 from transformers import PretrainedConfig
@@ -35,9 +34,7 @@ def check_writable(args: argparse.Namespace, runtime: Runtime) -> None:
             probe.write_bytes(b"")
             probe.unlink()
         except OSError as error:
-            problem = (
-                problem or f"{flag} {directory} is not writable ({error.strerror}) (checked before training)."
-            )
+            problem = problem or f"{flag} {directory} is not writable ({error.strerror})."
     _raise_agreed(runtime, problem)
 
 
@@ -112,7 +109,7 @@ def build_parallel_model(
 def dry_run(args: argparse.Namespace, runtime: Runtime, config: PretrainedConfig) -> None:
     """Build, shard and initialize the model; print what this rank holds and its peak host memory."""
     parallel = build_parallel_model(args, runtime, config)
-    local_bytes = sum(_local(p).numel() * p.element_size() for p in parallel.model.parameters())
+    local_bytes = sum(local_part(p).numel() * p.element_size() for p in parallel.model.parameters())
     full_bytes = parameter_count(config.to_dict()) * 4
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
     device = f" peak_device_bytes={torch.cuda.max_memory_allocated()}" if torch.cuda.is_available() else ""
@@ -121,12 +118,7 @@ def dry_run(args: argparse.Namespace, runtime: Runtime, config: PretrainedConfig
         f"full_model_fp32_bytes={full_bytes} peak_rss_bytes={peak_rss}{device}",
         flush=True,
     )
-    dist.barrier(group=runtime.checkpoint_group)
-    sys.stdout.flush()
-
-
-def _local(parameter: torch.Tensor) -> torch.Tensor:
-    return parameter.to_local() if hasattr(parameter, "to_local") else parameter
+    dist.barrier(group=runtime.checkpoint_group)  # no rank tears down while another still prints
 
 
 def sample_order(

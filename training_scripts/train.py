@@ -23,7 +23,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from checkpoint import CheckpointManager, TrainState
 from data import TokenDataset, UserError, validation_batches
-from distributed import Runtime, gradient_sync, setup, teardown
+from distributed import Runtime, gradient_sync, local_part, setup, teardown
 from flags import parse_args, resume_source
 from metrics import format_train_line, format_val_line
 from model import model_config
@@ -98,9 +98,9 @@ class Trainer:
         )
 
     def train_step(self, step: int) -> tuple[torch.Tensor, torch.Tensor, bool]:
-        """One optimizer step: this rank's mean loss, the global gradient norm, and whether every rank
-        got SIGTERM-agreement to stop. A step whose loss or gradient norm is not finite on any rank
-        changes no weight (skipped and counted)."""
+        """One optimizer step: this rank's mean loss, the global gradient norm, and whether any rank
+        got SIGTERM (then every rank stops after this step). A step whose loss or gradient norm is
+        not finite on any rank changes no weight: skipped and counted."""
         for group in self.optimizer.param_groups:
             group["lr"] = self.lr_at(step)
         micro_batches = self.order.micro_batches(step)
@@ -184,7 +184,7 @@ class Trainer:
         return value.item() / self.runtime.world_size
 
     def _weights_finite(self) -> bool:
-        local = all(bool(torch.isfinite(_local(p)).all()) for p in self.model.parameters())
+        local = all(bool(torch.isfinite(local_part(p)).all()) for p in self.model.parameters())
         flag = torch.tensor([int(not local)])
         dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.runtime.control_group)
         return not bool(flag.item())
@@ -293,10 +293,6 @@ class Trainer:
             log.info("Saved the model to %s.", self.args.model_dir)
         # No rank tears the process groups down while rank 0 still writes: all end together.
         dist.barrier(group=self.runtime.checkpoint_group)
-
-
-def _local(parameter: torch.Tensor) -> torch.Tensor:
-    return parameter.to_local() if hasattr(parameter, "to_local") else parameter
 
 
 class StepProfiler:
