@@ -94,7 +94,7 @@ def test_recommendation_is_the_fastest_layout_that_fits():
         (["--instance-type", "ml.p9.huge"], "trainstack plan: --instance-type must be one of ml.c5.4xlarge,"),
         (
             ["--model-preset", "70x"],
-            "trainstack plan: --model-preset must be one of tiny, 125m, 1b, 7b, 13b.",
+            "trainstack plan: --model-preset must be one of tiny, 125m, 1b, 7b, 13b, 70b.",
         ),
         (["--model-preset", "1b"], "trainstack plan: --instance-type is required without --profile"),
         (
@@ -139,9 +139,9 @@ def test_every_shipped_training_profile_fits_its_preferences():
 
 def test_defaults_are_train_py_defaults():
     sys.path.insert(0, str(SCRIPTS))
-    import train  # noqa: PLC0415  (train.py's parser: torch is installed in the test environment)
+    import flags  # noqa: PLC0415  (train.py's parser: torch is installed in the test environment)
 
-    defaults = vars(train.build_parser().parse_args([]))
+    defaults = vars(flags.build_parser().parse_args([]))
     assert {name: defaults[name] for name in TRAIN_DEFAULTS} == TRAIN_DEFAULTS
 
 
