@@ -1,12 +1,23 @@
-"""No orphaned jobs: when a pipeline execution fails, times out or is aborted, stop its training jobs.
+"""No orphaned jobs: two JSONata state machines stop the training jobs of pipeline executions that ended.
 
-An EventBridge rule on the pipeline's "Step Functions Execution Status Change" events starts a small
-state machine with the event as input. It searches the InProgress training jobs tagged with the
-execution's ARN (trainstack.job_request.EXECUTION_TAG) and stops each of them.
+1. `<project>-job-cleanup`, started by an EventBridge rule when a pipeline execution fails, times out or
+   is aborted. Job names are deterministic (`<runName>-<attempt>`), so it does not search for the jobs
+   (SageMaker's Search index lags behind CreateTrainingJob): it reads the execution's run name, waits out
+   a CreateTrainingJob that may still have been in flight when the execution ended, then describes
+   `<runName>-1`, `<runName>-2`, ... until a name does not exist, and stops each InProgress job whose
+   `trainstack:execution` tag names that execution.
+2. `<project>-job-sweeper`, every 15 minutes: stops any InProgress job tagged with an execution of this
+   pipeline that is no longer RUNNING (a missed event, a cleanup that failed).
+
+Errors are AWS's aws-sdk names: SageMaker throttling (and validation) arrives as
+`SageMaker.SageMakerException` with the reason in the Cause; every call is retried with capped,
+jittered backoff, and a DescribeTrainingJob failure is classified by its Cause (throttled: back off;
+not found: the walk is over; anything else: the cleanup fails, loudly).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -16,17 +27,30 @@ from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from stacks.training_state_machine import literal_partition, training_job_arn
-from stacks.training_state_machine_definition import THROTTLE_RETRY, definition_json, sagemaker_resource
+from stacks.training_state_machine import training_job_arn
 from stacks.validation import acknowledge
-from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements
+from stacks.wildcard_acknowledgments import flatten_reference
 from trainstack.job_request import EXECUTION_TAG
 
 # Execution statuses after which a job of that execution must not keep running.
 ENDED_UNSUCCESSFULLY = ("FAILED", "TIMED_OUT", "ABORTED")
 EXECUTION_STATUS_CHANGE = "Step Functions Execution Status Change"
+# Longer than a CreateTrainingJob call can stay in flight (the SDK's 60 s socket timeout plus retries).
+IN_FLIGHT_CREATE_SECONDS = 120
+SWEEP_EVERY = cdk.Duration.minutes(15)
+SAGEMAKER_ERROR = "SageMaker.SageMakerException"
+NOT_FOUND_ERROR = "SageMaker.ResourceNotFoundException"
+STEP_FUNCTIONS_ERROR = "Sfn.SfnException"
+EXECUTION_GONE_ERROR = "Sfn.ExecutionDoesNotExistException"
+THROTTLE_CAUSE = "/rate exceeded|throttl/i"
+NOT_FOUND_CAUSE = "/not found/i"
+# Throttled DescribeTrainingJob calls of one job before the cleanup gives up (about 10 minutes).
+MAX_THROTTLED_DESCRIBES = 12
+# Job names are <runName>-<attempt> with at most 63 characters and attempts <= 99.
+MAX_RUN_NAME_LENGTH = 60
 
 
 def execution_status_pattern(
@@ -40,108 +64,46 @@ def execution_status_pattern(
     )
 
 
-def cleanup_definition(partition: str) -> dict[str, Any]:
-    """Input: the EventBridge event; `detail.executionArn` names the execution whose jobs to stop."""
-    return {
-        "Comment": "Stop the InProgress training jobs of a pipeline execution that ended unsuccessfully.",
-        "QueryLanguage": "JSONPath",
-        "StartAt": "FindJobs",
-        "TimeoutSeconds": 3600,
-        "States": {
-            "FindJobs": {
-                "Type": "Task",
-                "Resource": sagemaker_resource(partition, "search"),
-                "Parameters": {
-                    "Resource": "TrainingJob",
-                    "MaxResults": 100,
-                    "SearchExpression": {
-                        "Filters": [
-                            {
-                                "Name": f"Tags.{EXECUTION_TAG}",
-                                "Operator": "Equals",
-                                "Value.$": "$.detail.executionArn",
-                            },
-                            {"Name": "TrainingJobStatus", "Operator": "Equals", "Value": "InProgress"},
-                        ]
-                    },
-                },
-                "ResultSelector": {"jobs.$": "$.Results"},
-                "ResultPath": "$.found",
-                "Retry": [THROTTLE_RETRY],
-                "Next": "StopJobs",
-            },
-            "StopJobs": {
-                "Type": "Map",
-                "ItemsPath": "$.found.jobs",
-                "ItemSelector": {"name.$": "$$.Map.Item.Value.TrainingJob.TrainingJobName"},
-                "MaxConcurrency": 5,
-                "ItemProcessor": {
-                    "ProcessorConfig": {"Mode": "INLINE"},
-                    "StartAt": "StopTrainingJob",
-                    "States": {
-                        "StopTrainingJob": {
-                            "Type": "Task",
-                            "Resource": sagemaker_resource(partition, "stopTrainingJob"),
-                            "Parameters": {"TrainingJobName.$": "$.name"},
-                            "ResultPath": None,
-                            "Retry": [THROTTLE_RETRY],
-                            # The job ended between the search and the stop: nothing left to do.
-                            "Catch": [
-                                {
-                                    "ErrorEquals": ["SageMaker.ValidationException"],
-                                    "ResultPath": None,
-                                    "Next": "AlreadyEnded",
-                                }
-                            ],
-                            "End": True,
-                        },
-                        "AlreadyEnded": {"Type": "Succeed"},
-                    },
-                },
-                "ResultSelector": {"stopped.$": "$[*].name"},
-                "End": True,
-            },
-        },
-    }
+def jsonata(text: str) -> str:
+    return "{% " + text + " %}"
+
+
+def literal(value: Any) -> str:
+    """A JSONata literal (JSON's string syntax is JSONata's)."""
+    return json.dumps(value)
+
+
+def retry_throttling(task: sfn.TaskStateBase, error: str) -> None:
+    """2 s doubling to 60 s, full jitter, 8 attempts: about 4 minutes of throttling survived."""
+    task.add_retry(
+        errors=[error],
+        interval=cdk.Duration.seconds(2),
+        backoff_rate=2,
+        max_attempts=8,
+        max_delay=cdk.Duration.seconds(60),
+        jitter_strategy=sfn.JitterType.FULL,
+    )
 
 
 class JobCleanup(Construct):
+    """The cleanup machine and its rule, and the sweeper machine and its schedule."""
+
     def __init__(
-        self, scope: Construct, construct_id: str, *, project: str, pipeline: sfn.IStateMachine
+        self, scope: Construct, construct_id: str, *, project: str, pipeline: sfn.StateMachine
     ) -> None:
         super().__init__(scope, construct_id)
-        log_group = logs.LogGroup(
-            self,
-            "Logs",
-            log_group_name=f"/aws/vendedlogs/states/{project}-job-cleanup",
-            retention=logs.RetentionDays.THREE_MONTHS,
-            removal_policy=cdk.RemovalPolicy.DESTROY,
+        self._project = project
+        self._job_arns = training_job_arn(self, f"{project}-*")
+        self._execution_prefix = cdk.Stack.of(self).format_arn(
+            service="states",
+            resource="execution",
+            # The name the pipeline was given (a literal keeps the definition free of references).
+            resource_name=f"{pipeline.node.default_child.state_machine_name or pipeline.state_machine_name}:",
+            arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
         )
-        role = iam.Role(
-            self,
-            "Role",
-            assumed_by=iam.ServicePrincipal("states.amazonaws.com"),
-            description=f"{project} job cleanup: find an execution's training jobs and stop them",
-        )
-        role.add_to_policy(iam.PolicyStatement(actions=["sagemaker:Search"], resources=["*"]))
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="StopOwnTrainingJobs",
-                actions=["sagemaker:StopTrainingJob"],
-                resources=[training_job_arn(self, f"{project}-*")],
-            )
-        )
-        self.state_machine = sfn.StateMachine(
-            self,
-            "StateMachine",
-            state_machine_name=f"{project}-job-cleanup",
-            state_machine_type=sfn.StateMachineType.STANDARD,
-            definition_body=sfn.DefinitionBody.from_string(
-                definition_json(cleanup_definition(literal_partition(self)))
-            ),
-            role=role,
-            tracing_enabled=True,
-            logs=sfn.LogOptions(destination=log_group, level=sfn.LogLevel.ALL, include_execution_data=True),
+        self._executions = f"{self._execution_prefix}*"
+        self.state_machine = self._machine(
+            "StateMachine", f"{project}-job-cleanup", self._stop_by_name(), timeout=cdk.Duration.hours(2)
         )
         self.rule = events.Rule(
             self,
@@ -150,16 +112,275 @@ class JobCleanup(Construct):
             event_pattern=execution_status_pattern(pipeline, ENDED_UNSUCCESSFULLY),
         )
         self.rule.add_target(targets.SfnStateMachine(self.state_machine))
+        self.sweeper = self._machine(
+            "Sweeper", f"{project}-job-sweeper", self._sweep(), timeout=cdk.Duration.minutes(14)
+        )
+        self.schedule = events.Rule(
+            self,
+            "Sweep",
+            description=f"Stop InProgress {project} jobs whose pipeline execution is no longer running",
+            schedule=events.Schedule.rate(SWEEP_EVERY),
+        )
+        self.schedule.add_target(targets.SfnStateMachine(self.sweeper))
+
+    def _machine(self, construct_id: str, name: str, chain: sfn.IChainable, *, timeout: cdk.Duration):
+        log_group = logs.LogGroup(
+            self,
+            f"{construct_id}Logs",
+            log_group_name=f"/aws/vendedlogs/states/{name}",
+            retention=logs.RetentionDays.THREE_MONTHS,
+            removal_policy=cdk.RemovalPolicy.DESTROY,
+        )
+        machine = sfn.StateMachine(
+            self,
+            construct_id,
+            state_machine_name=name,
+            state_machine_type=sfn.StateMachineType.STANDARD,
+            query_language=sfn.QueryLanguage.JSONATA,
+            definition_body=sfn.DefinitionBody.from_chainable(chain),
+            timeout=timeout,
+            tracing_enabled=True,
+            logs=sfn.LogOptions(destination=log_group, level=sfn.LogLevel.ALL, include_execution_data=True),
+        )
+        self._acknowledge_wildcards(machine.role)
+        return machine
+
+    def _acknowledge_wildcards(self, role: iam.IRole) -> None:
         acknowledge(
             role,
             "AwsSolutions-IAM5[Resource::*]",
             "sagemaker:Search and the CloudWatch Logs delivery and X-Ray actions support no resource-level "
-            "permissions; stopping is limited to the project's training jobs.",
+            "permissions.",
         )
-        acknowledge_wildcard_statements(
-            role,
-            {
-                "StopOwnTrainingJobs": "The jobs to stop are found at run time; "
-                "the project prefix is the narrowest fixed scope."
+        for resource, reason in (
+            (
+                self._job_arns,
+                "The jobs are found at run time; the project's job name prefix is the narrowest fixed scope.",
+            ),
+            (self._executions, "The executions are found at run time; all are the pipeline's."),
+        ):
+            finding = flatten_reference(cdk.Stack.of(self).resolve(resource))
+            acknowledge(role, f"AwsSolutions-IAM5[Resource::{finding}]", reason)
+
+    def _sagemaker(
+        self, construct_id: str, action: str, parameters: dict[str, Any], **kwargs
+    ) -> tasks.CallAwsService:
+        return tasks.CallAwsService.jsonata(
+            self,
+            construct_id,
+            service="sagemaker",
+            action=action,
+            parameters=parameters,
+            iam_resources=["*"] if action == "search" else [self._job_arns],
+            iam_action=f"sagemaker:{action[0].upper()}{action[1:]}",
+            **kwargs,
+        )
+
+    def _describe_execution(self, construct_id: str, execution_arn: str, **kwargs) -> tasks.CallAwsService:
+        task = tasks.CallAwsService.jsonata(
+            self,
+            construct_id,
+            service="sfn",
+            action="describeExecution",
+            parameters={"ExecutionArn": jsonata(execution_arn)},
+            iam_resources=[self._executions],
+            iam_action="states:DescribeExecution",
+            **kwargs,
+        )
+        retry_throttling(task, STEP_FUNCTIONS_ERROR)
+        return task
+
+    # ------------------------------------------------------------ stop by name
+
+    def _stop_by_name(self) -> sfn.IChainable:
+        """Input: the EventBridge event (`detail.executionArn`). Output: {"stopped": [job names]}."""
+        project = self._project
+        done = sfn.Succeed.jsonata(self, "Done", outputs={"stopped": jsonata("$stopped")})
+        read_execution = self._describe_execution(
+            "ReadExecution",
+            "$states.input.detail.executionArn",
+            assign={
+                "executionArn": jsonata("$states.result.ExecutionArn"),
+                # The pipeline's rule: runName from the input, else <project>-<execution name>.
+                "runName": jsonata(
+                    f"($given := $parse($states.result.Input).runName; $type($given) = 'string' ? $given : "
+                    f"{literal(project + '-')} & $states.result.Name)"
+                ),
+                "attempt": 1,
+                "throttles": 0,
+                "stopped": jsonata("[]"),
             },
         )
+        any_job = sfn.Choice.jsonata(self, "CouldJobsExist")
+        settle = sfn.Wait.jsonata(
+            self,
+            "WaitOutInFlightCreate",
+            time=sfn.WaitTime.duration(cdk.Duration.seconds(IN_FLIGHT_CREATE_SECONDS)),
+        )
+        job_name = "$runName & '-' & $string($attempt)"
+        describe = self._sagemaker(
+            "DescribeJob",
+            "describeTrainingJob",
+            {"TrainingJobName": jsonata(job_name)},
+            assign={
+                "job": jsonata(
+                    "{'name': $states.result.TrainingJobName, 'arn': $states.result.TrainingJobArn, "
+                    "'status': $states.result.TrainingJobStatus}"
+                )
+            },
+        )
+        running = sfn.Choice.jsonata(self, "IsJobInProgress")
+        read_tags = self._sagemaker(
+            "ReadJobTags",
+            "listTags",
+            {"ResourceArn": jsonata("$job.arn")},
+            assign={
+                "owned": jsonata(
+                    f"$executionArn in $states.result.Tags[Key = {literal(EXECUTION_TAG)}].Value"
+                )
+            },
+        )
+        retry_throttling(read_tags, SAGEMAKER_ERROR)
+        owned = sfn.Choice.jsonata(self, "IsJobOfExecution")
+        stop = self._sagemaker(
+            "StopJob",
+            "stopTrainingJob",
+            {"TrainingJobName": jsonata("$job.name")},
+            assign={"stopped": jsonata("$append($stopped, $job.name)")},
+        )
+        retry_throttling(stop, SAGEMAKER_ERROR)
+        next_attempt = sfn.Pass.jsonata(
+            self, "NextAttempt", assign={"attempt": jsonata("$attempt + 1"), "throttles": 0}
+        )
+        describe_failed = sfn.Choice.jsonata(self, "WhyDescribeFailed")
+        back_off = sfn.Wait.jsonata(
+            self,
+            "BackOffThrottled",
+            # 5 s doubling to 60 s, plus up to 50 % jitter.
+            time=sfn.WaitTime.seconds(
+                jsonata("$round($min([60, 5 * $power(2, $throttles)]) * (1 + $random() / 2))")
+            ),
+            assign={"throttles": jsonata("$throttles + 1")},
+        )
+        give_up = sfn.Fail.jsonata(
+            self,
+            "CleanupFailed",
+            error="CleanupFailed",
+            cause=jsonata(
+                f"'Could not tell whether training job ' & {job_name} & ' exists: ' & $error.Cause"
+            ),
+        )
+
+        # No such execution: no job of it to stop.
+        read_execution.add_catch(done, errors=[EXECUTION_GONE_ERROR], assign={"stopped": jsonata("[]")})
+        describe.add_catch(done, errors=[NOT_FOUND_ERROR])
+        describe.add_catch(
+            describe_failed, errors=[SAGEMAKER_ERROR], assign={"error": jsonata("$states.errorOutput")}
+        )
+        # The job ended between describe and stop (SageMaker: not in progress): look at it again.
+        stop.add_catch(describe, errors=[SAGEMAKER_ERROR])
+        any_job.when(
+            sfn.Condition.jsonata(
+                jsonata(
+                    f"$length($runName) <= {MAX_RUN_NAME_LENGTH} and "
+                    f"$contains($runName, /^{project}-[a-zA-Z0-9](-*[a-zA-Z0-9])*$/)"
+                )
+            ),
+            settle.next(describe),
+        ).otherwise(done)
+        describe.next(
+            running.when(
+                sfn.Condition.jsonata(jsonata("$job.status = 'InProgress'")),
+                read_tags.next(
+                    owned.when(sfn.Condition.jsonata(jsonata("$owned")), stop.next(next_attempt)).otherwise(
+                        next_attempt
+                    )
+                ),
+            ).otherwise(next_attempt)
+        )
+        next_attempt.next(describe)
+        describe_failed.when(
+            sfn.Condition.jsonata(
+                jsonata(
+                    f"$contains($error.Cause, {THROTTLE_CAUSE}) and $throttles < {MAX_THROTTLED_DESCRIBES}"
+                )
+            ),
+            back_off.next(describe),
+        ).when(sfn.Condition.jsonata(jsonata(f"$contains($error.Cause, {NOT_FOUND_CAUSE})")), done).otherwise(
+            give_up
+        )
+        return read_execution.next(any_job)
+
+    # ------------------------------------------------------------ sweeper
+
+    def _sweep(self) -> sfn.IChainable:
+        """Input: the scheduled event (ignored). Output: {"stopped": [job names]}."""
+        execution = f"Tags[Key = {literal(EXECUTION_TAG)}].Value"
+        found = {
+            # Jobs of this pipeline's executions only (other pipelines may use the same tag key).
+            "jobs": jsonata(
+                f"($prefix := {literal(self._execution_prefix)}; "
+                f"[$states.result.Results.TrainingJob[$substring({execution}, 0, $length($prefix)) = $prefix]"
+                f".{{'name': TrainingJobName, 'execution': {execution}}}])"
+            ),
+            "nextToken": jsonata("$exists($states.result.NextToken) ? $states.result.NextToken : ''"),
+        }
+        search = {
+            "Resource": "TrainingJob",
+            "MaxResults": 100,
+            "SearchExpression": {
+                "Filters": [
+                    {"Name": "TrainingJobStatus", "Operator": "Equals", "Value": "InProgress"},
+                    {"Name": f"Tags.{EXECUTION_TAG}", "Operator": "Exists"},
+                ]
+            },
+        }
+        find = self._sagemaker(
+            "FindRunningJobs", "search", search, assign={"stopped": jsonata("[]"), **found}
+        )
+        find_more = self._sagemaker(
+            "FindMoreRunningJobs", "search", {**search, "NextToken": jsonata("$nextToken")}, assign=found
+        )
+        for task in (find, find_more):
+            retry_throttling(task, SAGEMAKER_ERROR)
+        check = sfn.Map.jsonata(
+            self,
+            "CheckJobs",
+            items=sfn.ProvideItems.jsonata(jsonata("$jobs")),
+            max_concurrency=2,
+            assign={
+                "stopped": jsonata(
+                    "$append($stopped, $filter($states.result, function($v) {$type($v) = 'string'}))"
+                )
+            },
+        )
+        describe = self._describe_execution(
+            "ReadJobExecution",
+            "$states.input.execution",
+            assign={"job": jsonata("$states.input")},
+            outputs=jsonata("$states.result.Status"),
+        )
+        keep = sfn.Pass.jsonata(self, "LeaveJob", outputs=jsonata("null"))
+        stop = self._sagemaker(
+            "StopOrphan",
+            "stopTrainingJob",
+            {"TrainingJobName": jsonata("$job.name")},
+            outputs=jsonata("$job.name"),
+        )
+        retry_throttling(stop, SAGEMAKER_ERROR)
+        stop.add_catch(keep, errors=[SAGEMAKER_ERROR])  # ended in between
+        describe.add_catch(stop, errors=[EXECUTION_GONE_ERROR], assign={"job": jsonata("$states.input")})
+        still_running = sfn.Choice.jsonata(self, "IsExecutionRunning")
+        check.item_processor(
+            describe.next(
+                still_running.when(
+                    sfn.Condition.jsonata(jsonata("$states.input = 'RUNNING'")), keep
+                ).otherwise(stop)
+            )
+        )
+        more = sfn.Choice.jsonata(self, "MorePages")
+        done = sfn.Succeed.jsonata(self, "SweepDone", outputs={"stopped": jsonata("$stopped")})
+        find.next(check)
+        find_more.next(check)
+        check.next(more.when(sfn.Condition.jsonata(jsonata("$nextToken != ''")), find_more).otherwise(done))
+        return find

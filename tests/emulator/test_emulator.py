@@ -271,3 +271,38 @@ def test_an_error_code_outside_sagemakers_model_is_the_service_exception(
 )
 def test_sagemaker_error_names_follow_the_api_model(code, name):
     assert aws_sdk_error_name("SageMaker", "sagemaker", code) == name
+
+
+def test_a_camel_case_api_takes_pascal_case_arguments_and_answers_in_pascal_case(emulator):
+    """Step Functions' own API (camelCase in its model) through aws-sdk:sfn, as AWS writes it."""
+    described = run(
+        jsonata_machine(
+            {
+                "Describe": {
+                    "Type": "Task",
+                    "Resource": "arn:aws:states:::aws-sdk:sfn:describeExecution",
+                    "Arguments": {"ExecutionArn": "{% $states.context.Execution.Id %}"},
+                    "Output": {"status": "{% $states.result.Status %}"},
+                    "End": True,
+                }
+            }
+        )
+    )
+    assert json.loads(described["output"]) == {"status": "RUNNING"}
+
+
+def test_errors_of_a_camel_case_api_follow_its_model(emulator):
+    missing = "arn:aws:states:us-east-1:123456789012:execution:nothing:here"
+    described = run(
+        jsonata_machine(
+            {
+                "Describe": {
+                    "Type": "Task",
+                    "Resource": "arn:aws:states:::aws-sdk:sfn:describeExecution",
+                    "Arguments": {"ExecutionArn": missing},
+                    "End": True,
+                }
+            }
+        )
+    )
+    assert described["error"] == "Sfn.ExecutionDoesNotExistException"

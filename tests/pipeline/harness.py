@@ -5,7 +5,7 @@ This harness, for tests only, replaces moto's training-job handlers with FakeSag
 per-scenario script of statuses and FailureReasons, scripted errors are raised on create, any call can
 be throttled a given number of times (ThrottlingException, "Rate exceeded"), SageMaker's server-side
 checks are applied (botocore's model for types/required/ranges, the job-name pattern and length), and
-StopTrainingJob and Search (by tag) exist.
+StopTrainingJob, Search (by tag, Equals and Exists) and ListTags exist.
 
 The interpreter itself runs as trainstack.emulator makes it run: JSONata through jsonata-python, AWS's
 error names (`SageMaker.<Code>Exception` for codes SageMaker's model declares, SageMakerException for
@@ -212,21 +212,35 @@ class FakeSageMaker:
                     **{f"Tags.{key}": value for key, value in tags.items()},
                     "TrainingJobStatus": job.current().status,
                 }
-                if all(facts.get(item["Name"]) == item["Value"] for item in filters):
+                if all(_matches(facts, item) for item in filters):
                     results.append(
                         {
                             "TrainingJob": {
                                 "TrainingJobName": job.name,
                                 "TrainingJobStatus": job.current().status,
+                                "Tags": job.request.get("Tags", []),
                             }
                         }
                     )
             return {"Results": results}
 
+    def list_tags(self, arn: str) -> dict[str, Any]:
+        with self.lock:
+            self._throttle("ListTags")
+            name = next((job.name for job in self.jobs.values() if _job_arn(job.name) == arn), "")
+            return {"Tags": self._job(name).request.get("Tags", [])}
+
     def _job(self, name: str) -> FakeJob:
         if name not in self.jobs:
             raise FakeSageMakerError(*self.missing_job_error)
         return self.jobs[name]
+
+
+def _matches(facts: dict[str, str], search_filter: dict[str, str]) -> bool:
+    if search_filter["Operator"] == "Exists":
+        return search_filter["Name"] in facts
+    assert search_filter["Operator"] == "Equals", search_filter
+    return facts.get(search_filter["Name"]) == search_filter["Value"]
 
 
 def _job_arn(name: str) -> str:
@@ -296,11 +310,15 @@ def pipeline_environment(fake: FakeSageMaker, monkeypatch) -> Iterator[VirtualCl
     def search(self) -> ActionResult:
         return ActionResult(fake.search(body(self)))
 
+    def list_tags(self) -> ActionResult:
+        return ActionResult(fake.list_tags(body(self)["ResourceArn"]))
+
     for name, handler in (
         ("create_training_job", create_training_job),
         ("describe_training_job", describe_training_job),
         ("stop_training_job", stop_training_job),
         ("search", search),
+        ("list_tags", list_tags),
     ):
         monkeypatch.setattr(SageMakerResponse, name, handler, raising=False)
     monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)

@@ -10,6 +10,9 @@ What it changes inside moto, for the duration of the `with` block:
   timestamps, Wait states, Retry intervals and the state machine's TimeoutSeconds follow the clock.
 - Errors: aws-sdk task errors are named as AWS names them (errors.py), with SageMaker registered.
 - Child executions (states:startExecution, .sync:2): cased as on AWS (nested_executions.py).
+- aws-sdk task arguments and results use PascalCase member names, as on AWS ("even if the native
+  service API is in camelCase": Step Functions' own API, ECS, ...), converted with moto's
+  LocalStack helpers along the operation's shapes in botocore's model.
 - Speed: a definition is parsed once per session, not once per execution (the parsed program keeps no
   execution state).
 """
@@ -23,8 +26,11 @@ import types
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import datetime
+from functools import cache
 from typing import Any
 from unittest import mock
+
+import botocore.session
 
 from trainstack.emulator import nested_executions
 from trainstack.emulator.clock import Clock, VirtualClock
@@ -89,6 +95,8 @@ def _patches(clock: Clock, quiet: bool) -> list[Any]:
         mock.patch.object(
             aws_sdk.StateTaskServiceAwsSdk, "_normalise_exception_name", staticmethod(_exception_name)
         ),
+        mock.patch.object(aws_sdk.StateTaskServiceAwsSdk, "_normalise_parameters", _arguments_in_model_names),
+        mock.patch.object(aws_sdk.StateTaskServiceAwsSdk, "_normalise_response", _response_in_pascal_names),
         mock.patch.object(AmazonStateLanguageParser, "parse", _parse_once(AmazonStateLanguageParser.parse)),
     ]
     patches += nested_executions.patches()
@@ -111,11 +119,32 @@ def _exception_name(service_error_name: str, error: Exception) -> str:
         state_task_service_aws_sdk as aws_sdk,
     )
 
-    botocore_service = {name: service for service, name in aws_sdk._SERVICE_ERROR_NAMES.items()}.get(
+    service = {name: service for service, name in aws_sdk._SERVICE_ERROR_NAMES.items()}.get(
         service_error_name, service_error_name.lower()
+    )
+    botocore_service = aws_sdk.StateTaskServiceAwsSdk._SERVICE_NAME_SFN_TO_BOTO_OVERRIDES.get(
+        service, service
     )
     code = error.response["Error"]["Code"] if isinstance(error, ClientError) else type(error).__name__
     return aws_sdk_error_name(service_error_name, botocore_service, code)
+
+
+@cache
+def _operation_model(botocore_service: str, action: str):
+    model = botocore.session.get_session().get_service_model(botocore_service)
+    return model.operation_model(action[0].upper() + action[1:])
+
+
+def _arguments_in_model_names(self, parameters: dict, *args, **kwargs) -> None:
+    self._to_boto_request(
+        parameters, _operation_model(self._get_boto_service_name(), self.resource.api_action).input_shape
+    )
+
+
+def _response_in_pascal_names(self, response: Any, *args, **kwargs) -> None:
+    self._from_boto_response(
+        response, _operation_model(self._get_boto_service_name(), self.resource.api_action).output_shape
+    )
 
 
 def _encode_declarations(bindings: dict[str, Any]) -> str:

@@ -1,0 +1,171 @@
+"""The synthesized cleanup and sweeper machines in the emulator, against a scripted SageMaker, with a
+stand-in pipeline whose executions create jobs as the real one names and tags them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+import pytest
+
+from tests.cleanup.sagemaker import CleanupSageMaker
+from tests.infra.templates import resources
+from tests.pipeline import harness
+from trainstack.emulator import VirtualClock
+from trainstack.job_request import EXECUTION_TAG
+
+PIPELINE = "trainstack-pipeline"
+# A request SageMaker's model accepts; the stand-in adds the run's name and tags.
+REQUEST = {
+    "AlgorithmSpecification": {
+        "TrainingImage": f"{harness.ACCOUNT}.dkr.ecr.{harness.REGION}.amazonaws.com/trainstack:1",
+        "TrainingInputMode": "File",
+    },
+    "RoleArn": harness.ROLE_ARN,
+    "OutputDataConfig": {"S3OutputPath": "s3://trainstack-artifacts/"},
+    "ResourceConfig": {"InstanceType": "ml.m5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 10},
+    "StoppingCondition": {"MaxRuntimeInSeconds": 86400},
+}
+
+
+def stand_in_pipeline(timeout_seconds: int | None = None) -> dict[str, Any]:
+    """What the pipeline does that cleanup relies on: job <runName>-1 (runName from the input, else
+    trainstack-<execution name>) tagged with the execution's ARN, then status calls until it ends."""
+    run_name = (
+        "($type($states.input.runName) = 'string' ? $states.input.runName : 'trainstack-' & "
+        "$states.context.Execution.Name)"
+    )
+    definition = {
+        "QueryLanguage": "JSONata",
+        "StartAt": "CreateJob",
+        "States": {
+            "CreateJob": {
+                "Type": "Task",
+                "Resource": "arn:aws:states:::aws-sdk:sagemaker:createTrainingJob",
+                "Arguments": {
+                    **REQUEST,
+                    "TrainingJobName": "{% " + run_name + " & '-1' %}",
+                    "Tags": [{"Key": EXECUTION_TAG, "Value": "{% $states.context.Execution.Id %}"}],
+                },
+                "Next": "Wait",
+            },
+            "Wait": {"Type": "Wait", "Seconds": 600, "Next": "Status"},
+            "Status": {
+                "Type": "Task",
+                "Resource": "arn:aws:states:::aws-sdk:sagemaker:listTrainingJobs",
+                "Next": "Wait",
+            },
+        },
+    }
+    if timeout_seconds:
+        definition["TimeoutSeconds"] = timeout_seconds
+    return definition
+
+
+def filled(properties: dict[str, Any], account: str) -> str:
+    """A DefinitionString as CloudFormation would deploy it in the harness's account."""
+    text = properties["DefinitionString"]
+    if isinstance(text, dict):
+        text = "".join("aws" if part == {"Ref": "AWS::Partition"} else part for part in text["Fn::Join"][1])
+    # The sweeper knows its pipeline's executions by their full ARN.
+    return text.replace(f":{account}:", f":{harness.ACCOUNT}:")
+
+
+@dataclass(frozen=True)
+class CleanupDefinitions:
+    cleanup: str
+    sweeper: str
+    template: dict[str, Any]
+
+
+@pytest.fixture(scope="session")
+def definitions(default_app) -> CleanupDefinitions:
+    settings, stacks, assembly = default_app
+    template = assembly.get_stack_by_name(stacks.pipeline.stack_name).template
+    machines = {
+        body["Properties"]["StateMachineName"]: body["Properties"]
+        for body in resources(template, "AWS::StepFunctions::StateMachine").values()
+    }
+    project = settings.project
+    assert f"{project}-pipeline" == PIPELINE
+    return CleanupDefinitions(
+        cleanup=filled(machines[f"{project}-job-cleanup"], settings.account),
+        sweeper=filled(machines[f"{project}-job-sweeper"], settings.account),
+        template=template,
+    )
+
+
+@dataclass
+class World:
+    fake: CleanupSageMaker
+    clock: VirtualClock
+    cleanup_arn: str
+    sweeper_arn: str
+    pipeline_arn: str
+
+    def start_pipeline(self, name: str, execution_input: dict | None = None) -> str:
+        return harness.start(self.pipeline_arn, execution_input or {}, name)
+
+    def stop_pipeline(self, execution_arn: str) -> None:
+        boto3.client("stepfunctions", region_name=harness.REGION).stop_execution(
+            executionArn=execution_arn, error="Cancelled", cause="operator"
+        )
+
+    def status(self, execution_arn: str) -> str:
+        client = boto3.client("stepfunctions", region_name=harness.REGION)
+        return client.describe_execution(executionArn=execution_arn)["status"]
+
+    def clean_up_after(self, execution_arn: str, name: str = "cleanup") -> harness.Outcome:
+        """What the rule does when the execution has ended: start the cleanup with the event."""
+        return harness.run(
+            self.cleanup_arn, status_change_event(execution_arn, self.status(execution_arn)), name
+        )
+
+    def sweep(self, name: str = "sweep") -> harness.Outcome:
+        return harness.run(self.sweeper_arn, {"source": "aws.events", "detail-type": "Scheduled Event"}, name)
+
+
+def status_change_event(execution_arn: str, status: str) -> dict[str, Any]:
+    """The EventBridge event the cleanup rule forwards."""
+    return {
+        "version": "0",
+        "source": "aws.states",
+        "detail-type": "Step Functions Execution Status Change",
+        "account": harness.ACCOUNT,
+        "region": harness.REGION,
+        "resources": [execution_arn],
+        "detail": {
+            "executionArn": execution_arn,
+            "stateMachineArn": execution_arn.replace(":execution:", ":stateMachine:").rsplit(":", 1)[0],
+            "name": execution_arn.rsplit(":", 1)[1],
+            "status": status,
+        },
+    }
+
+
+@pytest.fixture
+def world(definitions, monkeypatch) -> Iterator[World]:
+    fake = CleanupSageMaker()
+    fake.install(monkeypatch)
+    with harness.pipeline_environment(fake, monkeypatch) as clock:
+        fake.clock = clock
+        world = World(
+            fake=fake,
+            clock=clock,
+            cleanup_arn=harness.create_state_machine(definitions.cleanup, "trainstack-job-cleanup"),
+            sweeper_arn=harness.create_state_machine(definitions.sweeper, "trainstack-job-sweeper"),
+            pipeline_arn=harness.create_state_machine(json.dumps(stand_in_pipeline()), PIPELINE),
+        )
+        try:
+            yield world
+        finally:
+            # A RUNNING stand-in would keep polling in later tests' sessions (and move their clocks).
+            client = boto3.client("stepfunctions", region_name=harness.REGION)
+            for machine in (world.pipeline_arn, world.cleanup_arn, world.sweeper_arn):
+                running = client.list_executions(stateMachineArn=machine, statusFilter="RUNNING")
+                for execution in running["executions"]:
+                    world.stop_pipeline(execution["executionArn"])
+            fake.release_all()
