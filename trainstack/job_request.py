@@ -129,13 +129,18 @@ def resume_channel(uri: str) -> dict[str, Any]:
 
 
 def instance_preferences(profile: Profile, *, counted: bool = True) -> list[dict[str, Any]]:
-    """ResourceConfig.InstancePreferences; counted=False leaves the count to ResourceConfig.InstanceCount."""
-    return [
-        {"InstanceType": preference.instance_type, "InstanceCount": preference.instance_count}
-        if counted
-        else {"InstanceType": preference.instance_type}
-        for preference in profile.instance_preferences
-    ]
+    """ResourceConfig.InstancePreferences; counted=False leaves the count to ResourceConfig.InstanceCount.
+    A training plan reserves one instance type, so it goes on that type's preference (TrainingPlanArns),
+    never job-level beside other types."""
+    preferences = []
+    for preference, plan in zip(profile.instance_preferences, profile.training_plan_arns, strict=True):
+        entry: dict[str, Any] = {"InstanceType": preference.instance_type}
+        if counted:
+            entry["InstanceCount"] = preference.instance_count
+        if plan:
+            entry["TrainingPlanArns"] = [plan]
+        preferences.append(entry)
+    return preferences
 
 
 def encode_hyperparameters(values: Mapping[str, Any]) -> dict[str, str]:
@@ -211,8 +216,6 @@ def _resource_config(profile: Profile) -> dict[str, Any]:
         config["InstanceCount"] = only.instance_count
     if profile.keep_alive_seconds:
         config["KeepAlivePeriodInSeconds"] = profile.keep_alive_seconds
-    if profile.training_plan_arn:
-        config["TrainingPlanArn"] = profile.training_plan_arn
     return config
 
 

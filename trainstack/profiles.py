@@ -72,9 +72,21 @@ _ENV_NAME = Annotated[
 _ENV_VALUE = Annotated[str, BeforeValidator(_as_text), Field(max_length=512)]
 
 
+_TRAINING_PLAN_ARN = Annotated[
+    str | None,
+    matching(
+        r"^arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]*:[0-9]{12}:training-plan/.+$",
+        "a SageMaker training plan ARN (arn:aws:sagemaker:<region>:<account>:training-plan/<name>)",
+    ),
+]
+
+
 class InstancePreference(StrictModel):
     instance_type: str
     instance_count: Annotated[int, Field(ge=1, le=512)] = 1
+    # Reserved capacity for this instance type (a training plan reserves one type): SageMaker's
+    # InstancePreferences[].TrainingPlanArns.
+    training_plan_arn: _TRAINING_PLAN_ARN = None
 
     @field_validator("instance_type")
     @classmethod
@@ -166,13 +178,8 @@ class Profile(StrictModel):
     smp: SmpParameters | None = None
     hyperparameters: dict[_HYPERPARAMETER_NAME, _HYPERPARAMETER_VALUE] = {}
     keep_alive_seconds: Annotated[int, Field(ge=0, le=21_600)] = 0
-    training_plan_arn: Annotated[
-        str | None,
-        matching(
-            r"^arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]*:[0-9]{12}:training-plan/.+$",
-            "a SageMaker training plan ARN (arn:aws:sagemaker:<region>:<account>:training-plan/<name>)",
-        ),
-    ] = None
+    # Shorthand for a profile with one instance type: the plan of that type (instance_preferences.0).
+    training_plan_arn: _TRAINING_PLAN_ARN = None
     infra_check: bool = False
     retry: RetryPolicy = RetryPolicy()
     schedule: Annotated[
@@ -229,8 +236,15 @@ class Profile(StrictModel):
                 f"max_wait_hours ({self.max_wait_hours:g}) must be at least "
                 f"max_runtime_hours ({self.max_runtime_hours:g})"
             )
-        if self.managed_spot and self.training_plan_arn:
+        if self.managed_spot and any(self.training_plan_arns):
             yield "training_plan_arn uses reserved capacity and cannot be combined with managed_spot"
+        if self.training_plan_arn and len(self.instance_preferences) > 1:
+            yield (
+                "training_plan_arn at profile level is only for one instance type; with several, set "
+                "training_plan_arn on the instance_preferences entry whose type the plan reserves"
+            )
+        if self.training_plan_arn and self.instance_preferences[0].training_plan_arn:
+            yield "training_plan_arn is set twice: keep the one on instance_preferences.0"
         yield from self.placement_problems()
         # A fallback type that cannot hold the model fails here, not after hours of waiting for capacity.
         yield from fit_problems(self)
@@ -276,6 +290,14 @@ class Profile(StrictModel):
                     f"preferred type; {where} has {preference.world_size} GPUs "
                     f"({spec.gpus} x {preference.instance_count})"
                 )
+
+    @property
+    def training_plan_arns(self) -> list[str | None]:
+        """The training plan of each instance preference, in order (None: on-demand capacity)."""
+        return [
+            preference.training_plan_arn or (self.training_plan_arn if index == 0 else None)
+            for index, preference in enumerate(self.instance_preferences)
+        ]
 
     @property
     def uses_instance_preferences(self) -> bool:

@@ -81,7 +81,10 @@ def test_optional_features_build_valid_requests():
     assert problems("CreateTrainingJob", request) == []
     resource_config = request["ResourceConfig"]
     assert resource_config["KeepAlivePeriodInSeconds"] == 1800
-    assert resource_config["TrainingPlanArn"].endswith("training-plan/p5-plan")
+    assert resource_config["InstancePreferences"][0]["TrainingPlanArns"] == [
+        "arn:aws:sagemaker:us-east-1:111111111111:training-plan/p5-plan"
+    ]
+    assert "TrainingPlanArn" not in resource_config
     assert request["InfraCheckConfig"] == {"EnableInfraCheck": True}
     assert request["Environment"] == {"NCCL_DEBUG": "INFO", "TRAINSTACK_EXPECTED_GPUS": "8"}
 
@@ -318,3 +321,19 @@ def test_sagemaker_model_check_catches_what_sagemaker_rejects(settings):
     request["AlgorithmSpecification"]["TrainingInputMode"] = "Stream"
     found = " ".join(problems("CreateTrainingJob", request))
     assert "TrainingJobName" in found and "InstancePreferences" in found and "TrainingInputMode" in found
+
+
+def test_a_training_plan_goes_on_the_instance_type_it_reserves_never_job_level():
+    plan = "arn:aws:sagemaker:us-east-1:111111111111:training-plan/p5-reserved"
+    profile = custom(
+        instance_preferences=[
+            {"instance_type": "ml.p5.48xlarge", "instance_count": 2, "training_plan_arn": plan},
+            {"instance_type": "ml.p4d.24xlarge", "instance_count": 4},
+        ]
+    )
+    for run in RUNS.values():
+        request = build(profile, run)
+        assert problems("CreateTrainingJob", request) == []
+        resource_config = request["ResourceConfig"]
+        assert "TrainingPlanArn" not in resource_config
+        assert [p.get("TrainingPlanArns") for p in resource_config["InstancePreferences"]] == [[plan], None]

@@ -90,6 +90,27 @@ def test_default_profiles_are_valid_and_cover_every_strategy():
             },
             "training_plan_arn uses reserved capacity and cannot be combined with managed_spot.",
         ),
+        (
+            {
+                "instance_preferences": [P5, P4DE],
+                "training_plan_arn": "arn:aws:sagemaker:us-east-1:111111111111:training-plan/plan-1",
+            },
+            "training_plan_arn at profile level is only for one instance type; with several, set "
+            "training_plan_arn on the instance_preferences entry whose type the plan reserves.",
+        ),
+        (
+            {
+                "instance_preferences": [
+                    {**P5, "training_plan_arn": "arn:aws:sagemaker:us-east-1:111111111111:training-plan/p"}
+                ],
+                "training_plan_arn": "arn:aws:sagemaker:us-east-1:111111111111:training-plan/p",
+            },
+            "training_plan_arn is set twice: keep the one on instance_preferences.0.",
+        ),
+        (
+            {"instance_preferences": [{**P5, "training_plan_arn": "plan-1"}]},
+            "a SageMaker training plan ARN",
+        ),
         ({"smp": {"tensor_parallel_degree": 2}}, "smp parameters apply only to strategy smp"),
         (
             {"strategy": "smp", "instance_preferences": [{"instance_type": "ml.m5.xlarge"}]},
