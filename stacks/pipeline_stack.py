@@ -15,6 +15,7 @@ from stacks.job_cleanup import JobCleanup
 from stacks.network_stack import NetworkStack
 from stacks.pipeline_notifications import PipelineNotifications
 from stacks.storage_stack import StorageStack
+from stacks.training_queue import TrainingQueue
 from stacks.training_state_machine import TrainingStateMachine
 from stacks.validation import acknowledge
 from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements
@@ -28,6 +29,7 @@ TRAINING_METRICS_NAMESPACE = "/aws/sagemaker/TrainingJobs"
 STATE_MACHINE_ARN_OUTPUT = "StateMachineArn"
 CLEANUP_STATE_MACHINE_ARN_OUTPUT = "CleanupStateMachineArn"
 NOTIFICATION_TOPIC_ARN_OUTPUT = "NotificationTopicArn"
+TRAINING_QUEUE_ARN_OUTPUT = "TrainingQueueArn"
 
 
 class PipelineStack(cdk.Stack):
@@ -71,6 +73,16 @@ class PipelineStack(cdk.Stack):
             sagemaker_role=self.sagemaker_role,
         )
         self.state_machine = self.training.state_machine
+        self.queue = None
+        if settings.queue.enabled:
+            self.queue = TrainingQueue(self, "Queue", project=project, queue=settings.queue)
+            self.queue.grant_run_jobs(self.training.role)
+            cdk.CfnOutput(
+                self,
+                TRAINING_QUEUE_ARN_OUTPUT,
+                value=self.queue.job_queue_arn,
+                description="AWS Batch job queue that holds training jobs until instances are free",
+            )
         self.cleanup = JobCleanup(self, "JobCleanup", project=project, pipeline=self.state_machine)
         self.notifications = PipelineNotifications(
             self,

@@ -3,6 +3,10 @@
     {"profile": str, "runName": str, "hyperparameters": {str: str}, "instanceCount": int,
      "maxRuntimeHours": number, "resumeFrom": "s3://..."}      (every field optional)
 
+In queue mode (`queue.enabled`) two more optional fields exist: "priority" (0-9999, Batch's
+schedulingPriority; only with fair shares) and "share" (one of queue.shares; default: the first).
+Without queue mode they are unknown fields, so the input contract and the machine stay as they were.
+
 INPUT_RULES lists the rules as data, in the order they are checked: the field, a short rule id and
 the one-sentence cause an execution fails with (error `InvalidInput`). PROFILE_RULES follow; they
 depend on the chosen profile. Defaults: `profile` is the first profile of the config; `runName` is
@@ -22,9 +26,16 @@ from typing import Any
 
 from trainstack.config import Settings
 from trainstack.job_request import RunRequest
-from trainstack.profiles import MAX_ATTEMPTS_LIMIT, MAX_RUNTIME_HOURS_LIMIT, RESERVED_HYPERPARAMETERS, Profile
+from trainstack.profiles import (
+    MAX_ATTEMPTS_LIMIT,
+    MAX_PRIORITY,
+    MAX_RUNTIME_HOURS_LIMIT,
+    RESERVED_HYPERPARAMETERS,
+    Profile,
+)
 
 FIELDS = ("profile", "runName", "hyperparameters", "instanceCount", "maxRuntimeHours", "resumeFrom")
+QUEUE_FIELDS = ("priority", "share")
 # Job names are `<runName>-<attempt>` (attempts <= MAX_ATTEMPTS_LIMIT, 3 digits) and SageMaker allows
 # 63 characters.
 RUN_NAME_MAX_LENGTH = 63 - 1 - len(str(MAX_ATTEMPTS_LIMIT))
@@ -61,6 +72,11 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def input_fields(settings: Settings) -> tuple[str, ...]:
+    """The fields an execution input may hold under this config."""
+    return FIELDS + QUEUE_FIELDS if settings.queue.enabled else FIELDS
+
+
 def _hyperparameters(check: Callable[[str, Any], bool]) -> Callable[[Any, Settings], bool]:
     return lambda value, _: all(check(name, item) for name, item in value.items())
 
@@ -82,7 +98,7 @@ INPUT_RULES: tuple[InputRule, ...] = (
     InputRule(
         "", "known-fields",
         "The input has unknown field(s) {unknown}; allowed fields: {fields}.",
-        lambda value, _: set(value) <= set(FIELDS),
+        lambda value, settings: set(value) <= set(input_fields(settings)),
     ),
     InputRule(
         "profile", "string",
@@ -146,6 +162,26 @@ INPUT_RULES: tuple[InputRule, ...] = (
         "resumeFrom must be an S3 URI such as s3://bucket/run-name/.",
         lambda value, _: isinstance(value, str) and re.match(S3_URI_PATTERN, value) is not None,
     ),
+    InputRule(
+        "instanceCount", "within-queue",
+        "instanceCount must be at most {max_instances}, the queue's capacity (queue.max_instances).",
+        lambda value, settings: not settings.queue.enabled or value <= settings.queue.max_instances,
+    ),
+    InputRule(
+        "priority", "integer-0-9999",
+        f"priority must be a whole number from 0 to {MAX_PRIORITY} (higher runs first).",
+        lambda value, _: _is_whole_number(value) and 0 <= value <= MAX_PRIORITY,
+    ),
+    InputRule(
+        "priority", "fair-share-queue",
+        "priority orders jobs only in a queue with fair shares (queue.shares in the config).",
+        lambda _, settings: bool(settings.queue.shares),
+    ),
+    InputRule(
+        "share", "one-of-shares",
+        "share must be one of the queue's shares: {shares}.",
+        lambda value, settings: value in settings.queue.shares,
+    ),
 )
 
 
@@ -183,11 +219,13 @@ def default_run_name(settings: Settings, profile: str, now: datetime | None = No
 def message_context(settings: Settings, unknown: str) -> dict[str, str]:
     """What the {placeholders} of INPUT_RULES' messages stand for; `unknown` lists the unknown fields."""
     return {
-        "fields": ", ".join(FIELDS),
+        "fields": ", ".join(input_fields(settings)),
         "profiles": ", ".join(profile.name for profile in settings.profiles),
         "prefix": settings.project,
         "reserved": ", ".join(RESERVED_HYPERPARAMETERS),
         "unknown": unknown,
+        "max_instances": str(settings.queue.max_instances),
+        "shares": ", ".join(settings.queue.shares) or "none (the queue has no fair shares)",
     }
 
 
@@ -199,7 +237,7 @@ def validate_execution_input(data: Any, settings: Settings, execution_name: str 
     """
     if not settings.profiles:
         raise InvalidInputError("no profiles are configured; add one under profiles: in the config.")
-    unknown = ", ".join(sorted(set(data) - set(FIELDS))) if isinstance(data, Mapping) else ""
+    unknown = ", ".join(sorted(set(data) - set(input_fields(settings)))) if isinstance(data, Mapping) else ""
     context = message_context(settings, unknown)
     whole_input_rules = [rule for rule in INPUT_RULES if not rule.field]
     for rule in whole_input_rules:
@@ -229,4 +267,6 @@ def validate_execution_input(data: Any, settings: Settings, execution_name: str 
         instance_count=None if values.get("instanceCount") is None else int(values["instanceCount"]),
         max_runtime_hours=values.get("maxRuntimeHours"),
         resume_from=values.get("resumeFrom"),
+        priority=int(values["priority"]) if "priority" in values else profile.priority,
+        share=values.get("share", next(iter(settings.queue.shares), None)),
     )

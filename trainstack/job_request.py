@@ -87,6 +87,9 @@ class RunRequest:
     instance_count: int | None = None
     max_runtime_hours: float | None = None
     resume_from: str | None = None
+    # Queue mode: Batch's schedulingPriority and shareIdentifier (None: not sent).
+    priority: int | None = None
+    share: str | None = None
 
 
 def job_name(run_name: str, attempt: int) -> str:

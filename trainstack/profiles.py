@@ -22,6 +22,8 @@ MAX_RUNTIME_HOURS_LIMIT = 28 * 24
 # Attempt numbers are appended to the run name as "-<attempt>" (at most 3 digits). Each attempt runs
 # in a child execution, so the pipeline's own history grows by a few events per attempt only.
 MAX_ATTEMPTS_LIMIT = 999
+# AWS Batch's schedulingPriority range is 0-9999.
+MAX_PRIORITY = 9999
 
 # Hyperparameters the profile's strategy sets (the SageMaker toolkit's launch flags and train.py's
 # --strategy): profiles and execution inputs may not set them.
@@ -190,6 +192,15 @@ class Profile(StrictModel):
         ),
     ] = None
     environment: dict[_ENV_NAME, _ENV_VALUE] = {}
+    # Queue mode with fair shares: Batch's schedulingPriority, higher runs first within a share.
+    priority: int | None = None
+
+    @field_validator("priority")
+    @classmethod
+    def _priority_range(cls, value: int | None) -> int | None:
+        if value is not None and not 0 <= value <= MAX_PRIORITY:
+            raise ValueError(f"priority must be a whole number from 0 to {MAX_PRIORITY} (higher runs first)")
+        return value
 
     @field_validator("hyperparameters")
     @classmethod

@@ -1,0 +1,133 @@
+"""Queue mode in the synthesized templates: the three Batch resources, least-privilege IAM, lint clean.
+
+Without queue mode nothing changes: the default config's snapshots (tests/infra, tests/pipeline) are the
+proof of byte-identical templates; here the default app is also checked for the absence of Batch.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stacks.pipeline_stack import TRAINING_QUEUE_ARN_OUTPUT
+from tests.conftest import synthesize
+from tests.infra.templates import only, resources
+from tests.infra.test_app_quality import LINT_PLUGINS, run_cfn_lint, validation_report
+from tests.queue.test_queue_config import QUEUE, settings_with
+
+BATCH_TYPES = ("AWS::Batch::ServiceEnvironment", "AWS::Batch::JobQueue", "AWS::Batch::SchedulingPolicy")
+
+
+@pytest.fixture(scope="module")
+def queued_app(tmp_path_factory):
+    settings = settings_with({"queue": QUEUE})
+    outdir = tmp_path_factory.mktemp("queued.cdk.out")
+    stacks, assembly = synthesize(settings, outdir)
+    template = assembly.get_stack_by_name(stacks.pipeline.stack_name).template
+    return template, outdir
+
+
+def statements_of_state_machine_role(template: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        statement
+        for policy in resources(template, "AWS::IAM::Policy").values()
+        if any(role["Ref"].startswith("TrainingRole") for role in policy["Properties"]["Roles"])
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
+
+
+def test_service_environment_caps_the_instances(queued_app):
+    template, _ = queued_app
+    environment = only(template, "AWS::Batch::ServiceEnvironment")["Properties"]
+    assert environment["ServiceEnvironmentType"] == "SAGEMAKER_TRAINING"
+    assert environment["CapacityLimits"] == [{"CapacityUnit": "NUM_INSTANCES", "MaxCapacity": 4}]
+
+
+def test_job_queue_uses_the_environment_the_policy_and_terminates_after_the_capacity_wait(queued_app):
+    template, _ = queued_app
+    queue = only(template, "AWS::Batch::JobQueue")["Properties"]
+    environment_id = next(iter(resources(template, "AWS::Batch::ServiceEnvironment")))
+    policy_id = next(iter(resources(template, "AWS::Batch::SchedulingPolicy")))
+    assert queue["JobQueueType"] == "SAGEMAKER_TRAINING"
+    assert queue["ServiceEnvironmentOrder"] == [
+        {"Order": 1, "ServiceEnvironment": {"Fn::GetAtt": [environment_id, "ServiceEnvironmentArn"]}}
+    ]
+    assert queue["SchedulingPolicyArn"] == {"Fn::GetAtt": [policy_id, "Arn"]}
+    assert {
+        (action["Reason"], action["MaxTimeSeconds"], action["State"], action["Action"])
+        for action in queue["JobStateTimeLimitActions"]
+    } == {
+        ("CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY", 6 * 3600, "RUNNABLE", "TERMINATE"),
+        ("MISCONFIGURATION:SERVICE_ENVIRONMENT_MAX_RESOURCE", 600, "RUNNABLE", "TERMINATE"),
+    }
+
+
+def test_fair_share_weights_become_inverse_weight_factors(queued_app):
+    template, _ = queued_app
+    policy = only(template, "AWS::Batch::SchedulingPolicy")["Properties"]
+    # Batch gives a share more capacity the lower its weightFactor: production (weight 3) gets 3x research.
+    assert sorted(
+        (share["ShareIdentifier"], share["WeightFactor"])
+        for share in policy["FairsharePolicy"]["ShareDistribution"]
+    ) == [("production", 0.3333), ("research", 1.0)]
+
+
+def test_state_machine_may_submit_to_this_queue_only_and_follow_service_jobs(queued_app):
+    template, _ = queued_app
+    queue_id = next(iter(resources(template, "AWS::Batch::JobQueue")))
+    batch = [
+        statement
+        for statement in statements_of_state_machine_role(template)
+        if any(action.startswith("batch:") for action in _actions(statement))
+    ]
+    by_action = {action: statement["Resource"] for statement in batch for action in _actions(statement)}
+    assert by_action == {
+        "batch:SubmitServiceJob": {"Fn::GetAtt": [queue_id, "JobQueueArn"]},
+        "batch:DescribeServiceJob": "arn:aws:batch:us-east-1:111111111111:service-job/*",
+        "batch:TerminateServiceJob": "arn:aws:batch:us-east-1:111111111111:service-job/*",
+    }
+    (pass_role,) = [s for s in statements_of_state_machine_role(template) if "iam:PassRole" in _actions(s)]
+    assert pass_role["Condition"] == {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}
+    assert template["Outputs"][TRAINING_QUEUE_ARN_OUTPUT]["Value"] == {
+        "Fn::GetAtt": [queue_id, "JobQueueArn"]
+    }
+
+
+def test_queued_templates_pass_cfn_lint_and_nag(queued_app):
+    _, outdir = queued_app
+    result = run_cfn_lint(sorted(Path(outdir).glob("*.template.json")))
+    assert (result.returncode, result.stdout + result.stderr) == (0, "")
+    for plugin in validation_report(Path(outdir))["pluginReports"]:
+        if plugin["pluginName"] in LINT_PLUGINS:
+            assert plugin["violations"] == [], plugin["pluginName"]
+        for suppressed in plugin.get("suppressedViolations", []):
+            assert suppressed["reason"].strip(), suppressed["ruleName"]
+
+
+def test_a_fifo_queue_has_no_scheduling_policy():
+    import aws_cdk as cdk
+
+    from stacks.training_queue import TrainingQueue
+
+    stack = cdk.Stack(cdk.App(), "Probe", env=cdk.Environment(account="111111111111", region="us-east-1"))
+    TrainingQueue(
+        stack, "Queue", project="trainstack", queue=settings_with({"queue": {**QUEUE, "shares": {}}}).queue
+    )
+    template = cdk.assertions.Template.from_stack(stack).to_json()
+    assert not resources(template, "AWS::Batch::SchedulingPolicy")
+    assert "SchedulingPolicyArn" not in only(template, "AWS::Batch::JobQueue")["Properties"]
+
+
+def test_without_queue_mode_there_is_no_batch_resource(default_app):
+    _, stacks, assembly = default_app
+    template = assembly.get_stack_by_name(stacks.pipeline.stack_name).template
+    assert not [body for body in template["Resources"].values() if body["Type"] in BATCH_TYPES]
+    assert "batch:" not in json.dumps(template)
+
+
+def _actions(statement: dict[str, Any]) -> list[str]:
+    value = statement["Action"]
+    return value if isinstance(value, list) else [value]
