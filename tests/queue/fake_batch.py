@@ -13,7 +13,7 @@ sm_job_stuck_in_runnable_capacity) and botocore's `batch` model:
   a job at the head that does not fit blocks the jobs behind it;
 - a training job that fails with `CapacityError...` sends the service job back to RUNNABLE with statusReason
   `CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY - ...`, without using a retryStrategy attempt; Batch starts a
-  new training job with the same payload later. The time spent SCHEDULED accumulates; once it reaches the
+  new training job with the same payload on a later pass (a later call). The time spent SCHEDULED accumulates; once it reaches the
   queue's capacity time limit the job is terminated (FAILED, statusReason
   `Terminated by JobStateTimeLimit action due to reason: CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY`);
 - TerminateServiceJob fails a waiting job at once and stops the training job of a started one.
@@ -89,6 +89,8 @@ class ServiceJob:
     status_reason: str | None = None
     attempts: list[dict[str, Any]] = field(default_factory=list)
     training_job: str | None = None
+    # Back to RUNNABLE after a capacity error in this call: Batch starts it again on a later pass.
+    held: bool = False
     scheduled_at: float | None = None
     capacity_wait: float = 0.0
     retries_left: int = 0
@@ -175,6 +177,8 @@ class FakeBatch:
             self.calls.append(("DescribeServiceJob", request))
             _validate("DescribeServiceJob", request)
             job = self._job(request["jobId"])
+            for other in self.jobs.values():
+                other.held = False
             self._advance(job)
             self._schedule()
             return self._description(job)
@@ -261,7 +265,7 @@ class FakeBatch:
             if not waiting:
                 return
             head = self._next(waiting, self._usage())
-            if head.instances > self.max_instances - self.in_use():
+            if head.held or head.instances > self.max_instances - self.in_use():
                 return
             self._start(head)
 
@@ -303,12 +307,14 @@ class FakeBatch:
             attempt["statusReason"] = CAPACITY_WAITING
             job.capacity_wait += self.now() - (job.scheduled_at or self.now())
             job.status, job.status_reason, job.training_job = "RUNNABLE", CAPACITY_WAITING, None
+            job.held = True
             return
         status_reason = f"Received status from SageMaker: {reason or status}"
         attempt["statusReason"] = status_reason
         if job.retries_left and self._retry_allowed(job, status_reason):
             job.retries_left -= 1
             job.status, job.status_reason, job.training_job = "RUNNABLE", status_reason, None
+            job.held = True
             return
         self._finish(job, "FAILED", status_reason)
 
