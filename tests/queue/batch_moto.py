@@ -4,6 +4,12 @@ moto routes Batch's REST paths through `moto.batch.urls.url_paths` to BatchRespo
 the last path segment (`/v1/submitservicejob` -> `submitservicejob`). moto has no service-job paths:
 this adds them and answers them from FakeBatch, with errors serialized as Batch's REST-JSON errors
 (HTTP 400, `x-amzn-ErrorType: <code>`), so botocore raises ClientError with that code.
+
+Step Functions writes aws-sdk parameters in PascalCase even where the API is camelCase, as Batch's is
+("Parameters in Step Functions are expressed in PascalCase, even if the native service API is in
+camelCase", Step Functions developer guide), and returns results PascalCase too (LocalStack's
+interpreter does so, from AWS snapshots). moto's copy of that interpreter has the conversion code but
+does not call it for aws-sdk tasks; for `batch` this calls it.
 """
 
 from __future__ import annotations
@@ -15,8 +21,9 @@ from moto.batch import urls as batch_urls
 from moto.batch.responses import BatchResponse
 from moto.core.exceptions import ServiceException
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import state_task_service_aws_sdk
+from moto.stepfunctions.parser.utils import snake_to_camel_case
 
-from tests.queue.fake_batch import FakeBatch
+from tests.queue.fake_batch import BATCH_MODEL, FakeBatch
 
 # REST path segment -> FakeBatch method.
 SERVICE_JOB_PATHS = {
@@ -34,6 +41,19 @@ def install_fake_batch(fake: FakeBatch, monkeypatch) -> None:
         monkeypatch.setattr(BatchResponse, path, _handler(fake, method), raising=False)
     # The interpreter names aws-sdk errors "<Service>.<Code>"; AWS spells this service "Batch".
     monkeypatch.setitem(state_task_service_aws_sdk._SERVICE_ERROR_NAMES, "batch", "Batch")
+    task = state_task_service_aws_sdk.StateTaskServiceAwsSdk
+    monkeypatch.setattr(task, "_normalise_parameters", _pascal_case_for_batch(task._to_boto_request, "input"))
+    monkeypatch.setattr(task, "_normalise_response", _pascal_case_for_batch(task._from_boto_response, "output"))
+
+
+def _pascal_case_for_batch(convert, direction: str):
+    def normalise(self, value, boto_service_name=None, service_action_name=None) -> None:
+        if self._get_boto_service_name() != "batch":
+            return
+        operation = BATCH_MODEL.operation_model(snake_to_camel_case(self._get_boto_service_action()))
+        convert(self, value, getattr(operation, f"{direction}_shape"))
+
+    return normalise
 
 
 def _handler(fake: FakeBatch, method: str):
