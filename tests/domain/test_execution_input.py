@@ -10,6 +10,7 @@ from tests.domain.input_cases import MALFORMED_INPUTS
 from trainstack.execution_input import (
     FIELDS,
     INPUT_RULES,
+    QUEUE_FIELDS,
     PROFILE_RULES,
     InvalidInputError,
     default_run_name,
@@ -66,7 +67,7 @@ def test_default_run_name_from_an_invalid_execution_name_is_rejected(settings):
 
 
 def test_rules_are_data_over_the_contract_fields():
-    assert {rule.field for rule in INPUT_RULES} - {""} == set(FIELDS)
+    assert {rule.field for rule in INPUT_RULES} - {""} == set(FIELDS) | set(QUEUE_FIELDS)
     assert {rule.field for rule in PROFILE_RULES} <= set(FIELDS)
     assert len({(rule.field, rule.rule) for rule in INPUT_RULES}) == len(INPUT_RULES)
 

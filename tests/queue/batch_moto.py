@@ -31,6 +31,7 @@ SERVICE_JOB_PATHS = {
     "describeservicejob": "describe",
     "listservicejobs": "list",
     "terminateservicejob": "terminate",
+    "getjobqueuesnapshot": "queue_snapshot",
 }
 
 
@@ -43,7 +44,9 @@ def install_fake_batch(fake: FakeBatch, monkeypatch) -> None:
     monkeypatch.setitem(state_task_service_aws_sdk._SERVICE_ERROR_NAMES, "batch", "Batch")
     task = state_task_service_aws_sdk.StateTaskServiceAwsSdk
     monkeypatch.setattr(task, "_normalise_parameters", _pascal_case_for_batch(task._to_boto_request, "input"))
-    monkeypatch.setattr(task, "_normalise_response", _pascal_case_for_batch(task._from_boto_response, "output"))
+    monkeypatch.setattr(
+        task, "_normalise_response", _pascal_case_for_batch(task._from_boto_response, "output")
+    )
 
 
 def _pascal_case_for_batch(convert, direction: str):

@@ -127,6 +127,8 @@ class FakeBatch:
     capacity_wait_seconds: float = 24 * 3600
     now: Callable[[], float] = time.time
     jobs: dict[str, ServiceJob] = field(default_factory=dict)
+    # (job name, status) each time a job's status changed, in order.
+    transitions: list[tuple[str, str]] = field(default_factory=list)
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     lock: threading.RLock = field(default_factory=threading.RLock)
 
@@ -169,6 +171,7 @@ class FakeBatch:
                 retries_left=request.get("retryStrategy", {}).get("attempts", 1) - 1,
             )
             self.jobs[job.job_id] = job
+            self.transitions.append((job.name, job.status))
             self._schedule()
             return {"jobArn": job.arn, "jobName": job.name, "jobId": job.job_id}
 
@@ -187,18 +190,33 @@ class FakeBatch:
         with self.lock:
             self.calls.append(("ListServiceJobs", request))
             _validate("ListServiceJobs", request)
-            names = {
-                value
+            # The model's documentation: one filter at a time; JOB_NAME is case-insensitive, a trailing "*"
+            # matches a prefix, and with it jobStatus is ignored; newest first.
+            names = [
+                value.lower()
                 for item in request.get("filters", [])
                 if item.get("name") == "JOB_NAME"
                 for value in item.get("values", [])
-            }
+            ]
+            status = None if names else request.get("jobStatus")
             jobs = [
                 job
-                for job in self.jobs.values()
-                if request.get("jobStatus") in (None, job.status) and (not names or job.name in names)
+                for job in reversed(self.jobs.values())
+                if status in (None, job.status)
+                and (not names or any(_name_matches(job.name, n) for n in names))
             ]
             return {"jobSummaryList": [self._summary(job) for job in jobs]}
+
+    def queue_snapshot(self, request: dict[str, Any]) -> dict[str, Any]:
+        """GetJobQueueSnapshot: the front of the queue, in the order Batch will start the jobs."""
+        with self.lock:
+            self.calls.append(("GetJobQueueSnapshot", request))
+            _validate("GetJobQueueSnapshot", request)
+            jobs = [
+                {"jobArn": self.jobs[job_id].arn, "earliestTimeAtPosition": self._millis()}
+                for job_id in self.snapshot()
+            ]
+            return {"frontOfQueue": {"jobs": jobs[:100], "lastUpdatedAt": self._millis()}}
 
     def terminate(self, request: dict[str, Any]) -> dict[str, Any]:
         with self.lock:
@@ -279,7 +297,7 @@ class FakeBatch:
             self._finish(job, "FAILED", f"Received status from SageMaker: {error.code}: {error.message}")
             return
         job.training_job = request["TrainingJobName"]
-        job.status = "SCHEDULED"
+        self._set_status(job, "SCHEDULED")
         job.scheduled_at = self.now()
         job.started_at = job.started_at or self._millis()
         job.attempts.append(
@@ -295,7 +313,7 @@ class FakeBatch:
         training = self.sagemaker.describe(job.training_job)
         status = training["TrainingJobStatus"]
         if status == "InProgress":
-            job.status = _IN_PROGRESS.get(training["SecondaryStatus"], "RUNNING")
+            self._set_status(job, _IN_PROGRESS.get(training["SecondaryStatus"], "RUNNING"))
             return
         if status == "Completed":
             self._finish(job, "SUCCEEDED", "Received status from SageMaker: Completed")
@@ -306,17 +324,24 @@ class FakeBatch:
         if status == "Failed" and reason.startswith("CapacityError"):
             attempt["statusReason"] = CAPACITY_WAITING
             job.capacity_wait += self.now() - (job.scheduled_at or self.now())
-            job.status, job.status_reason, job.training_job = "RUNNABLE", CAPACITY_WAITING, None
+            self._set_status(job, "RUNNABLE")
+            job.status_reason, job.training_job = CAPACITY_WAITING, None
             job.held = True
             return
         status_reason = f"Received status from SageMaker: {reason or status}"
         attempt["statusReason"] = status_reason
         if job.retries_left and self._retry_allowed(job, status_reason):
             job.retries_left -= 1
-            job.status, job.status_reason, job.training_job = "RUNNABLE", status_reason, None
+            self._set_status(job, "RUNNABLE")
+            job.status_reason, job.training_job = status_reason, None
             job.held = True
             return
         self._finish(job, "FAILED", status_reason)
+
+    def _set_status(self, job: ServiceJob, status: str) -> None:
+        if job.status != status:
+            job.status = status
+            self.transitions.append((job.name, status))
 
     def _retry_allowed(self, job: ServiceJob, reason: str) -> bool:
         rules = job.request.get("retryStrategy", {}).get("evaluateOnExit", [])
@@ -326,7 +351,8 @@ class FakeBatch:
         return not rules
 
     def _finish(self, job: ServiceJob, status: str, reason: str) -> None:
-        job.status, job.status_reason = status, reason
+        self._set_status(job, status)
+        job.status_reason = reason
         job.stopped_at = self._millis()
         job.training_job = None if status != "SUCCEEDED" else job.training_job
 
@@ -384,6 +410,11 @@ class FakeBatch:
 
     def _millis(self) -> int:
         return int(self.now() * 1000)
+
+
+def _name_matches(name: str, wanted: str) -> bool:
+    name = name.lower()
+    return name.startswith(wanted[:-1]) if wanted.endswith("*") else name == wanted
 
 
 def _instances(payload: dict[str, Any]) -> int:

@@ -197,7 +197,9 @@ def test_terminating_a_running_job_stops_its_training_job(world):
 def test_list_service_jobs_by_status_and_name(world):
     client, _, _, _ = world
     running, waiting = submit(client, "running"), submit(client, "waiting")
-    runnable = client.list_service_jobs(jobQueue="trainstack-training", jobStatus="RUNNABLE")["jobSummaryList"]
+    runnable = client.list_service_jobs(jobQueue="trainstack-training", jobStatus="RUNNABLE")[
+        "jobSummaryList"
+    ]
     assert [summary["jobId"] for summary in runnable] == [waiting]
     named = client.list_service_jobs(filters=[{"name": "JOB_NAME", "values": ["running"]}])["jobSummaryList"]
     assert [summary["jobId"] for summary in named] == [running]

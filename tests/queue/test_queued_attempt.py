@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
 from typing import Any
 
 import boto3
@@ -17,6 +16,7 @@ from tests.pipeline.harness import (
     STARTING,
     TRAINING,
     FakeSageMaker,
+    failed,
     wait_for,
 )
 from tests.queue.batch_moto import install_fake_batch
@@ -53,20 +53,31 @@ def attempt_definition() -> str:
     template = cdk.assertions.Template.from_stack(stack).to_json()
     [machine] = [r for r in template["Resources"].values() if r["Type"] == "AWS::StepFunctions::StateMachine"]
     definition = machine["Properties"]["DefinitionString"]
-    pseudo = {"AWS::Partition": "aws", "AWS::Region": REGION, "AWS::AccountId": ACCOUNT, "AWS::URLSuffix": "amazonaws.com"}
+    pseudo = {
+        "AWS::Partition": "aws",
+        "AWS::Region": REGION,
+        "AWS::AccountId": ACCOUNT,
+        "AWS::URLSuffix": "amazonaws.com",
+    }
     if isinstance(definition, str):
         return definition
-    return "".join(part if isinstance(part, str) else pseudo[part["Ref"]] for part in definition["Fn::Join"][1])
+    return "".join(
+        part if isinstance(part, str) else pseudo[part["Ref"]] for part in definition["Fn::Join"][1]
+    )
 
 
 DEFINITION = attempt_definition()
 
 
-def attempt_input(run_name: str, *, instances: int | None = None, priority=None, share=None) -> dict[str, Any]:
+def attempt_input(
+    run_name: str, *, instances: int | None = None, priority=None, share=None
+) -> dict[str, Any]:
     settings = load_settings(environ={})
     profile = settings.profiles[0]
     run = RunRequest(profile=profile.name, run_name=run_name, instance_count=instances)
-    request = build_create_training_job_request(profile, FSX_RESOURCES, run, 1, f"arn:aws:states:{REGION}:{ACCOUNT}:execution:p:{run_name}")
+    request = build_create_training_job_request(
+        profile, FSX_RESOURCES, run, 1, f"arn:aws:states:{REGION}:{ACCOUNT}:execution:p:{run_name}"
+    )
     return {
         "request": request,
         "runName": run_name,
@@ -84,8 +95,13 @@ def install_fake_sagemaker(fake: FakeSageMaker, monkeypatch) -> None:
 
     handlers = {
         "create_training_job": lambda self: ActionResult(fake.create(json.loads(self.body))),
-        "describe_training_job": lambda self: ActionResult(fake.describe(json.loads(self.body)["TrainingJobName"])),
-        "stop_training_job": lambda self: (fake.stop(json.loads(self.body)["TrainingJobName"]), EmptyResult())[1],
+        "describe_training_job": lambda self: ActionResult(
+            fake.describe(json.loads(self.body)["TrainingJobName"])
+        ),
+        "stop_training_job": lambda self: (
+            fake.stop(json.loads(self.body)["TrainingJobName"]),
+            EmptyResult(),
+        )[1],
     }
     for name, handler in handlers.items():
         monkeypatch.setattr(SageMakerResponse, name, handler, raising=False)
@@ -93,16 +109,25 @@ def install_fake_sagemaker(fake: FakeSageMaker, monkeypatch) -> None:
 
 @pytest.fixture
 def world(monkeypatch):
-    for name, value in (("AWS_DEFAULT_REGION", REGION), ("AWS_ACCESS_KEY_ID", "t"), ("AWS_SECRET_ACCESS_KEY", "t")):
+    for name, value in (
+        ("AWS_DEFAULT_REGION", REGION),
+        ("AWS_ACCESS_KEY_ID", "t"),
+        ("AWS_SECRET_ACCESS_KEY", "t"),
+    ):
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("MOTO_ACCOUNT_ID", ACCOUNT)
     sagemaker = FakeSageMaker(job_scripts=[[STARTING, TRAINING, TRAINING, COMPLETED]])
-    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}), local_stepfunctions(VirtualClock()) as clock:
+    with (
+        mock_aws(config={"stepfunctions": {"execute_state_machine": True}}),
+        local_stepfunctions(VirtualClock()) as clock,
+    ):
         batch = FakeBatch(sagemaker=sagemaker, max_instances=2, now=clock.time)
         install_fake_batch(batch, monkeypatch)
         install_fake_sagemaker(sagemaker, monkeypatch)
         client = boto3.client("stepfunctions")
-        arn = client.create_state_machine(name="attempt", definition=DEFINITION, roleArn=f"arn:aws:iam::{ACCOUNT}:role/x")["stateMachineArn"]
+        arn = client.create_state_machine(
+            name="attempt", definition=DEFINITION, roleArn=f"arn:aws:iam::{ACCOUNT}:role/x"
+        )["stateMachineArn"]
         yield client, arn, batch, sagemaker, clock
 
 
@@ -125,17 +150,126 @@ def test_one_attempt_completes_through_the_queue(world):
     assert "schedulingPriority" not in submitted and "shareIdentifier" not in submitted
 
 
-def test_debug(world):
+def start(client, arn, name: str, value: dict) -> str:
+    return client.start_execution(stateMachineArn=arn, name=name, input=json.dumps(value))["executionArn"]
+
+
+def until(condition, what: str, timeout: float = 60) -> None:
+    """Wait (real time, bounded) for another thread's progress: a submit the next step depends on."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def submitted(batch: FakeBatch, name: str) -> bool:
+    return any(job.name == name for job in batch.jobs.values())
+
+
+def started(batch: FakeBatch) -> list[str]:
+    """Service jobs in the order Batch started them (SCHEDULED first reached)."""
+    seen: list[str] = []
+    for name, status in batch.transitions:
+        if status == "SCHEDULED" and name not in seen:
+            seen.append(name)
+    return seen
+
+
+def blocking(sagemaker: FakeSageMaker) -> None:
+    """The next training job runs until release(); the ones after it complete."""
+    sagemaker.script([[STARTING, TRAINING], [STARTING, TRAINING, COMPLETED]])
+
+
+def release(sagemaker: FakeSageMaker, name: str) -> None:
+    sagemaker.jobs[name].phases.append(COMPLETED)
+
+
+def test_second_run_waits_runnable_while_the_environment_is_full_then_runs(world):
     client, arn, batch, sagemaker, _ = world
-    import logging, traceback
-    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import state_task_service_aws_sdk as m
-    orig = m.StateTaskServiceAwsSdk._eval_service_task
-    def wrapped(self, *a, **k):
-        try:
-            return orig(self, *a, **k)
-        except Exception:
-            traceback.print_exc()
-            raise
-    m.StateTaskServiceAwsSdk._eval_service_task = wrapped
-    outcome = run(client, arn, {"a": attempt_input("trainstack-a")})["a"]
-    m.StateTaskServiceAwsSdk._eval_service_task = orig
+    first = start(client, arn, "first", attempt_input("trainstack-first"))
+    until(lambda: submitted(batch, "trainstack-first-1"), "the first submit")
+    second = start(client, arn, "second", attempt_input("trainstack-second"))
+    outcomes = [wait_for(first), wait_for(second)]
+    assert [outcome.output["status"] for outcome in outcomes] == ["Completed", "Completed"]
+    second_history = [status for name, status in batch.transitions if name == "trainstack-second-1"]
+    assert second_history[0] == "RUNNABLE" and second_history[-1] == "SUCCEEDED"
+    # The second training job was created only after the first one had ended.
+    first_end = batch.transitions.index(("trainstack-first-1", "SUCCEEDED"))
+    assert batch.transitions.index(("trainstack-second-1", "SCHEDULED")) > first_end
+
+
+def test_priorities_order_the_waiting_jobs(world):
+    client, arn, batch, sagemaker, _ = world
+    batch.weight_factors = {"research": 1.0}
+    blocking(sagemaker)
+    runs = [("blocker", 0), ("low", 1), ("high", 500)]
+    executions = []
+    for name, priority in runs:
+        executions.append(
+            start(client, arn, name, attempt_input(f"trainstack-{name}", priority=priority, share="research"))
+        )
+        until(lambda name=name: submitted(batch, f"trainstack-{name}-1"), f"the {name} submit")
+    release(sagemaker, "trainstack-blocker-1")
+    assert [wait_for(execution).output["status"] for execution in executions] == ["Completed"] * 3
+    assert started(batch) == ["trainstack-blocker-1", "trainstack-high-1", "trainstack-low-1"]
+    [high] = [job for job in batch.jobs.values() if job.name == "trainstack-high-1"]
+    assert (high.request["schedulingPriority"], high.request["shareIdentifier"]) == (500, "research")
+
+
+def test_fair_share_gives_the_heavier_share_more_instances(world):
+    client, arn, batch, sagemaker, _ = world
+    batch.max_instances = 3
+    batch.weight_factors = {"teamA": 0.5, "teamB": 1.0}  # config weights teamA: 2, teamB: 1
+    blocking(sagemaker)
+    plan = (
+        [("blocker", 3, "teamB")]
+        + [(f"a{i}", 1, "teamA") for i in range(2)]
+        + [(f"b{i}", 1, "teamB") for i in range(2)]
+    )
+    executions = []
+    for name, instances, share in plan:
+        value = attempt_input(f"trainstack-{name}", instances=instances, share=share)
+        executions.append(start(client, arn, name, value))
+        until(lambda name=name: submitted(batch, f"trainstack-{name}-1"), f"the {name} submit")
+    release(sagemaker, "trainstack-blocker-1")
+    for execution in executions:
+        assert wait_for(execution).output["status"] == "Completed"
+    # Once the blocker ended, three 1-instance jobs fit: teamA got two of them, teamB one.
+    assert started(batch)[1:4] == ["trainstack-a0-1", "trainstack-b0-1", "trainstack-a1-1"]
+
+
+def test_capacity_error_is_retried_by_batch_with_the_same_checkpoint_prefix(world):
+    client, arn, batch, sagemaker, _ = world
+    sagemaker.script([[CAPACITY_FAILURE], [STARTING, TRAINING, COMPLETED]])
+    outcome = wait_for(start(client, arn, "run", attempt_input("trainstack-run")))
+    assert outcome.output["status"] == "Completed", outcome.output
+    assert [call for call, _ in batch.calls].count(
+        "SubmitServiceJob"
+    ) == 1  # no second submit by the pipeline
+    first, second = sagemaker.created
+    assert (
+        first["CheckpointConfig"]["S3Uri"]
+        == second["CheckpointConfig"]["S3Uri"]
+        == ("s3://trainstack-checkpoints/trainstack-run/")
+    )
+    assert outcome.output["job"]["name"] == second["TrainingJobName"]
+
+
+def test_capacity_wait_over_the_queue_limit_ends_the_attempt_as_capacity(world):
+    client, arn, batch, sagemaker, _ = world
+    batch.capacity_wait_seconds = 1800
+    sagemaker.script([[STARTING, STARTING, STARTING, CAPACITY_FAILURE]])
+    outcome = wait_for(start(client, arn, "run", attempt_input("trainstack-run")))
+    assert outcome.output["status"] == "Capacity"
+    assert "capacity_wait_hours" in outcome.output["cause"]
+    assert len(sagemaker.created) > 1  # Batch tried again before giving up
+
+
+def test_training_failure_is_reported_with_its_reason(world):
+    client, arn, batch, sagemaker, _ = world
+    sagemaker.script([[STARTING, failed("AlgorithmError: loss is nan")]])
+    outcome = wait_for(start(client, arn, "run", attempt_input("trainstack-run")))
+    assert outcome.output["status"] == "Failed"
+    assert outcome.output["cause"] == "Training job trainstack-run-1 failed: AlgorithmError: loss is nan"
