@@ -15,7 +15,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements
-from trainstack.config import QueueSettings
+from trainstack.config import QueueSettings, training_queue_name
 
 SERVICE_TYPE = "SAGEMAKER_TRAINING"
 # statusReason Batch gives a job waiting after capacity errors (Batch user guide, "Jobs stuck in RUNNABLE").
@@ -37,7 +37,7 @@ class TrainingQueue(Construct):
         self.environment = batch.CfnServiceEnvironment(
             self,
             "ServiceEnvironment",
-            service_environment_name=f"{project}-training",
+            service_environment_name=training_queue_name(project),
             service_environment_type=SERVICE_TYPE,
             capacity_limits=[
                 batch.CfnServiceEnvironment.CapacityLimitProperty(
@@ -50,7 +50,7 @@ class TrainingQueue(Construct):
             batch.FairshareSchedulingPolicy(
                 self,
                 "FairShare",
-                scheduling_policy_name=f"{project}-training",
+                scheduling_policy_name=training_queue_name(project),
                 shares=[
                     batch.Share(share_identifier=name, weight_factor=weight_factor(weight))
                     for name, weight in queue.shares.items()
@@ -62,7 +62,7 @@ class TrainingQueue(Construct):
         self.job_queue = batch.CfnJobQueue(
             self,
             "JobQueue",
-            job_queue_name=f"{project}-training",
+            job_queue_name=training_queue_name(project),
             job_queue_type=SERVICE_TYPE,
             priority=1,
             state="ENABLED",

@@ -177,6 +177,11 @@ CAPACITY_WAIT_HOURS_RANGE = (600 / 3600, 86_400 / 3600)
 MAX_SHARES = 500  # share identifiers active in one Batch job queue
 
 
+def training_queue_name(project: str) -> str:
+    """The AWS Batch job queue (and service environment) of queue mode; the CLI finds the queue by it."""
+    return f"{project}-training"
+
+
 class QueueSettings(StrictModel):
     """Queue mode: attempts go through an AWS Batch job queue for SageMaker Training (docs/queue.md)."""
 

@@ -21,6 +21,8 @@ TRAINING_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 EXECUTION_ARN_PATTERN = r"^arn:aws[a-z-]*:states:[a-z0-9-]+:\d{12}:execution:[^:]+:[^:]+$"
 ENDED_BADLY = ("FAILED", "TIMED_OUT", "ABORTED")
 JOB_ENDED = ("Completed", "Failed", "Stopped")
+# AWS Batch service job states before Batch starts the training job (queue mode).
+SERVICE_JOB_WAITING = ("SUBMITTED", "PENDING", "RUNNABLE")
 
 
 class RunError(Exception):
@@ -47,6 +49,19 @@ class Job:
         kind = resources.get("SelectedInstanceType") or resources.get("InstanceType")
         count = resources.get("SelectedInstanceCount") or resources.get("InstanceCount")
         return f"{count} x {kind}" if kind else "-"
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    """Queue mode: a run's job waiting in the AWS Batch job queue for free instances."""
+
+    attempt: int
+    name: str
+    position: int | None  # 1 = next to start; None when Batch's snapshot of the queue's front omits it
+
+    @property
+    def status(self) -> str:
+        return f"queued, position {self.position}" if self.position else "queued"
 
 
 def find_state_machine(cloudformation: Any, project: str, region: str) -> str:
@@ -145,6 +160,33 @@ def clock() -> datetime:
     return datetime.now(UTC)
 
 
+def queued_job(batch: Any, queue_name: str, run_name: str) -> QueuedJob | None:
+    """The run's newest service job `<run>-<attempt>` while it waits in the queue; None once Batch started it
+    (or without one). Its position comes from GetJobQueueSnapshot, which lists the queue's front in order."""
+    pattern = re.compile(rf"^{re.escape(run_name)}-(\d+)$", re.IGNORECASE)
+    summaries = batch.list_service_jobs(
+        jobQueue=queue_name, filters=[{"name": "JOB_NAME", "values": [f"{run_name}-*"]}]
+    )["jobSummaryList"]
+    # Newest first (ListServiceJobs sorts by createdAt when filtering by name).
+    ours = [(summary, match) for summary in summaries if (match := pattern.match(summary["jobName"]))]
+    if not ours or ours[0][0].get("status") not in SERVICE_JOB_WAITING:
+        return None
+    summary, match = ours[0]
+    front = batch.get_job_queue_snapshot(jobQueue=queue_name).get("frontOfQueue", {}).get("jobs", [])
+    arns = [job["jobArn"] for job in front]
+    position = arns.index(summary["jobArn"]) + 1 if summary.get("jobArn") in arns else None
+    return QueuedJob(int(match.group(1)), summary["jobName"], position)
+
+
+def run_job(
+    sagemaker: Any, batch: Any | None, queue_name: str | None, run_name: str
+) -> Job | QueuedJob | None:
+    """What the run is at: its job waiting in the queue (queue mode: batch and queue_name given), else its
+    newest training job, else None."""
+    queued = queued_job(batch, queue_name, run_name) if batch is not None and queue_name else None
+    return queued or current_job(sagemaker, run_name)
+
+
 def elapsed(execution: dict[str, Any], now: datetime) -> str:
     """H:MM:SS from the execution's start to its stop, or to now while it runs."""
     end = execution.get("stopDate") or now
@@ -152,9 +194,11 @@ def elapsed(execution: dict[str, Any], now: datetime) -> str:
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
-def status_line(execution: dict[str, Any], job: Job | None) -> str:
+def status_line(execution: dict[str, Any], job: Job | QueuedJob | None) -> str:
     if job is None:
         return f"{execution['status']} | no training job yet"
+    if isinstance(job, QueuedJob):
+        return f"{execution['status']} | attempt {job.attempt} | {job.name} | {job.status}"
     return (
         f"{execution['status']} | attempt {job.attempt} | {job.name} | "
         f"{job.status} / {job.description.get('SecondaryStatus', '-')}"

@@ -14,8 +14,8 @@ from typing import Any
 
 import boto3
 
-from trainstack.config import ConfigError, Settings, load_settings
-from trainstack.runs import find_state_machine
+from trainstack.config import ConfigError, Settings, load_settings, training_queue_name
+from trainstack.runs import Job, QueuedJob, find_state_machine, run_job
 
 DEFAULT_POLL_SECONDS = 15.0
 
@@ -72,6 +72,13 @@ class Pipeline:
 
     def client(self, service: str) -> Any:
         return boto3.client(service, region_name=self.region)
+
+    def job_of(self, run_name: str) -> Job | QueuedJob | None:
+        """The run's job: waiting in the queue (queue mode), else its newest training job, else None."""
+        if not self.settings.queue.enabled:
+            return run_job(self.client("sagemaker"), None, None, run_name)
+        queue = training_queue_name(self.settings.project)
+        return run_job(self.client("sagemaker"), self.client("batch"), queue, run_name)
 
     @cached_property
     def state_machine_arn(self) -> str:

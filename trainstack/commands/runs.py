@@ -15,7 +15,7 @@ from trainstack.commands.common import (
     subcommand_errors,
     usage_failure,
 )
-from trainstack.runs import RunError, clock, current_job, elapsed, run_input, run_name_of
+from trainstack.runs import Job, RunError, clock, elapsed, run_input, run_name_of
 
 COLUMNS = ("RUN", "PROFILE", "STATUS", "ATTEMPT", "JOB", "INSTANCES", "ELAPSED")
 
@@ -53,19 +53,18 @@ def run(args: argparse.Namespace) -> int:
 
 def _rows(pipeline: Pipeline, limit: int):
     stepfunctions = pipeline.client("stepfunctions")
-    sagemaker = pipeline.client("sagemaker")
     listed = stepfunctions.list_executions(stateMachineArn=pipeline.state_machine_arn, maxResults=limit)
     now = clock()
     for item in sorted(listed["executions"], key=lambda item: item["startDate"], reverse=True)[:limit]:
         execution = stepfunctions.describe_execution(executionArn=item["executionArn"])
         run_name = run_name_of(execution, pipeline.settings.project)
-        job = current_job(sagemaker, run_name)
+        job = pipeline.job_of(run_name)
         yield (
             run_name,
             str(run_input(execution).get("profile", "-")),
             execution["status"],
             str(job.attempt) if job else "-",
             f"{job.name} ({job.status})" if job else "-",
-            job.instances if job else "-",
+            job.instances if isinstance(job, Job) else "-",
             elapsed(execution, now),
         )

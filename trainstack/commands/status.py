@@ -28,7 +28,6 @@ from trainstack.commands.common import (
 from trainstack.runs import (
     ENDED_BADLY,
     RunError,
-    current_job,
     elapsed,
     is_execution_arn,
     latest_execution,
@@ -68,7 +67,7 @@ def run_status(args: argparse.Namespace) -> int:
         pipeline = Pipeline.from_args(args)
         state_machine_arn = _state_machine(pipeline, args.run)
         execution = latest_execution(pipeline.client("stepfunctions"), state_machine_arn, args.run)
-        job = current_job(pipeline.client("sagemaker"), run_name_of(execution, pipeline.settings.project))
+        job = pipeline.job_of(run_name_of(execution, pipeline.settings.project))
     except UsageError as error:
         return usage_failure(args, error)
     except RunError as error:
@@ -123,14 +122,11 @@ def follow(pipeline: Pipeline, execution_arn: str, poll_seconds: float) -> int:
     gets one line rewritten in place. 0 on success (output printed), else 1 with its error and cause."""
     out = sys.stdout
     stepfunctions = pipeline.client("stepfunctions")
-    sagemaker = pipeline.client("sagemaker")
     live = out.isatty()
     shown = ""
     while True:
         execution = stepfunctions.describe_execution(executionArn=execution_arn)
-        line = status_line(
-            execution, current_job(sagemaker, run_name_of(execution, pipeline.settings.project))
-        )
+        line = status_line(execution, pipeline.job_of(run_name_of(execution, pipeline.settings.project)))
         stamped = f"{datetime.now(UTC):%Y-%m-%d %H:%M:%S}Z  {elapsed(execution, runs.clock()):>8}  {line}"
         if live:
             out.write(f"\r\x1b[2K{stamped}")

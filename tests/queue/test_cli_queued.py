@@ -1,0 +1,72 @@
+"""What teams see in queue mode: `trainstack status`/`runs` show a waiting job as queued, with its place."""
+
+from __future__ import annotations
+
+import json
+
+import boto3
+import pytest
+import yaml
+from moto import mock_aws
+
+from tests.conftest import default_config_data
+from tests.domain.test_cli_runs import KEEPS_RUNNING, pipeline
+from tests.pipeline.harness import STARTING, TRAINING, FakeSageMaker
+from tests.queue.batch_moto import install_fake_batch
+from tests.queue.fake_batch import FakeBatch
+from tests.queue.test_fake_batch import payload
+from trainstack.cli import main
+
+REGION = "us-east-1"
+
+
+@pytest.fixture
+def queued_world(monkeypatch, tmp_path):
+    """A running pipeline execution of run trainstack-mine whose job waits behind two others."""
+    for variable, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": REGION,
+    }.items():
+        monkeypatch.setenv(variable, value)
+    config = default_config_data()
+    config["queue"] = {"enabled": True, "max_instances": 2}
+    path = tmp_path / "queue.yaml"
+    path.write_text(yaml.safe_dump(config))
+    monkeypatch.setenv("TRAINSTACK_CONFIG", str(path))
+    batch = FakeBatch(sagemaker=FakeSageMaker(job_scripts=[[STARTING, TRAINING]]), max_instances=2)
+    install_fake_batch(batch, monkeypatch)
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        client = boto3.client("batch", region_name=REGION)
+        for name in ("trainstack-other-1", "trainstack-next-1", "trainstack-mine-1"):
+            client.submit_service_job(
+                jobName=name,
+                jobQueue="trainstack-training",
+                serviceJobType="SAGEMAKER_TRAINING",
+                serviceRequestPayload=payload(name),
+            )
+        arn = pipeline(KEEPS_RUNNING)
+        boto3.client("stepfunctions", region_name=REGION).start_execution(
+            stateMachineArn=arn, name="trainstack-mine", input=json.dumps({"runName": "trainstack-mine"})
+        )
+        yield batch
+
+
+def test_status_shows_the_waiting_job_as_queued_with_its_position(queued_world, capsys):
+    assert main(["status", "trainstack-mine"]) == 0
+    out = capsys.readouterr().out
+    assert "job: attempt 1 | trainstack-mine-1 | queued, position 2" in out
+
+
+def test_runs_lists_the_waiting_job_as_queued(queued_world, capsys):
+    assert main(["runs"]) == 0
+    [row] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("trainstack-mine ")]
+    assert "trainstack-mine-1 (queued, position 2)" in row
+
+
+def test_once_batch_starts_the_job_the_training_job_is_shown(queued_world, capsys):
+    batch = queued_world
+    batch.max_instances = 6  # room for every job: Batch starts them on its next pass
+    batch.describe({"jobId": next(iter(batch.jobs))})
+    assert main(["status", "trainstack-mine"]) == 0
+    assert "queued" not in capsys.readouterr().out
