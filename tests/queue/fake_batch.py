@@ -13,8 +13,8 @@ sm_job_stuck_in_runnable_capacity) and botocore's `batch` model:
   a job at the head that does not fit blocks the jobs behind it;
 - a training job that fails with `CapacityError...` sends the service job back to RUNNABLE with statusReason
   `CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY - ...`, without using a retryStrategy attempt; Batch starts a
-  new training job with the same payload on a later pass (a later call). The time spent SCHEDULED accumulates; once it reaches the
-  queue's capacity time limit the job is terminated (FAILED, statusReason
+  new training job with the same payload on a later pass (a later call). The time spent SCHEDULED
+  accumulates; once it reaches the queue's capacity time limit the job is terminated (FAILED, statusReason
   `Terminated by JobStateTimeLimit action due to reason: CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY`);
 - TerminateServiceJob fails a waiting job at once and stops the training job of a started one.
 
