@@ -49,7 +49,13 @@ class QueuedTrainingAttempt(Construct):
     """The queued attempt's chain of states (`self.start`); the caller builds the machine."""
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, partition: str, job_queue_arn: str, job_arn: str,
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        partition: str,
+        job_queue_arn: str,
+        job_arn: str,
         service_job_arn: str,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -68,9 +74,9 @@ class QueuedTrainingAttempt(Construct):
                     '"ServiceJobType": "SAGEMAKER_TRAINING", '
                     f'"ServiceRequestPayload": $string({request}), '
                     f'"Tags": $merge({request}.Tags.{{Key: Value}})}}, '
-                    '$exists($states.input.priority) and $states.input.priority != null ? '
+                    "$exists($states.input.priority) and $states.input.priority != null ? "
                     '{"SchedulingPriority": $states.input.priority} : {}, '
-                    '$exists($states.input.share) and $states.input.share != null ? '
+                    "$exists($states.input.share) and $states.input.share != null ? "
                     '{"ShareIdentifier": $states.input.share} : {}])'
                 ),
                 "Assign": {
@@ -143,7 +149,9 @@ class QueuedTrainingAttempt(Construct):
             action="terminateServiceJob",
             parameters={
                 "JobId": expression("$service.id"),
-                "Reason": expression('"trainstack: time limit of " & $string($limits.timeLimitSeconds) & " s"'),
+                "Reason": expression(
+                    '"trainstack: time limit of " & $string($limits.timeLimitSeconds) & " s"'
+                ),
             },
             iam_resources=[service_job_arn],
             assign={
@@ -254,27 +262,43 @@ class QueuedTrainingAttempt(Construct):
                 describe_training_job,
             )
             .when(
-                sfn.Condition.jsonata(expression(f'{service_status} = "FAILED" and $contains({reason}, "ResourceLimitExceeded")')),
+                sfn.Condition.jsonata(
+                    expression(
+                        f'{service_status} = "FAILED" and $contains({reason}, "ResourceLimitExceeded")'
+                    )
+                ),
                 report,
-                assign={"outcome": _outcome("Quota", '"SageMaker refused the job: a service quota is exhausted (" & $service.reason & ")."')},
+                assign={
+                    "outcome": _outcome(
+                        "Quota",
+                        '"SageMaker refused the job: a service quota is exhausted (" & $service.reason & ")."',
+                    )
+                },
             )
             .when(
-                sfn.Condition.jsonata(expression(f'{service_status} = "FAILED" and $contains({reason}, "ValidationException")')),
+                sfn.Condition.jsonata(
+                    expression(f'{service_status} = "FAILED" and $contains({reason}, "ValidationException")')
+                ),
                 report,
-                assign={"outcome": _outcome("Rejected", '"SageMaker rejected the request: " & $service.reason')},
+                assign={
+                    "outcome": _outcome("Rejected", '"SageMaker rejected the request: " & $service.reason')
+                },
             )
             .when(
                 sfn.Condition.jsonata(expression(f'{service_status} = "FAILED"')),
                 report,
                 assign={
                     "outcome": _outcome(
-                        "Stopped", '"Service job " & $job.name & " was terminated before it started: " & $service.reason'
+                        "Stopped",
+                        '"Service job " & $job.name & " was terminated before it started: " & $service.reason',
                     )
                 },
             )
             .when(
                 sfn.Condition.jsonata(
-                    expression("$runningSince > 0 and $millis() > $runningSince + $limits.timeLimitSeconds * 1000")
+                    expression(
+                        "$runningSince > 0 and $millis() > $runningSince + $limits.timeLimitSeconds * 1000"
+                    )
                 ),
                 terminate,
             )

@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from tests.domain.conftest import FSX_RESOURCES
 from tests.pipeline.harness import (
@@ -19,51 +17,34 @@ from tests.pipeline.harness import (
     failed,
     wait_for,
 )
-from tests.queue.batch_moto import install_fake_batch
+from tests.queue.conftest import (
+    ACCOUNT,
+    JOB_ARN,
+    QUEUE_ARN,
+    REGION,
+    SERVICE_JOB_ARN,
+    create_machine,
+    definition_of,
+)
 from tests.queue.fake_batch import FakeBatch
 from trainstack.config import load_settings
-from trainstack.emulator import VirtualClock, local_stepfunctions
 from trainstack.job_request import RunRequest, build_create_training_job_request
-
-REGION, ACCOUNT = "us-east-1", "123456789012"
-QUEUE_ARN = f"arn:aws:batch:{REGION}:{ACCOUNT}:job-queue/trainstack-training"
 
 
 def attempt_definition() -> str:
-    import aws_cdk as cdk
-    from aws_cdk import aws_stepfunctions as sfn
-
     from stacks.queued_training_attempt import QueuedTrainingAttempt
 
-    stack = cdk.Stack(cdk.App(), "Probe", env=cdk.Environment(account=ACCOUNT, region=REGION))
-    attempt = QueuedTrainingAttempt(
-        stack,
-        "Attempt",
-        partition="aws",
-        job_queue_arn=QUEUE_ARN,
-        job_arn=f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-job/trainstack-*",
-        service_job_arn=f"arn:aws:batch:{REGION}:{ACCOUNT}:service-job/*",
-    )
-    sfn.StateMachine(
-        stack,
-        "Machine",
-        definition_body=sfn.DefinitionBody.from_chainable(attempt.start),
-        query_language=sfn.QueryLanguage.JSONATA,
-    )
-    template = cdk.assertions.Template.from_stack(stack).to_json()
-    [machine] = [r for r in template["Resources"].values() if r["Type"] == "AWS::StepFunctions::StateMachine"]
-    definition = machine["Properties"]["DefinitionString"]
-    pseudo = {
-        "AWS::Partition": "aws",
-        "AWS::Region": REGION,
-        "AWS::AccountId": ACCOUNT,
-        "AWS::URLSuffix": "amazonaws.com",
-    }
-    if isinstance(definition, str):
-        return definition
-    return "".join(
-        part if isinstance(part, str) else pseudo[part["Ref"]] for part in definition["Fn::Join"][1]
-    )
+    def build(stack):
+        return QueuedTrainingAttempt(
+            stack,
+            "Attempt",
+            partition="aws",
+            job_queue_arn=QUEUE_ARN,
+            job_arn=JOB_ARN,
+            service_job_arn=SERVICE_JOB_ARN,
+        ).start
+
+    return definition_of(build)
 
 
 DEFINITION = attempt_definition()
@@ -89,46 +70,10 @@ def attempt_input(
     }
 
 
-def install_fake_sagemaker(fake: FakeSageMaker, monkeypatch) -> None:
-    from moto.core.responses import ActionResult, EmptyResult
-    from moto.sagemaker.responses import SageMakerResponse
-
-    handlers = {
-        "create_training_job": lambda self: ActionResult(fake.create(json.loads(self.body))),
-        "describe_training_job": lambda self: ActionResult(
-            fake.describe(json.loads(self.body)["TrainingJobName"])
-        ),
-        "stop_training_job": lambda self: (
-            fake.stop(json.loads(self.body)["TrainingJobName"]),
-            EmptyResult(),
-        )[1],
-    }
-    for name, handler in handlers.items():
-        monkeypatch.setattr(SageMakerResponse, name, handler, raising=False)
-
-
 @pytest.fixture
-def world(monkeypatch):
-    for name, value in (
-        ("AWS_DEFAULT_REGION", REGION),
-        ("AWS_ACCESS_KEY_ID", "t"),
-        ("AWS_SECRET_ACCESS_KEY", "t"),
-    ):
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("MOTO_ACCOUNT_ID", ACCOUNT)
-    sagemaker = FakeSageMaker(job_scripts=[[STARTING, TRAINING, TRAINING, COMPLETED]])
-    with (
-        mock_aws(config={"stepfunctions": {"execute_state_machine": True}}),
-        local_stepfunctions(VirtualClock()) as clock,
-    ):
-        batch = FakeBatch(sagemaker=sagemaker, max_instances=2, now=clock.time)
-        install_fake_batch(batch, monkeypatch)
-        install_fake_sagemaker(sagemaker, monkeypatch)
-        client = boto3.client("stepfunctions")
-        arn = client.create_state_machine(
-            name="attempt", definition=DEFINITION, roleArn=f"arn:aws:iam::{ACCOUNT}:role/x"
-        )["stateMachineArn"]
-        yield client, arn, batch, sagemaker, clock
+def world(queue_world):
+    client, batch, sagemaker, clock = queue_world
+    return client, create_machine(client, "attempt", DEFINITION), batch, sagemaker, clock
 
 
 def run(client, arn, inputs: dict[str, dict]) -> dict[str, Any]:

@@ -1,0 +1,93 @@
+"""Queue tests: JSONata chains synthesized into definitions and run in the local emulator against
+FakeBatch and FakeSageMaker."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from tests.pipeline.harness import COMPLETED, STARTING, TRAINING, FakeSageMaker
+from tests.queue.batch_moto import install_fake_batch
+from tests.queue.fake_batch import FakeBatch
+from trainstack.emulator import VirtualClock, local_stepfunctions
+
+REGION, ACCOUNT = "us-east-1", "123456789012"
+QUEUE_ARN = f"arn:aws:batch:{REGION}:{ACCOUNT}:job-queue/trainstack-training"
+SERVICE_JOB_ARN = f"arn:aws:batch:{REGION}:{ACCOUNT}:service-job/*"
+JOB_ARN = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-job/trainstack-*"
+PSEUDO = {
+    "AWS::Partition": "aws",
+    "AWS::Region": REGION,
+    "AWS::AccountId": ACCOUNT,
+    "AWS::URLSuffix": "amazonaws.com",
+}
+
+
+def definition_of(build: Callable[[object], object]) -> str:
+    """The definition of a JSONata state machine whose chain `build(stack)` returns, as deployed here."""
+    import aws_cdk as cdk
+    from aws_cdk import aws_stepfunctions as sfn
+
+    stack = cdk.Stack(cdk.App(), "Probe", env=cdk.Environment(account=ACCOUNT, region=REGION))
+    sfn.StateMachine(
+        stack,
+        "Machine",
+        definition_body=sfn.DefinitionBody.from_chainable(build(stack)),
+        query_language=sfn.QueryLanguage.JSONATA,
+    )
+    template = cdk.assertions.Template.from_stack(stack).to_json()
+    [machine] = [r for r in template["Resources"].values() if r["Type"] == "AWS::StepFunctions::StateMachine"]
+    definition = machine["Properties"]["DefinitionString"]
+    if isinstance(definition, str):
+        return definition
+    return "".join(
+        part if isinstance(part, str) else PSEUDO[part["Ref"]] for part in definition["Fn::Join"][1]
+    )
+
+
+def install_fake_sagemaker(fake: FakeSageMaker, monkeypatch) -> None:
+    from moto.core.responses import ActionResult, EmptyResult
+    from moto.sagemaker.responses import SageMakerResponse
+
+    handlers = {
+        "create_training_job": lambda self: ActionResult(fake.create(json.loads(self.body))),
+        "describe_training_job": lambda self: ActionResult(
+            fake.describe(json.loads(self.body)["TrainingJobName"])
+        ),
+        "stop_training_job": lambda self: (
+            fake.stop(json.loads(self.body)["TrainingJobName"]),
+            EmptyResult(),
+        )[1],
+    }
+    for name, handler in handlers.items():
+        monkeypatch.setattr(SageMakerResponse, name, handler, raising=False)
+
+
+@pytest.fixture
+def queue_world(monkeypatch):
+    for name, value in (
+        ("AWS_DEFAULT_REGION", REGION),
+        ("AWS_ACCESS_KEY_ID", "t"),
+        ("AWS_SECRET_ACCESS_KEY", "t"),
+    ):
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("MOTO_ACCOUNT_ID", ACCOUNT)
+    sagemaker = FakeSageMaker(job_scripts=[[STARTING, TRAINING, TRAINING, COMPLETED]])
+    with (
+        mock_aws(config={"stepfunctions": {"execute_state_machine": True}}),
+        local_stepfunctions(VirtualClock()) as clock,
+    ):
+        batch = FakeBatch(sagemaker=sagemaker, max_instances=2, now=clock.time)
+        install_fake_batch(batch, monkeypatch)
+        install_fake_sagemaker(sagemaker, monkeypatch)
+        yield boto3.client("stepfunctions"), batch, sagemaker, clock
+
+
+def create_machine(client, name: str, definition: str) -> str:
+    return client.create_state_machine(
+        name=name, definition=definition, roleArn=f"arn:aws:iam::{ACCOUNT}:role/x"
+    )["stateMachineArn"]

@@ -1,0 +1,121 @@
+"""Queue mode's cleanup states in the local emulator: an ended execution's waiting service jobs leave the
+queue, other runs' jobs stay; the sweeper terminates waiting jobs whose execution is no longer running."""
+
+from __future__ import annotations
+
+import json
+
+import boto3
+
+from tests.pipeline.harness import STARTING, TRAINING, wait_for
+from tests.queue.conftest import ACCOUNT, QUEUE_ARN, REGION, SERVICE_JOB_ARN, create_machine, definition_of
+from tests.queue.test_fake_batch import payload
+
+PIPELINE = f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:trainstack-pipeline"
+EXECUTION_PREFIX = f"arn:aws:states:{REGION}:{ACCOUNT}:execution:trainstack-pipeline:"
+
+
+def cleanup_definition() -> str:
+    from aws_cdk import aws_stepfunctions as sfn
+
+    from stacks.queue_cleanup import terminate_run_service_jobs
+
+    def build(stack):
+        start = sfn.Pass.jsonata(
+            stack,
+            "ReadRun",
+            assign={
+                "runName": "{% $states.input.runName %}",
+                "executionArn": "{% $states.input.executionArn %}",
+            },
+        )
+        first, last = terminate_run_service_jobs(
+            stack,
+            job_queue_arn=QUEUE_ARN,
+            service_job_arn=SERVICE_JOB_ARN,
+            run_name="$runName",
+            execution_arn="$executionArn",
+        )
+        last.next(sfn.Succeed.jsonata(stack, "Done"))
+        return start.next(first)
+
+    return definition_of(build)
+
+
+def sweeper_definition() -> str:
+    from aws_cdk import aws_stepfunctions as sfn
+
+    from stacks.queue_cleanup import terminate_orphaned_service_jobs
+
+    def build(stack):
+        first, last = terminate_orphaned_service_jobs(
+            stack,
+            job_queue_arn=QUEUE_ARN,
+            service_job_arn=SERVICE_JOB_ARN,
+            execution_prefix=EXECUTION_PREFIX,
+            executions_arn=f"{EXECUTION_PREFIX}*",
+        )
+        last.next(sfn.Succeed.jsonata(stack, "Done"))
+        return first
+
+    return definition_of(build)
+
+
+def submit(name: str, execution: str) -> str:
+    return boto3.client("batch").submit_service_job(
+        jobName=name,
+        jobQueue="trainstack-training",
+        serviceJobType="SAGEMAKER_TRAINING",
+        serviceRequestPayload=payload(name),
+        tags={"trainstack:execution": execution},
+    )["jobId"]
+
+
+def test_cleanup_terminates_the_ended_runs_jobs_and_leaves_other_runs_alone(queue_world):
+    client, batch, sagemaker, _ = queue_world
+    sagemaker.script([[STARTING, TRAINING]])  # every job runs until stopped
+    running = submit("trainstack-a-1", f"{EXECUTION_PREFIX}trainstack-a")  # started: takes the 2 instances
+    waiting = submit("trainstack-a-2", f"{EXECUTION_PREFIX}trainstack-a")
+    other = submit("trainstack-a-b-1", f"{EXECUTION_PREFIX}trainstack-a-b")  # shares the name prefix
+    arn = create_machine(client, "cleanup", cleanup_definition())
+    execution = client.start_execution(
+        stateMachineArn=arn,
+        input=json.dumps({"runName": "trainstack-a", "executionArn": f"{EXECUTION_PREFIX}trainstack-a"}),
+    )["executionArn"]
+    assert wait_for(execution).status == "SUCCEEDED"
+    status = {job_id: batch.jobs[job_id] for job_id in (running, waiting, other)}
+    assert (status[running].status, status[running].terminated) == ("FAILED", True)
+    assert (status[waiting].status, status[waiting].terminated) == ("FAILED", True)
+    # The other run's job stays in the queue (and starts on the freed instances).
+    assert not status[other].terminated and status[other].status == "SCHEDULED"
+    assert "trainstack-a-1" in sagemaker.stop_requests  # Batch stopped the started job's training job
+
+
+def test_sweeper_terminates_waiting_jobs_of_executions_that_ended(queue_world):
+    client, batch, sagemaker, _ = queue_world
+    sagemaker.script([[STARTING, TRAINING]])
+    # A task token nobody returns keeps an execution RUNNING whatever the (virtual) clock does.
+    queue_url = boto3.client("sqs").create_queue(QueueName="hold")["QueueUrl"]
+    hold = {
+        "Type": "Task",
+        "Resource": "arn:aws:states:::sqs:sendMessage.waitForTaskToken",
+        "Parameters": {"QueueUrl": queue_url, "MessageBody": {"token.$": "$$.Task.Token"}},
+        "End": True,
+    }
+    pipeline = create_machine(
+        client, "trainstack-pipeline", json.dumps({"StartAt": "Hold", "States": {"Hold": hold}})
+    )
+    alive = client.start_execution(stateMachineArn=pipeline, name="alive")["executionArn"]
+    gone = client.start_execution(stateMachineArn=pipeline, name="gone")["executionArn"]
+    client.stop_execution(executionArn=gone)
+    submit("trainstack-blocker-1", alive)
+    orphan = submit("trainstack-gone-1", gone)
+    kept = submit("trainstack-alive-1", alive)
+    foreign = submit("other-pipeline-1", f"arn:aws:states:{REGION}:{ACCOUNT}:execution:other:gone")
+    arn = create_machine(client, "sweeper", sweeper_definition())
+    assert wait_for(client.start_execution(stateMachineArn=arn)["executionArn"]).status == "SUCCEEDED"
+    assert batch.jobs[orphan].terminated
+    ended = client.describe_execution(executionArn=gone)["status"]
+    assert ended != "RUNNING"
+    assert batch.jobs[orphan].status_reason == f"trainstack sweeper: execution {gone} is {ended}"
+    assert batch.jobs[kept].status == "RUNNABLE" and batch.jobs[foreign].status == "RUNNABLE"
