@@ -25,6 +25,7 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from stacks.training_queue import CAPACITY_REASON
+from trainstack.config import Settings
 
 # aws-sdk:batch:* error names (botocore's batch model declares ClientException and ServerException;
 # everything else, throttling included, is Batch.BatchException).
@@ -43,6 +44,24 @@ def expression(text: str) -> str:
 
 def _outcome(status: str, cause: str = "null") -> str:
     return expression(f'{{"status": "{status}", "cause": {cause}, "job": $job}}')
+
+
+def queue_attempt_fields(settings: Settings) -> dict[str, str]:
+    """What the pipeline adds to a queued attempt's input: Batch's schedulingPriority and shareIdentifier,
+    from the execution input (checked already), else the profile's priority and the queue's first share;
+    null when there is none. `$plan.profile` names the run's profile."""
+    given = "$states.context.Execution.Input"
+    priorities = {
+        profile.name: profile.priority for profile in settings.profiles if profile.priority is not None
+    }
+    default_share = next(iter(settings.queue.shares), None)
+    return {
+        "priority": expression(
+            f"$exists({given}.priority) ? {given}.priority : "
+            f"($p := $lookup({json.dumps(priorities)}, $plan.profile); $exists($p) ? $p : null)"
+        ),
+        "share": expression(f"$exists({given}.share) ? {given}.share : {json.dumps(default_share)}"),
+    }
 
 
 class QueuedTrainingAttempt(Construct):
@@ -114,7 +133,8 @@ class QueuedTrainingAttempt(Construct):
             "WaitForServiceJob",
             time=sfn.WaitTime.seconds(
                 expression(
-                    f"$max([{POLL_MIN_SECONDS}, $min([{POLL_MAX_SECONDS}, $round({age} / {POLL_AGE_DIVISOR})])])"
+                    f"$max([{POLL_MIN_SECONDS}, "
+                    f"$min([{POLL_MAX_SECONDS}, $round({age} / {POLL_AGE_DIVISOR})])])"
                 )
             ),
         )
@@ -181,14 +201,16 @@ class QueuedTrainingAttempt(Construct):
             iam_resources=[job_arn],
             assign={
                 "described": expression(
-                    '{"status": $states.result.TrainingJobStatus, "secondary": $states.result.SecondaryStatus, '
+                    '{"status": $states.result.TrainingJobStatus, '
+                    '"secondary": $states.result.SecondaryStatus, '
                     '"reason": $states.result.FailureReason}'
                 ),
                 "job": expression(
                     "($r := $states.result; $c := $r.ResourceConfig; $merge([$job, {"
                     '"name": $r.TrainingJobName, '
                     '"instanceType": $c.SelectedInstanceType ? $c.SelectedInstanceType : $c.InstanceType, '
-                    '"instanceCount": $c.SelectedInstanceCount ? $c.SelectedInstanceCount : $c.InstanceCount, '
+                    '"instanceCount": '
+                    '$c.SelectedInstanceCount ? $c.SelectedInstanceCount : $c.InstanceCount, '
                     '"artifacts": $r.ModelArtifacts.S3ModelArtifacts}]))'
                 ),
             },
@@ -239,7 +261,8 @@ class QueuedTrainingAttempt(Construct):
             .when(
                 sfn.Condition.jsonata(
                     expression(
-                        f'{service_status} = "FAILED" and $substring({reason}, 0, {len(TIME_LIMIT_PREFIX)}) = '
+                        f'{service_status} = "FAILED" and '
+                        f"$substring({reason}, 0, {len(TIME_LIMIT_PREFIX)}) = "
                         f'"{TIME_LIMIT_PREFIX}"'
                     )
                 ),
@@ -271,7 +294,8 @@ class QueuedTrainingAttempt(Construct):
                 assign={
                     "outcome": _outcome(
                         "Quota",
-                        '"SageMaker refused the job: a service quota is exhausted (" & $service.reason & ")."',
+                        '"SageMaker refused the job: a service quota is exhausted (" & '
+                        '$service.reason & ")."',
                     )
                 },
             )
@@ -290,7 +314,8 @@ class QueuedTrainingAttempt(Construct):
                 assign={
                     "outcome": _outcome(
                         "Stopped",
-                        '"Service job " & $job.name & " was terminated before it started: " & $service.reason',
+                        '"Service job " & $job.name & " was terminated before it started: " & '
+                        "$service.reason",
                     )
                 },
             )
