@@ -94,6 +94,23 @@ def test_a_full_environment_keeps_the_second_job_runnable_until_the_first_ends(w
     assert run_to_end(client, second) == ["SCHEDULED", "RUNNING", "SUCCEEDED"]
 
 
+def test_service_job_status_follows_the_training_jobs_status_as_the_user_guide_maps_it(world):
+    client, _, sagemaker, _ = world
+    sagemaker.script(
+        [
+            [
+                Phase("InProgress", "Pending"),
+                Phase("InProgress", "Downloading"),
+                Phase("InProgress", "Training"),
+                Phase("InProgress", "Uploading"),
+                COMPLETED,
+            ]
+        ]
+    )
+    job = submit(client, "mapped")
+    assert run_to_end(client, job) == ["SCHEDULED", "STARTING", "RUNNING", "RUNNING", "SUCCEEDED"]
+
+
 def test_waiting_job_is_runnable_and_started_in_order(world):
     client, batch, sagemaker, _ = world
     first = submit(client, "first")
