@@ -16,7 +16,6 @@ from typing import Any
 from stacks.training_state_machine_definition import extra_time_seconds
 from trainstack.config import Settings
 from trainstack.execution_input import (
-    FIELDS,
     HYPERPARAMETER_NAME_MAX_LENGTH,
     HYPERPARAMETER_VALUE_MAX_LENGTH,
     INPUT_RULES,
@@ -26,10 +25,11 @@ from trainstack.execution_input import (
     RUN_NAME_MAX_LENGTH,
     RUN_NAME_PATTERN,
     S3_URI_PATTERN,
+    input_fields,
     message_context,
 )
 from trainstack.job_request import PipelineResources, base_request, instance_preferences
-from trainstack.profiles import MAX_RUNTIME_HOURS_LIMIT, RESERVED_HYPERPARAMETERS, Profile
+from trainstack.profiles import MAX_PRIORITY, MAX_RUNTIME_HOURS_LIMIT, RESERVED_HYPERPARAMETERS, Profile
 
 # Fraction of each capacity backoff added at random (jitter).
 JITTER_FRACTION = 0.1
@@ -80,6 +80,14 @@ def _conditions(settings: Settings) -> dict[tuple[str, str], str]:
             f'$type($v) = "number" ? ($v >= {MIN_RUNTIME_HOURS} and $v <= {MAX_RUNTIME_HOURS_LIMIT}) : false'
         ),
         ("resumeFrom", "s3-uri"): f'$type($v) = "string" ? $contains($v, {regex(S3_URI_PATTERN)}) : false',
+        ("instanceCount", "within-queue"): (
+            f"$v <= {settings.queue.max_instances}" if settings.queue.enabled else "true"
+        ),
+        ("priority", "integer-0-9999"): (
+            f'$type($v) = "number" ? ($v = $floor($v) and $v >= 0 and $v <= {MAX_PRIORITY}) : false'
+        ),
+        ("priority", "fair-share-queue"): literal(bool(settings.queue.shares)),
+        ("share", "one-of-shares"): f"$v in {literal(list(settings.queue.shares))}",
         ("instanceCount", "fits-profile"): "$exists($p.validCounts) ? $v in $p.validCounts : true",
         ("maxRuntimeHours", "within-spot-wait"): "$v <= $p.maxRuntimeHours",
     }
@@ -131,7 +139,7 @@ def check_input_expression(settings: Settings) -> str:
         "($raw := $states.input;"
         f' $isObject := $type($raw) = "object";'
         " $unknown := $isObject ? $sort($filter($keys($raw), "
-        f"function($k) {{ $not($k in {literal(list(FIELDS))}) }})) : [];"
+        f"function($k) {{ $not($k in {literal(list(input_fields(settings)))}) }})) : [];"
         f" $in := $isObject ? $merge([{defaults}, $raw]) : {{}};"
         ' $p := $type($in.profile) = "string" ? $lookup($profiles, $in.profile) : null;'
         f' {{"problem": {chain}, "input": $in, "profile": $p}})'

@@ -65,24 +65,24 @@ class PipelineStack(cdk.Stack):
             file_system_id=storage.file_system_id,
             file_system_directory_path=storage.file_system_dataset_path,
         )
-        self.training = TrainingStateMachine(
-            self,
-            "Training",
-            settings=settings,
-            resources=self.resources,
-            sagemaker_role=self.sagemaker_role,
-        )
-        self.state_machine = self.training.state_machine
         self.queue = None
         if settings.queue.enabled:
             self.queue = TrainingQueue(self, "Queue", project=project, queue=settings.queue)
-            self.queue.grant_run_jobs(self.training.role)
             cdk.CfnOutput(
                 self,
                 TRAINING_QUEUE_ARN_OUTPUT,
                 value=self.queue.job_queue_arn,
                 description="AWS Batch job queue that holds training jobs until instances are free",
             )
+        self.training = TrainingStateMachine(
+            self,
+            "Training",
+            settings=settings,
+            resources=self.resources,
+            sagemaker_role=self.sagemaker_role,
+            queue=self.queue,
+        )
+        self.state_machine = self.training.state_machine
         self.cleanup = JobCleanup(self, "JobCleanup", project=project, pipeline=self.state_machine)
         self.notifications = PipelineNotifications(
             self,

@@ -14,7 +14,7 @@ from aws_cdk import aws_batch as batch
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements
+from stacks.validation import acknowledge
 from trainstack.config import QueueSettings, training_queue_name
 
 SERVICE_TYPE = "SAGEMAKER_TRAINING"
@@ -81,12 +81,14 @@ class TrainingQueue(Construct):
         )
         self.job_queue_arn = self.job_queue.attr_job_queue_arn
 
-    def grant_run_jobs(self, role: iam.Role) -> None:
-        """Submit service jobs to this queue; describe and terminate service jobs.
+    @property
+    def service_job_arn(self) -> str:
+        """Every service job of this account and region: Batch chooses their ids at submit time."""
+        return cdk.Stack.of(self).format_arn(service="batch", resource="service-job", resource_name="*")
 
-        SubmitServiceJob is scoped to the queue; Describe/TerminateServiceJob act on service-job ARNs,
-        whose ids Batch chooses, so they are scoped to this account's and region's service jobs.
-        """
+    def grant_submit(self, role: iam.Role) -> None:
+        """Submit (and tag) service jobs to this queue. Describe/TerminateServiceJob act on service-job ARNs;
+        the tasks that call them add those statements, acknowledged here."""
         role.add_to_policy(
             iam.PolicyStatement(
                 sid="SubmitToTrainingQueue",
@@ -96,19 +98,14 @@ class TrainingQueue(Construct):
         )
         role.add_to_policy(
             iam.PolicyStatement(
-                sid="FollowServiceJobs",
-                actions=list(SERVICE_JOB_ACTIONS),
-                resources=[
-                    cdk.Stack.of(self).format_arn(service="batch", resource="service-job", resource_name="*")
-                ],
+                sid="TagNewServiceJobs", actions=["batch:TagResource"], resources=[self.service_job_arn]
             )
         )
-        acknowledge_wildcard_statements(
+        acknowledge(
             role,
-            {
-                "FollowServiceJobs": "Batch chooses service job ids at submit time; "
-                "jobs can only be submitted to this project's queue."
-            },
+            f"AwsSolutions-IAM5[Resource::{self.service_job_arn}]",
+            "Batch chooses service job ids at submit time; jobs can only be submitted to this project's "
+            "queue.",
         )
 
 

@@ -26,7 +26,9 @@ from stacks.pipeline_input_rules import (
     profile_table,
 )
 from stacks.pipeline_run_request import plan_expression, request_expression
+from stacks.queued_training_attempt import QueuedTrainingAttempt, queue_attempt_fields
 from stacks.training_attempt import TrainingAttempt, expression
+from stacks.training_queue import TrainingQueue
 from stacks.training_state_machine_definition import (
     ERROR_CAPACITY_EXHAUSTED,
     ERROR_INVALID_INPUT,
@@ -97,6 +99,7 @@ class TrainingStateMachine(Construct):
         settings: Settings,
         resources: PipelineResources,
         sagemaker_role: iam.IRole,
+        queue: TrainingQueue | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         project, profiles = settings.project, settings.profiles
@@ -107,9 +110,22 @@ class TrainingStateMachine(Construct):
             name: resource_value(resources, path) for name, path in substitution_names(resources).items()
         }
         job_arn = training_job_arn(self, f"{project}-*")
-        attempt = TrainingAttempt(self, "Attempt", partition=literal_partition(self), job_arn=job_arn)
+        self.queue = queue
+        if queue is None:
+            attempt = TrainingAttempt(
+                self, "Attempt", partition=literal_partition(self), job_arn=job_arn
+            ).start
+        else:
+            attempt = QueuedTrainingAttempt(
+                self,
+                "Attempt",
+                partition=literal_partition(self),
+                job_queue_arn=queue.job_queue_arn,
+                job_arn=job_arn,
+                service_job_arn=queue.service_job_arn,
+            ).start
         self.attempt_machine, self.attempt_log_group = _machine(
-            self, "AttemptStateMachine", name=f"{project}-pipeline-attempt", chain=attempt.start, timeout=None
+            self, "AttemptStateMachine", name=f"{project}-pipeline-attempt", chain=attempt, timeout=None
         )
         chain = self._pipeline(settings, placeholders)
         self.state_machine, self.log_group = _machine(
@@ -142,12 +158,16 @@ class TrainingStateMachine(Construct):
         resource.definition_substitutions = dict(self.substitutions)
 
     def _grant(self, attempt_machine: sfn.StateMachine, job_arn: str, sagemaker_role: iam.IRole) -> None:
-        """What the constructs cannot add: the custom create task's actions and passing the job's role."""
-        attempt_machine.add_to_role_policy(
-            iam.PolicyStatement(
-                sid="CreateOwnTrainingJobs", actions=list(CREATE_ACTIONS), resources=[job_arn]
+        """What the constructs cannot add: the custom create (or submit) task's actions and passing the
+        job's role (to SageMaker, or to Batch, which creates the job with it)."""
+        if self.queue is not None:
+            self.queue.grant_submit(attempt_machine.role)
+        else:
+            attempt_machine.add_to_role_policy(
+                iam.PolicyStatement(
+                    sid="CreateOwnTrainingJobs", actions=list(CREATE_ACTIONS), resources=[job_arn]
+                )
             )
-        )
         attempt_machine.add_to_role_policy(
             iam.PolicyStatement(
                 actions=["iam:PassRole"],
@@ -155,6 +175,14 @@ class TrainingStateMachine(Construct):
                 conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}},
             )
         )
+        if self.queue is not None:
+            acknowledge(
+                attempt_machine.role,
+                f"AwsSolutions-IAM5[Resource::{job_arn}]",
+                "The attempt describes the training job Batch started, named per run at run time; the "
+                "project prefix is the narrowest fixed scope.",
+            )
+            return
         acknowledge_wildcard_statements(
             attempt_machine.role,
             {
@@ -208,6 +236,7 @@ class TrainingStateMachine(Construct):
                     "runName": expression("$plan.runName"),
                     "stopAtMillis": expression("$plan.stopAtMillis"),
                     "timeLimitSeconds": expression("$plan.timeLimitSeconds"),
+                    **(queue_attempt_fields(settings) if self.queue else {}),
                 }
             ),
             assign={"outcome": expression("$states.result.Output")},
@@ -228,19 +257,21 @@ class TrainingStateMachine(Construct):
                 "attempts": expression("$attempt"),
             },
         )
+        retries_cause = (
+            '($last := "; last job " & $plan.runName & "-" & $string($attempt) & ": " & $outcome.cause; '
+            "$attempt >= $plan.maxAttempts "
+            '? "No capacity after " & $string($attempt) & " attempts (profile " & $plan.profile '
+            '& " allows " '
+            '& $string($plan.maxAttempts) & ")" & $last '
+            ': "No capacity within the retry deadline of " & $string($plan.deadlineSeconds) & " seconds '
+            '(profile " & $plan.profile & ") after " & $string($attempt) & " attempts" & $last)'
+        )
         capacity_exhausted = sfn.Fail.jsonata(
             scope,
             "CapacityExhausted",
             error=ERROR_CAPACITY_EXHAUSTED,
-            cause=expression(
-                '($last := "; last job " & $plan.runName & "-" & $string($attempt) & ": " & $outcome.cause; '
-                "$attempt >= $plan.maxAttempts "
-                '? "No capacity after " & $string($attempt) & " attempts (profile " & $plan.profile '
-                '& " allows " '
-                '& $string($plan.maxAttempts) & ")" & $last '
-                ': "No capacity within the retry deadline of " & $string($plan.deadlineSeconds) & " seconds '
-                '(profile " & $plan.profile & ") after " & $string($attempt) & " attempts" & $last)'
-            ),
+            # Queue mode: Batch retried the capacity errors until the queue's capacity_wait_hours.
+            cause=expression("$outcome.cause" if self.queue else retries_cause),
         )
 
         def fail(state_id: str, error: str) -> sfn.Fail:
@@ -254,10 +285,12 @@ class TrainingStateMachine(Construct):
         time_left = (
             "$millis() + 1000 * $plan.backoff.maxSeconds * (1 + $plan.backoff.jitter) <= $plan.deadlineMillis"
         )
-        classify = (
-            sfn.Choice.jsonata(scope, "ClassifyAttempt")
-            .when(sfn.Condition.jsonata(expression(status_in("Completed"))), succeeded)
-            .when(
+        classify = sfn.Choice.jsonata(scope, "ClassifyAttempt").when(
+            sfn.Condition.jsonata(expression(status_in("Completed"))), succeeded
+        )
+        # Queue mode: Batch alone retries capacity errors (docs/queue.md); the pipeline never stacks its own.
+        if self.queue is None:
+            classify.when(
                 sfn.Condition.jsonata(
                     expression(f"{no_capacity} and $attempt < $plan.maxAttempts and {time_left}")
                 ),
@@ -267,7 +300,9 @@ class TrainingStateMachine(Construct):
                     "backoffSeconds": expression(backoff_seconds_expression()),
                 },
             )
-            .when(sfn.Condition.jsonata(expression(no_capacity)), capacity_exhausted)
+            wait_before_retry.next(run_attempt)
+        (
+            classify.when(sfn.Condition.jsonata(expression(no_capacity)), capacity_exhausted)
             .when(
                 sfn.Condition.jsonata(expression(status_in("Quota"))),
                 fail("QuotaExceeded", ERROR_QUOTA_EXCEEDED),
@@ -282,7 +317,6 @@ class TrainingStateMachine(Construct):
             )
             .otherwise(fail("TrainingStopped", ERROR_TRAINING_STOPPED))
         )
-        wait_before_retry.next(run_attempt)
         valid = (
             sfn.Choice.jsonata(scope, "IsInputValid")
             .when(sfn.Condition.jsonata(expression("$checked.problem != null")), invalid_input)

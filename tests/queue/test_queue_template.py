@@ -30,11 +30,11 @@ def queued_app(tmp_path_factory):
     return template, outdir
 
 
-def statements_of_state_machine_role(template: dict[str, Any]) -> list[dict[str, Any]]:
+def statements_of(template: dict[str, Any], role_prefix: str) -> list[dict[str, Any]]:
     return [
         statement
         for policy in resources(template, "AWS::IAM::Policy").values()
-        if any(role["Ref"].startswith("TrainingRole") for role in policy["Properties"]["Roles"])
+        if any(role["Ref"].startswith(role_prefix) for role in policy["Properties"]["Roles"])
         for statement in policy["Properties"]["PolicyDocument"]["Statement"]
     ]
 
@@ -75,21 +75,30 @@ def test_fair_share_weights_become_inverse_weight_factors(queued_app):
     ) == [("production", 0.3333), ("research", 1.0)]
 
 
-def test_state_machine_may_submit_to_this_queue_only_and_follow_service_jobs(queued_app):
+def test_attempt_machine_may_submit_to_this_queue_only_and_follow_service_jobs(queued_app):
     template, _ = queued_app
     queue_id = next(iter(resources(template, "AWS::Batch::JobQueue")))
-    batch = [
-        statement
-        for statement in statements_of_state_machine_role(template)
-        if any(action.startswith("batch:") for action in _actions(statement))
-    ]
-    by_action = {action: statement["Resource"] for statement in batch for action in _actions(statement)}
-    assert by_action == {
-        "batch:SubmitServiceJob": {"Fn::GetAtt": [queue_id, "JobQueueArn"]},
-        "batch:DescribeServiceJob": "arn:aws:batch:us-east-1:111111111111:service-job/*",
-        "batch:TerminateServiceJob": "arn:aws:batch:us-east-1:111111111111:service-job/*",
+    attempt = statements_of(template, "TrainingAttemptStateMachineRole")
+    by_action = {
+        action.lower(): statement["Resource"]
+        for statement in attempt
+        for action in _actions(statement)
+        if action.startswith(("batch:", "sagemaker:"))
     }
-    (pass_role,) = [s for s in statements_of_state_machine_role(template) if "iam:PassRole" in _actions(s)]
+    service_jobs = "arn:aws:batch:us-east-1:111111111111:service-job/*"
+    assert by_action == {
+        "batch:submitservicejob": {"Fn::GetAtt": [queue_id, "JobQueueArn"]},
+        "batch:tagresource": service_jobs,
+        "batch:describeservicejob": service_jobs,
+        "batch:terminateservicejob": service_jobs,
+        # The attempt reads the training job Batch started; it creates none itself.
+        "sagemaker:describetrainingjob": "arn:aws:sagemaker:us-east-1:111111111111:training-job/trainstack-*",
+    }
+    pipeline = statements_of(template, "TrainingStateMachineRole")
+    assert not [
+        action for statement in pipeline for action in _actions(statement) if action.startswith("batch:")
+    ]
+    (pass_role,) = [s for s in attempt if "iam:PassRole" in _actions(s)]
     assert pass_role["Condition"] == {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}
     assert template["Outputs"][TRAINING_QUEUE_ARN_OUTPUT]["Value"] == {
         "Fn::GetAtt": [queue_id, "JobQueueArn"]

@@ -1,0 +1,253 @@
+"""Queue mode end to end: the synthesized pipeline (input checks, attempt machine submitting to Batch)
+in the local emulator against FakeBatch and FakeSageMaker.
+
+Two queue configs: a first-in, first-out queue of 2 instances, and a fair-share queue of 3 instances
+with shares teamA (weight 2) and teamB (weight 1) and a profile priority.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from stacks.training_queue import weight_factor
+from tests.conftest import synthesize
+from tests.pipeline import harness
+from tests.pipeline.conftest import fake_value, state_machine_arn, state_machines
+from tests.pipeline.harness import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING, FakeSageMaker
+from tests.queue.batch_moto import install_fake_batch
+from tests.queue.fake_batch import FakeBatch
+from tests.queue.test_queue_config import settings_with
+
+FIFO = {"enabled": True, "max_instances": 2, "capacity_wait_hours": 1}
+FAIR = {"enabled": True, "max_instances": 3, "shares": {"teamA": 2, "teamB": 1}, "capacity_wait_hours": 1}
+QUEUE_ARN = f"arn:aws:batch:{harness.REGION}:{harness.ACCOUNT}:job-queue/trainstack-training"
+
+
+def filled(properties: dict[str, Any], template: dict[str, Any]) -> str:
+    text = properties["DefinitionString"]
+    if isinstance(text, dict):
+        text = "".join(_value(part, template) for part in text["Fn::Join"][1])
+    for name in properties.get("DefinitionSubstitutions", {}):
+        text = text.replace("${" + name + "}", fake_value(name))
+    assert "${" not in text
+    return text
+
+
+def _value(part: Any, template: dict[str, Any]) -> str:
+    if isinstance(part, str):
+        return part
+    if part == {"Ref": "AWS::Partition"}:
+        return "aws"
+    if "Fn::GetAtt" in part and part["Fn::GetAtt"][1] == "JobQueueArn":
+        return QUEUE_ARN
+    return state_machine_arn(template["Resources"][part["Ref"]]["Properties"]["StateMachineName"])
+
+
+@dataclass(frozen=True)
+class QueuedPipeline:
+    settings: Any
+    pipeline: str
+    attempt: str
+
+
+def queued_pipeline(
+    queue: dict[str, Any], tmp_path_factory, profiles: list[dict] | None = None
+) -> QueuedPipeline:
+    overrides: dict[str, Any] = {"queue": queue}
+    if profiles is not None:
+        overrides["profiles"] = profiles
+    settings = settings_with(overrides)
+    stacks, assembly = synthesize(settings, tmp_path_factory.mktemp("queued.cdk.out"))
+    template = assembly.get_stack_by_name(stacks.pipeline.stack_name).template
+    machines = state_machines(template)
+    return QueuedPipeline(
+        settings,
+        filled(machines["trainstack-pipeline"], template),
+        filled(machines["trainstack-pipeline-attempt"], template),
+    )
+
+
+@pytest.fixture(scope="module")
+def fifo_pipeline(tmp_path_factory) -> QueuedPipeline:
+    return queued_pipeline(FIFO, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def fair_pipeline(tmp_path_factory) -> QueuedPipeline:
+    from tests.conftest import default_config_data
+
+    profiles = default_config_data()["profiles"]
+    profiles[0] = {**profiles[0], "priority": 10}
+    return queued_pipeline(FAIR, tmp_path_factory, profiles)
+
+
+@dataclass
+class Queue:
+    sagemaker: FakeSageMaker
+    batch: FakeBatch
+    pipeline_arn: str
+
+    def start(self, name: str, execution_input: dict[str, Any]) -> str:
+        return harness.start(self.pipeline_arn, execution_input, name)
+
+    def started(self) -> list[str]:
+        """Service jobs in the order Batch started them."""
+        seen: list[str] = []
+        for name, status in self.batch.transitions:
+            if status == "SCHEDULED" and name not in seen:
+                seen.append(name)
+        return seen
+
+    def submitted(self, name: str) -> None:
+        """Wait (bounded, real time) until the pipeline submitted service job `name`: the next execution's
+        place in the queue depends on it."""
+        deadline = time.monotonic() + 60
+        while not any(job.name == name for job in self.batch.jobs.values()):
+            assert time.monotonic() < deadline, f"{name} was never submitted"
+            time.sleep(0.02)
+
+
+def queue_for(pipeline: QueuedPipeline, monkeypatch, scripts) -> Any:
+    sagemaker = FakeSageMaker(job_scripts=scripts)
+    context = harness.pipeline_environment(sagemaker, monkeypatch)
+    clock = context.__enter__()
+    queue = pipeline.settings.queue
+    batch = FakeBatch(
+        sagemaker=sagemaker,
+        max_instances=queue.max_instances,
+        weight_factors={name: weight_factor(weight) for name, weight in queue.shares.items()},
+        capacity_wait_seconds=queue.capacity_wait_seconds,
+        now=clock.time,
+    )
+    install_fake_batch(batch, monkeypatch)
+    harness.create_state_machine(pipeline.attempt, "trainstack-pipeline-attempt")
+    arn = harness.create_state_machine(pipeline.pipeline, "trainstack-pipeline")
+    return context, Queue(sagemaker, batch, arn)
+
+
+@pytest.fixture
+def fifo(fifo_pipeline, monkeypatch):
+    context, queue = queue_for(fifo_pipeline, monkeypatch, [[STARTING, TRAINING, TRAINING, COMPLETED]])
+    yield queue
+    context.__exit__(None, None, None)
+
+
+@pytest.fixture
+def fair(fair_pipeline, monkeypatch):
+    # The first job runs until the test releases it; the others complete.
+    context, queue = queue_for(
+        fair_pipeline, monkeypatch, [[STARTING, TRAINING], [STARTING, TRAINING, COMPLETED]]
+    )
+    yield queue
+    context.__exit__(None, None, None)
+
+
+def release_first_job(queue: Queue) -> None:
+    next(iter(queue.sagemaker.jobs.values())).phases.append(COMPLETED)
+
+
+def test_second_run_waits_runnable_while_the_first_uses_the_instances_then_runs(fifo):
+    first = fifo.start("first", {"runName": "trainstack-first"})
+    fifo.submitted("trainstack-first-1")
+    second = fifo.start("second", {"runName": "trainstack-second"})
+    outcomes = [harness.wait_for(first), harness.wait_for(second)]
+    assert [outcome.status for outcome in outcomes] == ["SUCCEEDED", "SUCCEEDED"], [o.cause for o in outcomes]
+    assert outcomes[1].output["trainingJobName"] == "trainstack-second-1"
+    assert outcomes[1].output["checkpointUri"] == "s3://trainstack-checkpoints-test/trainstack-second/"
+    transitions = fifo.batch.transitions
+    assert ("trainstack-second-1", "RUNNABLE") in transitions
+    assert transitions.index(("trainstack-second-1", "SCHEDULED")) > transitions.index(
+        ("trainstack-first-1", "SUCCEEDED")
+    )
+    # The same CreateTrainingJob request the direct pipeline sends, as the service job's payload.
+    [payload] = [
+        json.loads(call["serviceRequestPayload"])
+        for operation, call in fifo.batch.calls
+        if operation == "SubmitServiceJob" and call["jobName"] == "trainstack-second-1"
+    ]
+    assert payload["TrainingJobName"] == "trainstack-second-1"
+    assert [p["InstanceType"] for p in payload["ResourceConfig"]["InstancePreferences"]] == [
+        "ml.p5.48xlarge",
+        "ml.p4de.24xlarge",
+    ]
+
+
+def test_capacity_error_is_retried_by_batch_and_resumes_from_the_same_checkpoint(fifo):
+    fifo.sagemaker.script([[CAPACITY_FAILURE], [STARTING, TRAINING, COMPLETED]])
+    outcome = harness.wait_for(fifo.start("run", {"runName": "trainstack-retry"}))
+    assert outcome.status == "SUCCEEDED", outcome.cause
+    assert outcome.output["attempts"] == 1  # one submission; Batch did the retry
+    assert {job["CheckpointConfig"]["S3Uri"] for job in fifo.sagemaker.created} == {
+        "s3://trainstack-checkpoints-test/trainstack-retry/"
+    }
+    assert len(fifo.sagemaker.created) == 2
+
+
+def test_capacity_never_coming_ends_as_capacity_exhausted(fifo):
+    fifo.sagemaker.script([[STARTING, STARTING, CAPACITY_FAILURE]])
+    outcome = harness.wait_for(fifo.start("run", {"runName": "trainstack-starved"}))
+    assert outcome.error == "CapacityExhausted"
+    assert "capacity_wait_hours" in outcome.cause
+
+
+def test_a_job_larger_than_the_queue_is_invalid_input_and_never_submitted(fifo):
+    outcome = harness.wait_for(fifo.start("big", {"runName": "trainstack-big", "instanceCount": 3}))
+    assert (outcome.error, outcome.cause) == (
+        "InvalidInput",
+        "instanceCount must be at most 2, the queue's capacity (queue.max_instances).",
+    )
+    assert not fifo.batch.calls
+
+
+def test_priorities_order_the_waiting_jobs(fair):
+    executions = [
+        fair.start("blocker", {"runName": "trainstack-blocker", "instanceCount": 3, "share": "teamA"})
+    ]
+    fair.submitted("trainstack-blocker-1")
+    for name, priority in (("low", 1), ("high", 500)):
+        executions.append(
+            fair.start(name, {"runName": f"trainstack-{name}", "priority": priority, "share": "teamA"})
+        )
+        fair.submitted(f"trainstack-{name}-1")
+    release_first_job(fair)
+    assert [harness.wait_for(execution).status for execution in executions] == ["SUCCEEDED"] * 3
+    assert fair.started() == ["trainstack-blocker-1", "trainstack-high-1", "trainstack-low-1"]
+    schedule = {job.name: job.request.get("schedulingPriority") for job in fair.batch.jobs.values()}
+    assert schedule == {"trainstack-blocker-1": 10, "trainstack-low-1": 1, "trainstack-high-1": 500}
+
+
+def test_fair_share_gives_the_heavier_share_more_instances(fair):
+    plan = (
+        [("blocker", 3, "teamB")]
+        + [(f"a{i}", 1, "teamA") for i in range(2)]
+        + [(f"b{i}", 1, "teamB") for i in range(2)]
+    )
+    executions = []
+    for name, count, share in plan:
+        executions.append(
+            fair.start(name, {"runName": f"trainstack-{name}", "instanceCount": count, "share": share})
+        )
+        fair.submitted(f"trainstack-{name}-1")
+    release_first_job(fair)
+    assert all(harness.wait_for(execution).status == "SUCCEEDED" for execution in executions)
+    # Three 1-instance jobs fit once the blocker ended: teamA (weight 2) got two, teamB one.
+    assert fair.started()[1:4] == ["trainstack-a0-1", "trainstack-b0-1", "trainstack-a1-1"]
+
+
+def test_share_defaults_to_the_first_and_priority_to_the_profile_and_unknown_shares_are_invalid(fair):
+    outcome = harness.wait_for(fair.start("odd", {"runName": "trainstack-odd", "share": "teamC"}))
+    assert (outcome.error, outcome.cause) == (
+        "InvalidInput",
+        "share must be one of the queue's shares: teamA, teamB.",
+    )
+    plain = fair.start("plain", {"runName": "trainstack-plain"})
+    fair.submitted("trainstack-plain-1")
+    release_first_job(fair)
+    assert harness.wait_for(plain).status == "SUCCEEDED"
+    [job] = fair.batch.jobs.values()
+    assert (job.request["shareIdentifier"], job.request["schedulingPriority"]) == ("teamA", 10)
