@@ -18,7 +18,6 @@ from trainstack.config import Settings
 from trainstack.execution_input import (
     HYPERPARAMETER_NAME_MAX_LENGTH,
     HYPERPARAMETER_VALUE_MAX_LENGTH,
-    INPUT_RULES,
     MAX_INSTANCE_COUNT,
     MIN_RUNTIME_HOURS,
     PROFILE_RULES,
@@ -26,6 +25,7 @@ from trainstack.execution_input import (
     RUN_NAME_PATTERN,
     S3_URI_PATTERN,
     input_fields,
+    input_rules,
     message_context,
 )
 from trainstack.job_request import PipelineResources, base_request, instance_preferences
@@ -80,9 +80,7 @@ def _conditions(settings: Settings) -> dict[tuple[str, str], str]:
             f'$type($v) = "number" ? ($v >= {MIN_RUNTIME_HOURS} and $v <= {MAX_RUNTIME_HOURS_LIMIT}) : false'
         ),
         ("resumeFrom", "s3-uri"): f'$type($v) = "string" ? $contains($v, {regex(S3_URI_PATTERN)}) : false',
-        ("instanceCount", "within-queue"): (
-            f"$v <= {settings.queue.max_instances}" if settings.queue.enabled else "true"
-        ),
+        ("instanceCount", "within-queue"): f"$v <= {settings.queue.max_instances}",
         ("priority", "integer-0-9999"): (
             f'$type($v) = "number" ? ($v = $floor($v) and $v >= 0 and $v <= {MAX_PRIORITY}) : false'
         ),
@@ -112,7 +110,7 @@ def check_input_expression(settings: Settings) -> str:
     conditions = _conditions(settings)
     context = message_context(settings, unknown="\0")
     checks: list[tuple[str, str, str]] = []  # (field, condition that accepts, cause expression)
-    for rule in INPUT_RULES:
+    for rule in input_rules(settings):
         before, _, after = rule.message.format(**context).partition("\0")
         cause = literal(before) + (f' & $join($unknown, ", ") & {literal(after)}' if after else "")
         checks.append((rule.field, conditions[(rule.field, rule.rule)], cause))

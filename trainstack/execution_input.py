@@ -61,6 +61,7 @@ class InputRule:
     rule: str  # short id of the check, e.g. "integer>=1"
     message: str  # the cause; {profiles}, {prefix}, {fields} ... are filled from the config
     accepts: Callable[[Any, Settings], bool]  # called only when the field is present
+    queue_only: bool = False  # checked only in queue mode (queue.enabled)
 
 
 def _is_whole_number(value: Any) -> bool:
@@ -165,22 +166,26 @@ INPUT_RULES: tuple[InputRule, ...] = (
     InputRule(
         "instanceCount", "within-queue",
         "instanceCount must be at most {max_instances}, the queue's capacity (queue.max_instances).",
-        lambda value, settings: not settings.queue.enabled or value <= settings.queue.max_instances,
+        lambda value, settings: value <= settings.queue.max_instances,
+        queue_only=True,
     ),
     InputRule(
         "priority", "integer-0-9999",
         f"priority must be a whole number from 0 to {MAX_PRIORITY} (higher runs first).",
         lambda value, _: _is_whole_number(value) and 0 <= value <= MAX_PRIORITY,
+        queue_only=True,
     ),
     InputRule(
         "priority", "fair-share-queue",
         "priority orders jobs only in a queue with fair shares (queue.shares in the config).",
         lambda _, settings: bool(settings.queue.shares),
+        queue_only=True,
     ),
     InputRule(
         "share", "one-of-shares",
         "share must be one of the queue's shares: {shares}.",
         lambda value, settings: value in settings.queue.shares,
+        queue_only=True,
     ),
 )
 
@@ -216,6 +221,11 @@ def default_run_name(settings: Settings, profile: str, now: datetime | None = No
     return f"{settings.project}-{profile}-{now:%Y%m%d-%H%M%S}"
 
 
+def input_rules(settings: Settings) -> tuple[InputRule, ...]:
+    """INPUT_RULES that apply under this config (the queue's rules only in queue mode)."""
+    return tuple(rule for rule in INPUT_RULES if settings.queue.enabled or not rule.queue_only)
+
+
 def message_context(settings: Settings, unknown: str) -> dict[str, str]:
     """What the {placeholders} of INPUT_RULES' messages stand for; `unknown` lists the unknown fields."""
     return {
@@ -239,7 +249,8 @@ def validate_execution_input(data: Any, settings: Settings, execution_name: str 
         raise InvalidInputError("no profiles are configured; add one under profiles: in the config.")
     unknown = ", ".join(sorted(set(data) - set(input_fields(settings)))) if isinstance(data, Mapping) else ""
     context = message_context(settings, unknown)
-    whole_input_rules = [rule for rule in INPUT_RULES if not rule.field]
+    rules = input_rules(settings)
+    whole_input_rules = [rule for rule in rules if not rule.field]
     for rule in whole_input_rules:
         if not rule.accepts(data, settings):
             raise InvalidInputError(rule.message.format(**context), rule.field)
@@ -251,7 +262,7 @@ def validate_execution_input(data: Any, settings: Settings, execution_name: str 
             if execution_name
             else default_run_name(settings, values["profile"])
         )
-    for rule in INPUT_RULES:
+    for rule in rules:
         if rule.field in values and not rule.accepts(values[rule.field], settings):
             raise InvalidInputError(rule.message.format(**context), rule.field)
     profile = settings.profile(values["profile"])
