@@ -14,6 +14,7 @@ from stacks.image_stack import ImageStack
 from stacks.job_cleanup import JobCleanup
 from stacks.network_stack import NetworkStack
 from stacks.pipeline_notifications import PipelineNotifications
+from stacks.queue_cleanup import QueueCleanup
 from stacks.storage_stack import StorageStack
 from stacks.training_queue import TrainingQueue
 from stacks.training_state_machine import TrainingStateMachine
@@ -84,6 +85,10 @@ class PipelineStack(cdk.Stack):
         )
         self.state_machine = self.training.state_machine
         self.cleanup = JobCleanup(self, "JobCleanup", project=project, pipeline=self.state_machine)
+        if self.queue is not None:
+            self.queue_cleanup = QueueCleanup(
+                self, "QueueCleanup", project=project, pipeline=self.state_machine, queue=self.queue
+            )
         self.notifications = PipelineNotifications(
             self,
             "Notifications",

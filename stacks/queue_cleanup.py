@@ -1,5 +1,10 @@
 """Queue mode's part of the job cleanup: service jobs still waiting in the queue have no training job to
-stop yet, so an execution that ended unsuccessfully must also take its service jobs out of the queue.
+stop yet (the job cleanup stops training jobs), so an execution that ended unsuccessfully must also
+take its service jobs out of the queue. QueueCleanup builds two JSONata state machines:
+
+- `<project>-queue-cleanup`, started by an EventBridge rule when a pipeline execution fails, times out or
+  is aborted (the same events as the job cleanup), with the event as input;
+- `<project>-queue-sweeper`, every 15 minutes, for a missed event or a failed cleanup.
 
 - `terminate_run_service_jobs`: the cleanup machine knows the ended execution's run name; the run's service
   jobs are named `<runName>-<attempt>` (like its training jobs): list them by name and terminate those
@@ -12,14 +17,22 @@ from __future__ import annotations
 
 import json
 
+import aws_cdk as cdk
 from aws_cdk import Duration
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
+from stacks.job_cleanup import ENDED_UNSUCCESSFULLY, execution_status_pattern
 from stacks.queued_training_attempt import CLIENT_ERROR, TRANSIENT_ERRORS, expression
+from stacks.training_queue import TrainingQueue
+from stacks.validation import acknowledge
 from trainstack.job_request import EXECUTION_TAG
 
+SWEEP_EVERY = Duration.minutes(15)
 # Service job states Batch has not finished (DescribeServiceJob's enum minus SUCCEEDED and FAILED).
 UNFINISHED = ("SUBMITTED", "PENDING", "RUNNABLE", "SCHEDULED", "STARTING", "RUNNING")
 
@@ -187,3 +200,104 @@ def terminate_orphaned_service_jobs(
     check_each.item_processor(describe.next(is_ours))
     find.next(check_each)
     return find, check_each
+
+
+def run_name_of_event(project: str) -> str:
+    """The ended execution's run name from its status-change event: the input's runName, else the
+    pipeline's default `<project>-<execution name>` (as the pipeline's input check sets it)."""
+    return (
+        "($given := $parse($states.input.detail.input).runName; "
+        f'$type($given) = "string" ? $given : {json.dumps(project + "-")} & $states.input.detail.name)'
+    )
+
+
+class QueueCleanup(Construct):
+    """The queue cleanup machine and its rule, and the queue sweeper machine and its schedule."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        project: str,
+        pipeline: sfn.StateMachine,
+        queue: TrainingQueue,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        stack = cdk.Stack.of(self)
+        execution_prefix = stack.format_arn(
+            service="states",
+            resource="execution",
+            resource_name=f"{project}-pipeline:",
+            arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
+        )
+        first, last = terminate_run_service_jobs(
+            self,
+            job_queue_arn=queue.job_queue_arn,
+            service_job_arn=queue.service_job_arn,
+            run_name=run_name_of_event(project),
+            execution_arn="$states.input.detail.executionArn",
+        )
+        last.next(sfn.Succeed.jsonata(self, "Cleaned"))
+        self.state_machine = self._machine(f"{project}-queue-cleanup", "Cleanup", first, queue)
+        self.rule = events.Rule(
+            self,
+            "OnExecutionEnded",
+            description=f"Take the queued jobs of {project} pipeline executions that ended unsuccessfully "
+            "out of the queue",
+            event_pattern=execution_status_pattern(pipeline, ENDED_UNSUCCESSFULLY),
+        )
+        self.rule.add_target(targets.SfnStateMachine(self.state_machine))
+        first, last = terminate_orphaned_service_jobs(
+            self,
+            job_queue_arn=queue.job_queue_arn,
+            service_job_arn=queue.service_job_arn,
+            execution_prefix=execution_prefix,
+            executions_arn=f"{execution_prefix}*",
+        )
+        last.next(sfn.Succeed.jsonata(self, "Swept"))
+        self.sweeper = self._machine(f"{project}-queue-sweeper", "Sweeper", first, queue)
+        self.schedule = events.Rule(
+            self,
+            "Sweep",
+            description=f"Terminate queued {project} jobs whose pipeline execution is no longer running",
+            schedule=events.Schedule.rate(SWEEP_EVERY),
+        )
+        self.schedule.add_target(targets.SfnStateMachine(self.sweeper))
+        acknowledge(
+            self.sweeper.role,
+            f"AwsSolutions-IAM5[Resource::{execution_prefix}*]",
+            "The owners of waiting jobs are found at run time; all are executions of the pipeline.",
+        )
+
+    def _machine(self, name: str, construct_id: str, chain: sfn.IChainable, queue: TrainingQueue):
+        log_group = logs.LogGroup(
+            self,
+            f"{construct_id}Logs",
+            log_group_name=f"/aws/vendedlogs/states/{name}",
+            retention=logs.RetentionDays.THREE_MONTHS,
+            removal_policy=cdk.RemovalPolicy.DESTROY,
+        )
+        machine = sfn.StateMachine(
+            self,
+            construct_id,
+            state_machine_name=name,
+            state_machine_type=sfn.StateMachineType.STANDARD,
+            query_language=sfn.QueryLanguage.JSONATA,
+            definition_body=sfn.DefinitionBody.from_chainable(chain),
+            timeout=Duration.minutes(14),
+            tracing_enabled=True,
+            logs=sfn.LogOptions(destination=log_group, level=sfn.LogLevel.ALL, include_execution_data=True),
+        )
+        acknowledge(
+            machine.role,
+            "AwsSolutions-IAM5[Resource::*]",
+            "batch:ListServiceJobs and the CloudWatch Logs delivery and X-Ray actions support no "
+            "resource-level permissions.",
+        )
+        acknowledge(
+            machine.role,
+            f"AwsSolutions-IAM5[Resource::{queue.service_job_arn}]",
+            "Service job ids are chosen by Batch; the jobs to terminate are found in this project's queue.",
+        )
+        return machine
