@@ -90,6 +90,7 @@ def terminate_run_service_jobs(
             },
             iam_resources=["*"],
             assign={
+                "endedExecution": expression(execution_arn),
                 "queuedJobs": expression(
                     f"[$states.result.JobSummaryList[({ours}) and Status in {json.dumps(UNFINISHED)}].JobId]"
                 )
@@ -109,7 +110,7 @@ def terminate_run_service_jobs(
             scope,
             "TerminateQueuedJob",
             "$states.input",
-            f"'trainstack cleanup: execution ' & ({execution_arn}) & ' ended'",
+            "'trainstack cleanup: execution ' & $endedExecution & ' ended'",
             service_job_arn,
         )
     )

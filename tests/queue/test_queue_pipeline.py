@@ -53,6 +53,7 @@ class QueuedPipeline:
     settings: Any
     pipeline: str
     attempt: str
+    queue_cleanup: str
 
 
 def queued_pipeline(
@@ -69,6 +70,7 @@ def queued_pipeline(
         settings,
         filled(machines["trainstack-pipeline"], template),
         filled(machines["trainstack-pipeline-attempt"], template),
+        filled(machines["trainstack-queue-cleanup"], template),
     )
 
 
@@ -91,6 +93,7 @@ class Queue:
     sagemaker: FakeSageMaker
     batch: FakeBatch
     pipeline_arn: str
+    cleanup_arn: str
 
     def start(self, name: str, execution_input: dict[str, Any]) -> str:
         return harness.start(self.pipeline_arn, execution_input, name)
@@ -127,7 +130,8 @@ def queue_for(pipeline: QueuedPipeline, monkeypatch, scripts) -> Any:
     install_fake_batch(batch, monkeypatch)
     harness.create_state_machine(pipeline.attempt, "trainstack-pipeline-attempt")
     arn = harness.create_state_machine(pipeline.pipeline, "trainstack-pipeline")
-    return context, Queue(sagemaker, batch, arn)
+    cleanup = harness.create_state_machine(pipeline.queue_cleanup, "trainstack-queue-cleanup")
+    return context, Queue(sagemaker, batch, arn, cleanup)
 
 
 @pytest.fixture
@@ -251,3 +255,36 @@ def test_share_defaults_to_the_first_and_priority_to_the_profile_and_unknown_sha
     assert harness.wait_for(plain).status == "SUCCEEDED"
     [job] = fair.batch.jobs.values()
     assert (job.request["shareIdentifier"], job.request["schedulingPriority"]) == ("teamA", 10)
+
+
+def test_aborting_a_run_while_it_waits_takes_its_job_out_of_the_queue(fifo):
+    import boto3
+
+    fifo.sagemaker.script([[STARTING, TRAINING], [STARTING, TRAINING, COMPLETED]])  # blocker runs until released
+    blocker = fifo.start("blocker", {"runName": "trainstack-blocker"})
+    fifo.submitted("trainstack-blocker-1")
+    waiting = fifo.start("waiting", {"runName": "trainstack-waiting"})
+    fifo.submitted("trainstack-waiting-1")
+    stepfunctions = boto3.client("stepfunctions", region_name=harness.REGION)
+    stepfunctions.stop_execution(executionArn=waiting)
+    # The event EventBridge delivers to the queue cleanup for the aborted execution.
+    described = stepfunctions.describe_execution(executionArn=waiting)
+    event = {
+        "detail-type": "Step Functions Execution Status Change",
+        "source": "aws.states",
+        "detail": {
+            "executionArn": waiting,
+            "stateMachineArn": described["stateMachineArn"],
+            "name": described["name"],
+            "status": "ABORTED",
+            "input": described["input"],
+        },
+    }
+    cleanup = harness.wait_for(harness.start(fifo.cleanup_arn, event, "cleanup-waiting"))
+    assert cleanup.status == "SUCCEEDED", cleanup.cause
+    [job] = [job for job in fifo.batch.jobs.values() if job.name == "trainstack-waiting-1"]
+    assert (job.status, job.terminated) == ("FAILED", True)
+    assert job.status_reason == f"trainstack cleanup: execution {waiting} ended"
+    release_first_job(fifo)
+    assert harness.wait_for(blocker).status == "SUCCEEDED"
+    assert list(fifo.sagemaker.jobs) == ["trainstack-blocker-1"]  # the aborted run's job never started
