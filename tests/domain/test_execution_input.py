@@ -10,8 +10,8 @@ from tests.domain.input_cases import MALFORMED_INPUTS
 from trainstack.execution_input import (
     FIELDS,
     INPUT_RULES,
-    QUEUE_FIELDS,
     PROFILE_RULES,
+    QUEUE_FIELDS,
     InvalidInputError,
     default_run_name,
     validate_execution_input,

@@ -260,7 +260,8 @@ def test_share_defaults_to_the_first_and_priority_to_the_profile_and_unknown_sha
 def test_aborting_a_run_while_it_waits_takes_its_job_out_of_the_queue(fifo):
     import boto3
 
-    fifo.sagemaker.script([[STARTING, TRAINING], [STARTING, TRAINING, COMPLETED]])  # blocker runs until released
+    # The blocker runs until released.
+    fifo.sagemaker.script([[STARTING, TRAINING], [STARTING, TRAINING, COMPLETED]])
     blocker = fifo.start("blocker", {"runName": "trainstack-blocker"})
     fifo.submitted("trainstack-blocker-1")
     waiting = fifo.start("waiting", {"runName": "trainstack-waiting"})
