@@ -15,7 +15,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from stacks.validation import acknowledge
-from trainstack.config import QueueSettings, training_queue_name
+from trainstack.queue import QueueSettings, training_queue_name
 
 SERVICE_TYPE = "SAGEMAKER_TRAINING"
 # statusReason Batch gives a job waiting after capacity errors (Batch user guide, "Jobs stuck in RUNNABLE").

@@ -14,7 +14,8 @@ from typing import Any
 
 import boto3
 
-from trainstack.config import ConfigError, Settings, load_settings, training_queue_name
+from trainstack.config import ConfigError, Settings, load_settings
+from trainstack.queue import training_queue_name
 from trainstack.runs import Job, QueuedJob, find_state_machine, run_job
 
 DEFAULT_POLL_SECONDS = 15.0
