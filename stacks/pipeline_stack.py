@@ -163,6 +163,8 @@ class PipelineStack(cdk.Stack):
         )
         if storage.encryption_key is not None:
             storage.encryption_key.grant_encrypt_decrypt(role)
+        if storage.dataset_key is not None:
+            storage.dataset_key.grant_decrypt(role)  # an existing SSE-KMS dataset bucket
         if image.repository is not None:
             image.repository.grant_pull(role)
         else:

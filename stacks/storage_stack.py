@@ -6,7 +6,9 @@ Encryption is SSE-S3 (AES-256, S3-managed keys) on every bucket created here, ch
 - checkpoints are large, frequent writes and FSx imports whole datasets: every object would otherwise
   cost KMS requests and count against the account's KMS request quota;
 - S3 server access log delivery into an SSE-KMS bucket needs yet another key grant (the logging service).
-No KMS key is created, so `encryption_key` is None; an imported dataset bucket keeps its own encryption.
+No KMS key is created, so `encryption_key` is None; an imported dataset bucket keeps its own encryption,
+and when that is SSE-KMS, `dataset.kms_key_arn` names the key (`dataset_key`) that training jobs may
+decrypt with.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class StorageStack(cdk.Stack):
     artifact_bucket: s3.IBucket
     access_log_bucket: s3.IBucket
     encryption_key: kms.IKey | None
+    dataset_key: kms.IKey | None
     fsx_plan: FsxPlan | None
     file_system: fsx.CfnFileSystem | None
     file_system_id: str | None
@@ -63,6 +66,11 @@ class StorageStack(cdk.Stack):
             self.dataset_bucket = s3.Bucket.from_bucket_name(
                 self, "DatasetBucket", settings.dataset.bucket_name
             )
+        self.dataset_key = (
+            kms.Key.from_key_arn(self, "DatasetKey", settings.dataset.kms_key_arn)
+            if settings.dataset.kms_key_arn
+            else None
+        )
         # Not versioned: checkpoints are rewritten every few minutes, expire anyway, and a job only ever
         # resumes from the newest complete one; versions would multiply their (large) storage.
         self.checkpoint_bucket = self._bucket(

@@ -133,6 +133,23 @@ class DatasetSettings(StrictModel):
         ),
     ] = "datasets/"
     size_gib: Annotated[float, Field(gt=0, le=1_000_000)] = 1000
+    # The KMS key of an existing SSE-KMS bucket: training jobs get kms:Decrypt on it.
+    kms_key_arn: Annotated[
+        str | None,
+        matching(
+            r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[A-Za-z0-9-]+$",
+            "a KMS key ARN (arn:aws:kms:<region>:<account>:key/<key id>; not an alias)",
+        ),
+    ] = None
+
+    @model_validator(mode="after")
+    def _key_of_existing_bucket(self) -> DatasetSettings:
+        if self.kms_key_arn is not None and self.bucket_name is None:
+            raise ValueError(
+                "kms_key_arn is the key of an existing SSE-KMS bucket: set bucket_name too (the bucket "
+                "the stack creates is encrypted with S3-managed keys)"
+            )
+        return self
 
 
 class FsxSettings(StrictModel):

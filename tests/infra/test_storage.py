@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -180,3 +181,41 @@ def test_outputs_name_buckets_and_file_system(default_infra: InfraApp):
         "FileSystemMountName",
     } <= set(outputs)
     assert outputs["FileSystemMountName"]["Value"] == {"Fn::GetAtt": ["FileSystem", "LustreMountName"]}
+
+
+DATASET_KEY = "arn:aws:kms:us-east-1:111111111111:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+
+
+def sagemaker_role_statements(template: dict[str, Any]) -> list[dict[str, Any]]:
+    [role] = [
+        name for name in resources(template, "AWS::IAM::Role") if name.startswith("SageMakerExecutionRole")
+    ]
+    return [
+        statement
+        for body in resources(template, "AWS::IAM::Policy").values()
+        if {"Ref": role} in body["Properties"]["Roles"]
+        for statement in body["Properties"]["PolicyDocument"]["Statement"]
+    ]
+
+
+def test_an_sse_kms_dataset_bucket_can_be_read_by_training_jobs(make_settings, default_app, tmp_path):
+    """dataset.kms_key_arn: the SageMaker execution role may decrypt with the existing bucket's key."""
+    from tests.conftest import synthesize
+
+    settings = make_settings({"dataset": {"bucket_name": "kms-training-data", "kms_key_arn": DATASET_KEY}})
+    stacks, assembly = synthesize(settings, tmp_path)
+    template = assembly.get_stack_by_name(stacks.pipeline.stack_name).template
+    key_statements = [s for s in sagemaker_role_statements(template) if s["Resource"] == DATASET_KEY]
+    assert [s["Action"] for s in key_statements] == ["kms:Decrypt"]
+    # The default config (a bucket the stack creates, SSE-S3) grants no KMS action.
+    _, default_stacks, default_assembly = default_app
+    default_template = default_assembly.get_stack_by_name(default_stacks.pipeline.stack_name).template
+    assert not [s for s in sagemaker_role_statements(default_template) if "kms:" in json.dumps(s["Action"])]
+
+
+def test_a_dataset_key_without_an_existing_bucket_is_refused(make_settings):
+    from trainstack.config import ConfigError
+
+    with pytest.raises(ConfigError) as raised:
+        make_settings({"dataset": {"kms_key_arn": DATASET_KEY}})
+    assert "kms_key_arn is the key of an existing SSE-KMS bucket: set bucket_name too" in str(raised.value)
