@@ -273,9 +273,19 @@ def main() -> None:
             ours, bare = [], []
             for repeat in range(args.repeats):
                 run_dir = work / f"{parallelism}{repeat}"
-                ours.append(train_py_tokens_per_sec(args, parallelism, nproc, work / "data", run_dir))
-                output = torchrun(nproc, __file__, "--worker", "minimal", *flags)
-                bare.append(float(re.search(r"tokens_per_sec=([0-9.]+)", output).group(1)))
+
+                def minimal(flags: list[str] = flags) -> float:
+                    output = torchrun(nproc, __file__, "--worker", "minimal", *flags)
+                    return float(re.search(r"tokens_per_sec=([0-9.]+)", output).group(1))
+
+                # Alternate which side runs first: a background load that rises or falls during the
+                # invocation would otherwise favour one side in every pair.
+                if repeat % 2:
+                    bare.append(minimal())
+                    ours.append(train_py_tokens_per_sec(args, parallelism, nproc, work / "data", run_dir))
+                else:
+                    ours.append(train_py_tokens_per_sec(args, parallelism, nproc, work / "data", run_dir))
+                    bare.append(minimal())
             print(f"{parallelism}: train.py tokens/s " + ", ".join(f"{v:,.0f}" for v in ours))
             print(f"{parallelism}: minimal loop tokens/s " + ", ".join(f"{v:,.0f}" for v in bare))
             # Each pair ran back to back, under the same background load: compare within pairs.
