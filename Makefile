@@ -7,6 +7,8 @@ CONFIG ?= config/default.yaml
 CDK := node_modules/.bin/cdk
 SYNTH_DEPS := $(VENV)/.synth-deps
 DEV_DEPS := $(VENV)/.dev-deps
+CHECKOV_VENV := .venv-checkov
+CHECKOV := $(CURDIR)/$(CHECKOV_VENV)/bin/checkov
 
 # aws-cdk-lib still runs on node 20 but prints an end-of-life banner; the CLI must not call home.
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
@@ -50,11 +52,17 @@ deploy: synth
 test: $(DEV_DEPS) $(CDK)
 	pytest -n 2 --dist loadfile
 
-lint: $(DEV_DEPS) $(CDK) synth
+lint: $(DEV_DEPS) $(CDK) $(CHECKOV) synth
 	ruff check .
 	hadolint container/Dockerfile
 	python container/dockerfile_policy.py container/Dockerfile --requirements container/requirements.txt
 	cfn-lint cdk.out/*.template.json
+	$(CHECKOV) --directory cdk.out --framework cloudformation --quiet --compact --skip-download
+
+$(CHECKOV): requirements-checkov.txt
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip install -q -r requirements-checkov.txt
+	touch $@
 
 local-train: $(DEV_DEPS)
 	bash training_scripts/local_train.sh

@@ -19,6 +19,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
+from stacks.checkov_skips import skip_checkov
 from stacks.network_stack import NetworkStack
 from trainstack.config import Settings
 from trainstack.fsx_sizing import FsxPlan
@@ -78,6 +79,13 @@ class StorageStack(cdk.Stack):
             versioned=False,
             expiration=cdk.Duration.days(settings.checkpoints.retention_days),
         )
+        skip_checkov(
+            self.checkpoint_bucket,
+            {
+                "CKV_AWS_21": "Checkpoints are rewritten every few minutes and a job resumes from the newest "
+                "complete one; versions would multiply their large storage."
+            },
+        )
         # Versioned: model artifacts are the product of paid training; a bad overwrite must be undoable.
         self.artifact_bucket = self._bucket("ArtifactBucket", versioned=True)
 
@@ -109,6 +117,15 @@ class StorageStack(cdk.Stack):
                     abort_incomplete_multipart_upload_after=ABORT_INCOMPLETE_UPLOADS_AFTER,
                 )
             ],
+        )
+        skip_checkov(
+            bucket,
+            {
+                "CKV_AWS_18": "This is the access-log destination of the other buckets; logging it into "
+                "itself would loop.",
+                "CKV_AWS_21": "Logs are written once and expire after 365 days; versions would only keep "
+                "deleted logs longer.",
+            },
         )
         return bucket
 
