@@ -5,11 +5,8 @@ the last path segment (`/v1/submitservicejob` -> `submitservicejob`). moto has n
 this adds them and answers them from FakeBatch, with errors serialized as Batch's REST-JSON errors
 (HTTP 400, `x-amzn-ErrorType: <code>`), so botocore raises ClientError with that code.
 
-Step Functions writes aws-sdk parameters in PascalCase even where the API is camelCase, as Batch's is
-("Parameters in Step Functions are expressed in PascalCase, even if the native service API is in
-camelCase", Step Functions developer guide), and returns results PascalCase too (LocalStack's
-interpreter does so). moto's copy of that interpreter passes names through unchanged; this converts
-them along botocore's shapes. (Stopgap until trainstack.emulator does the same for every session.)
+The PascalCase member names of aws-sdk tasks (Batch's API is camelCase) are trainstack.emulator's
+conversion, as for every service.
 """
 
 from __future__ import annotations
@@ -17,7 +14,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import botocore.session
 from moto.batch import urls as batch_urls
 from moto.batch.responses import BatchResponse
 from moto.core.exceptions import ServiceException
@@ -42,47 +38,6 @@ def install_fake_batch(fake: FakeBatch, monkeypatch) -> None:
         monkeypatch.setattr(BatchResponse, path, _handler(fake, method), raising=False)
     # The interpreter names aws-sdk errors "<Service>.<Code>"; AWS spells this service "Batch".
     monkeypatch.setitem(state_task_service_aws_sdk._SERVICE_ERROR_NAMES, "batch", "Batch")
-    task = state_task_service_aws_sdk.StateTaskServiceAwsSdk
-    monkeypatch.setattr(task, "_normalise_parameters", _in_model_names, raising=False)
-    monkeypatch.setattr(task, "_normalise_response", _in_pascal_names, raising=False)
-
-
-def _operation(task):
-    model = botocore.session.get_session().get_service_model(task._get_boto_service_name())
-    action = task.resource.api_action
-    return model.operation_model(action[0].upper() + action[1:])
-
-
-def _in_model_names(self, parameters: dict, *args, **kwargs) -> None:
-    converted = _names(
-        parameters, _operation(self).input_shape, lambda key, members: members.get(key.lower(), key)
-    )
-    parameters.clear()
-    parameters.update(converted)
-
-
-def _in_pascal_names(self, response, *args, **kwargs) -> None:
-    if isinstance(response, dict):
-        converted = _names(response, _operation(self).output_shape, lambda key, _: key[:1].upper() + key[1:])
-        response.clear()
-        response.update(converted)
-
-
-def _names(value, shape, rename):
-    """Rename structure members along the shapes (model names <-> PascalCase); map keys stay."""
-    if shape is None:
-        return value
-    if shape.type_name == "structure" and isinstance(value, dict):
-        members = {name.lower(): name for name in shape.members}
-        return {
-            rename(key, members): _names(item, shape.members.get(members.get(key.lower(), key)), rename)
-            for key, item in value.items()
-        }
-    if shape.type_name == "list" and isinstance(value, list):
-        return [_names(item, shape.member, rename) for item in value]
-    if shape.type_name == "map" and isinstance(value, dict):
-        return {key: _names(item, shape.value, rename) for key, item in value.items()}
-    return value
 
 
 def _handler(fake: FakeBatch, method: str):
