@@ -50,7 +50,7 @@ deploy: synth
 	cdk deploy --all --no-notices -c config=$(CONFIG)
 
 test: $(DEV_DEPS) $(CDK)
-	pytest -n 2 --dist loadfile
+	pytest -n 2 --dist loadfile --durations=15
 
 lint: $(DEV_DEPS) $(CDK) $(CHECKOV) synth
 	ruff check .
