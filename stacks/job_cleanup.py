@@ -25,11 +25,11 @@ import aws_cdk as cdk
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_logs as logs
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
+from stacks.logged_state_machine import logged_state_machine
 from stacks.training_state_machine import training_job_arn
 from stacks.validation import acknowledge
 from stacks.wildcard_acknowledgments import flatten_reference
@@ -124,24 +124,7 @@ class JobCleanup(Construct):
         self.schedule.add_target(targets.SfnStateMachine(self.sweeper))
 
     def _machine(self, construct_id: str, name: str, chain: sfn.IChainable, *, timeout: cdk.Duration):
-        log_group = logs.LogGroup(
-            self,
-            f"{construct_id}Logs",
-            log_group_name=f"/aws/vendedlogs/states/{name}",
-            retention=logs.RetentionDays.THREE_MONTHS,
-            removal_policy=cdk.RemovalPolicy.DESTROY,
-        )
-        machine = sfn.StateMachine(
-            self,
-            construct_id,
-            state_machine_name=name,
-            state_machine_type=sfn.StateMachineType.STANDARD,
-            query_language=sfn.QueryLanguage.JSONATA,
-            definition_body=sfn.DefinitionBody.from_chainable(chain),
-            timeout=timeout,
-            tracing_enabled=True,
-            logs=sfn.LogOptions(destination=log_group, level=sfn.LogLevel.ALL, include_execution_data=True),
-        )
+        machine, _ = logged_state_machine(self, construct_id, name=name, chain=chain, timeout=timeout)
         self._acknowledge_wildcards(machine.role)
         return machine
 

@@ -21,12 +21,12 @@ import aws_cdk as cdk
 from aws_cdk import Duration
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
-from aws_cdk import aws_logs as logs
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from stacks.job_cleanup import ENDED_UNSUCCESSFULLY, execution_status_pattern
+from stacks.logged_state_machine import logged_state_machine
 from stacks.queued_training_attempt import CLIENT_ERROR, TRANSIENT_ERRORS, expression
 from stacks.training_queue import TrainingQueue
 from stacks.validation import acknowledge
@@ -93,7 +93,7 @@ def terminate_run_service_jobs(
                 "endedExecution": expression(execution_arn),
                 "queuedJobs": expression(
                     f"[$states.result.JobSummaryList[({ours}) and Status in {json.dumps(UNFINISHED)}].JobId]"
-                )
+                ),
             },
             outputs={},
         )
@@ -272,23 +272,8 @@ class QueueCleanup(Construct):
         )
 
     def _machine(self, name: str, construct_id: str, chain: sfn.IChainable, queue: TrainingQueue):
-        log_group = logs.LogGroup(
-            self,
-            f"{construct_id}Logs",
-            log_group_name=f"/aws/vendedlogs/states/{name}",
-            retention=logs.RetentionDays.THREE_MONTHS,
-            removal_policy=cdk.RemovalPolicy.DESTROY,
-        )
-        machine = sfn.StateMachine(
-            self,
-            construct_id,
-            state_machine_name=name,
-            state_machine_type=sfn.StateMachineType.STANDARD,
-            query_language=sfn.QueryLanguage.JSONATA,
-            definition_body=sfn.DefinitionBody.from_chainable(chain),
-            timeout=Duration.minutes(14),
-            tracing_enabled=True,
-            logs=sfn.LogOptions(destination=log_group, level=sfn.LogLevel.ALL, include_execution_data=True),
+        machine, _ = logged_state_machine(
+            self, construct_id, name=name, chain=chain, timeout=Duration.minutes(14)
         )
         acknowledge(
             machine.role,

@@ -14,11 +14,11 @@ from collections.abc import Mapping
 
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_logs as logs
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
+from stacks.logged_state_machine import logged_state_machine
 from stacks.pipeline_input_rules import (
     backoff_seconds_expression,
     check_input_expression,
@@ -64,30 +64,6 @@ def training_job_arn(scope: Construct, job_name_pattern: str) -> str:
     )
 
 
-def _machine(
-    scope: Construct, construct_id: str, *, name: str, chain: sfn.IChainable, timeout: cdk.Duration | None
-) -> tuple[sfn.StateMachine, logs.LogGroup]:
-    log_group = logs.LogGroup(
-        scope,
-        f"{construct_id}Logs",
-        log_group_name=f"/aws/vendedlogs/states/{name}",
-        retention=logs.RetentionDays.THREE_MONTHS,
-        removal_policy=cdk.RemovalPolicy.DESTROY,
-    )
-    machine = sfn.StateMachine(
-        scope,
-        construct_id,
-        state_machine_name=name,
-        state_machine_type=sfn.StateMachineType.STANDARD,
-        query_language=sfn.QueryLanguage.JSONATA,
-        definition_body=sfn.DefinitionBody.from_chainable(chain),
-        timeout=timeout,
-        tracing_enabled=True,
-        logs=sfn.LogOptions(destination=log_group, level=sfn.LogLevel.ALL, include_execution_data=True),
-    )
-    return machine, log_group
-
-
 class TrainingStateMachine(Construct):
     """The pipeline (`state_machine`) and its attempt machine (`attempt_machine`), both STANDARD."""
 
@@ -124,11 +100,11 @@ class TrainingStateMachine(Construct):
                 job_arn=job_arn,
                 service_job_arn=queue.service_job_arn,
             ).start
-        self.attempt_machine, self.attempt_log_group = _machine(
+        self.attempt_machine, self.attempt_log_group = logged_state_machine(
             self, "AttemptStateMachine", name=f"{project}-pipeline-attempt", chain=attempt, timeout=None
         )
         chain = self._pipeline(settings, placeholders)
-        self.state_machine, self.log_group = _machine(
+        self.state_machine, self.log_group = logged_state_machine(
             self,
             "StateMachine",
             name=f"{project}-pipeline",
