@@ -6,17 +6,20 @@ Exit codes everywhere: 0 success (or still running), 1 the run failed or AWS ref
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
 import boto3
+from botocore.exceptions import BotoCoreError, ClientError
 
 from trainstack.config import ConfigError, Settings, load_settings
 from trainstack.queue import training_queue_name
-from trainstack.runs import Job, QueuedJob, find_state_machine, run_job
+from trainstack.runs import Job, QueuedJob, RunError, find_state_machine, run_job
 
 DEFAULT_POLL_SECONDS = 15.0
 
@@ -101,3 +104,21 @@ def failure(args: argparse.Namespace, error: Exception) -> int:
 def aws_failure(error: Exception) -> int:
     print(f"trainstack: AWS call failed: {error}", file=sys.stderr)
     return 1
+
+
+def one_line_failures(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """A command's handler whose failures end in one line: bad input exits 2, a failed run or a refused
+    AWS call exits 1."""
+
+    @functools.wraps(handler)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except UsageError as error:
+            return usage_failure(args, error)
+        except RunError as error:
+            return failure(args, error)
+        except (BotoCoreError, ClientError) as error:
+            return aws_failure(error)
+
+    return run

@@ -7,17 +7,12 @@ import sys
 import time
 from datetime import UTC, datetime
 
-from botocore.exceptions import BotoCoreError, ClientError
-
 from trainstack.commands.common import (
     Pipeline,
-    UsageError,
     add_pipeline_arguments,
     add_poll_argument,
-    aws_failure,
-    failure,
+    one_line_failures,
     subcommand_errors,
-    usage_failure,
 )
 from trainstack.runs import (
     JOB_ENDED,
@@ -47,19 +42,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     subcommand_errors(parser)
 
 
+@one_line_failures
 def run(args: argparse.Namespace) -> int:
-    try:
-        pipeline = Pipeline.from_args(args)
-        stepfunctions = pipeline.client("stepfunctions")
-        state_machine_arn = "" if args.run.startswith("arn:") else pipeline.state_machine_arn
-        execution = latest_execution(stepfunctions, state_machine_arn, args.run)
-        return _print_logs(pipeline, execution, args)
-    except UsageError as error:
-        return usage_failure(args, error)
-    except RunError as error:
-        return failure(args, error)
-    except (BotoCoreError, ClientError) as error:
-        return aws_failure(error)
+    pipeline = Pipeline.from_args(args)
+    stepfunctions = pipeline.client("stepfunctions")
+    state_machine_arn = "" if args.run.startswith("arn:") else pipeline.state_machine_arn
+    execution = latest_execution(stepfunctions, state_machine_arn, args.run)
+    return _print_logs(pipeline, execution, args)
 
 
 def _print_logs(pipeline: Pipeline, execution: dict, args: argparse.Namespace) -> int:

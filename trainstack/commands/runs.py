@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from botocore.exceptions import BotoCoreError, ClientError
-
 from trainstack.commands.common import (
     Pipeline,
     UsageError,
     add_pipeline_arguments,
-    aws_failure,
-    failure,
+    one_line_failures,
     subcommand_errors,
-    usage_failure,
 )
-from trainstack.runs import Job, RunError, clock, elapsed, run_input, run_name_of
+from trainstack.runs import Job, clock, elapsed, run_input, run_name_of
 
 COLUMNS = ("RUN", "PROFILE", "STATUS", "ATTEMPT", "JOB", "INSTANCES", "ELAPSED")
 
@@ -30,18 +26,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     subcommand_errors(parser)
 
 
+@one_line_failures
 def run(args: argparse.Namespace) -> int:
-    try:
-        if args.max < 1:
-            raise UsageError(f"--max: {args.max} is not a number of runs; give 1 or more")
-        pipeline = Pipeline.from_args(args)
-        rows = list(_rows(pipeline, args.max))
-    except UsageError as error:
-        return usage_failure(args, error)
-    except RunError as error:
-        return failure(args, error)
-    except (BotoCoreError, ClientError) as error:
-        return aws_failure(error)
+    if args.max < 1:
+        raise UsageError(f"--max: {args.max} is not a number of runs; give 1 or more")
+    pipeline = Pipeline.from_args(args)
+    rows = list(_rows(pipeline, args.max))
     if not rows:
         print(f"no runs yet in {pipeline.state_machine_arn}")
         return 0

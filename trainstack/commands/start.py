@@ -15,23 +15,21 @@ import json
 import sys
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 
 from trainstack.commands.common import (
     Pipeline,
     UsageError,
     add_pipeline_arguments,
     add_poll_argument,
-    aws_failure,
-    failure,
+    one_line_failures,
     subcommand_errors,
-    usage_failure,
 )
 from trainstack.commands.status import follow
 from trainstack.config import Settings
 from trainstack.execution_input import InvalidInputError, default_run_name, validate_execution_input
 from trainstack.planning.setups import plan_lines
-from trainstack.runs import RunError, execution_arn_for, executions_of, next_execution_name
+from trainstack.runs import execution_arn_for, executions_of, next_execution_name
 
 # Input field -> the flag that sets it, so messages name what the user typed.
 FLAGS = {
@@ -73,21 +71,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     subcommand_errors(parser)
 
 
+@one_line_failures
 def run(args: argparse.Namespace) -> int:
+    pipeline = Pipeline.from_args(args)
     try:
-        pipeline = Pipeline.from_args(args)
         execution_input = build_input(args, pipeline.settings)
         validate_execution_input(execution_input, pipeline.settings)
-    except UsageError as error:
-        return usage_failure(args, error)
     except InvalidInputError as error:
-        return usage_failure(args, f"{FLAGS[error.field]}: {error}")
-    try:
-        execution_arn = start_run(pipeline, execution_input)
-    except RunError as error:
-        return failure(args, error)
-    except (BotoCoreError, ClientError) as error:
-        return aws_failure(error)
+        raise UsageError(f"{FLAGS[error.field]}: {error}") from None
+    execution_arn = start_run(pipeline, execution_input)
     print(execution_arn)
     profile = next(p for p in pipeline.settings.profiles if p.name == execution_input["profile"])
     for line in plan_lines(
@@ -96,10 +88,7 @@ def run(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr)
     if not args.wait:
         return 0
-    try:
-        return follow(pipeline, execution_arn, poll_seconds=args.poll_seconds)
-    except (BotoCoreError, ClientError) as error:
-        return aws_failure(error)
+    return follow(pipeline, execution_arn, poll_seconds=args.poll_seconds)
 
 
 def start_run(pipeline: Pipeline, execution_input: dict[str, Any]) -> str:

@@ -12,22 +12,17 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-
 from trainstack import runs
 from trainstack.commands.common import (
     Pipeline,
     UsageError,
     add_pipeline_arguments,
     add_poll_argument,
-    aws_failure,
-    failure,
+    one_line_failures,
     subcommand_errors,
-    usage_failure,
 )
 from trainstack.runs import (
     ENDED_BADLY,
-    RunError,
     elapsed,
     is_execution_arn,
     latest_execution,
@@ -62,34 +57,22 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     subcommand_errors(watch)
 
 
+@one_line_failures
 def run_status(args: argparse.Namespace) -> int:
-    try:
-        pipeline = Pipeline.from_args(args)
-        state_machine_arn = _state_machine(pipeline, args.run)
-        execution = latest_execution(pipeline.client("stepfunctions"), state_machine_arn, args.run)
-        job = pipeline.job_of(run_name_of(execution, pipeline.settings.project))
-    except UsageError as error:
-        return usage_failure(args, error)
-    except RunError as error:
-        return failure(args, error)
-    except (BotoCoreError, ClientError) as error:
-        return aws_failure(error)
+    pipeline = Pipeline.from_args(args)
+    state_machine_arn = _state_machine(pipeline, args.run)
+    execution = latest_execution(pipeline.client("stepfunctions"), state_machine_arn, args.run)
+    job = pipeline.job_of(run_name_of(execution, pipeline.settings.project))
     print(describe(execution, job))
     return 1 if execution["status"] in ENDED_BADLY else 0
 
 
+@one_line_failures
 def run_watch(args: argparse.Namespace) -> int:
-    try:
-        pipeline = Pipeline.from_args(args)
-        state_machine_arn = _state_machine(pipeline, args.run)
-        execution = latest_execution(pipeline.client("stepfunctions"), state_machine_arn, args.run)
-        return follow(pipeline, execution["executionArn"], poll_seconds=args.poll_seconds)
-    except UsageError as error:
-        return usage_failure(args, error)
-    except RunError as error:
-        return failure(args, error)
-    except (BotoCoreError, ClientError) as error:
-        return aws_failure(error)
+    pipeline = Pipeline.from_args(args)
+    state_machine_arn = _state_machine(pipeline, args.run)
+    execution = latest_execution(pipeline.client("stepfunctions"), state_machine_arn, args.run)
+    return follow(pipeline, execution["executionArn"], poll_seconds=args.poll_seconds)
 
 
 def _state_machine(pipeline: Pipeline, run: str) -> str:

@@ -5,16 +5,11 @@ from __future__ import annotations
 import argparse
 import getpass
 
-from botocore.exceptions import BotoCoreError, ClientError
-
 from trainstack.commands.common import (
     Pipeline,
-    UsageError,
     add_pipeline_arguments,
-    aws_failure,
-    failure,
+    one_line_failures,
     subcommand_errors,
-    usage_failure,
 )
 from trainstack.runs import JOB_ENDED, RunError, current_job, latest_execution, run_name_of
 
@@ -32,29 +27,23 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     subcommand_errors(parser)
 
 
+@one_line_failures
 def run(args: argparse.Namespace) -> int:
-    try:
-        pipeline = Pipeline.from_args(args)
-        stepfunctions = pipeline.client("stepfunctions")
-        state_machine_arn = "" if args.run.startswith("arn:") else pipeline.state_machine_arn
-        execution = latest_execution(stepfunctions, state_machine_arn, args.run)
-        if execution["status"] != "RUNNING":
-            raise RunError(
-                f"run {args.run} is not running: its execution {execution['name']} "
-                f"ended {execution['status']}"
-            )
-        stepfunctions.stop_execution(
-            executionArn=execution["executionArn"],
-            error="TrainingStopped",
-            cause=f"stopped by {getpass.getuser()} with trainstack stop",
+    pipeline = Pipeline.from_args(args)
+    stepfunctions = pipeline.client("stepfunctions")
+    state_machine_arn = "" if args.run.startswith("arn:") else pipeline.state_machine_arn
+    execution = latest_execution(stepfunctions, state_machine_arn, args.run)
+    if execution["status"] != "RUNNING":
+        raise RunError(
+            f"run {args.run} is not running: its execution {execution['name']} "
+            f"ended {execution['status']}"
         )
-        job = current_job(pipeline.client("sagemaker"), run_name_of(execution, pipeline.settings.project))
-    except UsageError as error:
-        return usage_failure(args, error)
-    except RunError as error:
-        return failure(args, error)
-    except (BotoCoreError, ClientError) as error:
-        return aws_failure(error)
+    stepfunctions.stop_execution(
+        executionArn=execution["executionArn"],
+        error="TrainingStopped",
+        cause=f"stopped by {getpass.getuser()} with trainstack stop",
+    )
+    job = current_job(pipeline.client("sagemaker"), run_name_of(execution, pipeline.settings.project))
     print(f"stopped execution {execution['executionArn']}")
     if job is None:
         print("no training job had started")
