@@ -20,9 +20,9 @@ from model import decoder_layers
 from torch.nn.parallel import DistributedDataParallel
 
 try:  # FSDP2: public from PyTorch 2.6, composable-only in 2.5 (the SMP 2.8 image).
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 except ImportError:
-    from torch.distributed._composable.fsdp import fully_shard
+    from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard
 
 STRATEGIES = ("smp", "smddp", "torchrun")
 PARALLELISMS = ("fsdp", "ddp")
@@ -151,11 +151,26 @@ def wrap_model(
         return DistributedDataParallel(
             model, device_ids=[runtime.local_rank] if runtime.device.type == "cuda" else None
         )
+    policy = fsdp_mixed_precision(runtime.device.type)
     for layer in decoder_layers(model):
-        fully_shard(layer)
-    fully_shard(model)
+        fully_shard(layer, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
     materialize(model)  # FSDP2 shards in place: each rank allocates only its shards
     return model
+
+
+def fsdp_mixed_precision(device_type: str) -> MixedPrecisionPolicy:
+    """FSDP2 on GPU gathers bf16 copies of the fp32 shards, layer by layer, and reduce-scatters fp32
+    gradients: bf16 compute without autocast, whose weight cache would hold a bf16 copy of every
+    gathered layer (the whole model) until the forward pass ends. On CPU everything stays fp32."""
+    if device_type == "cuda":
+        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    return MixedPrecisionPolicy()
+
+
+def autocast_enabled(runtime: Runtime, parallelism: str) -> bool:
+    """bf16 autocast around the forward pass: on GPU, for DDP and SMP (FSDP2 casts by its policy)."""
+    return runtime.device.type == "cuda" and (runtime.strategy == "smp" or parallelism == "ddp")
 
 
 def _wrap_smp(model: torch.nn.Module, mp_parameters: dict) -> torch.nn.Module:

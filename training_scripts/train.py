@@ -23,7 +23,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from checkpoint import CheckpointManager, TrainState
 from data import TokenDataset, UserError, validation_batches
-from distributed import Runtime, gradient_sync, local_part, setup, teardown
+from distributed import Runtime, autocast_enabled, gradient_sync, local_part, setup, teardown
 from flags import parse_args, resume_source
 from metrics import format_train_line, format_val_line
 from model import model_config
@@ -48,6 +48,7 @@ class Trainer:
         self.args, self.runtime, self.train_data, self.val_data = args, runtime, train_data, val_data
         self.parallel = build_parallel_model(args, runtime, config)
         self.model = self.parallel.model
+        self.autocast = autocast_enabled(runtime, args.parallelism)
         # MFU counts the matmul FLOPs only: the input embedding is a lookup (model_shapes.flops_per_token).
         self.flops_per_token = flops_per_token(config.to_dict(), args.seq_len)
         decay = [p for p in self.model.parameters() if p.dim() >= 2]  # no decay on norms
@@ -91,8 +92,9 @@ class Trainer:
         """Cross-entropy of every predicted token, [batch, seq_len]."""
         batch = batch.to(self.runtime.device, non_blocking=True)
         inputs, targets = batch[:, :-1], batch[:, 1:]
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.runtime.device.type == "cuda"):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.autocast):
             logits = self.model(input_ids=inputs).logits
+        # The loss in fp32 whatever the compute dtype (bf16 on GPU: autocast's or FSDP's policy).
         return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none").view(
             targets.shape
         )

@@ -147,14 +147,14 @@ def test_defaults_are_train_py_defaults():
 
 def test_an_instance_count_override_that_cannot_fit_is_refused():
     """The pipeline's instanceCount rule comes from Profile.instance_count_problem: fewer instances
-    shard FSDP over fewer GPUs, so the same 7b profile fits on 2 p4d but not on 1."""
+    shard FSDP over fewer GPUs, so the same 13b profile fits on 2 p4d but not on 1."""
     profile = Profile.model_validate(
         {
-            "name": "llama-7b-fsdp",
+            "name": "llama-13b-fsdp",
             "strategy": "torchrun",
             "instance_preferences": [{"instance_type": "ml.p4d.24xlarge", "instance_count": 2}],
             "hyperparameters": {
-                "model_preset": "7b",
+                "model_preset": "13b",
                 "seq_len": "4096",
                 "micro_batch_size": "2",
                 "activation_checkpointing": "true",
@@ -163,5 +163,21 @@ def test_an_instance_count_override_that_cannot_fit_is_refused():
     )
     assert profile.instance_count_problem(2) is None
     assert profile.instance_count_problem(1).startswith(
-        "profile llama-7b-fsdp cannot fit model 7b on instance_preferences.0 (ml.p4d.24xlarge): it needs "
+        "profile llama-13b-fsdp cannot fit model 13b on instance_preferences.0 (ml.p4d.24xlarge): it needs "
     )
+
+
+def test_fsdp2_gathers_bf16_layers_so_70b_fits_where_autocast_copies_of_the_whole_model_do_not(capsys):
+    """FSDP2's bf16 policy keeps no whole-model bf16 copy; SMP's FSDP under autocast keeps 128 GiB of it."""
+    common = ("--model-preset", "70b", "--instance-type", "ml.p5.48xlarge", "--instance-count", "8")
+    common += ("--seq-len", "4096", "--micro-batch-size", "1", "--activation-checkpointing", "true", "--json")
+    code, out, _ = run(capsys, *common)
+    fsdp = json.loads(out)["plans"][0]
+    code_smp, out, _ = run(capsys, *common, "--strategy", "smp")
+    smp = json.loads(out)["plans"][0]
+    assert (code, fsdp["fits"], fsdp["layout"]["bf16_gather"]) == (0, True, True)
+    assert fsdp["memory_per_gpu_gib"]["bf16_weight_copies"] == 0
+    assert (code_smp, smp["fits"], smp["layout"]["bf16_gather"]) == (1, False, False)
+    assert smp["memory_per_gpu_gib"]["bf16_weight_copies"] == pytest.approx(128, abs=1)
+    # bf16 gathered layers, and bf16 + fp32 for the gradient being reduced, against fp32 and fp32
+    assert fsdp["memory_per_gpu_gib"]["working_buffers"] < smp["memory_per_gpu_gib"]["working_buffers"]

@@ -3,11 +3,14 @@
 What train.py does, and so what is counted (docs/plan.md derives every term):
 - fp32 master weights, fp32 gradients and AdamW's two fp32 moments: 4 + 4 + 8 bytes per parameter,
   divided by the ranks a parameter is sharded over (FSDP2 / SMP's FSDP) and by the tensor-parallel degree;
-- on GPU, bf16 autocast: every matmul weight is cast to bf16 per forward, and that copy lives until the
-  backward pass has used it, whole (not sharded): 2 bytes per matmul parameter (divided by TP only);
+- on GPU under DDP and SMP, bf16 autocast: every matmul weight is cast to bf16 per forward, and that copy
+  lives until the backward pass has used it, whole (not sharded): 2 bytes per matmul parameter (divided
+  by TP only). FSDP2 (torchrun/smddp) instead gathers bf16 layers by its mixed-precision policy and
+  reduce-scatters fp32 gradients: no whole-model copy, the gathered layers are its working buffers;
 - activations: Korthikanti et al. 2022 counted per layer for train.py's Llama (fp32 residual stream
   and RMSNorm, bf16 matmul inputs, SwiGLU, SDPA flash/memory-efficient attention that keeps no
-  s x s scores, grouped-query K/V), plus the loss over the vocabulary in fp32;
+  s x s scores, grouped-query K/V), plus the loss over the vocabulary in fp32; under FSDP2's bf16
+  policy the same count, an upper bound (bf16 residual stream, matmul inputs kept once);
 - working buffers: FSDP's gathered layers, or DDP's gradient buckets (a second copy of the gradients);
 - an allowance: CUDA context, cuBLAS/NCCL workspaces and caching-allocator fragmentation.
 """
@@ -47,6 +50,8 @@ class Layout:
     shard_degree: int  # ranks one parameter is sharded over (FSDP/SMP); 1: replicated (DDP)
     tensor_parallel: int = 1
     ddp: bool = False  # DDP keeps gradient buckets: a second, flat copy of the gradients
+    # FSDP2 (outside SMP): its policy gathers bf16 layers on GPU, so autocast makes no weight copies
+    bf16_gather: bool = False
 
 
 @dataclass(frozen=True)
@@ -172,7 +177,8 @@ def activation_bytes(
 def estimate_memory(workload: Workload, layout: Layout) -> MemoryEstimate:
     shape, tp = workload.shape, layout.tensor_parallel
     weights, gradients, optimizer = model_state_bytes(shape, layout)
-    bf16_copies = BF16 * _ceil_div(matmul_parameter_count(shape), tp) if workload.autocast else 0
+    autocast_copies = workload.autocast and not layout.bf16_gather
+    bf16_copies = BF16 * _ceil_div(matmul_parameter_count(shape), tp) if autocast_copies else 0
     activations, loss = activation_bytes(workload, tp, weight_gradient=layout.shard_degree == 1)
     return MemoryEstimate(
         weights=weights,
@@ -181,22 +187,25 @@ def estimate_memory(workload: Workload, layout: Layout) -> MemoryEstimate:
         bf16_weight_copies=bf16_copies,
         activations=activations,
         loss=loss,
-        working_buffers=_working_buffers(shape, layout),
+        working_buffers=_working_buffers(shape, layout, workload.autocast),
     )
 
 
-def _working_buffers(shape: Mapping, layout: Layout) -> int:
-    """DDP: flat gradient buckets as large as the gradients. FSDP: the gathered fp32 parameters of the
+def _working_buffers(shape: Mapping, layout: Layout, bf16: bool) -> int:
+    """DDP: flat gradient buckets as large as the gradients. FSDP: the gathered parameters of the
     unsharded root (embedding, output projection, final norm), of the layer running and of the one
-    prefetched, and the unsharded gradients of the layer being reduced."""
+    prefetched, and the unsharded gradients of the layer being reduced. SMP's FSDP gathers fp32;
+    FSDP2's bf16 policy gathers bf16 (even on one rank) and its bf16 gradients are reduced in an fp32 copy."""
     tp = layout.tensor_parallel
     if layout.ddp:
         return GRADIENT_BYTES * _ceil_div(parameter_count(shape), tp)
-    if layout.shard_degree == 1:
+    bf16_gather = layout.bf16_gather and bf16
+    if layout.shard_degree == 1 and not bf16_gather:
         return 0
     root = parameter_count(shape) - shape["num_hidden_layers"] * layer_parameter_count(shape)
     layer = layer_parameter_count(shape)
-    gathered = WEIGHT_BYTES * (root + 2 * layer) + GRADIENT_BYTES * max(root, layer)
+    weight, gradient = (BF16, BF16 + FP32) if bf16_gather else (WEIGHT_BYTES, GRADIENT_BYTES)
+    gathered = weight * (root + 2 * layer) + gradient * max(root, layer)
     return _ceil_div(gathered, tp)
 
 

@@ -34,7 +34,7 @@ class Setup:
             return Layout(world, shard, self.tensor_parallel)
         if self.parallelism == "ddp":
             return Layout(world, 1, ddp=True)
-        return Layout(world, world)
+        return Layout(world, world, bf16_gather=True)
 
     def workload(self) -> Workload:
         return Workload(self.shape, self.seq_len, self.micro_batch_size, self.activation_checkpointing)
@@ -100,6 +100,7 @@ class Plan:
                 "shard_degree": layout.shard_degree,
                 "tensor_parallel_degree": layout.tensor_parallel,
                 "ddp": layout.ddp,
+                "bf16_gather": layout.bf16_gather,
             },
             "tokens_per_second": self.throughput and round(self.throughput.tokens_per_second),
             "assumed_mfu": self.throughput and round(self.throughput.mfu, 3),
