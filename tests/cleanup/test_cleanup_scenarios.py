@@ -25,8 +25,9 @@ def test_abort_during_create_stops_the_job_that_lands_after_the_abort(world):
     arn = world.start_pipeline("aborted-in-create", {"runName": "trainstack-in-create"})
     harness.wait_until(lambda: world.fake.waiting["CreateTrainingJob"])
     world.stop_pipeline(arn)
+    # The call was already on its way when the execution was stopped: SageMaker creates the job.
+    world.fake.release_gate("CreateTrainingJob")
     assert harness.wait_for(arn).status == "ABORTED"
-    world.fake.release_gate("CreateTrainingJob")  # the call was already on its way: SageMaker creates the job
     harness.wait_until(lambda: "trainstack-in-create-1" in world.fake.jobs)
     assert not world.fake.visible("trainstack-in-create-1")
 
@@ -43,8 +44,8 @@ def test_abort_during_polling_stops_the_running_job(world):
     arn = world.start_pipeline("aborted-in-poll")
     harness.wait_until(lambda: world.fake.waiting["ListTrainingJobs"])
     world.stop_pipeline(arn)
+    world.fake.release_gate("ListTrainingJobs")  # the status call in flight at the stop returns
     assert harness.wait_for(arn).status == "ABORTED"
-    world.fake.release_gate("ListTrainingJobs")
 
     cleanup = world.clean_up_after(arn)
 
