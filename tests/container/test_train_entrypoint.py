@@ -30,6 +30,15 @@ wait $!
 """
 
 
+def _signals_as_a_container_starts() -> None:
+    """No signal blocked or ignored, as the container runtime starts the entrypoint. The test worker may
+    have inherited or set otherwise (a signal ignored or blocked at exec stays so, and bash cannot trap
+    a signal ignored on entry)."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, signal.SIG_DFL)
+
+
 @pytest.fixture
 def start_wrapper(tmp_path):
     bin_dir = tmp_path / "bin"
@@ -47,7 +56,12 @@ def start_wrapper(tmp_path):
             "TOOLKIT_STATUS": str(toolkit_status),
             "LAUNCHER_SECONDS": str(launcher_seconds),
         }
-        proc = subprocess.Popen(["bash", str(WRAPPER), "train"], env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            ["bash", str(WRAPPER), "train"],
+            env=env,
+            start_new_session=True,
+            preexec_fn=_signals_as_a_container_starts,
+        )
         started.append(proc)
         return proc
 
