@@ -119,10 +119,12 @@ class World:
         return client.describe_execution(executionArn=execution_arn)["status"]
 
     def clean_up_after(self, execution_arn: str, name: str = "cleanup") -> harness.Outcome:
-        """What the rule does when the execution has ended: start the cleanup with the event."""
-        return harness.run(
-            self.cleanup_arn, status_change_event(execution_arn, self.status(execution_arn)), name
-        )
+        """What the rule does when the execution has ended: start the cleanup with the event.
+
+        EventBridge sends it once the execution has ended; moto reflects a stop on the execution's own
+        thread, so wait for that end first."""
+        ended = harness.wait_for(execution_arn).status
+        return harness.run(self.cleanup_arn, status_change_event(execution_arn, ended), name)
 
     def sweep(self, name: str = "sweep") -> harness.Outcome:
         return harness.run(self.sweeper_arn, {"source": "aws.events", "detail-type": "Scheduled Event"}, name)

@@ -108,6 +108,7 @@ def test_sweeper_terminates_waiting_jobs_of_executions_that_ended(queue_world):
     alive = client.start_execution(stateMachineArn=pipeline, name="alive")["executionArn"]
     gone = client.start_execution(stateMachineArn=pipeline, name="gone")["executionArn"]
     client.stop_execution(executionArn=gone)
+    wait_for(gone)  # moto reflects a stop on the execution's own thread: the sweeper must see it ended
     submit("trainstack-blocker-1", alive)
     orphan = submit("trainstack-gone-1", gone)
     kept = submit("trainstack-alive-1", alive)

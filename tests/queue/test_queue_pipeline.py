@@ -274,6 +274,7 @@ def test_aborting_a_run_while_it_waits_takes_its_job_out_of_the_queue(fifo):
     fifo.submitted("trainstack-waiting-1")
     stepfunctions = boto3.client("stepfunctions", region_name=harness.REGION)
     stepfunctions.stop_execution(executionArn=waiting)
+    assert harness.wait_for(waiting).status == "ABORTED"  # moto reflects a stop on the execution's thread
     # The event EventBridge delivers to the queue cleanup for the aborted execution.
     described = stepfunctions.describe_execution(executionArn=waiting)
     event = {
