@@ -62,6 +62,9 @@ def test_a_retraining_survives_a_capacity_loss_and_resumes_from_its_checkpoint(d
     )
     assert resumed and int(resumed.group(1)) >= 10, out
     assert "loads with AutoModelForCausalLM: LlamaForCausalLM" in out
-    # The checkpoints live in the folder standing for the run's checkpoint prefix, shared by both attempts.
+    # The checkpoints live in the folder standing for the run's checkpoint prefix, shared by both attempts:
+    # attempt 1's step-10 checkpoint, plus its stop checkpoint when it got past step 10 before the stop
+    # (timing: on a loaded machine the stop can come while it is still at step 10).
     checkpoints = list((tmp_path / "demo" / "s3").glob("*checkpoint*/*/step_*/COMPLETE"))
-    assert len({path.parent.parent for path in checkpoints}) == 1 and len(checkpoints) >= 2
+    assert len({path.parent.parent for path in checkpoints}) == 1
+    assert f"step_{int(resumed.group(1)):09d}" in {path.parent.name for path in checkpoints}
