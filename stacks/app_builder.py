@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
-from stacks.checkov_skips import ProjectWideCheckovSkips
+from stacks.checkov_skips import skip_project_wide_checks
 from stacks.image_stack import ImageStack
 from stacks.network_stack import NetworkStack
 from stacks.pipeline_stack import PipelineStack
@@ -40,7 +40,7 @@ def build_app(app: cdk.App, settings: Settings, *, nag: bool = True) -> Trainsta
     for stack in stacks.all:
         for key, value in settings.tags.items():
             cdk.Tags.of(stack).add(key, value)
-    cdk.Aspects.of(app).add(ProjectWideCheckovSkips())
+    skip_project_wide_checks(app)
     if nag:
         # cdk-nag 3.x runs as a validation plugin: an unacknowledged AwsSolutions finding fails synth.
         cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))

@@ -7,9 +7,10 @@ every field with its meaning and default.
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from trainstack.base import StrictModel, matching
 from trainstack.instances import INSTANCE_TYPES, InstanceType, UnknownInstanceTypeError, instance_type
@@ -337,15 +338,14 @@ class Profile(StrictModel):
         return flags
 
     def instance_count_problem(self, count: int) -> str | None:
-        """Why this profile cannot run with every preference at `count` instances, or None when it can."""
-        data = self.model_dump()
-        for preference in data["instance_preferences"]:
-            preference["instance_count"] = count
-        try:
-            type(self).model_validate(data)
-        except ValidationError as error:
-            return error.errors()[0]["msg"].removeprefix("Value error, ")
-        return None
+        """Why this profile cannot run with every preference at `count` instances (1 to 512), or None when
+        it can. Only placement and fit depend on the count, and the rest held when the profile was validated:
+        re-checking just those keeps the pipeline's table of valid counts (512 per profile) cheap to build."""
+        preferences = [
+            preference.model_copy(update={"instance_count": count}) for preference in self.instance_preferences
+        ]
+        candidate = self.model_copy(update={"instance_preferences": preferences})
+        return next(chain(candidate.placement_problems(), fit_problems(candidate)), None)
 
 
 def _smddp_types() -> list[str]:

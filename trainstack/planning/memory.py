@@ -18,7 +18,7 @@ What train.py does, and so what is counted (docs/plan.md derives every term):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 
 from training_scripts.model_shapes import (
     head_dim,
@@ -83,7 +83,7 @@ class MemoryEstimate:
 
     @property
     def tensors(self) -> int:
-        return sum(asdict(self).values())
+        return sum(self.parts_without_allowance().values())
 
     @property
     def allowance(self) -> int:
@@ -93,8 +93,12 @@ class MemoryEstimate:
     def total(self) -> int:
         return self.tensors + self.allowance
 
+    def parts_without_allowance(self) -> dict[str, int]:
+        # Not dataclasses.asdict: it deep-copies, and synth sums these for 512 instance counts per profile.
+        return {field.name: getattr(self, field.name) for field in fields(self)}
+
     def parts(self) -> dict[str, int]:
-        return {**asdict(self), "allowance": self.allowance}
+        return {**self.parts_without_allowance(), "allowance": self.allowance}
 
 
 def model_state_bytes(shape: Mapping, layout: Layout) -> tuple[int, int, int]:

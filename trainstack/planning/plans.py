@@ -113,6 +113,11 @@ def gib(value: int) -> str:
     return f"{value / GIB:.1f}"
 
 
+def fits(setup: Setup, spec: InstanceType, instance_count: int) -> bool:
+    """Whether the model fits in each GPU's memory (the memory estimate alone, no throughput)."""
+    return _memory(setup, spec, instance_count).total <= spec.gpu_memory_gib * GIB
+
+
 def plan(setup: Setup, spec: InstanceType, instance_count: int, tokens: float | None) -> Plan:
     memory = _memory(setup, spec, instance_count)
     fix, fixed = None, None

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from training_scripts.model_shapes import PRESETS
-from trainstack.planning.plans import Plan, Setup, plan
+from trainstack.planning.plans import Plan, Setup, fits, plan
 
 if TYPE_CHECKING:
     from trainstack.profiles import Profile
@@ -111,18 +111,22 @@ def plan_profile(profile: Profile, tokens: float | None = None) -> list[Plan]:
 
 
 def fit_problems(profile: Profile) -> Iterator[str]:
-    """One sentence per preferred instance type the profile's model cannot fit on (config validation)."""
+    """One sentence per preferred instance type the profile's model cannot fit on (config validation).
+    Memory alone decides; the full plan (throughput, smallest fix) is made only for a type that does not
+    fit, since synth checks every instance count from 1 to 512 of every profile."""
     try:
-        plans = plan_profile(profile)
+        setup = setup_for_profile(profile)
     except UnplannableError:
         return
-    for index, result in enumerate(plans):
-        if result.fits:
+    for index, preference in enumerate(profile.instance_preferences):
+        spec, count = preference.spec, preference.instance_count
+        if spec.gpus == 0 or fits(setup, spec, count):
             continue
+        result = plan(setup, spec, count, tokens=None)
         yield (
             f"profile {profile.name} cannot fit model {result.setup.model} on instance_preferences.{index} "
-            f"({result.spec.name}): it needs {result.memory.total / 2**30:.1f} GiB per GPU and the GPU has "
-            f"{result.spec.gpu_memory_gib} GiB (short {result.shortfall / 2**30:.1f} GiB); "
+            f"({spec.name}): it needs {result.memory.total / 2**30:.1f} GiB per GPU and the GPU has "
+            f"{spec.gpu_memory_gib} GiB (short {result.shortfall / 2**30:.1f} GiB); "
             f"smallest change that fits: {result.fix}"
         )
 
