@@ -33,7 +33,8 @@ REQUEST = {
 
 def stand_in_pipeline(timeout_seconds: int | None = None) -> dict[str, Any]:
     """What the pipeline does that cleanup relies on: job <runName>-1 (runName from the input, else
-    trainstack-<execution name>) tagged with the execution's ARN, then status calls until it ends."""
+    trainstack-<execution name>) tagged with the execution's ARN, then status calls about its run until
+    it ends (the run name tells the fake which execution a held status call belongs to)."""
     run_name = (
         "($type($states.input.runName) = 'string' ? $states.input.runName : 'trainstack-' & "
         "$states.context.Execution.Name)"
@@ -56,6 +57,7 @@ def stand_in_pipeline(timeout_seconds: int | None = None) -> dict[str, Any]:
             "Status": {
                 "Type": "Task",
                 "Resource": "arn:aws:states:::aws-sdk:sagemaker:listTrainingJobs",
+                "Arguments": {"NameContains": "{% " + run_name + " %}"},
                 "Next": "Wait",
             },
         },

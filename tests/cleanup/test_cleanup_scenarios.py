@@ -162,6 +162,8 @@ def test_sweeper_stops_orphans_and_leaves_jobs_of_running_executions_alone(world
     orphaned = world.start_pipeline("orphaned")
     harness.wait_until(lambda: world.fake.waiting["ListTrainingJobs"] == 2)
     world.stop_pipeline(orphaned)
+    # The stopped execution's status call returns (it ends ABORTED); the other one's stays in flight.
+    world.fake.release_gate("ListTrainingJobs", caller="trainstack-orphaned")
     assert harness.wait_for(orphaned).status == "ABORTED"
     # A job of another pipeline's execution, and one without the tag: not the sweeper's business.
     for name, tags in (
