@@ -342,7 +342,8 @@ class Profile(StrictModel):
         it can. Only placement and fit depend on the count, and the rest held when the profile was validated:
         re-checking just those keeps the pipeline's table of valid counts (512 per profile) cheap to build."""
         preferences = [
-            preference.model_copy(update={"instance_count": count}) for preference in self.instance_preferences
+            preference.model_copy(update={"instance_count": count})
+            for preference in self.instance_preferences
         ]
         candidate = self.model_copy(update={"instance_preferences": preferences})
         return next(chain(candidate.placement_problems(), fit_problems(candidate)), None)

@@ -8,7 +8,6 @@ with shares teamA (weight 2) and teamB (weight 1) and a profile priority.
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,12 +106,9 @@ class Queue:
         return seen
 
     def submitted(self, name: str) -> None:
-        """Wait (bounded, real time) until the pipeline submitted service job `name`: the next execution's
-        place in the queue depends on it."""
-        deadline = time.monotonic() + 60
-        while not any(job.name == name for job in self.batch.jobs.values()):
-            assert time.monotonic() < deadline, f"{name} was never submitted"
-            time.sleep(0.02)
+        """Wait until the pipeline submitted service job `name`: the next execution's place in the queue
+        depends on it."""
+        harness.wait_until(lambda: any(job.name == name for job in self.batch.jobs.values()))
 
 
 def queue_for(pipeline: QueuedPipeline, monkeypatch, scripts) -> Any:

@@ -16,6 +16,7 @@ from tests.pipeline.harness import (
     FakeSageMaker,
     failed,
     wait_for,
+    wait_until,
 )
 from tests.queue.conftest import (
     ACCOUNT,
@@ -99,16 +100,6 @@ def start(client, arn, name: str, value: dict) -> str:
     return client.start_execution(stateMachineArn=arn, name=name, input=json.dumps(value))["executionArn"]
 
 
-def until(condition, what: str, timeout: float = 60) -> None:
-    """Wait (real time, bounded) for another thread's progress: a submit the next step depends on."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-
-
 def submitted(batch: FakeBatch, name: str) -> bool:
     return any(job.name == name for job in batch.jobs.values())
 
@@ -134,7 +125,7 @@ def release(sagemaker: FakeSageMaker, name: str) -> None:
 def test_second_run_waits_runnable_while_the_environment_is_full_then_runs(world):
     client, arn, batch, sagemaker, _ = world
     first = start(client, arn, "first", attempt_input("trainstack-first"))
-    until(lambda: submitted(batch, "trainstack-first-1"), "the first submit")
+    wait_until(lambda: submitted(batch, "trainstack-first-1"))
     second = start(client, arn, "second", attempt_input("trainstack-second"))
     outcomes = [wait_for(first), wait_for(second)]
     assert [outcome.output["status"] for outcome in outcomes] == ["Completed", "Completed"]
@@ -155,7 +146,7 @@ def test_priorities_order_the_waiting_jobs(world):
         executions.append(
             start(client, arn, name, attempt_input(f"trainstack-{name}", priority=priority, share="research"))
         )
-        until(lambda name=name: submitted(batch, f"trainstack-{name}-1"), f"the {name} submit")
+        wait_until(lambda name=name: submitted(batch, f"trainstack-{name}-1"))
     release(sagemaker, "trainstack-blocker-1")
     assert [wait_for(execution).output["status"] for execution in executions] == ["Completed"] * 3
     assert started(batch) == ["trainstack-blocker-1", "trainstack-high-1", "trainstack-low-1"]
@@ -177,7 +168,7 @@ def test_fair_share_gives_the_heavier_share_more_instances(world):
     for name, instances, share in plan:
         value = attempt_input(f"trainstack-{name}", instances=instances, share=share)
         executions.append(start(client, arn, name, value))
-        until(lambda name=name: submitted(batch, f"trainstack-{name}-1"), f"the {name} submit")
+        wait_until(lambda name=name: submitted(batch, f"trainstack-{name}-1"))
     release(sagemaker, "trainstack-blocker-1")
     for execution in executions:
         assert wait_for(execution).output["status"] == "Completed"
