@@ -47,6 +47,14 @@ from trainstack.job_request import PipelineResources
 
 # CreateTrainingJob with Tags needs AddTags on the new job.
 CREATE_ACTIONS = ("sagemaker:CreateTrainingJob", "sagemaker:AddTags")
+# A StartExecution of the attempt child that AWS refuses because too many executions are open (the
+# account's open-execution quota, or StartExecution's API quota). The name is the one AWS's developer
+# guide gives for a Task state calling the optimized states:startExecution integration ("Start workflow
+# executions from a task state": "Use the Retry on StepFunctions.ExecutionLimitExceeded to ensure your
+# execution is started"); botocore's stepfunctions model lists ExecutionLimitExceeded among
+# StartExecution's errors. No name for a throttled StartExecution (ThrottlingException, which the model
+# does not declare) is documented for this integration, so none is retried here.
+START_REFUSED_ERRORS = ("StepFunctions.ExecutionLimitExceeded",)
 
 
 def literal_partition(scope: Construct) -> str:
@@ -217,6 +225,17 @@ class TrainingStateMachine(Construct):
             ),
             assign={"outcome": expression("$states.result.Output")},
             outputs={},
+        )
+        # The refused child never started, so trying again is safe; each try evaluates the Arguments
+        # again, so it starts under a new name ($uuid()). 5 s doubling to 120 s, full jitter, 6 retries:
+        # at most 275 s for open executions to end. Both modes share this task.
+        run_attempt.add_retry(
+            errors=list(START_REFUSED_ERRORS),
+            interval=cdk.Duration.seconds(5),
+            backoff_rate=2,
+            max_attempts=6,
+            max_delay=cdk.Duration.seconds(120),
+            jitter_strategy=sfn.JitterType.FULL,
         )
         wait_before_retry = sfn.Wait.jsonata(
             scope, "WaitBeforeRetry", time=sfn.WaitTime.seconds(expression("$backoffSeconds"))

@@ -5,7 +5,8 @@ This harness, for tests only, replaces moto's training-job handlers with FakeSag
 per-scenario script of statuses and FailureReasons, scripted errors are raised on create, any call can
 be throttled a given number of times (ThrottlingException, "Rate exceeded"), SageMaker's server-side
 checks are applied (botocore's model for types/required/ranges, the job-name pattern and length), and
-StopTrainingJob, Search (by tag, Equals and Exists) and ListTags exist.
+StopTrainingJob, Search (by tag, Equals and Exists) and ListTags exist. `refuse_start_executions` makes
+Step Functions refuse StartExecution of a state machine (ExecutionLimitExceeded) a given number of times.
 
 The interpreter itself runs as trainstack.emulator makes it run: JSONata through jsonata-python, AWS's
 error names (`SageMaker.<Code>Exception` for codes SageMaker's model declares, SageMakerException for
@@ -30,6 +31,7 @@ from botocore.validate import ParamValidator
 from moto import mock_aws
 from moto.core.responses import ActionResult, EmptyResult
 from moto.sagemaker.responses import SageMakerResponse
+from moto.stepfunctions.responses import StepFunctionResponse
 
 from trainstack.emulator import VirtualClock, local_stepfunctions, service_error
 
@@ -328,6 +330,44 @@ def pipeline_environment(fake: FakeSageMaker, monkeypatch) -> Iterator[VirtualCl
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
         with local_stepfunctions(VirtualClock()) as clock:
             yield clock
+
+
+# ---------------------------------------------------------------- Step Functions refusing StartExecution
+
+# StartExecution's error code (botocore's stepfunctions model) with the model's description of it as the
+# message: AWS's exact message text is not known here.
+EXECUTION_LIMIT_EXCEEDED = (
+    "ExecutionLimitExceeded",
+    "The maximum number of running executions has been reached. Running executions must end or be "
+    "stopped before a new execution can be started.",
+)
+
+
+@dataclass
+class StartRefusals:
+    """StartExecution of one state machine answered `error` while `left` > 0 (then it passes)."""
+
+    state_machine_arn: str
+    left: int
+    error: tuple[str, str] = EXECUTION_LIMIT_EXCEEDED
+    refused: int = 0
+
+
+def refuse_start_executions(monkeypatch, state_machine_arn: str, times: int) -> StartRefusals:
+    """Make Step Functions refuse the next `times` StartExecution calls for a state machine (for the
+    pipeline's attempt child: the account has too many open executions)."""
+    refusals = StartRefusals(state_machine_arn, times)
+    start_execution = StepFunctionResponse.start_execution
+
+    def refusing_start_execution(self) -> ActionResult:
+        if self._get_param("stateMachineArn") == refusals.state_machine_arn and refusals.left > 0:
+            refusals.left -= 1
+            refusals.refused += 1
+            raise service_error(*refusals.error)
+        return start_execution(self)
+
+    monkeypatch.setattr(StepFunctionResponse, "start_execution", refusing_start_execution)
+    return refusals
 
 
 # ---------------------------------------------------------------- executions

@@ -188,6 +188,19 @@ def test_capacity_error_is_retried_by_batch_and_resumes_from_the_same_checkpoint
     assert len(fifo.sagemaker.created) == 2
 
 
+def test_a_refused_start_of_the_attempt_is_retried_in_queue_mode_too(fifo, monkeypatch):
+    refusals = harness.refuse_start_executions(
+        monkeypatch, state_machine_arn("trainstack-pipeline-attempt"), times=1
+    )
+    outcome = harness.wait_for(fifo.start("run", {"runName": "trainstack-refused"}))
+    assert outcome.status == "SUCCEEDED", outcome.cause
+    assert refusals.refused == 1
+    assert [event["taskFailedEventDetails"]["error"] for event in outcome.events("TaskFailed")] == [
+        "StepFunctions.ExecutionLimitExceeded"
+    ]
+    assert [job.name for job in fifo.batch.jobs.values()] == ["trainstack-refused-1"]
+
+
 def test_capacity_never_coming_ends_as_capacity_exhausted(fifo):
     fifo.sagemaker.script([[STARTING, STARTING, CAPACITY_FAILURE]])
     outcome = harness.wait_for(fifo.start("run", {"runName": "trainstack-starved"}))

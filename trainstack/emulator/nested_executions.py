@@ -5,6 +5,12 @@ moto's copy of LocalStack's interpreter leaves out the casing LocalStack applies
 keep boto3's `executionArn`/`output` where AWS answers `ExecutionArn`/`Output`. Both conversions use the
 Step Functions API model. moto also checks a running child every 0.5 real seconds; the emulator's
 clocks make children finish in milliseconds, so it checks far more often.
+
+A StartExecution that Step Functions refuses fails the task with `StepFunctions.<Error.Code>`: AWS's
+developer guide names the refusal for too many open executions `StepFunctions.ExecutionLimitExceeded`
+("Start workflow executions from a task state"; ExecutionLimitExceeded is the code in the API model).
+moto appends `Exception` to every code (`StepFunctions.ExecutionLimitExceededException`), a name only
+the emulator would produce. The Cause stays moto's (message plus SDK-style service details).
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ def _model():
 
 
 def patches() -> list[Any]:
+    from botocore.exceptions import ClientError
+    from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import CustomErrorName
     from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
         state_task_service_callback,
         state_task_service_sfn,
@@ -43,9 +51,20 @@ def patches() -> list[Any]:
     def normalise_response(self, response, boto_service_name=None, service_action_name=None):
         self._from_boto_response(response, operation(self, service_action_name).output_shape)
 
+    original_from_error = service._from_error
+
+    def from_error(self, env, ex: Exception):
+        event = original_from_error(self, env, ex)
+        if isinstance(ex, ClientError):
+            name = f"StepFunctions.{ex.response['Error']['Code']}"
+            event.error_name = CustomErrorName(name)
+            event.event_details["taskFailedEventDetails"]["error"] = name
+        return event
+
     return [
         mock.patch.object(service, "_normalise_parameters", normalise_parameters),
         mock.patch.object(service, "_normalise_response", normalise_response),
+        mock.patch.object(service, "_from_error", from_error),
         mock.patch.object(
             state_task_service_callback, "_DELAY_SECONDS_SYNC_CONDITION_CHECK", SYNC_CHECK_SECONDS
         ),

@@ -9,7 +9,8 @@ What it changes inside moto, for the duration of the `with` block:
 - Time: $now()/$millis(), execution start times (`$states.context.Execution.StartTime`), history
   timestamps, Wait states, Retry intervals and the state machine's TimeoutSeconds follow the clock.
 - Errors: aws-sdk task errors are named as AWS names them (errors.py), with SageMaker registered.
-- Child executions (states:startExecution, .sync:2): cased as on AWS (nested_executions.py).
+- Child executions (states:startExecution, .sync:2): cased as on AWS, and a refused start named
+  `StepFunctions.<Code>` as AWS documents it (nested_executions.py).
 - aws-sdk task arguments and results use PascalCase member names, as on AWS ("even if the native
   service API is in camelCase": Step Functions' own API, ECS, ...), converted with moto's
   LocalStack helpers along the operation's shapes in botocore's model.
