@@ -29,6 +29,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
+from stacks.jsonata_text import expression
 from stacks.logged_state_machine import logged_state_machine
 from stacks.training_state_machine import training_job_arn
 from stacks.validation import acknowledge
@@ -62,10 +63,6 @@ def execution_status_pattern(
         detail_type=[EXECUTION_STATUS_CHANGE],
         detail={"stateMachineArn": [state_machine.state_machine_arn], "status": list(statuses)},
     )
-
-
-def jsonata(text: str) -> str:
-    return "{% " + text + " %}"
 
 
 def literal(value: Any) -> str:
@@ -165,7 +162,7 @@ class JobCleanup(Construct):
             construct_id,
             service="sfn",
             action="describeExecution",
-            parameters={"ExecutionArn": jsonata(execution_arn)},
+            parameters={"ExecutionArn": expression(execution_arn)},
             iam_resources=[self._executions],
             iam_action="states:DescribeExecution",
             **kwargs,
@@ -178,20 +175,20 @@ class JobCleanup(Construct):
     def _stop_by_name(self) -> sfn.IChainable:
         """Input: the EventBridge event (`detail.executionArn`). Output: {"stopped": [job names]}."""
         project = self._project
-        done = sfn.Succeed.jsonata(self, "Done", outputs={"stopped": jsonata("$stopped")})
+        done = sfn.Succeed.jsonata(self, "Done", outputs={"stopped": expression("$stopped")})
         read_execution = self._describe_execution(
             "ReadExecution",
             "$states.input.detail.executionArn",
             assign={
-                "executionArn": jsonata("$states.result.ExecutionArn"),
+                "executionArn": expression("$states.result.ExecutionArn"),
                 # The pipeline's rule: runName from the input, else <project>-<execution name>.
-                "runName": jsonata(
+                "runName": expression(
                     f"($given := $parse($states.result.Input).runName; $type($given) = 'string' ? $given : "
                     f"{literal(project + '-')} & $states.result.Name)"
                 ),
                 "attempt": 1,
                 "throttles": 0,
-                "stopped": jsonata("[]"),
+                "stopped": expression("[]"),
             },
         )
         any_job = sfn.Choice.jsonata(self, "CouldJobsExist")
@@ -204,9 +201,9 @@ class JobCleanup(Construct):
         describe = self._sagemaker(
             "DescribeJob",
             "describeTrainingJob",
-            {"TrainingJobName": jsonata(job_name)},
+            {"TrainingJobName": expression(job_name)},
             assign={
-                "job": jsonata(
+                "job": expression(
                     "{'name': $states.result.TrainingJobName, 'arn': $states.result.TrainingJobArn, "
                     "'status': $states.result.TrainingJobStatus}"
                 )
@@ -216,9 +213,9 @@ class JobCleanup(Construct):
         read_tags = self._sagemaker(
             "ReadJobTags",
             "listTags",
-            {"ResourceArn": jsonata("$job.arn")},
+            {"ResourceArn": expression("$job.arn")},
             assign={
-                "owned": jsonata(
+                "owned": expression(
                     f"$executionArn in $states.result.Tags[Key = {literal(EXECUTION_TAG)}].Value"
                 )
             },
@@ -228,12 +225,12 @@ class JobCleanup(Construct):
         stop = self._sagemaker(
             "StopJob",
             "stopTrainingJob",
-            {"TrainingJobName": jsonata("$job.name")},
-            assign={"stopped": jsonata("$append($stopped, $job.name)")},
+            {"TrainingJobName": expression("$job.name")},
+            assign={"stopped": expression("$append($stopped, $job.name)")},
         )
         retry_throttling(stop, SAGEMAKER_ERROR)
         next_attempt = sfn.Pass.jsonata(
-            self, "NextAttempt", assign={"attempt": jsonata("$attempt + 1"), "throttles": 0}
+            self, "NextAttempt", assign={"attempt": expression("$attempt + 1"), "throttles": 0}
         )
         describe_failed = sfn.Choice.jsonata(self, "WhyDescribeFailed")
         back_off = sfn.Wait.jsonata(
@@ -241,30 +238,30 @@ class JobCleanup(Construct):
             "BackOffThrottled",
             # 5 s doubling to 60 s, plus up to 50 % jitter.
             time=sfn.WaitTime.seconds(
-                jsonata("$round($min([60, 5 * $power(2, $throttles)]) * (1 + $random() / 2))")
+                expression("$round($min([60, 5 * $power(2, $throttles)]) * (1 + $random() / 2))")
             ),
-            assign={"throttles": jsonata("$throttles + 1")},
+            assign={"throttles": expression("$throttles + 1")},
         )
         give_up = sfn.Fail.jsonata(
             self,
             "CleanupFailed",
             error="CleanupFailed",
-            cause=jsonata(
+            cause=expression(
                 f"'Could not tell whether training job ' & {job_name} & ' exists: ' & $error.Cause"
             ),
         )
 
         # No such execution: no job of it to stop.
-        read_execution.add_catch(done, errors=[EXECUTION_GONE_ERROR], assign={"stopped": jsonata("[]")})
+        read_execution.add_catch(done, errors=[EXECUTION_GONE_ERROR], assign={"stopped": expression("[]")})
         describe.add_catch(done, errors=[NOT_FOUND_ERROR])
         describe.add_catch(
-            describe_failed, errors=[SAGEMAKER_ERROR], assign={"error": jsonata("$states.errorOutput")}
+            describe_failed, errors=[SAGEMAKER_ERROR], assign={"error": expression("$states.errorOutput")}
         )
         # The job ended between describe and stop (SageMaker: not in progress): look at it again.
         stop.add_catch(describe, errors=[SAGEMAKER_ERROR])
         any_job.when(
             sfn.Condition.jsonata(
-                jsonata(
+                expression(
                     f"$length($runName) <= {MAX_RUN_NAME_LENGTH} and "
                     f"$contains($runName, /^{project}-[a-zA-Z0-9](-*[a-zA-Z0-9])*$/)"
                 )
@@ -273,25 +270,25 @@ class JobCleanup(Construct):
         ).otherwise(done)
         describe.next(
             running.when(
-                sfn.Condition.jsonata(jsonata("$job.status = 'InProgress'")),
+                sfn.Condition.jsonata(expression("$job.status = 'InProgress'")),
                 read_tags.next(
-                    owned.when(sfn.Condition.jsonata(jsonata("$owned")), stop.next(next_attempt)).otherwise(
-                        next_attempt
-                    )
+                    owned.when(
+                        sfn.Condition.jsonata(expression("$owned")), stop.next(next_attempt)
+                    ).otherwise(next_attempt)
                 ),
             ).otherwise(next_attempt)
         )
         next_attempt.next(describe)
         describe_failed.when(
             sfn.Condition.jsonata(
-                jsonata(
+                expression(
                     f"$contains($error.Cause, {THROTTLE_CAUSE}) and $throttles < {MAX_THROTTLED_DESCRIBES}"
                 )
             ),
             back_off.next(describe),
-        ).when(sfn.Condition.jsonata(jsonata(f"$contains($error.Cause, {NOT_FOUND_CAUSE})")), done).otherwise(
-            give_up
-        )
+        ).when(
+            sfn.Condition.jsonata(expression(f"$contains($error.Cause, {NOT_FOUND_CAUSE})")), done
+        ).otherwise(give_up)
         return read_execution.next(any_job)
 
     # ------------------------------------------------------------ sweeper
@@ -301,12 +298,12 @@ class JobCleanup(Construct):
         execution = f"Tags[Key = {literal(EXECUTION_TAG)}].Value"
         found = {
             # Jobs of this pipeline's executions only (other pipelines may use the same tag key).
-            "jobs": jsonata(
+            "jobs": expression(
                 f"($prefix := {literal(self._execution_prefix)}; "
                 f"[$states.result.Results.TrainingJob[$substring({execution}, 0, $length($prefix)) = $prefix]"
                 f".{{'name': TrainingJobName, 'execution': {execution}}}])"
             ),
-            "nextToken": jsonata("$exists($states.result.NextToken) ? $states.result.NextToken : ''"),
+            "nextToken": expression("$exists($states.result.NextToken) ? $states.result.NextToken : ''"),
         }
         search = {
             "Resource": "TrainingJob",
@@ -319,20 +316,20 @@ class JobCleanup(Construct):
             },
         }
         find = self._sagemaker(
-            "FindRunningJobs", "search", search, assign={"stopped": jsonata("[]"), **found}
+            "FindRunningJobs", "search", search, assign={"stopped": expression("[]"), **found}
         )
         find_more = self._sagemaker(
-            "FindMoreRunningJobs", "search", {**search, "NextToken": jsonata("$nextToken")}, assign=found
+            "FindMoreRunningJobs", "search", {**search, "NextToken": expression("$nextToken")}, assign=found
         )
         for task in (find, find_more):
             retry_throttling(task, SAGEMAKER_ERROR)
         check = sfn.Map.jsonata(
             self,
             "CheckJobs",
-            items=sfn.ProvideItems.jsonata(jsonata("$jobs")),
+            items=sfn.ProvideItems.jsonata(expression("$jobs")),
             max_concurrency=2,
             assign={
-                "stopped": jsonata(
+                "stopped": expression(
                     "$append($stopped, $filter($states.result, function($v) {$type($v) = 'string'}))"
                 )
             },
@@ -340,30 +337,32 @@ class JobCleanup(Construct):
         describe = self._describe_execution(
             "ReadJobExecution",
             "$states.input.execution",
-            assign={"job": jsonata("$states.input")},
-            outputs=jsonata("$states.result.Status"),
+            assign={"job": expression("$states.input")},
+            outputs=expression("$states.result.Status"),
         )
-        keep = sfn.Pass.jsonata(self, "LeaveJob", outputs=jsonata("null"))
+        keep = sfn.Pass.jsonata(self, "LeaveJob", outputs=expression("null"))
         stop = self._sagemaker(
             "StopOrphan",
             "stopTrainingJob",
-            {"TrainingJobName": jsonata("$job.name")},
-            outputs=jsonata("$job.name"),
+            {"TrainingJobName": expression("$job.name")},
+            outputs=expression("$job.name"),
         )
         retry_throttling(stop, SAGEMAKER_ERROR)
         stop.add_catch(keep, errors=[SAGEMAKER_ERROR])  # ended in between
-        describe.add_catch(stop, errors=[EXECUTION_GONE_ERROR], assign={"job": jsonata("$states.input")})
+        describe.add_catch(stop, errors=[EXECUTION_GONE_ERROR], assign={"job": expression("$states.input")})
         still_running = sfn.Choice.jsonata(self, "IsExecutionRunning")
         check.item_processor(
             describe.next(
                 still_running.when(
-                    sfn.Condition.jsonata(jsonata("$states.input = 'RUNNING'")), keep
+                    sfn.Condition.jsonata(expression("$states.input = 'RUNNING'")), keep
                 ).otherwise(stop)
             )
         )
         more = sfn.Choice.jsonata(self, "MorePages")
-        done = sfn.Succeed.jsonata(self, "SweepDone", outputs={"stopped": jsonata("$stopped")})
+        done = sfn.Succeed.jsonata(self, "SweepDone", outputs={"stopped": expression("$stopped")})
         find.next(check)
         find_more.next(check)
-        check.next(more.when(sfn.Condition.jsonata(jsonata("$nextToken != ''")), find_more).otherwise(done))
+        check.next(
+            more.when(sfn.Condition.jsonata(expression("$nextToken != ''")), find_more).otherwise(done)
+        )
         return find

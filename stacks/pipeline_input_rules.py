@@ -9,10 +9,10 @@ its defaults, "profile": the chosen profile's entry of the profile table}.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
+from stacks.jsonata_text import literal
 from stacks.training_state_machine_definition import extra_time_seconds
 from trainstack.config import Settings
 from trainstack.execution_input import (
@@ -33,11 +33,6 @@ from trainstack.profiles import MAX_PRIORITY, MAX_RUNTIME_HOURS_LIMIT, RESERVED_
 
 # Fraction of each capacity backoff added at random (jitter).
 JITTER_FRACTION = 0.1
-
-
-def literal(value: Any) -> str:
-    """A JSON value as JSONata source (JSON literals are JSONata literals)."""
-    return json.dumps(value, separators=(",", ":"))
 
 
 def regex(pattern: str) -> str:

@@ -24,6 +24,8 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
+from stacks.jsonata_text import expression
+from stacks.training_attempt import DESCRIBED_STATUS, FAILED_JOB_CAUSE, described_job
 from stacks.training_queue import CAPACITY_REASON
 from trainstack.config import Settings
 
@@ -36,10 +38,6 @@ TIME_LIMIT_PREFIX = "Terminated by JobStateTimeLimit action due to reason: " + C
 WAITING = ("SUBMITTED", "PENDING", "RUNNABLE")
 # Polling: every minute at first, then a twentieth of the job's age, at most every 10 minutes.
 POLL_MIN_SECONDS, POLL_MAX_SECONDS, POLL_AGE_DIVISOR = 60, 600, 20
-
-
-def expression(text: str) -> str:
-    return "{% " + text + " %}"
 
 
 def _outcome(status: str, cause: str = "null") -> str:
@@ -200,19 +198,8 @@ class QueuedTrainingAttempt(Construct):
             parameters={"TrainingJobName": expression(training_job_name)},
             iam_resources=[job_arn],
             assign={
-                "described": expression(
-                    '{"status": $states.result.TrainingJobStatus, '
-                    '"secondary": $states.result.SecondaryStatus, '
-                    '"reason": $states.result.FailureReason}'
-                ),
-                "job": expression(
-                    "($r := $states.result; $c := $r.ResourceConfig; $merge([$job, {"
-                    '"name": $r.TrainingJobName, '
-                    '"instanceType": $c.SelectedInstanceType ? $c.SelectedInstanceType : $c.InstanceType, '
-                    '"instanceCount": '
-                    '$c.SelectedInstanceCount ? $c.SelectedInstanceCount : $c.InstanceCount, '
-                    '"artifacts": $r.ModelArtifacts.S3ModelArtifacts}]))'
-                ),
+                "described": expression(DESCRIBED_STATUS),
+                "job": expression(described_job(with_name=True)),
             },
             outputs={},
         )
@@ -231,11 +218,7 @@ class QueuedTrainingAttempt(Construct):
                 sfn.Condition.jsonata(expression(f'{status} = "Failed"')),
                 report,
                 assign={
-                    "outcome": _outcome(
-                        "Failed",
-                        '$described.reason ? "Training job " & $job.name & " failed: " & $described.reason : '
-                        '"Training job " & $job.name & " failed without a FailureReason."',
-                    )
+                    "outcome": _outcome("Failed", FAILED_JOB_CAUSE)
                 },
             )
             .otherwise(

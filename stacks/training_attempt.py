@@ -25,7 +25,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from stacks.pipeline_input_rules import literal
+from stacks.jsonata_text import expression, literal
 from stacks.training_state_machine_definition import poll_seconds_expression
 
 SAGEMAKER_ERROR = "SageMaker.SageMakerException"
@@ -51,6 +51,32 @@ THROTTLE_CAUSE = "/rate exceeded|throttl/i"
 # Job states that end an attempt; the rest are polled.
 SPOT_CAPACITY_SECONDARY_STATUS = "MaxWaitTimeExceeded"
 CAPACITY_REASON_PREFIX = "CapacityError"
+# What both attempt kinds (this one and the queued one) read from DescribeTrainingJob, and the cause
+# of a failed job.
+DESCRIBED_STATUS = (
+    "($r := $states.result; "
+    '{"status": $r.TrainingJobStatus, "secondary": $r.SecondaryStatus, '
+    '"reason": $r.FailureReason})'
+)
+FAILED_JOB_CAUSE = (
+    '$described.reason ? "Training job " & $job.name & " failed: " & $described.reason : '
+    '"Training job " & $job.name & " failed without a FailureReason."'
+)
+
+
+def described_job(*, with_name: bool = False) -> str:
+    """$job with what DescribeTrainingJob says of it: the instance type and count SageMaker chose among
+    the preferences, the model artifacts and, where the job was known by ARN only, its name."""
+    name = '"name": $r.TrainingJobName, ' if with_name else ""
+    return (
+        "($r := $states.result; $c := $r.ResourceConfig; $merge([$job, {"
+        f"{name}"
+        '"instanceType": $c.SelectedInstanceType ? $c.SelectedInstanceType : $c.InstanceType, '
+        '"instanceCount": $c.SelectedInstanceCount ? $c.SelectedInstanceCount : $c.InstanceCount, '
+        '"artifacts": $r.ModelArtifacts.S3ModelArtifacts}]))'
+    )
+
+
 # SageMaker's validation message names its own field: say which input field that is.
 REJECTED_FIELDS = (
     ("trainingJobName", "runName"),
@@ -59,10 +85,6 @@ REJECTED_FIELDS = (
     ("axRuntimeInSeconds", "maxRuntimeHours"),
     ("3Uri", "resumeFrom"),
 )
-
-
-def expression(text: str) -> str:
-    return "{% " + text + " %}"
 
 
 def _outcome(status: str, cause: str = "null", *, with_job: bool = True) -> str:
@@ -181,18 +203,8 @@ class TrainingAttempt(Construct):
             parameters={"TrainingJobName": expression("$job.name")},
             iam_resources=[job_arn],
             assign={
-                "described": expression(
-                    "($r := $states.result; "
-                    '{"status": $r.TrainingJobStatus, "secondary": $r.SecondaryStatus, '
-                    '"reason": $r.FailureReason})'
-                ),
-                "job": expression(
-                    "($r := $states.result; $c := $r.ResourceConfig; $merge([$job, {"
-                    '"instanceType": $c.SelectedInstanceType ? $c.SelectedInstanceType : $c.InstanceType, '
-                    '"instanceCount": $c.SelectedInstanceCount ? $c.SelectedInstanceCount '
-                    ': $c.InstanceCount, '
-                    '"artifacts": $r.ModelArtifacts.S3ModelArtifacts}]))'
-                ),
+                "described": expression(DESCRIBED_STATUS),
+                "job": expression(described_job()),
             },
             outputs={},
         )
@@ -256,11 +268,7 @@ class TrainingAttempt(Construct):
             sfn.Condition.jsonata(expression(f'{status} = "Failed"')),
             report,
             assign={
-                "outcome": _outcome(
-                    "Failed",
-                    '$described.reason ? "Training job " & $job.name & " failed: " & $described.reason : '
-                    '"Training job " & $job.name & " failed without a FailureReason."',
-                )
+                "outcome": _outcome("Failed", FAILED_JOB_CAUSE)
             },
         ).when(
             sfn.Condition.jsonata(expression(f'{status} = "Stopped"')),

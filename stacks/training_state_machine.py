@@ -18,16 +18,12 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
+from stacks.jsonata_text import expression, literal
 from stacks.logged_state_machine import logged_state_machine
-from stacks.pipeline_input_rules import (
-    backoff_seconds_expression,
-    check_input_expression,
-    literal,
-    profile_table,
-)
+from stacks.pipeline_input_rules import backoff_seconds_expression, check_input_expression, profile_table
 from stacks.pipeline_run_request import plan_expression, request_expression
 from stacks.queued_training_attempt import QueuedTrainingAttempt, queue_attempt_fields
-from stacks.training_attempt import TrainingAttempt, expression
+from stacks.training_attempt import TrainingAttempt
 from stacks.training_queue import TrainingQueue
 from stacks.training_state_machine_definition import (
     ERROR_CAPACITY_EXHAUSTED,

@@ -126,28 +126,10 @@ class World:
         EventBridge sends it once the execution has ended; moto reflects a stop on the execution's own
         thread, so wait for that end first."""
         ended = harness.wait_for(execution_arn).status
-        return harness.run(self.cleanup_arn, status_change_event(execution_arn, ended), name)
+        return harness.run(self.cleanup_arn, harness.status_change_event(execution_arn, ended), name)
 
     def sweep(self, name: str = "sweep") -> harness.Outcome:
         return harness.run(self.sweeper_arn, {"source": "aws.events", "detail-type": "Scheduled Event"}, name)
-
-
-def status_change_event(execution_arn: str, status: str) -> dict[str, Any]:
-    """The EventBridge event the cleanup rule forwards."""
-    return {
-        "version": "0",
-        "source": "aws.states",
-        "detail-type": "Step Functions Execution Status Change",
-        "account": harness.ACCOUNT,
-        "region": harness.REGION,
-        "resources": [execution_arn],
-        "detail": {
-            "executionArn": execution_arn,
-            "stateMachineArn": execution_arn.replace(":execution:", ":stateMachine:").rsplit(":", 1)[0],
-            "name": execution_arn.rsplit(":", 1)[1],
-            "status": status,
-        },
-    }
 
 
 @pytest.fixture

@@ -456,3 +456,21 @@ def executions(state_machine_arn: str) -> list[Outcome]:
     client = boto3.client("stepfunctions", region_name=REGION)
     listed = client.list_executions(stateMachineArn=state_machine_arn)["executions"]
     return [wait_for(item["executionArn"]) for item in sorted(listed, key=lambda item: item["startDate"])]
+
+
+def status_change_event(execution_arn: str, status: str) -> dict[str, Any]:
+    """The EventBridge event the cleanup rule forwards to the cleanup machine."""
+    return {
+        "version": "0",
+        "source": "aws.states",
+        "detail-type": "Step Functions Execution Status Change",
+        "account": ACCOUNT,
+        "region": REGION,
+        "resources": [execution_arn],
+        "detail": {
+            "executionArn": execution_arn,
+            "stateMachineArn": execution_arn.replace(":execution:", ":stateMachine:").rsplit(":", 1)[0],
+            "name": execution_arn.rsplit(":", 1)[1],
+            "status": status,
+        },
+    }

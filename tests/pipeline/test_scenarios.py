@@ -334,7 +334,7 @@ def test_aborted_execution_has_its_job_stopped_by_the_cleanup_machine(interprete
     assert sm.fake.jobs["trainstack-aborted-1"].current().status == "InProgress"
 
     sm.fake.release.set()  # the cleanup describes the job too
-    cleanup = harness.run(sm.cleanup_arn, status_change_event(arn, "ABORTED"), "cleanup-1")
+    cleanup = harness.run(sm.cleanup_arn, harness.status_change_event(arn, "ABORTED"), "cleanup-1")
     assert cleanup.status == "SUCCEEDED", cleanup.cause
     assert sm.fake.stop_requests == ["trainstack-aborted-1"]
     assert cleanup.output == {"stopped": ["trainstack-aborted-1"]}
@@ -344,28 +344,12 @@ def test_cleanup_leaves_other_executions_and_finished_jobs_alone(interpreter):
     sm = interpreter(job_scripts=[SUCCESS])
     done = sm.run({"runName": "trainstack-done"}, name="done")
     assert done.status == "SUCCEEDED"
-    cleanup = harness.run(sm.cleanup_arn, status_change_event(done.execution_arn, "FAILED"), "cleanup-2")
+    cleanup = harness.run(
+        sm.cleanup_arn, harness.status_change_event(done.execution_arn, "FAILED"), "cleanup-2"
+    )
     assert cleanup.status == "SUCCEEDED", cleanup.cause
     other = harness.run(
-        sm.cleanup_arn, status_change_event(execution_arn("someone-else"), "ABORTED"), "cleanup-3"
+        sm.cleanup_arn, harness.status_change_event(execution_arn("someone-else"), "ABORTED"), "cleanup-3"
     )
     assert other.status == "SUCCEEDED", other.cause
     assert sm.fake.stop_requests == []
-
-
-def status_change_event(arn: str, status: str) -> dict:
-    """The EventBridge event the cleanup rule forwards (fields the definition reads, plus context)."""
-    return {
-        "version": "0",
-        "source": "aws.states",
-        "detail-type": "Step Functions Execution Status Change",
-        "account": harness.ACCOUNT,
-        "region": harness.REGION,
-        "resources": [arn],
-        "detail": {
-            "executionArn": arn,
-            "stateMachineArn": arn.replace(":execution:", ":stateMachine:").rsplit(":", 1)[0],
-            "name": arn.rsplit(":", 1)[1],
-            "status": status,
-        },
-    }
