@@ -8,10 +8,10 @@ import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
 from stacks.checkov_skips import skip_project_wide_checks
-from stacks.image_stack import ImageStack
-from stacks.network_stack import NetworkStack
-from stacks.pipeline_stack import PipelineStack
-from stacks.storage_stack import StorageStack
+from stacks.image.image_stack import ImageStack
+from stacks.network.network_stack import NetworkStack
+from stacks.pipeline.pipeline_stack import PipelineStack
+from stacks.storage.storage_stack import StorageStack
 from trainstack.config import Settings
 
 

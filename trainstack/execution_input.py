@@ -12,7 +12,8 @@ the one-sentence cause an execution fails with (error `InvalidInput`). PROFILE_R
 depend on the chosen profile. Defaults: `profile` is the first profile of the config; `runName` is
 `<project>-<execution name>` in the state machine (the CLI always sends one, see
 `default_run_name`). The state machine evaluates the same rules, in the same order, as JSONata
-(stacks/pipeline_input_rules.py: one condition per rule id); SageMaker's own validation of the request
+(stacks/pipeline/pipeline_input_rules.py: one condition per rule id); SageMaker's own validation of the
+request
 is reported as `InvalidInput` too.
 """
 

@@ -1,4 +1,4 @@
-"""stacks/image_stack.py synthesized alone (cdk.json's flags, AwsSolutions checks as in build_app)."""
+"""stacks/image/image_stack.py synthesized alone (cdk.json's flags, AwsSolutions checks as in build_app)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def synthesize_image(overrides: dict[str, Any], outdir: Path) -> Synthesized:
     import aws_cdk as cdk
     from cdk_nag import AwsSolutionsChecks
 
-    from stacks.image_stack import ImageStack
+    from stacks.image.image_stack import ImageStack
     from trainstack.config import parse_settings
 
     data = deep_merge(default_config_data(), overrides)

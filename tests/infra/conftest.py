@@ -18,8 +18,8 @@ CDK_CONTEXT = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
 @dataclass
 class InfraApp:
     settings: Any
-    network: Any  # stacks.network_stack.NetworkStack
-    storage: Any  # stacks.storage_stack.StorageStack
+    network: Any  # stacks.network.network_stack.NetworkStack
+    storage: Any  # stacks.storage.storage_stack.StorageStack
     outdir: Path
 
     @property
@@ -47,8 +47,8 @@ def synthesize_infra(settings, outdir: Path) -> InfraApp:
     import aws_cdk as cdk
     from cdk_nag import AwsSolutionsChecks
 
-    from stacks.network_stack import NetworkStack
-    from stacks.storage_stack import StorageStack
+    from stacks.network.network_stack import NetworkStack
+    from stacks.storage.storage_stack import StorageStack
 
     app = cdk.App(outdir=str(outdir), context=CDK_CONTEXT)
     env = cdk.Environment(account=settings.account, region=settings.region)

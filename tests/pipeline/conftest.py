@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from stacks.training_state_machine_definition import substitution_names, with_values
+from stacks.pipeline.training_state_machine_definition import substitution_names, with_values
 from tests.infra.templates import resources
 from tests.pipeline import harness
 from trainstack.config import Settings

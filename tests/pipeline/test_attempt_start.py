@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from stacks.training_state_machine import START_REFUSED_ERRORS
+from stacks.pipeline.training_state_machine import START_REFUSED_ERRORS
 from tests.pipeline import harness
 from tests.pipeline.harness import COMPLETED, STARTING, TRAINING
 

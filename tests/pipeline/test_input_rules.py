@@ -5,7 +5,7 @@ from __future__ import annotations
 import jsonata
 import pytest
 
-from stacks.pipeline_input_rules import check_input_expression, profile_table
+from stacks.pipeline.pipeline_input_rules import check_input_expression, profile_table
 from trainstack.execution_input import InvalidInputError, validate_execution_input
 from trainstack.job_request import PipelineResources
 

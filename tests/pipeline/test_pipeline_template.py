@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from stacks.pipeline_stack import STATE_MACHINE_ARN_OUTPUT
+from stacks.pipeline.pipeline_stack import STATE_MACHINE_ARN_OUTPUT
 from tests.conftest import REPO_ROOT, deep_merge, default_config_data, synthesize
 from tests.infra.templates import mask_asset_hashes, only, resources
 from tests.pipeline.conftest import state_machines

@@ -18,7 +18,7 @@ EXECUTION_PREFIX = f"arn:aws:states:{REGION}:{ACCOUNT}:execution:trainstack-pipe
 def cleanup_definition() -> str:
     from aws_cdk import aws_stepfunctions as sfn
 
-    from stacks.queue_cleanup import terminate_run_service_jobs
+    from stacks.pipeline.cleanup.queue_cleanup import terminate_run_service_jobs
 
     def build(stack):
         start = sfn.Pass.jsonata(
@@ -45,7 +45,7 @@ def cleanup_definition() -> str:
 def sweeper_definition() -> str:
     from aws_cdk import aws_stepfunctions as sfn
 
-    from stacks.queue_cleanup import terminate_orphaned_service_jobs
+    from stacks.pipeline.cleanup.queue_cleanup import terminate_orphaned_service_jobs
 
     def build(stack):
         first, last = terminate_orphaned_service_jobs(

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from stacks.training_queue import weight_factor
+from stacks.pipeline.queue.training_queue import weight_factor
 from tests.conftest import synthesize
 from tests.pipeline import harness
 from tests.pipeline.conftest import fake_value, state_machine_arn, state_machines

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from stacks.pipeline_stack import TRAINING_QUEUE_ARN_OUTPUT
+from stacks.pipeline.pipeline_stack import TRAINING_QUEUE_ARN_OUTPUT
 from tests.conftest import synthesize
 from tests.infra.templates import only, resources
 from tests.infra.test_app_quality import LINT_PLUGINS, run_cfn_lint, validation_report
@@ -119,7 +119,7 @@ def test_queued_templates_pass_cfn_lint_and_nag(queued_app):
 def test_a_fifo_queue_has_no_scheduling_policy():
     import aws_cdk as cdk
 
-    from stacks.training_queue import TrainingQueue
+    from stacks.pipeline.queue.training_queue import TrainingQueue
 
     stack = cdk.Stack(cdk.App(), "Probe", env=cdk.Environment(account="111111111111", region="us-east-1"))
     TrainingQueue(

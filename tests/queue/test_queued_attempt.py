@@ -33,7 +33,7 @@ from trainstack.job_request import RunRequest, build_create_training_job_request
 
 
 def attempt_definition() -> str:
-    from stacks.queued_training_attempt import QueuedTrainingAttempt
+    from stacks.pipeline.attempt.queued_training_attempt import QueuedTrainingAttempt
 
     def build(stack):
         return QueuedTrainingAttempt(

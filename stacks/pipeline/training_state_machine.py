@@ -2,7 +2,7 @@
 
 The pipeline: check the input (the rules of trainstack.execution_input, in JSONata), build the run's
 CreateTrainingJob request from the profile's base request (trainstack.job_request, applied with
-$merge), run attempt after attempt in the attempt machine (stacks/training_attempt.py), wait with
+$merge), run attempt after attempt in the attempt machine (attempt/training_attempt.py), wait with
 capped, jittered backoff between attempts that found no capacity, until the profile's max_attempts or
 its retry deadline (wall clock, from the execution's start time), and report the result.
 Errors: InvalidInput, CapacityExhausted, QuotaExceeded, TrainingFailed, TrainingStopped.
@@ -18,14 +18,18 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from stacks.jsonata_text import expression, literal
-from stacks.logged_state_machine import logged_state_machine
-from stacks.pipeline_input_rules import backoff_seconds_expression, check_input_expression, profile_table
-from stacks.pipeline_run_request import plan_expression, request_expression
-from stacks.queued_training_attempt import QueuedTrainingAttempt, queue_attempt_fields
-from stacks.training_attempt import TrainingAttempt
-from stacks.training_queue import TrainingQueue
-from stacks.training_state_machine_definition import (
+from stacks.pipeline.attempt.queued_training_attempt import QueuedTrainingAttempt, queue_attempt_fields
+from stacks.pipeline.attempt.training_attempt import TrainingAttempt
+from stacks.pipeline.jsonata_text import expression, literal
+from stacks.pipeline.logged_state_machine import logged_state_machine
+from stacks.pipeline.pipeline_input_rules import (
+    backoff_seconds_expression,
+    check_input_expression,
+    profile_table,
+)
+from stacks.pipeline.pipeline_run_request import plan_expression, request_expression
+from stacks.pipeline.queue.training_queue import TrainingQueue
+from stacks.pipeline.training_state_machine_definition import (
     ERROR_CAPACITY_EXHAUSTED,
     ERROR_INVALID_INPUT,
     ERROR_QUOTA_EXCEEDED,

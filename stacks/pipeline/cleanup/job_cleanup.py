@@ -29,9 +29,9 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from stacks.jsonata_text import expression
-from stacks.logged_state_machine import logged_state_machine
-from stacks.training_state_machine import training_job_arn
+from stacks.pipeline.jsonata_text import expression
+from stacks.pipeline.logged_state_machine import logged_state_machine
+from stacks.pipeline.training_state_machine import training_job_arn
 from stacks.validation import acknowledge
 from stacks.wildcard_acknowledgments import flatten_reference
 from trainstack.job_request import EXECUTION_TAG

@@ -6,7 +6,7 @@ DefinitionSubstitutions fill in; tests fill them with fake values and run the ve
 local interpreter.
 
 History budget: a standard execution keeps at most 25,000 events. Each attempt runs in a child
-execution (stacks/training_attempt.py), so the pipeline's history grows by a few events per attempt and
+execution (attempt/training_attempt.py), so the pipeline's history grows by a few events per attempt and
 an attempt's history holds one job's polls. Polls are adaptive: every POLL_MIN_SECONDS while a job is
 young, then POLL_AGE_FRACTION of its age, at most POLL_MAX_SECONDS; the longest job the pipeline
 allows (28 days of runtime plus its allowances) therefore needs fewer than 2,000 polls.
@@ -148,7 +148,7 @@ def with_values(resources: PipelineResources, values: dict[str, str]) -> Pipelin
     )
 
 
-# ---------------------------------------------------------------- used by stacks/job_cleanup.py (JSONPath)
+# -------------------------------------------------- used by stacks/pipeline/cleanup/job_cleanup.py (JSONPath)
 
 # SageMaker throttling arrives as SageMaker.SageMakerException under aws-sdk:sagemaker:* (only errors
 # in SageMaker's API model get their own name): retry it with capped, jittered exponential backoff.

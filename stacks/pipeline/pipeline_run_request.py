@@ -7,7 +7,7 @@ receives equals the Python builder's for every profile (tests/pipeline prove it)
 
 from __future__ import annotations
 
-from stacks.jsonata_text import literal
+from stacks.pipeline.jsonata_text import literal
 from trainstack.job_request import (
     EXECUTION_TAG,
     RUN_TAG,

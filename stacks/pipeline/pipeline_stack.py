@@ -10,14 +10,14 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_scheduler as scheduler
 from constructs import Construct
 
-from stacks.image_stack import ImageStack
-from stacks.job_cleanup import JobCleanup
-from stacks.network_stack import NetworkStack
-from stacks.pipeline_notifications import PipelineNotifications
-from stacks.queue_cleanup import QueueCleanup
-from stacks.storage_stack import StorageStack
-from stacks.training_queue import TrainingQueue
-from stacks.training_state_machine import TrainingStateMachine
+from stacks.image.image_stack import ImageStack
+from stacks.network.network_stack import NetworkStack
+from stacks.pipeline.cleanup.job_cleanup import JobCleanup
+from stacks.pipeline.cleanup.queue_cleanup import QueueCleanup
+from stacks.pipeline.pipeline_notifications import PipelineNotifications
+from stacks.pipeline.queue.training_queue import TrainingQueue
+from stacks.pipeline.training_state_machine import TrainingStateMachine
+from stacks.storage.storage_stack import StorageStack
 from stacks.validation import acknowledge
 from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements
 from trainstack.config import Settings

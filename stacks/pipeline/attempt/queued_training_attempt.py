@@ -1,6 +1,6 @@
 """Queue mode's attempt: the same CreateTrainingJob request, submitted to the AWS Batch job queue.
 
-Same contract as the direct attempt (stacks/training_attempt.py), so the pipeline runs either one:
+Same contract as the direct attempt (attempt/training_attempt.py), so the pipeline runs either one:
 input {"request", "runName", "stopAtMillis", "timeLimitSeconds", "throttles"} plus "priority" and
 "share" (null when not used); output {"status", "cause", "job"}, status one of the attempt statuses.
 
@@ -24,9 +24,9 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from stacks.jsonata_text import expression
-from stacks.training_attempt import DESCRIBED_STATUS, FAILED_JOB_CAUSE, described_job
-from stacks.training_queue import CAPACITY_REASON
+from stacks.pipeline.attempt.training_attempt import DESCRIBED_STATUS, FAILED_JOB_CAUSE, described_job
+from stacks.pipeline.jsonata_text import expression
+from stacks.pipeline.queue.training_queue import CAPACITY_REASON
 from trainstack.config import Settings
 
 # aws-sdk:batch:* error names (botocore's batch model declares ClientException and ServerException;

@@ -25,11 +25,11 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from stacks.job_cleanup import ENDED_UNSUCCESSFULLY, execution_status_pattern
-from stacks.jsonata_text import expression
-from stacks.logged_state_machine import logged_state_machine
-from stacks.queued_training_attempt import CLIENT_ERROR, TRANSIENT_ERRORS
-from stacks.training_queue import TrainingQueue
+from stacks.pipeline.attempt.queued_training_attempt import CLIENT_ERROR, TRANSIENT_ERRORS
+from stacks.pipeline.cleanup.job_cleanup import ENDED_UNSUCCESSFULLY, execution_status_pattern
+from stacks.pipeline.jsonata_text import expression
+from stacks.pipeline.logged_state_machine import logged_state_machine
+from stacks.pipeline.queue.training_queue import TrainingQueue
 from stacks.validation import acknowledge
 from trainstack.job_request import EXECUTION_TAG
 

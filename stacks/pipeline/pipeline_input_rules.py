@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from stacks.jsonata_text import literal
-from stacks.training_state_machine_definition import extra_time_seconds
+from stacks.pipeline.jsonata_text import literal
+from stacks.pipeline.training_state_machine_definition import extra_time_seconds
 from trainstack.config import Settings
 from trainstack.execution_input import (
     HYPERPARAMETER_NAME_MAX_LENGTH,

@@ -20,7 +20,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from stacks.checkov_skips import skip_checkov
-from stacks.network_stack import NetworkStack
+from stacks.network.network_stack import NetworkStack
 from trainstack.config import Settings
 from trainstack.fsx_sizing import FsxPlan
 

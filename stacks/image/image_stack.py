@@ -16,7 +16,7 @@ from constructs import Construct
 from stacks.validation import acknowledge
 from trainstack.config import Settings
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = "container/Dockerfile"
 # The Lambda streams image layers from the CDK assets repository into ours; memory also buys network.
 COPY_MEMORY_MIB = 2048

@@ -1,0 +1,1 @@
+"""The image stack: the ECR repository and the training image built from container/."""

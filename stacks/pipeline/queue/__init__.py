@@ -1,0 +1,1 @@
+"""Queue mode: the AWS Batch service environment, job queue and scheduling policy."""
