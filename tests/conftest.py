@@ -1,4 +1,4 @@
-"""Fixtures shared by every test area: validated settings and the synthesized default app."""
+"""Fixtures shared by every test area: validated settings, the synthesized default app, moto's AWS."""
 
 from __future__ import annotations
 
@@ -67,3 +67,22 @@ def default_app(tmp_path_factory):
     settings = parse_settings(default_config_data(), NO_ENV, source=str(DEFAULT_CONFIG))
     stacks, assembly = synthesize(settings, tmp_path_factory.mktemp("cdk.out"))
     return settings, stacks, assembly
+
+
+@pytest.fixture
+def aws(monkeypatch):
+    """moto's AWS in tests.aws_fixtures.REGION, running Step Functions executions, with test credentials;
+    the CLI reads config/default.yaml unless the test sets $TRAINSTACK_CONFIG."""
+    from moto import mock_aws
+
+    from tests.aws_fixtures import REGION
+
+    for variable, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": REGION,
+    }.items():
+        monkeypatch.setenv(variable, value)
+    monkeypatch.delenv("TRAINSTACK_CONFIG", raising=False)
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        yield

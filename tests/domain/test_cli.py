@@ -7,62 +7,16 @@ import re
 
 import boto3
 import pytest
-from moto import mock_aws
 
+from tests.aws_fixtures import REGION, SUCCEEDS, pipeline, state_machine, training_job
 from trainstack.cli import main
 
-REGION = "us-east-1"
-ROLE = "arn:aws:iam::123456789012:role/trainstack-pipeline"
-SUCCEEDS = {"StartAt": "Done", "States": {"Done": {"Type": "Pass", "Result": {"attempts": 2}, "End": True}}}
 FAILS = {
     "StartAt": "Give up",
     "States": {
         "Give up": {"Type": "Fail", "Error": "CapacityExhausted", "Cause": "no capacity in 12 attempts"}
     },
 }
-
-
-@pytest.fixture
-def aws(monkeypatch):
-    for variable, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": REGION,
-    }.items():
-        monkeypatch.setenv(variable, value)
-    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
-        yield
-
-
-def state_machine(definition: dict) -> str:
-    client = boto3.client("stepfunctions", region_name=REGION)
-    return client.create_state_machine(
-        name="trainstack-pipeline", definition=json.dumps(definition), roleArn=ROLE
-    )["stateMachineArn"]
-
-
-def pipeline_stack(state_machine_arn: str) -> None:
-    template = {
-        "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
-        "Outputs": {"StateMachineArn": {"Value": state_machine_arn}},
-    }
-    boto3.client("cloudformation", region_name=REGION).create_stack(
-        StackName="trainstack-pipeline", TemplateBody=json.dumps(template)
-    )
-
-
-def training_job(name: str) -> None:
-    boto3.client("sagemaker", region_name=REGION).create_training_job(
-        TrainingJobName=name,
-        AlgorithmSpecification={
-            "TrainingImage": "111111111111.dkr.ecr.us-east-1.amazonaws.com/t:1",
-            "TrainingInputMode": "File",
-        },
-        RoleArn=ROLE,
-        OutputDataConfig={"S3OutputPath": "s3://trainstack-artifacts/x/"},
-        ResourceConfig={"InstanceType": "ml.p5.48xlarge", "InstanceCount": 1, "VolumeSizeInGB": 100},
-        StoppingCondition={"MaxRuntimeInSeconds": 3600},
-    )
 
 
 def executions(state_machine_arn: str) -> list[dict]:
@@ -74,8 +28,7 @@ def executions(state_machine_arn: str) -> list[dict]:
 
 
 def test_start_finds_the_state_machine_in_the_stack_outputs_and_sends_the_input(aws, capsys):
-    arn = state_machine(SUCCEEDS)
-    pipeline_stack(arn)
+    arn = pipeline(SUCCEEDS)
     code = main(
         [
             "start",
@@ -217,9 +170,18 @@ def test_status_and_watch_an_existing_execution(aws, capsys):
     assert "error: CapacityExhausted: no capacity in 12 attempts" in printed
 
 
-def test_status_rejects_a_non_execution_arn_without_calling_aws(capsys):
-    assert main(["status", "arn:aws:states:us-east-1:123456789012:stateMachine:x"]) == 2
-    assert "is not a Step Functions execution ARN" in capsys.readouterr().err
+@pytest.mark.parametrize("command", ["status", "watch", "logs", "stop"])
+def test_every_run_command_rejects_a_non_execution_arn_without_calling_aws(monkeypatch, capsys, command):
+    def no_aws(*args, **kwargs):
+        raise AssertionError("an AWS client was created")
+
+    monkeypatch.setattr(boto3, "client", no_aws)
+    assert main([command, "arn:aws:states:us-east-1:123456789012:stateMachine:x"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"trainstack {command}: RUN: 'arn:aws:states:us-east-1:123456789012:stateMachine:x' is not a "
+        "Step Functions execution ARN (arn:aws:states:<region>:<account>:execution:<state machine>:<name>) "
+        "nor a run name."
+    )
 
 
 def test_check_config_and_size_fsx_run_without_boto3():

@@ -7,44 +7,9 @@ import time
 
 import boto3
 import botocore.client
-import pytest
-from moto import mock_aws
 
-from tests.domain.test_cli import REGION, ROLE, SUCCEEDS, training_job
+from tests.aws_fixtures import KEEPS_RUNNING, REGION, SUCCEEDS, pipeline, training_job
 from trainstack.cli import main
-
-# A run that stays RUNNING for the length of a test.
-KEEPS_RUNNING = {"StartAt": "Train", "States": {"Train": {"Type": "Wait", "Seconds": 3600, "End": True}}}
-
-
-@pytest.fixture
-def aws(monkeypatch):
-    for variable, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": REGION,
-    }.items():
-        monkeypatch.setenv(variable, value)
-    monkeypatch.delenv("TRAINSTACK_CONFIG", raising=False)
-    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
-        yield
-
-
-def pipeline(definition: dict) -> str:
-    """A state machine published as the pipeline stack's output, as `cdk deploy` leaves it."""
-    arn = boto3.client("stepfunctions", region_name=REGION).create_state_machine(
-        name="trainstack-pipeline", definition=json.dumps(definition), roleArn=ROLE
-    )["stateMachineArn"]
-    boto3.client("cloudformation", region_name=REGION).create_stack(
-        StackName="trainstack-pipeline",
-        TemplateBody=json.dumps(
-            {
-                "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
-                "Outputs": {"StateMachineArn": {"Value": arn}},
-            }
-        ),
-    )
-    return arn
 
 
 def ended(execution_arn: str) -> dict:

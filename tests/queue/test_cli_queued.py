@@ -7,28 +7,19 @@ import json
 import boto3
 import pytest
 import yaml
-from moto import mock_aws
 
+from tests.aws_fixtures import KEEPS_RUNNING, REGION, pipeline
 from tests.conftest import default_config_data
-from tests.domain.test_cli_runs import KEEPS_RUNNING, pipeline
 from tests.pipeline.harness import STARTING, TRAINING, FakeSageMaker
 from tests.queue.batch_moto import install_fake_batch
 from tests.queue.fake_batch import FakeBatch
 from tests.queue.test_fake_batch import payload
 from trainstack.cli import main
 
-REGION = "us-east-1"
-
 
 @pytest.fixture
-def queued_world(monkeypatch, tmp_path):
+def queued_world(aws, monkeypatch, tmp_path):
     """A running pipeline execution of run trainstack-mine whose job waits behind two others."""
-    for variable, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": REGION,
-    }.items():
-        monkeypatch.setenv(variable, value)
     config = default_config_data()
     config["queue"] = {"enabled": True, "max_instances": 2}
     path = tmp_path / "queue.yaml"
@@ -36,20 +27,19 @@ def queued_world(monkeypatch, tmp_path):
     monkeypatch.setenv("TRAINSTACK_CONFIG", str(path))
     batch = FakeBatch(sagemaker=FakeSageMaker(job_scripts=[[STARTING, TRAINING]]), max_instances=2)
     install_fake_batch(batch, monkeypatch)
-    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
-        client = boto3.client("batch", region_name=REGION)
-        for name in ("trainstack-other-1", "trainstack-next-1", "trainstack-mine-1"):
-            client.submit_service_job(
-                jobName=name,
-                jobQueue="trainstack-training",
-                serviceJobType="SAGEMAKER_TRAINING",
-                serviceRequestPayload=payload(name),
-            )
-        arn = pipeline(KEEPS_RUNNING)
-        boto3.client("stepfunctions", region_name=REGION).start_execution(
-            stateMachineArn=arn, name="trainstack-mine", input=json.dumps({"runName": "trainstack-mine"})
+    client = boto3.client("batch", region_name=REGION)
+    for name in ("trainstack-other-1", "trainstack-next-1", "trainstack-mine-1"):
+        client.submit_service_job(
+            jobName=name,
+            jobQueue="trainstack-training",
+            serviceJobType="SAGEMAKER_TRAINING",
+            serviceRequestPayload=payload(name),
         )
-        yield batch
+    arn = pipeline(KEEPS_RUNNING)
+    boto3.client("stepfunctions", region_name=REGION).start_execution(
+        stateMachineArn=arn, name="trainstack-mine", input=json.dumps({"runName": "trainstack-mine"})
+    )
+    return batch
 
 
 def test_status_shows_the_waiting_job_as_queued_with_its_position(queued_world, capsys):

@@ -17,11 +17,22 @@ from typing import Any
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
+from trainstack.cli import COMMANDS
 from trainstack.config import ConfigError, Settings, load_settings
 from trainstack.queue import training_queue_name
-from trainstack.runs import Job, QueuedJob, RunError, find_state_machine, run_job
+from trainstack.runs import (
+    Job,
+    QueuedJob,
+    RunError,
+    find_state_machine,
+    is_execution_arn,
+    latest_execution,
+    run_job,
+    run_name_of,
+)
 
 DEFAULT_POLL_SECONDS = 15.0
+RUN_HELP = "run name (see `trainstack runs`) or execution ARN (printed by `trainstack start`)"
 
 
 class UsageError(Exception):
@@ -58,6 +69,31 @@ def add_poll_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--poll-seconds", type=float, default=DEFAULT_POLL_SECONDS, help=argparse.SUPPRESS)
 
 
+def add_pipeline_command(
+    subparsers: argparse._SubParsersAction,
+    name: str,
+    handler: Callable[[argparse.Namespace], int],
+    *,
+    description: str,
+    takes_run: bool = False,
+    polls: bool = False,
+    arguments: Callable[[argparse.ArgumentParser], None] | None = None,
+) -> None:
+    """Subcommand NAME of the deployed pipeline: RUN (takes_run), the command's own `arguments`, then
+    --config, --region, --state-machine-arn and (polls) --poll-seconds; argparse's errors are one sentence.
+    Its summary is the one `trainstack --help` lists."""
+    parser = subparsers.add_parser(name, help=COMMANDS[name][1], description=description)
+    if takes_run:
+        parser.add_argument("run", metavar="RUN", help=RUN_HELP)
+    if arguments:
+        arguments(parser)
+    add_pipeline_arguments(parser)
+    if polls:
+        add_poll_argument(parser)
+    parser.set_defaults(handler=handler)
+    subcommand_errors(parser)
+
+
 @dataclass
 class Pipeline:
     """The deployed pipeline a command talks to, with boto3 clients in its region."""
@@ -89,6 +125,23 @@ class Pipeline:
         return self.given_state_machine_arn or find_state_machine(
             self.client("cloudformation"), self.settings.project, self.region
         )
+
+    def execution_of(self, run: str) -> dict[str, Any]:
+        """DescribeExecution of RUN: an execution ARN (in the region it names, no stack lookup), or the
+        newest execution of the run named so in the pipeline's state machine."""
+        given_arn = is_execution_arn(run)
+        if run.startswith("arn:") and not given_arn:
+            raise UsageError(
+                f"RUN: '{run}' is not a Step Functions execution ARN "
+                "(arn:aws:states:<region>:<account>:execution:<state machine>:<name>) nor a run name"
+            )
+        if given_arn:
+            self.region = run.split(":")[3]
+        state_machine_arn = "" if given_arn else self.state_machine_arn
+        return latest_execution(self.client("stepfunctions"), state_machine_arn, run)
+
+    def run_name_of(self, execution: dict[str, Any]) -> str:
+        return run_name_of(execution, self.settings.project)
 
 
 def usage_failure(args: argparse.Namespace, error: Exception) -> int:

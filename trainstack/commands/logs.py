@@ -7,55 +7,36 @@ import sys
 import time
 from datetime import UTC, datetime
 
-from trainstack.commands.common import (
-    Pipeline,
-    add_pipeline_arguments,
-    add_poll_argument,
-    one_line_failures,
-    subcommand_errors,
-)
-from trainstack.runs import (
-    JOB_ENDED,
-    TRAINING_LOG_GROUP,
-    RunError,
-    current_job,
-    latest_execution,
-    log_events,
-    run_name_of,
-)
+from trainstack.commands.common import Pipeline, add_pipeline_command, one_line_failures
+from trainstack.runs import JOB_ENDED, TRAINING_LOG_GROUP, RunError, current_job, log_events
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+    add_pipeline_command(
+        subparsers,
         "logs",
-        help="print a run's training logs",
+        run,
         description=f"Print the log streams of a run's current training job ({TRAINING_LOG_GROUP}, "
         "one stream per host), oldest first; --follow keeps printing until the run ends.",
+        takes_run=True,
+        polls=True,
+        arguments=lambda parser: parser.add_argument(
+            "--follow", "-f", action="store_true", help="keep printing new lines until the run ends"
+        ),
     )
-    parser.add_argument("run", metavar="RUN", help="run name (see `trainstack runs`) or execution ARN")
-    parser.add_argument(
-        "--follow", "-f", action="store_true", help="keep printing new lines until the run ends"
-    )
-    add_pipeline_arguments(parser)
-    add_poll_argument(parser)
-    parser.set_defaults(handler=run)
-    subcommand_errors(parser)
 
 
 @one_line_failures
 def run(args: argparse.Namespace) -> int:
     pipeline = Pipeline.from_args(args)
-    stepfunctions = pipeline.client("stepfunctions")
-    state_machine_arn = "" if args.run.startswith("arn:") else pipeline.state_machine_arn
-    execution = latest_execution(stepfunctions, state_machine_arn, args.run)
-    return _print_logs(pipeline, execution, args)
+    return _print_logs(pipeline, pipeline.execution_of(args.run), args)
 
 
 def _print_logs(pipeline: Pipeline, execution: dict, args: argparse.Namespace) -> int:
     stepfunctions, sagemaker, logs = (
         pipeline.client(name) for name in ("stepfunctions", "sagemaker", "logs")
     )
-    run_name = run_name_of(execution, pipeline.settings.project)
+    run_name = pipeline.run_name_of(execution)
     printed: dict[str, set[str]] = {}  # job -> event ids already printed
     while True:
         job = current_job(sagemaker, run_name)

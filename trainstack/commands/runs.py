@@ -4,26 +4,22 @@ from __future__ import annotations
 
 import argparse
 
-from trainstack.commands.common import (
-    Pipeline,
-    UsageError,
-    add_pipeline_arguments,
-    one_line_failures,
-    subcommand_errors,
-)
-from trainstack.runs import Job, clock, elapsed, run_input, run_name_of
+from trainstack.commands.common import Pipeline, UsageError, add_pipeline_command, one_line_failures
+from trainstack.runs import Job, clock, elapsed, run_input
 
 COLUMNS = ("RUN", "PROFILE", "STATUS", "ATTEMPT", "JOB", "INSTANCES", "ELAPSED")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "runs", help="list recent runs", description="List the pipeline's recent runs, newest first."
+    add_pipeline_command(
+        subparsers,
+        "runs",
+        run,
+        description="List the pipeline's recent runs, newest first.",
+        arguments=lambda parser: parser.add_argument(
+            "--max", type=int, default=20, metavar="N", help="how many runs (default: 20)"
+        ),
     )
-    parser.add_argument("--max", type=int, default=20, metavar="N", help="how many runs (default: 20)")
-    add_pipeline_arguments(parser)
-    parser.set_defaults(handler=run)
-    subcommand_errors(parser)
 
 
 @one_line_failures
@@ -47,7 +43,7 @@ def _rows(pipeline: Pipeline, limit: int):
     now = clock()
     for item in sorted(listed["executions"], key=lambda item: item["startDate"], reverse=True)[:limit]:
         execution = stepfunctions.describe_execution(executionArn=item["executionArn"])
-        run_name = run_name_of(execution, pipeline.settings.project)
+        run_name = pipeline.run_name_of(execution)
         job = pipeline.job_of(run_name)
         yield (
             run_name,

@@ -17,14 +17,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from trainstack.commands.common import (
-    Pipeline,
-    UsageError,
-    add_pipeline_arguments,
-    add_poll_argument,
-    one_line_failures,
-    subcommand_errors,
-)
+from trainstack.commands.common import Pipeline, UsageError, add_pipeline_command, one_line_failures
 from trainstack.commands.status import follow
 from trainstack.config import Settings
 from trainstack.execution_input import InvalidInputError, default_run_name, validate_execution_input
@@ -44,9 +37,18 @@ FLAGS = {
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "start", help="start a retraining", description="Start a retraining (a pipeline execution)."
+    add_pipeline_command(
+        subparsers,
+        "start",
+        run,
+        description="Start a retraining (a pipeline execution).",
+        polls=True,
+        arguments=_request_arguments,
     )
+
+
+def _request_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags that build the execution input (FLAGS), and --wait."""
     parser.add_argument("--profile", help="profile from the config (default: the first one)")
     parser.add_argument(
         "--hp",
@@ -65,10 +67,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-runtime-hours", type=float, help="maximum runtime of each training job")
     parser.add_argument("--resume-from", metavar="S3_URI", help="checkpoint prefix to start from")
     parser.add_argument("--wait", action="store_true", help="follow the run; non-zero exit if it fails")
-    add_pipeline_arguments(parser)
-    add_poll_argument(parser)
-    parser.set_defaults(handler=run)
-    subcommand_errors(parser)
 
 
 @one_line_failures

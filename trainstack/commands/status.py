@@ -13,79 +13,42 @@ from datetime import UTC, datetime
 from typing import Any
 
 from trainstack import runs
-from trainstack.commands.common import (
-    Pipeline,
-    UsageError,
-    add_pipeline_arguments,
-    add_poll_argument,
-    one_line_failures,
-    subcommand_errors,
-)
-from trainstack.runs import (
-    ENDED_BADLY,
-    elapsed,
-    is_execution_arn,
-    latest_execution,
-    run_name_of,
-    status_line,
-)
-
-RUN_HELP = "run name (see `trainstack runs`) or execution ARN (printed by `trainstack start`)"
+from trainstack.commands.common import Pipeline, add_pipeline_command, one_line_failures
+from trainstack.runs import ENDED_BADLY, elapsed, status_line
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    status = subparsers.add_parser(
+    add_pipeline_command(
+        subparsers,
         "status",
-        help="print a run's status and output",
+        run_status,
         description="Print a run's status, its current job and its output or error.",
+        takes_run=True,
     )
-    status.add_argument("run", metavar="RUN", help=RUN_HELP)
-    add_pipeline_arguments(status)
-    status.set_defaults(handler=run_status)
-    subcommand_errors(status)
-
-    watch = subparsers.add_parser(
+    add_pipeline_command(
+        subparsers,
         "watch",
-        help="follow a run until it ends",
+        run_watch,
         description="Follow a run until it ends: one line per change with the time "
         "and the elapsed time; exit 0 if it succeeds, 1 if not.",
+        takes_run=True,
+        polls=True,
     )
-    watch.add_argument("run", metavar="RUN", help=RUN_HELP)
-    add_pipeline_arguments(watch)
-    add_poll_argument(watch)
-    watch.set_defaults(handler=run_watch)
-    subcommand_errors(watch)
 
 
 @one_line_failures
 def run_status(args: argparse.Namespace) -> int:
     pipeline = Pipeline.from_args(args)
-    state_machine_arn = _state_machine(pipeline, args.run)
-    execution = latest_execution(pipeline.client("stepfunctions"), state_machine_arn, args.run)
-    job = pipeline.job_of(run_name_of(execution, pipeline.settings.project))
-    print(describe(execution, job))
+    execution = pipeline.execution_of(args.run)
+    print(describe(execution, pipeline.job_of(pipeline.run_name_of(execution))))
     return 1 if execution["status"] in ENDED_BADLY else 0
 
 
 @one_line_failures
 def run_watch(args: argparse.Namespace) -> int:
     pipeline = Pipeline.from_args(args)
-    state_machine_arn = _state_machine(pipeline, args.run)
-    execution = latest_execution(pipeline.client("stepfunctions"), state_machine_arn, args.run)
+    execution = pipeline.execution_of(args.run)
     return follow(pipeline, execution["executionArn"], poll_seconds=args.poll_seconds)
-
-
-def _state_machine(pipeline: Pipeline, run: str) -> str:
-    """The state machine to look RUN up in; an execution ARN needs none and names its own region."""
-    if is_execution_arn(run):
-        pipeline.region = run.split(":")[3]
-        return run.rsplit(":", 2)[0].replace(":execution", ":stateMachine")
-    if run.startswith("arn:"):
-        raise UsageError(
-            f"RUN: '{run}' is not a Step Functions execution ARN "
-            "(arn:aws:states:<region>:<account>:execution:<state machine>:<name>) nor a run name"
-        )
-    return pipeline.state_machine_arn
 
 
 def describe(execution: dict[str, Any], job: Any) -> str:
@@ -109,7 +72,7 @@ def follow(pipeline: Pipeline, execution_arn: str, poll_seconds: float) -> int:
     shown = ""
     while True:
         execution = stepfunctions.describe_execution(executionArn=execution_arn)
-        line = status_line(execution, pipeline.job_of(run_name_of(execution, pipeline.settings.project)))
+        line = status_line(execution, pipeline.job_of(pipeline.run_name_of(execution)))
         stamped = f"{datetime.now(UTC):%Y-%m-%d %H:%M:%S}Z  {elapsed(execution, runs.clock()):>8}  {line}"
         if live:
             out.write(f"\r\x1b[2K{stamped}")
