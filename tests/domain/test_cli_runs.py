@@ -8,7 +8,7 @@ import time
 import boto3
 import botocore.client
 
-from tests.aws_fixtures import KEEPS_RUNNING, REGION, SUCCEEDS, pipeline, training_job
+from tests.aws_fixtures import KEEPS_RUNNING, REGION, ROLE, SUCCEEDS, pipeline, training_job
 from trainstack.cli import main
 
 
@@ -129,3 +129,19 @@ def test_status_takes_a_run_name(aws, capsys):
     out = capsys.readouterr().out
     assert ":execution:trainstack-pipeline:trainstack-e: SUCCEEDED" in out
     assert '"attempts": 2' in out
+
+
+def test_stop_and_logs_take_an_execution_arn_of_another_region(aws, capsys):
+    """An execution ARN names its region: the commands look there, not in the config's region."""
+    client = boto3.client("stepfunctions", region_name="eu-west-1")
+    arn = client.create_state_machine(
+        name="trainstack-pipeline", definition=json.dumps(KEEPS_RUNNING), roleArn=ROLE
+    )["stateMachineArn"]
+    execution_arn = client.start_execution(stateMachineArn=arn, name="trainstack-f")["executionArn"]
+    assert main(["logs", execution_arn]) == 1
+    assert capsys.readouterr().err.strip() == f"trainstack logs: run {execution_arn} has no training job yet."
+    assert main(["stop", execution_arn]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"stopped execution {execution_arn}",
+        "no training job had started",
+    ]
