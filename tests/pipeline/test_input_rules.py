@@ -6,26 +6,14 @@ import jsonata
 import pytest
 
 from stacks.pipeline.pipeline_input_rules import check_input_expression, profile_table
+from tests.domain.conftest import S3_RESOURCES
 from trainstack.execution_input import InvalidInputError, validate_execution_input
-from trainstack.job_request import PipelineResources
-
-RESOURCES = PipelineResources(
-    role_arn="arn:aws:iam::123456789012:role/r",
-    image_uri="image",
-    job_name_prefix="trainstack-",
-    checkpoint_bucket="checkpoints",
-    artifact_bucket="artifacts",
-    dataset_bucket="datasets",
-    dataset_prefix="datasets/",
-    subnet_ids=("subnet-1",),
-    security_group_ids=("sg-1",),
-)
 
 
 def check(settings, execution_input):
     expression = jsonata.Jsonata(check_input_expression(settings))
     states = {"input": execution_input, "context": {"Execution": {"Name": "exec"}}}
-    profiles = profile_table(settings.profiles, RESOURCES)
+    profiles = profile_table(settings.profiles, S3_RESOURCES)
     return expression.evaluate(None, {"states": states, "profiles": profiles})
 
 

@@ -18,9 +18,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.domain.conftest import S3_RESOURCES
 from tests.training.harness import SCRIPTS, write_learnable_shards
 from training_scripts.metrics import parse_metrics
-from trainstack.job_request import PipelineResources, base_request
+from trainstack.job_request import base_request
 from trainstack.profiles import Profile
 
 TOOLKIT_CLI = Path(sys.executable).parent / "train"  # the image's ENTRYPOINT runs this
@@ -48,18 +49,7 @@ def torchrun_profile() -> Profile:
 
 
 def job_hyperparameters(profile: Profile) -> dict[str, str]:
-    resources = PipelineResources(
-        role_arn="arn:aws:iam::123456789012:role/training",
-        image_uri="image",
-        job_name_prefix="test",
-        checkpoint_bucket="checkpoints",
-        artifact_bucket="artifacts",
-        dataset_bucket="datasets",
-        dataset_prefix="data/",
-        subnet_ids=("subnet-1",),
-        security_group_ids=("sg-1",),
-    )
-    return base_request(profile, resources)["HyperParameters"]
+    return base_request(profile, S3_RESOURCES)["HyperParameters"]
 
 
 def opt_ml_tree(base: Path, hyperparameters: dict[str, str]) -> None:
