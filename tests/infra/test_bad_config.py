@@ -88,6 +88,25 @@ def without_account_variables() -> dict[str, str]:
     }
 
 
+def cdk_synth(config: str | Path, outdir: Path, environment: dict[str, str]) -> subprocess.CompletedProcess:
+    """`cdk synth -c config=CONFIG` as `make synth` runs it, offline, into outdir."""
+    assert CDK_CLI.exists(), "the CDK CLI is missing: `make test` installs it into node_modules"
+    return subprocess.run(
+        [str(CDK_CLI), "synth", "--quiet", "--no-notices", "-c", f"config={config}", "-o", str(outdir)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        env=environment
+        | {
+            # app.py runs as `python3 app.py`: this interpreter's venv must come first.
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+            "CDK_DISABLE_VERSION_CHECK": "1",
+        },
+        check=False,
+        timeout=600,
+    )
+
+
 def assert_one_line_error(result: subprocess.CompletedProcess[str], expected: str) -> None:
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
@@ -112,30 +131,7 @@ def test_check_config_names_the_field(bad_config):
 
 def test_cdk_synth_stops_with_the_same_sentence(bad_config, tmp_path):
     path, expected = bad_config
-    assert CDK_CLI.exists(), "the CDK CLI is missing: `make test` installs it into node_modules"
-    environment = without_account_variables() | {
-        # app.py runs as `python3 app.py`: this interpreter's venv must come first.
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-        "CDK_DISABLE_VERSION_CHECK": "1",
-    }
-    result = subprocess.run(
-        [
-            str(CDK_CLI),
-            "synth",
-            "--quiet",
-            "--no-notices",
-            "-c",
-            f"config={path}",
-            "-o",
-            str(tmp_path / "cdk.out"),
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        env=environment,
-        check=False,
-        timeout=300,
-    )
+    result = cdk_synth(path, tmp_path / "cdk.out", without_account_variables())
     assert_one_line_error(result, expected)
     assert not list((tmp_path / "cdk.out").glob("*.template.json"))
 
@@ -147,30 +143,9 @@ def test_a_file_region_wins_over_the_cdk_clis_default_region(tmp_path):
     home.mkdir()
     environment = {
         key: value for key, value in without_account_variables().items() if not key.startswith("AWS_")
-    } | {
-        "HOME": str(home),
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-        "CDK_DISABLE_VERSION_CHECK": "1",
     }
     outdir = tmp_path / "cdk.out"
-    result = subprocess.run(
-        [
-            str(CDK_CLI),
-            "synth",
-            "--quiet",
-            "--no-notices",
-            "-c",
-            "config=config/examples/eu-west-1.yaml",
-            "-o",
-            str(outdir),
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        env=environment,
-        check=False,
-        timeout=600,
-    )
+    result = cdk_synth("config/examples/eu-west-1.yaml", outdir, environment | {"HOME": str(home)})
     assert result.returncode == 0, result.stderr
     assert "trainstack: FSx for Lustre: " in result.stderr and "/month" in result.stderr
     manifest = json.loads((outdir / "manifest.json").read_text())
