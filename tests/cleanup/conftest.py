@@ -12,8 +12,8 @@ import boto3
 import pytest
 
 from tests.cleanup.sagemaker import CleanupSageMaker
-from tests.infra.templates import resources
 from tests.pipeline import harness
+from tests.pipeline.conftest import state_machines
 from trainstack.emulator import VirtualClock
 from trainstack.job_request import EXECUTION_TAG
 
@@ -87,10 +87,7 @@ class CleanupDefinitions:
 def definitions(default_app) -> CleanupDefinitions:
     settings, stacks, assembly = default_app
     template = assembly.get_stack_by_name(stacks.pipeline.stack_name).template
-    machines = {
-        body["Properties"]["StateMachineName"]: body["Properties"]
-        for body in resources(template, "AWS::StepFunctions::StateMachine").values()
-    }
+    machines = state_machines(template)
     project = settings.project
     assert f"{project}-pipeline" == PIPELINE
     return CleanupDefinitions(
@@ -115,6 +112,16 @@ class World:
         boto3.client("stepfunctions", region_name=harness.REGION).stop_execution(
             executionArn=execution_arn, error="Cancelled", cause="operator"
         )
+
+    def stop_during(self, call: str, name: str, execution_input: dict | None = None) -> str:
+        """Start an execution and stop it while its SageMaker `call` is in flight; the call then returns
+        (it was already on its way when the execution stopped)."""
+        self.fake.hold(call)
+        arn = self.start_pipeline(name, execution_input)
+        harness.wait_until(lambda: self.fake.waiting[call])
+        self.stop_pipeline(arn)
+        self.fake.release_gate(call)
+        return arn
 
     def status(self, execution_arn: str) -> str:
         client = boto3.client("stepfunctions", region_name=harness.REGION)

@@ -21,12 +21,8 @@ def in_progress(world: World, name: str) -> bool:
 
 def test_abort_during_create_stops_the_job_that_lands_after_the_abort(world):
     world.fake.create_latency = 30  # the job appears 30 s after the call
-    world.fake.hold("CreateTrainingJob")
-    arn = world.start_pipeline("aborted-in-create", {"runName": "trainstack-in-create"})
-    harness.wait_until(lambda: world.fake.waiting["CreateTrainingJob"])
-    world.stop_pipeline(arn)
     # The call was already on its way when the execution was stopped: SageMaker creates the job.
-    world.fake.release_gate("CreateTrainingJob")
+    arn = world.stop_during("CreateTrainingJob", "aborted-in-create", {"runName": "trainstack-in-create"})
     assert harness.wait_for(arn).status == "ABORTED"
     harness.wait_until(lambda: "trainstack-in-create-1" in world.fake.jobs)
     assert not world.fake.visible("trainstack-in-create-1")
@@ -40,11 +36,7 @@ def test_abort_during_create_stops_the_job_that_lands_after_the_abort(world):
 
 
 def test_abort_during_polling_stops_the_running_job(world):
-    world.fake.hold("ListTrainingJobs")
-    arn = world.start_pipeline("aborted-in-poll")
-    harness.wait_until(lambda: world.fake.waiting["ListTrainingJobs"])
-    world.stop_pipeline(arn)
-    world.fake.release_gate("ListTrainingJobs")  # the status call in flight at the stop returns
+    arn = world.stop_during("ListTrainingJobs", "aborted-in-poll")
     assert harness.wait_for(arn).status == "ABORTED"
 
     cleanup = world.clean_up_after(arn)
@@ -121,11 +113,7 @@ def test_cleanup_of_a_run_name_the_pipeline_rejects_asks_sagemaker_nothing(world
 
 
 def test_throttled_describe_tags_and_stop_are_retried_until_the_job_is_stopped(world):
-    world.fake.hold("ListTrainingJobs")
-    arn = world.start_pipeline("throttled")
-    harness.wait_until(lambda: world.fake.waiting["ListTrainingJobs"])
-    world.stop_pipeline(arn)
-    world.fake.release_gate("ListTrainingJobs")
+    arn = world.stop_during("ListTrainingJobs", "throttled")
     world.fake.throttles.update({"DescribeTrainingJob": 3, "ListTags": 2, "StopTrainingJob": 2})
 
     cleanup = world.clean_up_after(arn)
@@ -140,11 +128,7 @@ def test_throttled_describe_tags_and_stop_are_retried_until_the_job_is_stopped(w
 
 
 def test_describe_failing_for_another_reason_fails_the_cleanup_loudly(world):
-    world.fake.hold("ListTrainingJobs")
-    arn = world.start_pipeline("denied")
-    harness.wait_until(lambda: world.fake.waiting["ListTrainingJobs"])
-    world.stop_pipeline(arn)
-    world.fake.release_gate("ListTrainingJobs")
+    arn = world.stop_during("ListTrainingJobs", "denied")
     world.fake.missing_job_error = ("AccessDeniedException", "not authorized to perform DescribeTrainingJob")
 
     cleanup = world.clean_up_after(arn)
