@@ -144,21 +144,6 @@ class Pipeline:
         return run_name_of(execution, self.settings.project)
 
 
-def usage_failure(args: argparse.Namespace, error: Exception) -> int:
-    print(f"trainstack {args.command}: {str(error).rstrip('.')}.", file=sys.stderr)
-    return 2
-
-
-def failure(args: argparse.Namespace, error: Exception) -> int:
-    print(f"trainstack {args.command}: {str(error).rstrip('.')}.", file=sys.stderr)
-    return 1
-
-
-def aws_failure(error: Exception) -> int:
-    print(f"trainstack: AWS call failed: {error}", file=sys.stderr)
-    return 1
-
-
 def one_line_failures(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """A command's handler whose failures end in one line: bad input exits 2, a failed run or a refused
     AWS call exits 1."""
@@ -167,11 +152,11 @@ def one_line_failures(handler: Callable[[argparse.Namespace], int]) -> Callable[
     def run(args: argparse.Namespace) -> int:
         try:
             return handler(args)
-        except UsageError as error:
-            return usage_failure(args, error)
-        except RunError as error:
-            return failure(args, error)
+        except (UsageError, RunError) as error:
+            print(f"trainstack {args.command}: {str(error).rstrip('.')}.", file=sys.stderr)
+            return 2 if isinstance(error, UsageError) else 1
         except (BotoCoreError, ClientError) as error:
-            return aws_failure(error)
+            print(f"trainstack: AWS call failed: {error}", file=sys.stderr)
+            return 1
 
     return run
