@@ -77,7 +77,7 @@ def add_pipeline_command(
     description: str,
     takes_run: bool = False,
     polls: bool = False,
-    arguments: Callable[[argparse.ArgumentParser], None] | None = None,
+    arguments: Callable[[argparse.ArgumentParser], object] | None = None,
 ) -> None:
     """Subcommand NAME of the deployed pipeline: RUN (takes_run), the command's own `arguments`, then
     --config, --region, --state-machine-arn and (polls) --poll-seconds; argparse's errors are one sentence.
