@@ -23,11 +23,13 @@ from trainstack.commands.common import (
 )
 from trainstack.runs import (
     ENDED_BADLY,
+    Job,
     elapsed,
     is_execution_arn,
     latest_execution,
     run_name_of,
     status_line,
+    tensorboard_hint,
 )
 
 RUN_HELP = "run name (see `trainstack runs`) or execution ARN (printed by `trainstack start`)"
@@ -93,6 +95,9 @@ def describe(execution: dict[str, Any], job: Any) -> str:
     if execution.get("stopDate"):
         lines.append(f"stopped: {execution['stopDate']}")
     lines.append(f"job: {status_line(execution, job).split(' | ', 1)[1]}")
+    hint = tensorboard_hint(job) if isinstance(job, Job) else None
+    if hint:
+        lines.append(f"tensorboard: {hint}")
     if execution.get("output"):
         lines.append("output: " + json.dumps(json.loads(execution["output"]), indent=2))
     if execution.get("error") or execution.get("cause"):
