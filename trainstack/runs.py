@@ -51,7 +51,6 @@ class Job:
         return f"{count} x {kind}" if kind else "-"
 
 
-@dataclass(frozen=True)
 def tensorboard_hint(job: Job) -> str | None:
     """How to see the run's TensorBoard data: every attempt uploads to `<run prefix>/<job>/tensorboard/`
     (job_request.tensorboard_uri), so the run's prefix as logdir shows each attempt as a TensorBoard run."""
@@ -66,6 +65,7 @@ def tensorboard_hint(job: Job) -> str | None:
     )
 
 
+@dataclass(frozen=True)
 class QueuedJob:
     """Queue mode: a run's job waiting in the AWS Batch job queue for free instances."""
 

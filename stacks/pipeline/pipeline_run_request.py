@@ -23,7 +23,7 @@ from trainstack.job_request import (
 _MARK = "\0"
 _JOB_MARK = "\1"
 # The attempt's job name (job_request.job_name) in the pipeline, where $plan and $attempt are known.
-ATTEMPT_JOB_NAME = '$plan.runName & "-" & $string($attempt)'
+_ATTEMPT_JOB_NAME = '$plan.runName & "-" & $string($attempt)'
 
 
 def _with_values(text: str, values: dict[str, str]) -> str:
@@ -40,10 +40,10 @@ def _with_run_name(uri: str) -> str:
 def attempt_fields_expression(resources: PipelineResources) -> str:
     """The per-attempt fields merged into the run's request: TrainingJobName and TensorBoardOutputConfig."""
     tensorboard = _with_values(
-        tensorboard_uri(resources, _MARK, _JOB_MARK), {_MARK: "$plan.runName", _JOB_MARK: ATTEMPT_JOB_NAME}
+        tensorboard_uri(resources, _MARK, _JOB_MARK), {_MARK: "$plan.runName", _JOB_MARK: _ATTEMPT_JOB_NAME}
     )
     return (
-        f'{{"TrainingJobName": {ATTEMPT_JOB_NAME}, '
+        f'{{"TrainingJobName": {_ATTEMPT_JOB_NAME}, '
         f'"TensorBoardOutputConfig": {{"S3OutputPath": {tensorboard}}}}}'
     )
 
