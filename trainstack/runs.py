@@ -57,7 +57,8 @@ def tensorboard_hint(job: Job) -> str | None:
     uri = job.description.get("TensorBoardOutputConfig", {}).get("S3OutputPath")
     if not uri:
         return None
-    run_prefix = uri.removesuffix("/").removesuffix("/tensorboard").removesuffix(job.name)
+    # Strip `<job>/tensorboard/`: the pipeline's job name, also in queue mode where Batch names the job.
+    run_prefix = uri.rstrip("/").rsplit("/", 2)[0] + "/"
     return (
         f"tensorboard --logdir {run_prefix} (every attempt of the run; needs `pip install tensorboard` and "
         "AWS credentials), or add the jobs to SageMaker AI's managed TensorBoard (SageMaker AI console, "

@@ -39,12 +39,12 @@ def metric_data_expression() -> str:
         f'{{"MetricName": {literal(CAPACITY_WAIT_SECONDS)}, "Unit": "Seconds", '
         '"Value": ($millis() - $toMillis($states.context.Execution.StartTime)) / 1000}'
     )
-    return (
-        f"$append([{attempts}], $outcome.status = {literal(NO_CAPACITY_OUTCOME)} ? [{waited}] : [])"
-    )
+    return f"$append([{attempts}], $outcome.status = {literal(NO_CAPACITY_OUTCOME)} ? [{waited}] : [])"
 
 
-def publish_attempt_metrics(scope: Construct, construct_id: str, *, project: str, partition: str) -> sfn.CustomState:
+def publish_attempt_metrics(
+    scope: Construct, construct_id: str, *, project: str, partition: str
+) -> sfn.CustomState:
     """The PutMetricData task (aws-sdk:cloudwatch). A custom state, so that the role's statement can carry
     the namespace condition (grant_publish) instead of CallAwsService's unconditioned one."""
     return sfn.CustomState(

@@ -244,7 +244,9 @@ class PipelineMonitoring(Construct):
             title="Waiting for capacity (hours, longest run)",
             left=[waited],
             left_annotations=[
-                cloudwatch.HorizontalAnnotation(value=CAPACITY_WAIT_ALARM_HOURS, label="alarm CapacityWaitLong")
+                cloudwatch.HorizontalAnnotation(
+                    value=CAPACITY_WAIT_ALARM_HOURS, label="alarm CapacityWaitLong"
+                )
             ],
             width=8,
         )
@@ -257,7 +259,7 @@ class PipelineMonitoring(Construct):
         return cloudwatch.SearchExpression(
             expression=(
                 f"SEARCH('{{{SAGEMAKER_TRAINING_NAMESPACE},{dimension}}} {dimension}={self._project} "
-                f'MetricName="{metric_name}"\', \'Average\', 60)'
+                f"MetricName=\"{metric_name}\"', 'Average', 60)"
             ),
             label=label,
         )

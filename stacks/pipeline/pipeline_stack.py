@@ -49,8 +49,8 @@ class PipelineStack(cdk.Stack):
         super().__init__(
             scope,
             construct_id,
-            description="trainstack pipeline: training state machine, SageMaker role, cleanup, notifications, "
-            "dashboard and alarms",
+            description="trainstack pipeline: training state machine, SageMaker role, cleanup, "
+            "notifications, dashboard and alarms",
             **kwargs,
         )
         project = settings.project
@@ -105,7 +105,9 @@ class PipelineStack(cdk.Stack):
             project=project,
             pipeline=self.state_machine,
             pipeline_log_group=self.training.log_group,
-            cleanup_machines=[machine for cleanup in cleanups for machine in (cleanup.state_machine, cleanup.sweeper)],
+            cleanup_machines=[
+                machine for cleanup in cleanups for machine in (cleanup.state_machine, cleanup.sweeper)
+            ],
             sweepers=[cleanup.sweeper for cleanup in cleanups],
             topic=self.notifications.topic,
         )

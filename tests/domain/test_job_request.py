@@ -353,4 +353,5 @@ def test_every_job_uploads_tensorboard_data_to_its_own_prefix_of_the_runs_artifa
         "S3OutputPath": "s3://trainstack-artifacts/trainstack-tb/trainstack-tb-1/tensorboard/"
     }
     assert second["TensorBoardOutputConfig"]["S3OutputPath"].endswith("/trainstack-tb-2/tensorboard/")
-    assert first["TensorBoardOutputConfig"]["S3OutputPath"].startswith(first["OutputDataConfig"]["S3OutputPath"])
+    output = first["OutputDataConfig"]["S3OutputPath"]
+    assert first["TensorBoardOutputConfig"]["S3OutputPath"].startswith(output)

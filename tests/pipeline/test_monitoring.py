@@ -110,15 +110,21 @@ def alarms(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
     found = {}
     for logical_id, body in resources(template, "AWS::CloudWatch::Alarm").items():
         name = logical_id.removeprefix("Monitoring")
-        found[name[: -8]] = body["Properties"]  # CDK appends an 8-character hash
+        found[name[:-8]] = body["Properties"]  # CDK appends an 8-character hash
     return found
 
 
 def metric_stats(alarm: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The alarm's metrics by id (a math alarm), or {"": metric} for a single-metric alarm."""
     if "Metrics" not in alarm:
-        return {"": {"MetricName": alarm["MetricName"], "Namespace": alarm["Namespace"],
-                     "Dimensions": alarm.get("Dimensions"), "Stat": alarm["Statistic"]}}
+        return {
+            "": {
+                "MetricName": alarm["MetricName"],
+                "Namespace": alarm["Namespace"],
+                "Dimensions": alarm.get("Dimensions"),
+                "Stat": alarm["Statistic"],
+            }
+        }
     return {
         m["Id"]: {**m["MetricStat"]["Metric"], "Stat": m["MetricStat"]["Stat"]}
         for m in alarm["Metrics"]
@@ -136,7 +142,13 @@ def machine_ids(template: dict[str, Any]) -> dict[str, str]:
 def assert_alarms(template: dict[str, Any], cleanup_machines: list[str], sweepers: list[str]) -> None:
     """Every alarm notifies the topic; each watches what it says, at its threshold."""
     found = alarms(template)
-    assert sorted(found) == ["CapacityWaitLong", "CleanupFailed", "ExecutionThrottled", "OrphanStopped", "RunFailed"]
+    assert sorted(found) == [
+        "CapacityWaitLong",
+        "CleanupFailed",
+        "ExecutionThrottled",
+        "OrphanStopped",
+        "RunFailed",
+    ]
     topic = {"Ref": next(iter(resources(template, "AWS::SNS::Topic")))}
     for alarm in found.values():
         assert alarm["AlarmActions"] == [topic]
@@ -146,7 +158,10 @@ def assert_alarms(template: dict[str, Any], cleanup_machines: list[str], sweeper
     pipeline = {"Name": "StateMachineArn", "Value": {"Ref": ids["trainstack-pipeline"]}}
 
     run_failed = metric_stats(found["RunFailed"])
-    assert (run_failed["failed"]["Namespace"], run_failed["failed"]["MetricName"]) == (NAMESPACE, "RunsFailed")
+    assert (run_failed["failed"]["Namespace"], run_failed["failed"]["MetricName"]) == (
+        NAMESPACE,
+        "RunsFailed",
+    )
     assert (run_failed["timedOut"]["MetricName"], run_failed["timedOut"]["Dimensions"]) == (
         "ExecutionsTimedOut",
         [pipeline],
@@ -154,21 +169,31 @@ def assert_alarms(template: dict[str, Any], cleanup_machines: list[str], sweeper
     assert found["RunFailed"]["Threshold"] == 1
 
     watched = {
-        (m["MetricName"], m["Dimensions"][0]["Value"]["Ref"]) for m in metric_stats(found["CleanupFailed"]).values()
+        (m["MetricName"], m["Dimensions"][0]["Value"]["Ref"])
+        for m in metric_stats(found["CleanupFailed"]).values()
     }
     assert watched == {
-        (metric, ids[name]) for name in cleanup_machines for metric in ("ExecutionsFailed", "ExecutionsTimedOut")
+        (metric, ids[name])
+        for name in cleanup_machines
+        for metric in ("ExecutionsFailed", "ExecutionsTimedOut")
     }
 
     (orphans,) = metric_stats(found["OrphanStopped"]).values()
-    assert (orphans["Namespace"], orphans["MetricName"], orphans["Stat"]) == (NAMESPACE, "OrphansStopped", "Sum")
+    assert (orphans["Namespace"], orphans["MetricName"], orphans["Stat"]) == (
+        NAMESPACE,
+        "OrphansStopped",
+        "Sum",
+    )
     filters = {
         json.dumps(body["Properties"]["LogGroupName"]): body["Properties"]
         for body in resources(template, "AWS::Logs::MetricFilter").values()
     }
     for sweeper in sweepers:
         transformation = filters[json.dumps(f"/aws/vendedlogs/states/{sweeper}")]["MetricTransformations"][0]
-        assert (transformation["MetricNamespace"], transformation["MetricName"]) == (NAMESPACE, "OrphansStopped")
+        assert (transformation["MetricNamespace"], transformation["MetricName"]) == (
+            NAMESPACE,
+            "OrphansStopped",
+        )
 
     (waited,) = metric_stats(found["CapacityWaitLong"]).values()
     assert (waited["MetricName"], waited["Stat"]) == (CAPACITY_WAIT_SECONDS, "Maximum")
@@ -220,17 +245,20 @@ def test_dashboard_shows_executions_attempts_training_and_instance_metrics(pipel
     }
     assert [NAMESPACE, "RunsFailed"] in [metric[:2] for metric in executions]
     attempts = widgets["Attempts by outcome (per hour)"]
-    assert {(metric[1], metric[3]) for metric in attempts} == {(ATTEMPTS, status) for status in ATTEMPT_STATUSES}
+    assert {(metric[1], metric[3]) for metric in attempts} == {
+        (ATTEMPTS, status) for status in ATTEMPT_STATUSES
+    }
     assert CAPACITY_WAIT_SECONDS in json.dumps(widgets["Waiting for capacity (hours, longest run)"])
     defined = {definition["Name"] for definition in METRIC_DEFINITIONS}
     for title, names in TRAINING_GRAPHS.items():
         assert set(names) <= defined
         assert searched(widgets[title]) == [
             "SEARCH('{/aws/sagemaker/TrainingJobs,TrainingJobName} TrainingJobName=trainstack "
-            f'MetricName="{name}"\', \'Average\', 60)'
+            f"MetricName=\"{name}\"', 'Average', 60)"
             for name in names
         ]
     for name in INSTANCE_METRICS:
         assert searched(widgets[f"{name} of training instances (%)"]) == [
-            f'SEARCH(\'{{/aws/sagemaker/TrainingJobs,Host}} Host=trainstack MetricName="{name}"\', \'Average\', 60)'
+            "SEARCH('{/aws/sagemaker/TrainingJobs,Host} Host=trainstack "
+            f"MetricName=\"{name}\"', 'Average', 60)"
         ]

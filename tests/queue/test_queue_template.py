@@ -15,8 +15,8 @@ import pytest
 from stacks.pipeline.pipeline_stack import TRAINING_QUEUE_ARN_OUTPUT
 from tests.conftest import synthesize
 from tests.infra.templates import only, resources
-from tests.pipeline.test_monitoring import assert_alarms
 from tests.infra.test_app_quality import LINT_PLUGINS, run_cfn_lint, validation_report
+from tests.pipeline.test_monitoring import assert_alarms
 from tests.queue.test_queue_config import QUEUE, settings_with
 
 BATCH_TYPES = ("AWS::Batch::ServiceEnvironment", "AWS::Batch::JobQueue", "AWS::Batch::SchedulingPolicy")
