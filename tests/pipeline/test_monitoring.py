@@ -22,7 +22,7 @@ from stacks.pipeline.monitoring import (
 from tests.infra.templates import resources
 from tests.pipeline import harness
 from tests.pipeline.harness import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING, failed
-from tests.pipeline.metric_filter import published
+from tests.pipeline.metric_filter import matches, published
 from training_scripts.metrics import METRIC_DEFINITIONS
 
 NAMESPACE = "trainstack/trainstack"
@@ -100,6 +100,15 @@ def test_runs_failed_filter_counts_failed_runs_but_not_invalid_input(interpreter
     failures = [json.loads(m) for m in messages if json.loads(m)["type"] == "ExecutionFailed"]
     assert sorted(event["details"]["error"] for event in failures) == ["InvalidInput", "TrainingFailed"]
     assert published(RUN_FAILED_PATTERN, messages) == 1
+
+
+def test_the_filter_evaluator_refuses_syntax_it_does_not_implement():
+    event = json.dumps({"type": "TaskSucceeded", "details": {"resource": "stopTrainingJob"}})
+    assert matches('{ $.type = "TaskSucceeded" && $.details.resource != "createTrainingJob" }', event)
+    assert not matches('{ $.type = "TaskSucceeded" && $.details.missing != "x" }', event)
+    for unsupported in ('{ $.type = "Task*" }', '{ $.type = "A" || $.type = "B" }', '"TaskSucceeded"'):
+        with pytest.raises(ValueError):
+            matches(unsupported, event)
 
 
 # ------------------------------------------------------------------ the template
