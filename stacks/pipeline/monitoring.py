@@ -32,7 +32,8 @@ from stacks.pipeline.attempt_metrics import (
 from stacks.pipeline.logged_state_machine import execution_log_group_name
 from stacks.pipeline.training_state_machine_definition import ERROR_INVALID_INPUT
 
-SAGEMAKER_TRAINING_NAMESPACE = "/aws/sagemaker/TrainingJobs"
+# Where SageMaker publishes training jobs' metrics (fixed by SageMaker).
+TRAINING_METRICS_NAMESPACE = "/aws/sagemaker/TrainingJobs"
 RUNS_FAILED = "RunsFailed"
 ORPHANS_STOPPED = "OrphansStopped"
 # A run that has had no capacity this long is worth a person's look (another instance type, a training
@@ -258,7 +259,7 @@ class PipelineMonitoring(Construct):
         # start with the project's name.
         return cloudwatch.SearchExpression(
             expression=(
-                f"SEARCH('{{{SAGEMAKER_TRAINING_NAMESPACE},{dimension}}} {dimension}={self._project} "
+                f"SEARCH('{{{TRAINING_METRICS_NAMESPACE},{dimension}}} {dimension}={self._project} "
                 f"MetricName=\"{metric_name}\"', 'Average', 60)"
             ),
             label=label,

@@ -14,7 +14,7 @@ from stacks.image.image_stack import ImageStack
 from stacks.network.network_stack import NetworkStack
 from stacks.pipeline.cleanup.job_cleanup import JobCleanup
 from stacks.pipeline.cleanup.queue_cleanup import QueueCleanup
-from stacks.pipeline.monitoring import PipelineMonitoring
+from stacks.pipeline.monitoring import TRAINING_METRICS_NAMESPACE, PipelineMonitoring
 from stacks.pipeline.pipeline_notifications import PipelineNotifications
 from stacks.pipeline.queue.training_queue import TrainingQueue
 from stacks.pipeline.training_state_machine import TrainingStateMachine
@@ -24,9 +24,8 @@ from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements
 from trainstack.config import Settings
 from trainstack.job_request import PipelineResources
 
-# Where SageMaker training jobs write their logs and metrics (fixed by SageMaker).
+# Where SageMaker training jobs write their logs (fixed by SageMaker).
 TRAINING_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
-TRAINING_METRICS_NAMESPACE = "/aws/sagemaker/TrainingJobs"
 # Key of the CfnOutput the CLI reads (trainstack start/status).
 STATE_MACHINE_ARN_OUTPUT = "StateMachineArn"
 CLEANUP_STATE_MACHINE_ARN_OUTPUT = "CleanupStateMachineArn"
