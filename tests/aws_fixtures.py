@@ -35,8 +35,10 @@ def pipeline(definition: dict) -> str:
     return arn
 
 
-def training_job(name: str) -> None:
+def training_job(name: str, **fields) -> None:
+    """A moto training job; `fields` adds CreateTrainingJob fields (e.g. TensorBoardOutputConfig)."""
     boto3.client("sagemaker", region_name=REGION).create_training_job(
+        **fields,
         TrainingJobName=name,
         AlgorithmSpecification={
             "TrainingImage": "111111111111.dkr.ecr.us-east-1.amazonaws.com/t:1",

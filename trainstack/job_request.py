@@ -7,6 +7,8 @@ the base request is embedded per profile in the definition, and each execution f
 
   field                                   value                                  when
   TrainingJobName                         job_name(runName, attempt)             always
+  TensorBoardOutputConfig.S3OutputPath    tensorboard_uri(resources, runName,    always
+                                          job name)
   OutputDataConfig.S3OutputPath           output_path(resources, runName)        always
   CheckpointConfig.S3Uri                  checkpoint_uri(resources, runName)     always
   Tags                                    tags(runName, executionArn)            always
@@ -104,6 +106,13 @@ def output_path(resources: PipelineResources, run_name: str) -> str:
     return f"s3://{resources.artifact_bucket}/{run_name}/"
 
 
+def tensorboard_uri(resources: PipelineResources, run_name: str, job_name: str) -> str:
+    """Where SageMaker uploads what the job writes under its TensorBoard directory: beside the job's own
+    output (`<output_path>/<job name>/output/`), one prefix per job, so the runs of a TensorBoard
+    `--logdir s3://<artifacts>/<runName>/` are the run's attempts."""
+    return f"{output_path(resources, run_name)}{job_name}/tensorboard/"
+
+
 def max_runtime_seconds(hours: float) -> int:
     """Hours to whole seconds, rounded half to even as JSONata's $round does in the state machine."""
     return round(hours * 3600)
@@ -193,6 +202,12 @@ def build_create_training_job_request(
     """The complete CreateTrainingJob request of attempt `attempt` (1-based) of `run`."""
     request = copy.deepcopy(base_request(profile, resources))
     request["TrainingJobName"] = job_name(run.run_name, attempt)
+    # LocalPath is left to SageMaker's default, /opt/ml/output/tensorboard (botocore's sagemaker model),
+    # where train.py writes: CreateTrainingJob has rejected an explicit LocalPath under /opt/ml
+    # (aws/amazon-sagemaker-examples#3620).
+    request["TensorBoardOutputConfig"] = {
+        "S3OutputPath": tensorboard_uri(resources, run.run_name, request["TrainingJobName"])
+    }
     request["OutputDataConfig"]["S3OutputPath"] = output_path(resources, run.run_name)
     request["CheckpointConfig"]["S3Uri"] = checkpoint_uri(resources, run.run_name)
     request["Tags"] = tags(run.run_name, execution_arn)

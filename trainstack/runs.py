@@ -51,6 +51,21 @@ class Job:
         return f"{count} x {kind}" if kind else "-"
 
 
+def tensorboard_hint(job: Job) -> str | None:
+    """How to see the run's TensorBoard data: every attempt uploads to `<run prefix>/<job>/tensorboard/`
+    (job_request.tensorboard_uri), so the run's prefix as logdir shows each attempt as a TensorBoard run."""
+    uri = job.description.get("TensorBoardOutputConfig", {}).get("S3OutputPath")
+    if not uri:
+        return None
+    # Strip `<job>/tensorboard/`: the pipeline's job name, also in queue mode where Batch names the job.
+    run_prefix = uri.rstrip("/").rsplit("/", 2)[0] + "/"
+    return (
+        f"tensorboard --logdir {run_prefix} (every attempt of the run; needs `pip install tensorboard` and "
+        "AWS credentials), or add the jobs to SageMaker AI's managed TensorBoard (SageMaker AI console, "
+        "Applications and IDEs, TensorBoard)"
+    )
+
+
 @dataclass(frozen=True)
 class QueuedJob:
     """Queue mode: a run's job waiting in the AWS Batch job queue for free instances."""

@@ -8,6 +8,10 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 
+def execution_log_group_name(state_machine_name: str) -> str:
+    return f"/aws/vendedlogs/states/{state_machine_name}"
+
+
 def logged_state_machine(
     scope: Construct, construct_id: str, *, name: str, chain: sfn.IChainable, timeout: cdk.Duration | None
 ) -> tuple[sfn.StateMachine, logs.LogGroup]:
@@ -15,7 +19,7 @@ def logged_state_machine(
     log_group = logs.LogGroup(
         scope,
         f"{construct_id}Logs",
-        log_group_name=f"/aws/vendedlogs/states/{name}",
+        log_group_name=execution_log_group_name(name),
         retention=logs.RetentionDays.THREE_MONTHS,
         removal_policy=cdk.RemovalPolicy.DESTROY,
     )

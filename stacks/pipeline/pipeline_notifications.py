@@ -1,12 +1,11 @@
-"""Operations: an encrypted SNS topic told about every finished execution, and an alarm on failures."""
+"""Operations: an encrypted SNS topic told about every finished execution; the alarms (monitoring.py)
+also tell it."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 import aws_cdk as cdk
-from aws_cdk import aws_cloudwatch as cloudwatch
-from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
@@ -69,22 +68,3 @@ class PipelineNotifications(Construct):
                 ),
             )
         )
-        self.failures_alarm = cloudwatch.Alarm(
-            self,
-            "ExecutionsFailed",
-            alarm_description=f"A {project} pipeline execution failed, timed out or was aborted",
-            metric=cloudwatch.MathExpression(
-                expression="failed + timedOut + aborted",
-                using_metrics={
-                    "failed": pipeline.metric_failed(period=cdk.Duration.minutes(5), statistic="Sum"),
-                    "timedOut": pipeline.metric_timed_out(period=cdk.Duration.minutes(5), statistic="Sum"),
-                    "aborted": pipeline.metric_aborted(period=cdk.Duration.minutes(5), statistic="Sum"),
-                },
-                period=cdk.Duration.minutes(5),
-            ),
-            threshold=1,
-            evaluation_periods=1,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-        )
-        self.failures_alarm.add_alarm_action(cloudwatch_actions.SnsAction(self.topic))

@@ -7,6 +7,8 @@ receives equals the Python builder's for every profile (tests/pipeline prove it)
 
 from __future__ import annotations
 
+import re
+
 from stacks.pipeline.jsonata_text import literal
 from trainstack.job_request import (
     EXECUTION_TAG,
@@ -15,15 +17,35 @@ from trainstack.job_request import (
     checkpoint_uri,
     output_path,
     resume_channel,
+    tensorboard_uri,
 )
 
 _MARK = "\0"
+_JOB_MARK = "\1"
+# The attempt's job name (job_request.job_name) in the pipeline, where $plan and $attempt are known.
+_ATTEMPT_JOB_NAME = '$plan.runName & "-" & $string($attempt)'
+
+
+def _with_values(text: str, values: dict[str, str]) -> str:
+    """Text built with marks (keys of `values`) as a JSONata string expression of the marks' values."""
+    pieces = re.split("(" + "|".join(map(re.escape, values)) + ")", text)
+    return " & ".join(values[piece] if piece in values else literal(piece) for piece in pieces if piece)
 
 
 def _with_run_name(uri: str) -> str:
     """A URI built for the run name _MARK, as a JSONata string expression of `$in.runName`."""
-    before, _, after = uri.partition(_MARK)
-    return f"{literal(before)} & $in.runName & {literal(after)}"
+    return _with_values(uri, {_MARK: "$in.runName"})
+
+
+def attempt_fields_expression(resources: PipelineResources) -> str:
+    """The per-attempt fields merged into the run's request: TrainingJobName and TensorBoardOutputConfig."""
+    tensorboard = _with_values(
+        tensorboard_uri(resources, _MARK, _JOB_MARK), {_MARK: "$plan.runName", _JOB_MARK: _ATTEMPT_JOB_NAME}
+    )
+    return (
+        f'{{"TrainingJobName": {_ATTEMPT_JOB_NAME}, '
+        f'"TensorBoardOutputConfig": {{"S3OutputPath": {tensorboard}}}}}'
+    )
 
 
 def max_runtime_seconds_expression(hours: str) -> str:

@@ -14,6 +14,7 @@ from stacks.image.image_stack import ImageStack
 from stacks.network.network_stack import NetworkStack
 from stacks.pipeline.cleanup.job_cleanup import JobCleanup
 from stacks.pipeline.cleanup.queue_cleanup import QueueCleanup
+from stacks.pipeline.monitoring import TRAINING_METRICS_NAMESPACE, PipelineMonitoring
 from stacks.pipeline.pipeline_notifications import PipelineNotifications
 from stacks.pipeline.queue.training_queue import TrainingQueue
 from stacks.pipeline.training_state_machine import TrainingStateMachine
@@ -23,9 +24,8 @@ from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements
 from trainstack.config import Settings
 from trainstack.job_request import PipelineResources
 
-# Where SageMaker training jobs write their logs and metrics (fixed by SageMaker).
+# Where SageMaker training jobs write their logs (fixed by SageMaker).
 TRAINING_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
-TRAINING_METRICS_NAMESPACE = "/aws/sagemaker/TrainingJobs"
 # Key of the CfnOutput the CLI reads (trainstack start/status).
 STATE_MACHINE_ARN_OUTPUT = "StateMachineArn"
 CLEANUP_STATE_MACHINE_ARN_OUTPUT = "CleanupStateMachineArn"
@@ -48,7 +48,8 @@ class PipelineStack(cdk.Stack):
         super().__init__(
             scope,
             construct_id,
-            description="trainstack pipeline: training state machine, SageMaker role, cleanup, notifications",
+            description="trainstack pipeline: training state machine, SageMaker role, cleanup, "
+            "notifications, dashboard and alarms",
             **kwargs,
         )
         project = settings.project
@@ -95,6 +96,19 @@ class PipelineStack(cdk.Stack):
             project=project,
             pipeline=self.state_machine,
             emails=settings.notification_emails,
+        )
+        cleanups = [self.cleanup] + ([self.queue_cleanup] if self.queue is not None else [])
+        self.monitoring = PipelineMonitoring(
+            self,
+            "Monitoring",
+            project=project,
+            pipeline=self.state_machine,
+            pipeline_log_group=self.training.log_group,
+            cleanup_machines=[
+                machine for cleanup in cleanups for machine in (cleanup.state_machine, cleanup.sweeper)
+            ],
+            sweepers=[cleanup.sweeper for cleanup in cleanups],
+            topic=self.notifications.topic,
         )
         self._schedules(settings)
         cdk.CfnOutput(

@@ -20,6 +20,7 @@ from constructs import Construct
 
 from stacks.pipeline.attempt.queued_training_attempt import QueuedTrainingAttempt, queue_attempt_fields
 from stacks.pipeline.attempt.training_attempt import TrainingAttempt
+from stacks.pipeline.attempt_metrics import grant_publish, publish_attempt_metrics
 from stacks.pipeline.jsonata_text import expression, literal
 from stacks.pipeline.logged_state_machine import logged_state_machine
 from stacks.pipeline.pipeline_input_rules import (
@@ -27,7 +28,11 @@ from stacks.pipeline.pipeline_input_rules import (
     check_input_expression,
     profile_table,
 )
-from stacks.pipeline.pipeline_run_request import plan_expression, request_expression
+from stacks.pipeline.pipeline_run_request import (
+    attempt_fields_expression,
+    plan_expression,
+    request_expression,
+)
 from stacks.pipeline.queue.training_queue import TrainingQueue
 from stacks.pipeline.training_state_machine_definition import (
     ERROR_CAPACITY_EXHAUSTED,
@@ -128,12 +133,14 @@ class TrainingStateMachine(Construct):
             },
         )
         self._grant(self.attempt_machine, job_arn, sagemaker_role)
+        grant_publish(self.state_machine.role, project)
         for machine in (self.state_machine, self.attempt_machine):
             acknowledge(
                 machine.role,
                 "AwsSolutions-IAM5[Resource::*]",
-                "CloudWatch Logs delivery and X-Ray actions, added by CDK for logging and tracing, "
-                "support no resource-level permissions.",
+                "CloudWatch Logs delivery and X-Ray actions, added by CDK for logging and tracing, and the "
+                "pipeline's cloudwatch:PutMetricData (scoped by its namespace condition) support no "
+                "resource-level permissions.",
             )
 
     def _substitute(self, machine: sfn.StateMachine) -> None:
@@ -214,9 +221,7 @@ class TrainingStateMachine(Construct):
             name=expression('"attempt-" & $string($attempt) & "-" & $uuid()'),
             input=sfn.TaskInput.from_object(
                 {
-                    "request": expression(
-                        '$merge([$request, {"TrainingJobName": $plan.runName & "-" & $string($attempt)}])'
-                    ),
+                    "request": expression(f"$merge([$request, {attempt_fields_expression(resources)}])"),
                     "runName": expression("$plan.runName"),
                     "stopAtMillis": expression("$plan.stopAtMillis"),
                     "timeLimitSeconds": expression("$plan.timeLimitSeconds"),
@@ -312,9 +317,13 @@ class TrainingStateMachine(Construct):
             )
             .otherwise(fail("TrainingStopped", ERROR_TRAINING_STOPPED))
         )
+        publish = publish_attempt_metrics(
+            scope, "PublishAttemptMetrics", project=settings.project, partition=literal_partition(self)
+        )
+        publish.add_catch(classify, errors=["States.ALL"], outputs={})
         valid = (
             sfn.Choice.jsonata(scope, "IsInputValid")
             .when(sfn.Condition.jsonata(expression("$checked.problem != null")), invalid_input)
-            .otherwise(prepare_run.next(run_attempt).next(classify))
+            .otherwise(prepare_run.next(run_attempt).next(publish).next(classify))
         )
         return read_input.next(check_input).next(valid)

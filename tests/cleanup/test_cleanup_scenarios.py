@@ -6,10 +6,12 @@ import json
 
 import boto3
 
+from stacks.pipeline.monitoring import STOPPED_ORPHAN_PATTERNS
 from tests.cleanup.conftest import World, stand_in_pipeline
 from tests.infra.templates import resources
 from tests.pipeline import harness
 from tests.pipeline.harness import COMPLETED, TRAINING
+from tests.pipeline.metric_filter import published
 from trainstack.emulator.errors import aws_sdk_error_name
 
 IN_FLIGHT_CREATE_SECONDS = 120
@@ -171,6 +173,8 @@ def test_sweeper_stops_orphans_and_leaves_jobs_of_running_executions_alone(world
 
     assert sweep.status == "SUCCEEDED", sweep.cause
     assert sweep.output == {"stopped": ["trainstack-orphaned-1"]}
+    # The sweeper's metric filter (alarm OrphanStopped) counts the one stop, retried after a throttle.
+    assert published(STOPPED_ORPHAN_PATTERNS["job-sweeper"], sweep.log_messages()) == 1
     assert world.fake.stop_requests == ["trainstack-orphaned-1"]
     assert in_progress(world, "trainstack-still-running-1")
     assert world.status(running) == "RUNNING"

@@ -161,13 +161,19 @@ def test_status_and_watch_an_existing_execution(aws, capsys):
     arn = state_machine(FAILS)
     main(["start", "--state-machine-arn", arn, "--run-name", "trainstack-nightly"])
     execution_arn = capsys.readouterr().out.strip()
-    training_job("trainstack-nightly-1")
+    training_job(
+        "trainstack-nightly-1",
+        TensorBoardOutputConfig={
+            "S3OutputPath": "s3://trainstack-artifacts/trainstack-nightly/trainstack-nightly-1/tensorboard/"
+        },
+    )
     assert main(["watch", execution_arn, "--poll-seconds", "0.05"]) == 1
     assert "attempt 1 | trainstack-nightly-1" in capsys.readouterr().out
     assert main(["status", execution_arn]) == 1
     printed = capsys.readouterr().out
     assert printed.startswith(f"{execution_arn}: FAILED")
     assert "error: CapacityExhausted: no capacity in 12 attempts" in printed
+    assert "tensorboard: tensorboard --logdir s3://trainstack-artifacts/trainstack-nightly/ (every" in printed
 
 
 @pytest.mark.parametrize("command", ["status", "watch", "logs", "stop"])

@@ -21,6 +21,7 @@ from trainstack.job_request import (
     output_path,
     resume_channel,
     tags,
+    tensorboard_uri,
 )
 from trainstack.profiles import Profile
 
@@ -291,11 +292,14 @@ def test_base_request_plus_per_run_fields_is_the_full_request(settings, run):
     for profile in settings.profiles:
         expected = build(profile, run, attempt=2)
         composed = base_request(profile, FSX_RESOURCES)
-        assert not {"TrainingJobName", "Tags"} & set(composed)
+        assert not {"TrainingJobName", "Tags", "TensorBoardOutputConfig"} & set(composed)
         assert (
             "S3OutputPath" not in composed["OutputDataConfig"] and "S3Uri" not in composed["CheckpointConfig"]
         )
         composed["TrainingJobName"] = job_name(run.run_name, 2)
+        composed["TensorBoardOutputConfig"] = {
+            "S3OutputPath": tensorboard_uri(FSX_RESOURCES, run.run_name, job_name(run.run_name, 2))
+        }
         composed["OutputDataConfig"]["S3OutputPath"] = output_path(FSX_RESOURCES, run.run_name)
         composed["CheckpointConfig"]["S3Uri"] = checkpoint_uri(FSX_RESOURCES, run.run_name)
         composed["Tags"] = tags(run.run_name, EXECUTION)
@@ -337,3 +341,17 @@ def test_a_training_plan_goes_on_the_instance_type_it_reserves_never_job_level()
         resource_config = request["ResourceConfig"]
         assert "TrainingPlanArn" not in resource_config
         assert [p.get("TrainingPlanArns") for p in resource_config["InstancePreferences"]] == [[plan], None]
+
+
+def test_every_job_uploads_tensorboard_data_to_its_own_prefix_of_the_runs_artifacts(settings):
+    """SageMaker uploads the job's TensorBoard directory (LocalPath left to SageMaker's default,
+    /opt/ml/output/tensorboard) to s3://<artifacts>/<runName>/<job>/tensorboard/: beside the job's output,
+    where the SageMaker role may write (objects `<project>-*`)."""
+    run = RunRequest(profile="llama-7b-smp", run_name="trainstack-tb")
+    first, second = (build(settings.profile(run.profile), run, attempt=attempt) for attempt in (1, 2))
+    assert first["TensorBoardOutputConfig"] == {
+        "S3OutputPath": "s3://trainstack-artifacts/trainstack-tb/trainstack-tb-1/tensorboard/"
+    }
+    assert second["TensorBoardOutputConfig"]["S3OutputPath"].endswith("/trainstack-tb-2/tensorboard/")
+    output = first["OutputDataConfig"]["S3OutputPath"]
+    assert first["TensorBoardOutputConfig"]["S3OutputPath"].startswith(output)

@@ -385,6 +385,27 @@ class Outcome:
     def events(self, event_type: str) -> list[dict[str, Any]]:
         return [event for event in self.history if event["type"] == event_type]
 
+    def log_messages(self) -> list[str]:
+        """The execution's history as Step Functions logs it at level ALL with execution data: one JSON
+        event per history event, `{id, type, details, previous_event_id, event_timestamp, execution_arn}`
+        (AWS's "Using CloudWatch Logs to log execution history in Step Functions"; the mapping is
+        LocalStack's EventManager._create_history_log, which moto copies but never calls: its executions
+        start without a logging session)."""
+        return [
+            json.dumps(
+                {
+                    "id": str(event["id"]),
+                    "type": event["type"],
+                    "details": next((v for k, v in event.items() if k.endswith("EventDetails")), {}),
+                    "previous_event_id": str(event["previousEventId"]),
+                    "event_timestamp": str(int(event["timestamp"].timestamp() * 1000)),
+                    "execution_arn": self.execution_arn,
+                },
+                default=str,
+            )
+            for event in self.history
+        ]
+
     def state_inputs(self, state_name: str) -> list[dict[str, Any]]:
         """The input of every visit to a state, in order."""
         return [

@@ -30,6 +30,7 @@ def child_names(outcome: harness.Outcome) -> list[str]:
     return [
         json.loads(event["taskScheduledEventDetails"]["parameters"])["Name"]
         for event in outcome.events("TaskScheduled")
+        if event["taskScheduledEventDetails"]["resource"] == "startExecution.sync:2"
     ]
 
 

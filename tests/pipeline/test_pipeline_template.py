@@ -61,7 +61,9 @@ def test_pipeline_role_runs_only_its_attempt_machine(pipeline):
     assert not [s for s in statements if any(a.startswith(("sagemaker:", "iam:")) for a in actions(s))]
     (start,) = [s for s in statements if "states:StartExecution" in actions(s)]
     assert start["Resource"] == {"Ref": machine_id(pipeline.template, f"{PROJECT}-pipeline-attempt")}
-    assert_only_logs_and_tracing_on_every_resource(statements)
+    (publish,) = [s for s in statements if "cloudwatch:PutMetricData" in actions(s)]
+    assert publish["Condition"] == {"StringEquals": {"cloudwatch:namespace": f"trainstack/{PROJECT}"}}
+    assert_only_logs_and_tracing_on_every_resource([s for s in statements if s is not publish])
 
 
 def assert_only_logs_and_tracing_on_every_resource(statements: list[dict[str, Any]]) -> None:
@@ -162,17 +164,6 @@ def test_notifications_go_to_an_encrypted_topic_on_every_finished_execution(pipe
     assert notify["Properties"]["Targets"][0]["Arn"] == {
         "Ref": next(iter(resources(template, "AWS::SNS::Topic")))
     }
-
-
-def test_alarm_on_failed_executions_notifies_the_topic(pipeline):
-    alarm = only(pipeline.template, "AWS::CloudWatch::Alarm")["Properties"]
-    metrics = {m["Id"]: m for m in alarm["Metrics"]}
-    assert metrics["failed"]["MetricStat"]["Metric"]["MetricName"] == "ExecutionsFailed"
-    assert metrics["failed"]["MetricStat"]["Metric"]["Dimensions"] == [
-        {"Name": "StateMachineArn", "Value": {"Ref": training_machine_id(pipeline.template)}}
-    ]
-    assert alarm["Threshold"] == 1
-    assert alarm["AlarmActions"] == [{"Ref": next(iter(resources(pipeline.template, "AWS::SNS::Topic")))}]
 
 
 def test_outputs_name_the_state_machines(pipeline):

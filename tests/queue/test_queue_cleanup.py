@@ -7,7 +7,9 @@ import json
 
 import boto3
 
+from stacks.pipeline.monitoring import STOPPED_ORPHAN_PATTERNS
 from tests.pipeline.harness import STARTING, TRAINING, wait_for
+from tests.pipeline.metric_filter import published
 from tests.queue.conftest import ACCOUNT, QUEUE_ARN, REGION, SERVICE_JOB_ARN, create_machine, definition_of
 from tests.queue.test_fake_batch import payload
 
@@ -126,8 +128,11 @@ def test_sweeper_terminates_waiting_jobs_of_executions_that_ended(queue_world):
     kept = submit("trainstack-alive-1", alive)
     foreign = submit("other-pipeline-1", f"arn:aws:states:{REGION}:{ACCOUNT}:execution:other:gone")
     arn = create_machine(client, "sweeper", sweeper_definition())
-    assert wait_for(client.start_execution(stateMachineArn=arn)["executionArn"]).status == "SUCCEEDED"
+    sweep = wait_for(client.start_execution(stateMachineArn=arn)["executionArn"])
+    assert sweep.status == "SUCCEEDED"
     assert batch.jobs[orphan].terminated
+    # The sweeper's metric filter (alarm OrphanStopped) counts the one job it terminated.
+    assert published(STOPPED_ORPHAN_PATTERNS["queue-sweeper"], sweep.log_messages()) == 1
     ended = client.describe_execution(executionArn=gone)["status"]
     assert ended != "RUNNING"
     assert batch.jobs[orphan].status_reason == f"trainstack sweeper: execution {gone} is {ended}"

@@ -16,6 +16,7 @@ from stacks.pipeline.pipeline_stack import TRAINING_QUEUE_ARN_OUTPUT
 from tests.conftest import synthesize
 from tests.infra.templates import only, resources
 from tests.infra.test_app_quality import LINT_PLUGINS, run_cfn_lint, validation_report
+from tests.pipeline.test_monitoring import assert_alarms
 from tests.queue.test_queue_config import QUEUE, settings_with
 
 BATCH_TYPES = ("AWS::Batch::ServiceEnvironment", "AWS::Batch::JobQueue", "AWS::Batch::SchedulingPolicy")
@@ -114,6 +115,20 @@ def test_queued_templates_pass_cfn_lint_and_nag(queued_app):
             assert plugin["violations"] == [], plugin["pluginName"]
         for suppressed in plugin.get("suppressedViolations", []):
             assert suppressed["reason"].strip(), suppressed["ruleName"]
+
+
+def test_alarms_also_watch_the_queue_cleanup_and_its_sweeper(queued_app):
+    template, _ = queued_app
+    assert_alarms(
+        template,
+        cleanup_machines=[
+            "trainstack-job-cleanup",
+            "trainstack-job-sweeper",
+            "trainstack-queue-cleanup",
+            "trainstack-queue-sweeper",
+        ],
+        sweepers=["trainstack-job-sweeper", "trainstack-queue-sweeper"],
+    )
 
 
 def test_a_fifo_queue_has_no_scheduling_policy():

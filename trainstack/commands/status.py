@@ -14,7 +14,7 @@ from typing import Any
 
 from trainstack import runs
 from trainstack.commands.common import Pipeline, add_pipeline_command, one_line_failures
-from trainstack.runs import ENDED_BADLY, elapsed, status_line
+from trainstack.runs import ENDED_BADLY, Job, elapsed, status_line, tensorboard_hint
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -56,6 +56,9 @@ def describe(execution: dict[str, Any], job: Any) -> str:
     if execution.get("stopDate"):
         lines.append(f"stopped: {execution['stopDate']}")
     lines.append(f"job: {status_line(execution, job).split(' | ', 1)[1]}")
+    hint = tensorboard_hint(job) if isinstance(job, Job) else None
+    if hint:
+        lines.append(f"tensorboard: {hint}")
     if execution.get("output"):
         lines.append("output: " + json.dumps(json.loads(execution["output"]), indent=2))
     if execution.get("error") or execution.get("cause"):
