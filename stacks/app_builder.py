@@ -8,7 +8,7 @@ import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
 from stacks.checkov_skips import skip_project_wide_checks
-from stacks.compliance import apply_governance, synthesizer
+from stacks.compliance import apply_governance, governed, synthesizer
 from stacks.image.image_stack import ImageStack
 from stacks.network.network_stack import NetworkStack
 from stacks.pipeline.pipeline_stack import PipelineStack
@@ -49,4 +49,10 @@ def build_app(app: cdk.App, settings: Settings, *, nag: bool = True) -> Trainsta
     if nag:
         # cdk-nag 3.x runs as a validation plugin: an unacknowledged AwsSolutions finding fails synth.
         cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    if governed(settings):
+        # AWS Control Tower's proactive controls, as cfn-guard rules (cdklabs' package, with the cfn-guard
+        # binary): a template that Control Tower's hooks would block fails synth, naming the rule.
+        from cdklabs.cdk_validator_cfnguard import CfnGuardValidator
+
+        cdk.Validations.of(app).add_plugins(CfnGuardValidator())
     return stacks

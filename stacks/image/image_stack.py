@@ -138,7 +138,7 @@ class ImageStack(cdk.Stack):
             f"AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{LAMBDA_VPC_ACCESS_POLICY}]",
             LAMBDA_VPC_ACCESS_REASON,
         )
-        self.add_dependency(self._network, "the copy runs in the network stack's subnet")
+        self.add_stack_dependency(self._network, "the copy runs in the network stack's subnet")
         subnet = ec2.Subnet.from_subnet_attributes(
             self, "CopySubnet", subnet_id=subnet_id, availability_zone=settings.az_label
         )
