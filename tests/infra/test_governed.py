@@ -167,3 +167,39 @@ def test_the_stated_cost_counts_what_the_templates_add(governed_app, default_app
         default_assembly, "AWS::EC2::VPCEndpoint", VpcEndpointType="Interface"
     )
     assert (stated_keys, stated_endpoints) == (added_keys, added_endpoints) == (4, 1)
+
+
+# An existing VPC with a NAT, no FSx, queue mode: the copy function takes the configured subnet, no
+# endpoint is added, and Batch's resources pass too.
+GOVERNED_QUEUE_EXISTING_NAT = {
+    "network": {
+        "egress": "nat",
+        "existing": {
+            "vpc_id": "vpc-0a1b2c3d4e5f60718",
+            "vpc_cidr": "10.50.0.0/16",
+            "subnet_ids": ["subnet-0a1b2c3d4e5f60718"],
+            "route_table_ids": ["rtb-0a1b2c3d4e5f60718"],
+        },
+    },
+    "fsx": {"enabled": False, "throughput_mbps": None},
+    "queue": {"enabled": True, "shares": {"teamA": 2, "teamB": 1}},
+}
+
+
+def test_governed_variant_passes_and_costs_what_it_adds(tmp_path, control_tower):
+    from trainstack.compliance import governed_fixed_costs
+
+    settings = governed_settings(GOVERNED_QUEUE_EXISTING_NAT)
+    _, assembly = synthesize(settings, tmp_path)
+    templates = templates_of(assembly)
+    assert all(rules == set() for rules in failed_rules(*control_tower, templates).values())
+    result = run_cfn_lint(templates)
+    assert (result.returncode, result.stdout + result.stderr) == (0, "")
+    bodies = [body for template in templates for body in json.loads(template.read_text())["Resources"].values()]
+    [copy_function] = [body for body in bodies if body["Type"] == "AWS::Lambda::Function"]
+    assert copy_function["Properties"]["VpcConfig"]["SubnetIds"] == ["subnet-0a1b2c3d4e5f60718"]
+    items = {item.what: item.count for item in governed_fixed_costs(settings)}
+    keys = sum(1 for body in bodies if body["Type"] == "AWS::KMS::Key")
+    # Every mode has the notification topic's key; the rest are control-tower's: buckets, image and pipeline logs.
+    assert sum(count for what, count in items.items() if "KMS key" in what) == keys - 1 == 3
+    assert not any("endpoint" in what for what in items)
