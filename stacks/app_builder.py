@@ -45,7 +45,7 @@ def build_app(app: cdk.App, settings: Settings, *, nag: bool = True) -> Trainsta
         for key, value in settings.tags.items():
             cdk.Tags.of(stack).add(key, value)
     apply_governance(stacks.all, settings)
-    skip_project_wide_checks(app)
+    skip_project_wide_checks(app, governed=governed(settings))
     if nag:
         # cdk-nag 3.x runs as a validation plugin: an unacknowledged AwsSolutions finding fails synth.
         cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))

@@ -104,7 +104,13 @@ def _encrypt_and_keep(stack: cdk.Stack, log_groups: list[logs.CfnLogGroup]) -> N
         iam.PolicyStatement(
             sid="CloudWatchLogsOfThisAccount",
             principals=[iam.ServicePrincipal(f"logs.{stack.region}.amazonaws.com")],
-            actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
+            actions=[
+                "kms:Encrypt*",
+                "kms:Decrypt*",
+                "kms:ReEncrypt*",
+                "kms:GenerateDataKey*",
+                "kms:Describe*",
+            ],
             resources=["*"],
             conditions={
                 "ArnLike": {

@@ -214,7 +214,7 @@ class Settings(StrictModel):
     ] = {}
     profiles: list[Profile] = []
     queue: QueueSettings = QueueSettings()
-    # Deploying into a governed account (trainstack/compliance.py, README "Deploying into a governed account").
+    # Deploying into a governed account (trainstack/compliance.py; README of the same name).
     compliance: Compliance = "none"
     iam: IamSettings = IamSettings()
     bootstrap_qualifier: Annotated[str | None, BOOTSTRAP_QUALIFIER] = None
@@ -291,8 +291,9 @@ class Settings(StrictModel):
     def _governed(self) -> Settings:
         if self.compliance == CONTROL_TOWER and self.access_logs_bucket is None:
             raise ValueError(
-                "compliance: control-tower needs access_logs_bucket, the name of an existing bucket in the same "
-                "account and Region for S3 server access logs (Control Tower's S3 controls forbid creating one)"
+                "compliance: control-tower needs access_logs_bucket, the name of an existing bucket in the "
+                "same account and Region for S3 server access logs (Control Tower's S3 controls forbid "
+                "creating one)"
             )
         return self
 

@@ -241,7 +241,9 @@ class NetworkStack(cdk.Stack):
         security_group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.HTTPS, "AWS APIs (endpoints, S3, NAT)")
         subnet_ids = [self.training_subnets[0].subnet_id]
         place_provider_in_vpc(
-            self.node.find_child("Custom::VpcRestrictDefaultSGCustomResourceProvider"), subnet_ids, security_group
+            self.node.find_child("Custom::VpcRestrictDefaultSGCustomResourceProvider"),
+            subnet_ids,
+            security_group,
         )
         if "Ec2" in self.endpoints:
             self.vpc.node.find_child("RestrictDefaultSecurityGroupCustomResource").node.add_dependency(

@@ -181,7 +181,9 @@ class StorageStack(cdk.Stack):
             # event_bridge_enabled would add a custom-resource Lambda to set it.
             cfn_bucket: s3.CfnBucket = bucket.node.default_child
             cfn_bucket.notification_configuration = s3.CfnBucket.NotificationConfigurationProperty(
-                event_bridge_configuration=s3.CfnBucket.EventBridgeConfigurationProperty(event_bridge_enabled=True)
+                event_bridge_configuration=s3.CfnBucket.EventBridgeConfigurationProperty(
+                    event_bridge_enabled=True
+                )
             )
         if not isinstance(self.access_log_bucket, s3.Bucket):
             acknowledge(

@@ -169,7 +169,7 @@ def test_unreadable_and_invalid_yaml_files(tmp_path):
         ),
         (
             {"iam": {"permissions_boundary": "arn:aws:iam::111111111111:role/Boundary"}},
-            "iam.permissions_boundary: 'arn:aws:iam::111111111111:role/Boundary' is not an IAM managed policy",
+            "iam.permissions_boundary: 'arn:aws:iam::111111111111:role/Boundary' is not an IAM managed",
         ),
         ({"iam": {"role_path": "trainstack"}}, "iam.role_path: 'trainstack' is not an IAM path that starts"),
         ({"iam": {"role_path": "/trainstack"}}, "iam.role_path: '/trainstack' is not an IAM path"),

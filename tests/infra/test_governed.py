@@ -97,7 +97,10 @@ def test_a_removed_fix_fails_synth_naming_the_rule(tmp_path):
     settings = governed_settings()
     app = cdk.App(outdir=str(tmp_path), context=CDK_CONTEXT)
     network = NetworkStack(
-        app, "governed-network", settings=settings, env=cdk.Environment(account=settings.account, region="us-east-1")
+        app,
+        "governed-network",
+        settings=settings,
+        env=cdk.Environment(account=settings.account, region="us-east-1"),
     )
     apply_governance([network], settings)
     network.node.find_child("FlowLogGroup").node.default_child.add_property_deletion_override("KmsKeyId")
@@ -105,9 +108,13 @@ def test_a_removed_fix_fails_synth_naming_the_rule(tmp_path):
     with pytest.raises(Exception, match="ValidationFailed"):
         app.synth()
     [plugin] = [
-        report for report in validation_report(tmp_path)["pluginReports"] if report["pluginName"] == CFN_GUARD_PLUGIN
+        report
+        for report in validation_report(tmp_path)["pluginReports"]
+        if report["pluginName"] == CFN_GUARD_PLUGIN
     ]
-    assert {violation["ruleName"] for violation in plugin["violations"]} == {"cloudwatch_log_group_encrypted_check"}
+    assert {violation["ruleName"] for violation in plugin["violations"]} == {
+        "cloudwatch_log_group_encrypted_check"
+    }
 
 
 def test_every_role_has_the_boundary_and_the_path(governed_app):
@@ -195,11 +202,26 @@ def test_governed_variant_passes_and_costs_what_it_adds(tmp_path, control_tower)
     assert all(rules == set() for rules in failed_rules(*control_tower, templates).values())
     result = run_cfn_lint(templates)
     assert (result.returncode, result.stdout + result.stderr) == (0, "")
-    bodies = [body for template in templates for body in json.loads(template.read_text())["Resources"].values()]
+    bodies = [
+        body for template in templates for body in json.loads(template.read_text())["Resources"].values()
+    ]
     [copy_function] = [body for body in bodies if body["Type"] == "AWS::Lambda::Function"]
     assert copy_function["Properties"]["VpcConfig"]["SubnetIds"] == ["subnet-0a1b2c3d4e5f60718"]
     items = {item.what: item.count for item in governed_fixed_costs(settings)}
     keys = sum(1 for body in bodies if body["Type"] == "AWS::KMS::Key")
-    # Every mode has the notification topic's key; the rest are control-tower's: buckets, image and pipeline logs.
+    # Every mode has the notification topic's key; control-tower adds buckets', image's and pipeline's.
     assert sum(count for what, count in items.items() if "KMS key" in what) == keys - 1 == 3
     assert not any("endpoint" in what for what in items)
+
+
+def test_no_checkov_skip_of_what_the_governed_templates_meet(governed_app):
+    """Log groups have a KMS key and handlers run in the VPC: skipping checkov's checks of those would
+    leave an untrue reason in the template."""
+    _, _, assembly = governed_app
+    skipped = {
+        skip["id"]
+        for template in templates_of(assembly)
+        for body in json.loads(template.read_text())["Resources"].values()
+        for skip in body.get("Metadata", {}).get("checkov", {}).get("skip", [])
+    }
+    assert skipped and not skipped & {"CKV_AWS_158", "CKV_AWS_117"}
