@@ -97,8 +97,8 @@ def cost_summary(settings: Settings) -> str:
         f"plus by use: log storage kept 365 days ${prices.logs_storage_gb_month}/GB-month, "
         f"KMS requests ${prices.kms_requests_per_10k}/10,000"
     )
-    verb = "adds" if settings.compliance == CONTROL_TOWER else "would add"
-    return (
-        f"compliance {settings.compliance}: control-tower {verb} ${total:.2f}/month ({parts}; {by_use}; "
-        f"{prices.region} prices of {prices.as_of})"
-    )
+    if settings.compliance == CONTROL_TOWER:
+        head = f"compliance: control-tower adds ${total:.2f}/month over none"
+    else:
+        head = f"compliance: none; control-tower would add ${total:.2f}/month"
+    return f"{head} ({parts}; {by_use}; {prices.region} prices of {prices.as_of})"

@@ -245,10 +245,11 @@ class NetworkStack(cdk.Stack):
             subnet_ids,
             security_group,
         )
+        # The handler reaches the EC2 API through the endpoint or the NAT: both must be there before it runs.
+        restrict = self.vpc.node.find_child("RestrictDefaultSecurityGroupCustomResource")
+        restrict.node.add_dependency(self.training_subnets[0].internet_connectivity_established)
         if "Ec2" in self.endpoints:
-            self.vpc.node.find_child("RestrictDefaultSecurityGroupCustomResource").node.add_dependency(
-                self.endpoints["Ec2"]
-            )
+            restrict.node.add_dependency(self.endpoints["Ec2"])
         ssm.StringParameter(
             self,
             "HandlerSubnetParameter",

@@ -203,3 +203,18 @@ def test_governance_settings_are_accepted():
         "/ml/x/",
         "ml-1",
     )
+
+
+def test_synth_states_what_control_tower_costs_for_the_config(make_settings):
+    """The line `make synth` prints: the default config's VPC with endpoints needs 4 keys and 1 endpoint."""
+    from trainstack.compliance import cost_summary
+
+    assert cost_summary(make_settings()).startswith("compliance: none; control-tower would add $11.30/month")
+    governed = make_settings(
+        {"compliance": "control-tower", "access_logs_bucket": "org-logs", "image": {"uri": IMAGE_URI}}
+    )
+    # An existing image: no copy function, so no key for its logs.
+    assert cost_summary(governed).startswith("compliance: control-tower adds $10.30/month over none")
+
+
+IMAGE_URI = "111111111111.dkr.ecr.us-east-1.amazonaws.com/trainstack:v1"

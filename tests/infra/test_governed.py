@@ -100,7 +100,7 @@ def test_a_removed_fix_fails_synth_naming_the_rule(tmp_path):
         app,
         "governed-network",
         settings=settings,
-        env=cdk.Environment(account=settings.account, region="us-east-1"),
+        env=cdk.Environment(account=settings.account, region=settings.region),
     )
     apply_governance([network], settings)
     network.node.find_child("FlowLogGroup").node.default_child.add_property_deletion_override("KmsKeyId")
