@@ -50,9 +50,10 @@ def synthesizer(settings: Settings) -> cdk.IStackSynthesizer | None:
 
 def apply_governance(stacks: Sequence[cdk.Stack], settings: Settings) -> None:
     for stack in stacks:
-        resources = [node for node in stack.node.find_all() if isinstance(node, cdk.CfnResource)]
+        constructs = stack.node.find_all()
+        resources = [node for node in constructs if isinstance(node, cdk.CfnResource)]
         _constrain_roles(stack, resources, settings.iam)
-        for key in (node for node in stack.node.find_all() if isinstance(node, kms.Key)):
+        for key in (node for node in constructs if isinstance(node, kms.Key)):
             deny_grants_not_for_aws_services(key)
         if governed(settings):
             log_groups = [node for node in resources if isinstance(node, logs.CfnLogGroup)]
@@ -134,9 +135,9 @@ def _encrypt_and_keep(stack: cdk.Stack, log_groups: list[logs.CfnLogGroup]) -> N
 
 def place_provider_in_vpc(
     provider: IConstruct, subnet_ids: Sequence[str], security_group: ec2.ISecurityGroup
-) -> cdk.CfnResource:
+) -> None:
     """Run a CDK custom-resource provider's handler (CT.LAMBDA.PR.3) in the given subnets; its role gets
-    what Lambda needs to attach the function to them. Returns the handler's resource."""
+    what Lambda needs to attach the function to them."""
     handler: cdk.CfnResource = provider.node.find_child("Handler")
     role: cdk.CfnResource = provider.node.find_child("Role")
     handler.add_property_override(
@@ -149,4 +150,3 @@ def place_provider_in_vpc(
             for name in ("service-role/AWSLambdaBasicExecutionRole", LAMBDA_VPC_ACCESS_POLICY)
         ],
     )
-    return handler

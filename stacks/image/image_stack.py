@@ -124,7 +124,7 @@ class ImageStack(cdk.Stack):
             return {}
         existing = settings.network.existing
         # A plain string (a subnet id, or an SSM reference CloudFormation resolves): Control Tower's Lambda
-        # rule cannot check a cross-stack reference, and the stack rule needs one it can.
+        # rule accepts a string or a subnet of the same template, not a cross-stack reference.
         subnet_id = (
             existing.subnet_ids[0]
             if existing

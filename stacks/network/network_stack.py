@@ -229,8 +229,8 @@ class NetworkStack(cdk.Stack):
 
     def _handlers_in_vpc(self) -> None:
         """compliance: control-tower: CDK's default-security-group handler runs in the training subnet (HTTPS
-        out to the EC2 endpoint or the NAT), and other stacks' handlers find that subnet in SSM as a plain
-        string, which Control Tower's Lambda rule accepts where a cross-stack reference it cannot check."""
+        out to the EC2 endpoint or the NAT), and other stacks' handlers find that subnet in SSM: a plain
+        string in their templates, which Control Tower's Lambda rule accepts (a cross-stack reference not)."""
         security_group = ec2.SecurityGroup(
             self,
             "HandlerSecurityGroup",

@@ -225,3 +225,19 @@ def test_no_checkov_skip_of_what_the_governed_templates_meet(governed_app):
         for skip in body.get("Metadata", {}).get("checkov", {}).get("skip", [])
     }
     assert skipped and not skipped & {"CKV_AWS_158", "CKV_AWS_117"}
+
+
+def test_an_existing_access_log_bucket_replaces_the_created_one_in_any_mode(tmp_path):
+    from tests.infra.conftest import settings_with, synthesize_infra
+
+    infra = synthesize_infra(settings_with({"access_logs_bucket": "org-s3-access-logs"}), tmp_path)
+    buckets = resources(infra.storage_template, "AWS::S3::Bucket")
+    assert sorted(name[: -len("ABCDEF12")] for name in buckets) == [
+        "ArtifactBucket",
+        "CheckpointBucket",
+        "DatasetBucket",
+    ]
+    for body in buckets.values():
+        logging = body["Properties"]["LoggingConfiguration"]
+        assert logging["DestinationBucketName"] == "org-s3-access-logs"
+    assert infra.storage_template["Outputs"]["AccessLogBucketName"]["Value"] == "org-s3-access-logs"
