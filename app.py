@@ -6,6 +6,7 @@ from pathlib import Path
 
 import aws_cdk as cdk
 
+from trainstack.compliance import cost_summary
 from trainstack.config import ConfigError, load_settings
 from trainstack.fsx_sizing import quota_warning, summary
 
@@ -24,6 +25,7 @@ def main() -> None:
         warning = quota_warning(plan, settings.fsx.deployment_type)
         if warning:
             print(f"trainstack: warning: {warning}", file=sys.stderr)
+    print(f"trainstack: {cost_summary(settings)}", file=sys.stderr)
     # Imported once the config is valid: a bad config fails before the stack modules load (seconds).
     from stacks.app_builder import build_app
 

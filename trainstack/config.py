@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from trainstack.base import PATTERN_WORDS, StrictModel, matching
+from trainstack.compliance import BOOTSTRAP_QUALIFIER, CONTROL_TOWER, Compliance, IamSettings
 from trainstack.fsx_sizing import FsxPlan, plan_for
 from trainstack.profiles import Profile
 from trainstack.queue import QueueSettings
@@ -213,6 +214,20 @@ class Settings(StrictModel):
     ] = {}
     profiles: list[Profile] = []
     queue: QueueSettings = QueueSettings()
+    # Deploying into a governed account (trainstack/compliance.py; README of the same name).
+    compliance: Compliance = "none"
+    iam: IamSettings = IamSettings()
+    bootstrap_qualifier: Annotated[str | None, BOOTSTRAP_QUALIFIER] = None
+    # An existing bucket (same account and Region) for the S3 server access logs instead of one the storage
+    # stack creates. control-tower needs it: no access-log destination can meet its S3 controls (S3 delivers
+    # no server access logs into a bucket with SSE-KMS default encryption or Object Lock).
+    access_logs_bucket: Annotated[
+        str | None,
+        matching(
+            r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$",
+            "an S3 bucket name: 3 to 63 lowercase letters, digits, dots or hyphens",
+        ),
+    ] = None
 
     @model_validator(mode="after")
     def _placement(self) -> Settings:
@@ -270,6 +285,16 @@ class Settings(StrictModel):
                         f"{preference.instance_type}, more than queue.max_instances "
                         f"({self.queue.max_instances}); such a job would wait forever"
                     )
+        return self
+
+    @model_validator(mode="after")
+    def _governed(self) -> Settings:
+        if self.compliance == CONTROL_TOWER and self.access_logs_bucket is None:
+            raise ValueError(
+                "compliance: control-tower needs access_logs_bucket, the name of an existing bucket in the "
+                "same account and Region for S3 server access logs (Control Tower's S3 controls forbid "
+                "creating one)"
+            )
         return self
 
     @model_validator(mode="after")

@@ -7,12 +7,20 @@ from pathlib import Path
 
 import aws_cdk as cdk
 import cdk_ecr_deployment as ecr_deployment
+from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
+from stacks.compliance import (
+    LAMBDA_VPC_ACCESS_POLICY,
+    LAMBDA_VPC_ACCESS_REASON,
+    governed,
+    handler_subnet_parameter_name,
+)
+from stacks.network.network_stack import NetworkStack
 from stacks.validation import acknowledge
 from trainstack.config import Settings
 
@@ -28,8 +36,18 @@ class ImageStack(cdk.Stack):
     image_uri: str
     repository: ecr.IRepository | None
 
-    def __init__(self, scope: Construct, construct_id: str, *, settings: Settings, **kwargs) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        settings: Settings,
+        network: NetworkStack | None = None,
+        **kwargs,
+    ) -> None:
         super().__init__(scope, construct_id, description="trainstack training image (ECR)", **kwargs)
+        # compliance: control-tower runs the image copy in the training VPC (CT.LAMBDA.PR.3).
+        self._network = network if governed(settings) else None
         if settings.image.uri:
             self.image_uri = settings.image.uri
             self.repository = _existing_repository(self, settings.image.uri)
@@ -86,6 +104,7 @@ class ImageStack(cdk.Stack):
         # receive one plain string that cfn-lint can type.
         cfn_repository: ecr.CfnRepository = repository.node.default_child
         image_uri = f"{cfn_repository.attr_repository_uri}:{asset.asset_hash}"
+        role = self._copy_role(asset, repository)
         ecr_deployment.ECRDeployment(
             self,
             "CopyImage",
@@ -93,9 +112,42 @@ class ImageStack(cdk.Stack):
             dest=ecr_deployment.DockerImageName(image_uri),
             memory_limit=COPY_MEMORY_MIB,
             # An immutable view: the construct would otherwise add ecr:* and s3:GetObject on every resource.
-            role=self._copy_role(asset, repository).without_policy_updates(),
+            role=role.without_policy_updates(),
+            **self._copy_placement(settings, role),
         )
         return repository, image_uri
+
+    def _copy_placement(self, settings: Settings, role: iam.Role) -> dict:
+        """With compliance: control-tower, the copy runs in the first training subnet (ECR endpoints or NAT,
+        S3 gateway) with a security group of its own; otherwise outside any VPC."""
+        if self._network is None:
+            return {}
+        existing = settings.network.existing
+        # A plain string (a subnet id, or an SSM reference CloudFormation resolves): Control Tower's Lambda
+        # rule accepts a string or a subnet of the same template, not a cross-stack reference.
+        subnet_id = (
+            existing.subnet_ids[0]
+            if existing
+            else cdk.CfnDynamicReference(
+                cdk.CfnDynamicReferenceService.SSM, handler_subnet_parameter_name(settings.project)
+            ).to_string()
+        )
+        role.add_managed_policy(iam.ManagedPolicy.from_aws_managed_policy_name(LAMBDA_VPC_ACCESS_POLICY))
+        acknowledge(
+            role,
+            f"AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{LAMBDA_VPC_ACCESS_POLICY}]",
+            LAMBDA_VPC_ACCESS_REASON,
+        )
+        self.add_stack_dependency(self._network, "the copy runs in the network stack's subnet")
+        subnet = ec2.Subnet.from_subnet_attributes(
+            self, "CopySubnet", subnet_id=subnet_id, availability_zone=settings.az_label
+        )
+        acknowledge(
+            subnet,
+            "Annotation::@aws-cdk/aws-ec2:noSubnetRouteTableId",
+            "Only the copy function's placement reads this subnet; nothing reads its route table.",
+        )
+        return {"vpc": self._network.vpc, "vpc_subnets": ec2.SubnetSelection(subnets=[subnet])}
 
     def _copy_role(self, asset: ecr_assets.DockerImageAsset, repository: ecr.Repository) -> iam.Role:
         """Least privilege for the copy: pull from the assets repository, push to ours, write own logs."""

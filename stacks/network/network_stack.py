@@ -7,8 +7,10 @@ import ipaddress
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
+from stacks.compliance import governed, handler_subnet_parameter_name, place_provider_in_vpc
 from stacks.validation import acknowledge
 from trainstack.config import ExistingNetwork, Settings
 
@@ -74,9 +76,12 @@ class NetworkStack(cdk.Stack):
             self._import_vpc(existing)
         self.training_subnet_selection = ec2.SubnetSelection(subnets=self.training_subnets)
         self._create_security_groups()
+        self.endpoints: dict[str, ec2.InterfaceVpcEndpoint] = {}
         # An existing VPC with egress "nat" reaches AWS on its own; endpoints would collide with its DNS.
         if settings.network.egress == "endpoints":
             self._create_endpoints()
+        if governed(settings) and existing is None:
+            self._handlers_in_vpc()
         self._create_outputs()
 
     @property
@@ -206,8 +211,12 @@ class NetworkStack(cdk.Stack):
         )
         # An interface endpoint takes at most one subnet per AZ: the first training subnet serves them all.
         endpoint_subnets = ec2.SubnetSelection(subnets=self.training_subnets[:1])
-        for name, service in INTERFACE_ENDPOINT_SERVICES.items():
-            ec2.InterfaceVpcEndpoint(
+        services = dict(INTERFACE_ENDPOINT_SERVICES)
+        if governed(self._settings) and self._settings.network.existing is None:
+            # CDK's handler that empties the default security group runs in the VPC (_handlers_in_vpc).
+            services["Ec2"] = ec2.InterfaceVpcEndpointAwsService.EC2
+        for name, service in services.items():
+            self.endpoints[name] = ec2.InterfaceVpcEndpoint(
                 self,
                 f"{name}Endpoint",
                 vpc=self.vpc,
@@ -217,6 +226,37 @@ class NetworkStack(cdk.Stack):
                 open=False,
                 private_dns_enabled=True,
             )
+
+    def _handlers_in_vpc(self) -> None:
+        """compliance: control-tower: CDK's default-security-group handler runs in the training subnet (HTTPS
+        out to the EC2 endpoint or the NAT), and other stacks' handlers find that subnet in SSM: a plain
+        string in their templates, which Control Tower's Lambda rule accepts (a cross-stack reference not)."""
+        security_group = ec2.SecurityGroup(
+            self,
+            "HandlerSecurityGroup",
+            vpc=self.vpc,
+            description="CDK deployment handlers in the VPC: HTTPS to AWS APIs",
+            allow_all_outbound=False,
+        )
+        security_group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.HTTPS, "AWS APIs (endpoints, S3, NAT)")
+        subnet_ids = [self.training_subnets[0].subnet_id]
+        place_provider_in_vpc(
+            self.node.find_child("Custom::VpcRestrictDefaultSGCustomResourceProvider"),
+            subnet_ids,
+            security_group,
+        )
+        # The handler reaches the EC2 API through the endpoint or the NAT: both must be there before it runs.
+        restrict = self.vpc.node.find_child("RestrictDefaultSecurityGroupCustomResource")
+        restrict.node.add_dependency(self.training_subnets[0].internet_connectivity_established)
+        if "Ec2" in self.endpoints:
+            restrict.node.add_dependency(self.endpoints["Ec2"])
+        ssm.StringParameter(
+            self,
+            "HandlerSubnetParameter",
+            parameter_name=handler_subnet_parameter_name(self._settings.project),
+            string_value=subnet_ids[0],
+            description="Subnet of trainstack's deployment handlers in the VPC",
+        )
 
     def _create_outputs(self) -> None:
         cdk.CfnOutput(self, "VpcId", value=self.vpc.vpc_id, description="VPC of the training jobs and FSx")

@@ -176,7 +176,8 @@ class PipelineStack(cdk.Stack):
             )
         )
         if storage.encryption_key is not None:
-            storage.encryption_key.grant_encrypt_decrypt(role)
+            # SSE-KMS reads and writes (multipart uploads decrypt too): no wildcard actions.
+            storage.encryption_key.grant(role, "kms:Decrypt", "kms:GenerateDataKey")
         if storage.dataset_key is not None:
             storage.dataset_key.grant_decrypt(role)  # an existing SSE-KMS dataset bucket
         if image.repository is not None:

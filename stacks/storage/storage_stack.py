@@ -9,18 +9,28 @@ Encryption is SSE-S3 (AES-256, S3-managed keys) on every bucket created here, ch
 No KMS key is created, so `encryption_key` is None; an imported dataset bucket keeps its own encryption,
 and when that is SSE-KMS, `dataset.kms_key_arn` names the key (`dataset_key`) that training jobs may
 decrypt with.
+
+compliance: control-tower (Control Tower's S3 controls) turns this around: one customer managed key for
+every bucket created here, with S3 Bucket Keys (a data key per bucket, not per object, keeps KMS requests
+few); every bucket versioned, with Object Lock enabled (no default retention: nothing is locked unless a
+request asks) and its events sent to EventBridge; and access logs go to `access_logs_bucket`, an existing
+bucket, because S3 delivers no server access logs into a bucket with SSE-KMS or Object Lock.
 """
 
 from __future__ import annotations
 
 import aws_cdk as cdk
 from aws_cdk import aws_fsx as fsx
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from stacks.checkov_skips import skip_checkov
+from stacks.compliance import governed
 from stacks.network.network_stack import NetworkStack
+from stacks.validation import acknowledge
+from trainstack.compliance import GOVERNED_NONCURRENT_CHECKPOINT_DAYS
 from trainstack.config import Settings
 from trainstack.fsx_sizing import FsxPlan
 
@@ -40,7 +50,7 @@ class StorageStack(cdk.Stack):
     checkpoint_bucket: s3.IBucket
     artifact_bucket: s3.IBucket
     access_log_bucket: s3.IBucket
-    encryption_key: kms.IKey | None
+    encryption_key: kms.Key | None
     dataset_key: kms.IKey | None
     fsx_plan: FsxPlan | None
     file_system: fsx.CfnFileSystem | None
@@ -57,9 +67,14 @@ class StorageStack(cdk.Stack):
             description="trainstack storage: dataset, checkpoint and artifact buckets, FSx for Lustre",
             **kwargs,
         )
-        self.encryption_key = None
+        self._governed = governed(settings)
+        self.encryption_key = self._bucket_key(settings) if self._governed else None
         self.dataset_prefix = settings.dataset.prefix
-        self.access_log_bucket = self._access_log_bucket()
+        self.access_log_bucket = (
+            s3.Bucket.from_bucket_name(self, "AccessLogBucket", settings.access_logs_bucket)
+            if settings.access_logs_bucket
+            else self._access_log_bucket()
+        )
         if settings.dataset.bucket_name is None:
             # Versioned: an overwritten or deleted training file can be restored for 30 days.
             self.dataset_bucket = self._bucket("DatasetBucket", versioned=True)
@@ -79,13 +94,14 @@ class StorageStack(cdk.Stack):
             versioned=False,
             expiration=cdk.Duration.days(settings.checkpoints.retention_days),
         )
-        skip_checkov(
-            self.checkpoint_bucket,
-            {
-                "CKV_AWS_21": "Checkpoints are rewritten every few minutes and a job resumes from the newest "
-                "complete one; versions would multiply their large storage."
-            },
-        )
+        if not self._governed:
+            skip_checkov(
+                self.checkpoint_bucket,
+                {
+                    "CKV_AWS_21": "Checkpoints are rewritten every few minutes and a job resumes from the "
+                    "newest complete one; versions would multiply their large storage."
+                },
+            )
         # Versioned: model artifacts are the product of paid training; a bad overwrite must be undoable.
         self.artifact_bucket = self._bucket("ArtifactBucket", versioned=True)
 
@@ -132,26 +148,95 @@ class StorageStack(cdk.Stack):
     def _bucket(
         self, construct_id: str, *, versioned: bool, expiration: cdk.Duration | None = None
     ) -> s3.Bucket:
+        noncurrent_kept_for = NONCURRENT_VERSIONS_KEPT_FOR if versioned else None
+        if self._governed and not versioned:
+            # Versioned for Object Lock (CT.S3.PR.1/9) only: overwritten versions go after a day.
+            versioned, noncurrent_kept_for = True, cdk.Duration.days(GOVERNED_NONCURRENT_CHECKPOINT_DAYS)
         rule = s3.LifecycleRule(
             id="Housekeeping",
             abort_incomplete_multipart_upload_after=ABORT_INCOMPLETE_UPLOADS_AFTER,
             expiration=expiration,
-            noncurrent_version_expiration=NONCURRENT_VERSIONS_KEPT_FOR if versioned else None,
+            noncurrent_version_expiration=noncurrent_kept_for,
         )
-        return s3.Bucket(
+        key = self.encryption_key
+        bucket = s3.Bucket(
             self,
             construct_id,
-            encryption=s3.BucketEncryption.S3_MANAGED,
+            encryption=s3.BucketEncryption.KMS if key else s3.BucketEncryption.S3_MANAGED,
+            encryption_key=key,
+            bucket_key_enabled=True if key else None,
             block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
             object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
             enforce_ssl=True,
             minimum_tls_version=1.2,
             versioned=versioned,
+            object_lock_enabled=True if self._governed else None,
             removal_policy=cdk.RemovalPolicy.RETAIN,
             server_access_logs_bucket=self.access_log_bucket,
             server_access_logs_prefix=f"{construct_id}/",
             lifecycle_rules=[rule],
         )
+        if self._governed:
+            # Events to EventBridge (CT.S3.PR.4) as the bucket's own property: the construct's
+            # event_bridge_enabled would add a custom-resource Lambda to set it.
+            cfn_bucket: s3.CfnBucket = bucket.node.default_child
+            cfn_bucket.notification_configuration = s3.CfnBucket.NotificationConfigurationProperty(
+                event_bridge_configuration=s3.CfnBucket.EventBridgeConfigurationProperty(
+                    event_bridge_enabled=True
+                )
+            )
+        if not isinstance(self.access_log_bucket, s3.Bucket):
+            acknowledge(
+                bucket,
+                "Annotation::@aws-cdk/aws-s3:accessLogsPolicyNotAdded",
+                "access_logs_bucket is the account's own bucket: its policy lets logging.s3.amazonaws.com "
+                "write (README, Deploying into a governed account).",
+            )
+        return bucket
+
+    def _bucket_key(self, settings: Settings) -> kms.Key:
+        key = kms.Key(
+            self,
+            "BucketKey",
+            description=f"{settings.project} buckets: datasets, checkpoints, model artifacts",
+            enable_key_rotation=True,
+            removal_policy=cdk.RemovalPolicy.RETAIN,  # the buckets are retained: so is what decrypts them
+        )
+        if settings.fsx.enabled and settings.dataset.bucket_name is None:
+            # FSx reads the dataset bucket as its service-linked role AWSServiceRoleForFSxS3Access_<file
+            # system id>, which exists only once the file system does: matched by name, through S3 only
+            # (FSx for Lustre user guide, "Working with server-side encrypted Amazon S3 buckets").
+            fsx_role = self.format_arn(
+                service="iam",
+                region="",
+                resource="role",
+                resource_name="aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/"
+                "AWSServiceRoleForFSxS3Access_*",
+            )
+            key.add_to_resource_policy(
+                iam.PolicyStatement(
+                    sid="FsxReadsTheDatasetThroughS3",
+                    principals=[iam.AnyPrincipal()],
+                    actions=["kms:Decrypt", "kms:DescribeKey"],
+                    resources=["*"],
+                    conditions={
+                        "ArnLike": {"aws:PrincipalArn": fsx_role},
+                        "StringEquals": {
+                            "kms:CallerAccount": self.account,
+                            "kms:ViaService": f"s3.{self.region}.amazonaws.com",
+                        },
+                    },
+                )
+            )
+            skip_checkov(
+                key,
+                {
+                    "CKV_AWS_33": "The FSx statement names its principal by ARN pattern (the file system's "
+                    "service-linked role does not exist before the file system), limited to this account "
+                    "and to calls through S3."
+                },
+            )
+        return key
 
     def _file_system(self, plan: FsxPlan, network: NetworkStack) -> None:
         dataset_uri = self.dataset_uri

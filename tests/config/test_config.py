@@ -158,3 +158,63 @@ def test_unreadable_and_invalid_yaml_files(tmp_path):
     broken.write_text("network: [\n")
     with pytest.raises(ConfigError, match=r"not valid YAML at line \d+"):
         load_settings(broken, NO_ENV)
+
+
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        (
+            {"iam": {"permissions_boundary": "PlatformBoundary"}},
+            "iam.permissions_boundary: 'PlatformBoundary' is not an IAM managed policy ARN",
+        ),
+        (
+            {"iam": {"permissions_boundary": "arn:aws:iam::111111111111:role/Boundary"}},
+            "iam.permissions_boundary: 'arn:aws:iam::111111111111:role/Boundary' is not an IAM managed",
+        ),
+        ({"iam": {"role_path": "trainstack"}}, "iam.role_path: 'trainstack' is not an IAM path that starts"),
+        ({"iam": {"role_path": "/trainstack"}}, "iam.role_path: '/trainstack' is not an IAM path"),
+        ({"bootstrap_qualifier": "MLPlatform"}, "bootstrap_qualifier: 'MLPlatform' is not 1 to 10 lowercase"),
+        ({"bootstrap_qualifier": "ml_platform"}, "bootstrap_qualifier: 'ml_platform' is not 1 to 10"),
+        ({"bootstrap_qualifier": "mlplatform1"}, "bootstrap_qualifier: 'mlplatform1' is not 1 to 10"),
+        ({"compliance": "strict"}, "compliance: Input should be 'none' or 'control-tower'"),
+        (
+            {"compliance": "control-tower"},
+            "compliance: control-tower needs access_logs_bucket, the name of an existing bucket",
+        ),
+    ],
+)
+def test_governance_errors_name_the_field(overrides, words):
+    assert words in error_for(overrides)
+
+
+def test_governance_settings_are_accepted():
+    settings = parse_settings(
+        {
+            **default_config_data(),
+            "compliance": "control-tower",
+            "access_logs_bucket": "org-s3-access-logs",
+            "iam": {"permissions_boundary": "arn:aws:iam::aws:policy/PowerUserAccess", "role_path": "/ml/x/"},
+            "bootstrap_qualifier": "ml-1",
+        },
+        NO_ENV,
+    )
+    assert (settings.compliance, settings.iam.role_path, settings.bootstrap_qualifier) == (
+        "control-tower",
+        "/ml/x/",
+        "ml-1",
+    )
+
+
+def test_synth_states_what_control_tower_costs_for_the_config(make_settings):
+    """The line `make synth` prints: the default config's VPC with endpoints needs 4 keys and 1 endpoint."""
+    from trainstack.compliance import cost_summary
+
+    assert cost_summary(make_settings()).startswith("compliance: none; control-tower would add $11.30/month")
+    governed = make_settings(
+        {"compliance": "control-tower", "access_logs_bucket": "org-logs", "image": {"uri": IMAGE_URI}}
+    )
+    # An existing image: no copy function, so no key for its logs.
+    assert cost_summary(governed).startswith("compliance: control-tower adds $10.30/month over none")
+
+
+IMAGE_URI = "111111111111.dkr.ecr.us-east-1.amazonaws.com/trainstack:v1"

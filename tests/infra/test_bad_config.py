@@ -64,6 +64,15 @@ BAD_CONFIGS = {
         "it needs 41.1 GiB per GPU and the GPU has 24 GiB (short 17.1 GiB); smallest change that fits: "
         "smp.tensor_parallel_degree 4.",
     ),
+    "boundary_not_a_policy_arn": (
+        {"iam": {"permissions_boundary": "PlatformBoundary"}},
+        "iam.permissions_boundary: 'PlatformBoundary' is not an IAM managed policy ARN like "
+        "arn:aws:iam::111111111111:policy/PlatformBoundary.",
+    ),
+    "control_tower_without_access_logs_bucket": (
+        {"compliance": "control-tower"},
+        "compliance: control-tower needs access_logs_bucket, the name of an existing bucket",
+    ),
     "malformed_cidr": (
         {"network": {"vpc_cidr": "10.20.0.0/33"}},
         "network.vpc_cidr: '10.20.0.0/33' is not an IPv4 CIDR block such as 10.20.0.0/16.",

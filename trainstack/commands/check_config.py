@@ -6,12 +6,16 @@ import argparse
 import os
 import sys
 
+from trainstack.compliance import cost_summary
 from trainstack.config import ConfigError, load_settings
 from trainstack.fsx_sizing import quota_warning, summary
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    description = "validate a config file exactly as `make synth` does; print its FSx plan and monthly cost"
+    description = (
+        "validate a config file exactly as `make synth` does; print its FSx plan and monthly cost, and what "
+        "compliance: control-tower costs"
+    )
     parser = subparsers.add_parser("check-config", help=description, description=description)
     parser.add_argument(
         "config",
@@ -35,4 +39,5 @@ def run(args: argparse.Namespace) -> int:
     warning = plan and quota_warning(plan, settings.fsx.deployment_type)
     if warning:
         print(f"warning: {warning}", file=sys.stderr)
+    print(cost_summary(settings))
     return 0

@@ -1,0 +1,54 @@
+"""AWS Control Tower's proactive controls, run with cfn-guard over synthesized templates.
+
+The rules and the cfn-guard binary are the ones cdklabs' cdk-validator-cfnguard (the policy-validation
+plugin of compliance: control-tower) ships in its jsii bundle; reading them from there keeps this check and
+the synth-time one on the same rules."""
+
+from __future__ import annotations
+
+import importlib.resources
+import json
+import platform
+import subprocess
+import tarfile
+from pathlib import Path
+
+
+def unpack_rules(into: Path) -> tuple[Path, Path]:
+    """(cfn-guard binary, Control Tower rules folder) unpacked from the installed plugin's bundle."""
+    bundle = next(
+        path
+        for path in importlib.resources.files("cdklabs.cdk_validator_cfnguard._jsii").iterdir()
+        if path.name.endswith(".jsii.tgz")
+    )
+    with tarfile.open(str(bundle)) as archive:
+        archive.extractall(into, filter="tar")
+    package = into / "package"
+    return package / "bin" / "ubuntu" / platform.machine() / "cfn-guard", package / "rules" / "control-tower"
+
+
+def failed_rules(guard: Path, rules: Path, templates: list[Path]) -> dict[str, set[str]]:
+    """Template file name -> names of the Control Tower rules it fails."""
+    result = subprocess.run(
+        [
+            str(guard),
+            "validate",
+            "--rules",
+            str(rules / "cfn-guard"),
+            *(argument for template in templates for argument in ("--data", str(template))),
+            "--output-format",
+            "json",
+            "--show-summary",
+            "none",
+            "--structured",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    # cfn-guard exits 19 when a rule fails, 0 when none does; anything else is an error of its own.
+    assert result.returncode in (0, 19), result.stderr
+    return {
+        Path(report["name"]).name: {check["Rule"]["name"] for check in report.get("not_compliant") or []}
+        for report in json.loads(result.stdout)
+    }
