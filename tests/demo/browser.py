@@ -156,6 +156,6 @@ def colour_pixels(image: Image.Image, box: tuple[int, int, int, int], colour: st
     region = image.crop(box)
     return sum(
         1
-        for pixel in region.getdata()
+        for pixel in region.get_flattened_data()
         if all(abs(channel - want) <= tolerance for channel, want in zip(pixel, target, strict=True))
     )

@@ -152,9 +152,9 @@ def timeline(report: RunReport) -> str:
         left, right = (axis.to_x((when - start).total_seconds()) for when in (attempt.started, finish))
         anchor, label_x = ("start", left) if left < WIDTH / 2 else ("end", right)
         parts.append(f'<text x="{label_x:.1f}" y="{y + 34}" text-anchor="{anchor}">{escape(detail)}</text>')
-    height = top + len(rows) * row_height + 30
+    height = top + len(rows) * row_height + 42
     ticks = axis.ticks()
-    axis_y = height - 24
+    axis_y = height - 36
     parts.append(f'<line x1="{axis.left}" x2="{axis.right}" y1="{axis_y}" y2="{axis_y}" stroke="#999"/>')
     for tick in ticks:
         x = axis.to_x(tick)
