@@ -44,7 +44,10 @@ def deliver_logs() -> None:
 
 
 def test_the_report_reads_attempts_backoffs_jobs_and_metrics_of_a_run(interpreter):
-    sm = interpreter(job_scripts=[[CAPACITY_FAILURE], [STARTING, TRAINING, COMPLETED]])
+    # The first create is throttled 3 times: it and its two quick retries fail, the attempt waits once.
+    sm = interpreter(
+        job_scripts=[[CAPACITY_FAILURE], [STARTING, TRAINING, COMPLETED]], throttles={"CreateTrainingJob": 3}
+    )
     outcome = sm.run({"profile": "nccl-test", "runName": RUN}, name=RUN)
     assert outcome.status == "SUCCEEDED", outcome.cause
     deliver_logs()
@@ -68,6 +71,10 @@ def test_the_report_reads_attempts_backoffs_jobs_and_metrics_of_a_run(interprete
     backoff = (report.backoffs[0].end - report.backoffs[0].start).total_seconds()
     assert backoff > 0 and round(backoff) in sm.clock.waits
     assert first.job_created and first.started <= first.job_created <= first.ended
+    (throttled,) = first.phases
+    assert throttled.label == "CreateTrainingJob throttled" and throttled.end <= first.job_created
+    assert round((throttled.end - throttled.start).total_seconds()) in sm.clock.waits
+    assert second.phases == []  # the scripted SageMaker reports no SecondaryStatusTransitions
     assert first.resumed_from is None and second.resumed_from == ("/opt/ml/checkpoints/step_000000020", 20)
     assert first.metrics["train:loss"] == [(10, 5.5), (20, 4.5)]
     assert second.metrics == {

@@ -24,6 +24,7 @@ from trainstack.runs import log_events, run_name_of
 ATTEMPT_STATE = "RunAttempt"
 BACKOFF_STATE = "WaitBeforeRetry"
 CREATE_STATE = "CreateTrainingJob"
+THROTTLE_STATE = "WaitAfterThrottle"  # stacks/pipeline/attempt/training_attempt.py
 _STEP = re.compile(r"\bstep=(\d+)")
 _RESUMED = re.compile(r"Resumed from (\S+) \(step (\d+)\)")
 
@@ -107,10 +108,12 @@ def collect(
     events = history(stepfunctions, execution["executionArn"])
     attempts, backoffs = _timeline(events, run_name)
     for attempt in attempts:
-        if attempt.child_arn:
-            attempt.job_created = _job_created(history(stepfunctions, attempt.child_arn))
         attempt.job = _describe(sagemaker, attempt.job_name)
-        attempt.phases = _phases(attempt.job)
+        attempt.phases = job_phases(attempt.job)
+        if attempt.child_arn:
+            child = history(stepfunctions, attempt.child_arn)
+            attempt.job_created = _job_created(child)
+            attempt.phases += _throttled_creates(child)
         _read_log(attempt, log_events(logs, attempt.job_name) if attempt.job else [])
     return RunReport(run_name, execution, attempts, backoffs)
 
@@ -130,7 +133,7 @@ def _timeline(events: list[dict[str, Any]], run_name: str) -> tuple[list[Attempt
     backoff_start = None
     for event in events:
         kind, stamp = event["type"], event["timestamp"]
-        name = event.get("stateEnteredEventDetails", event.get("stateExitedEventDetails", {})).get("name")
+        name = _state_name(event)
         if kind == "TaskStateEntered" and name == ATTEMPT_STATE:
             number = len(attempts) + 1
             attempts.append(Attempt(number, f"{run_name}-{number}", started=stamp, ended=None))
@@ -148,16 +151,31 @@ def _timeline(events: list[dict[str, Any]], run_name: str) -> tuple[list[Attempt
     return attempts, backoffs
 
 
+def _state_name(event: dict[str, Any]) -> str | None:
+    return event.get("stateEnteredEventDetails", event.get("stateExitedEventDetails", {})).get("name")
+
+
 def _job_created(events: list[dict[str, Any]]) -> datetime | None:
     return next(
         (
             event["timestamp"]
             for event in events
-            if event["type"] == "TaskStateExited"
-            and event.get("stateExitedEventDetails", {}).get("name") == CREATE_STATE
+            if event["type"] == "TaskStateExited" and _state_name(event) == CREATE_STATE
         ),
         None,
     )
+
+
+def _throttled_creates(events: list[dict[str, Any]]) -> list[Span]:
+    """The attempt's waits after a throttled CreateTrainingJob."""
+    spans, start = [], None
+    for event in events:
+        name = _state_name(event)
+        if name == THROTTLE_STATE and event["type"] == "WaitStateEntered":
+            start = event["timestamp"]
+        elif name == THROTTLE_STATE and event["type"] == "WaitStateExited" and start:
+            spans.append(Span("CreateTrainingJob throttled", start, event["timestamp"]))
+    return spans
 
 
 def _describe(sagemaker: Any, job_name: str) -> dict[str, Any]:
@@ -169,7 +187,7 @@ def _describe(sagemaker: Any, job_name: str) -> dict[str, Any]:
         raise
 
 
-def _phases(job: dict[str, Any]) -> list[Span]:
+def job_phases(job: dict[str, Any]) -> list[Span]:
     """SageMaker's SecondaryStatusTransitions (Starting: waiting for instances, Downloading, Training)."""
     return [
         Span(item["Status"], item["StartTime"], item["EndTime"])
