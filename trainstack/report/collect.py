@@ -23,7 +23,9 @@ from trainstack.runs import log_events, run_name_of
 # State names of the synthesized pipeline (stacks/pipeline/training_state_machine.py).
 ATTEMPT_STATE = "RunAttempt"
 BACKOFF_STATE = "WaitBeforeRetry"
-CREATE_STATE = "CreateTrainingJob"
+CREATE_ACTION = (
+    "createTrainingJob"  # the Task's resource arn:aws:states:::aws-sdk:sagemaker:createTrainingJob
+)
 THROTTLE_STATE = "WaitAfterThrottle"  # stacks/pipeline/attempt/training_attempt.py
 _STEP = re.compile(r"\bstep=(\d+)")
 _RESUMED = re.compile(r"Resumed from (\S+) \(step (\d+)\)")
@@ -156,11 +158,13 @@ def _state_name(event: dict[str, Any]) -> str | None:
 
 
 def _job_created(events: list[dict[str, Any]]) -> datetime | None:
+    """When the attempt's CreateTrainingJob call succeeded (a throttled call fails and is made again)."""
     return next(
         (
             event["timestamp"]
             for event in events
-            if event["type"] == "TaskStateExited" and _state_name(event) == CREATE_STATE
+            if event["type"] == "TaskSucceeded"
+            and event["taskSucceededEventDetails"].get("resource") == CREATE_ACTION
         ),
         None,
     )
