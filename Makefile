@@ -49,7 +49,7 @@ demo: $(DEV_DEPS) synth
 deploy: synth
 	cdk deploy --all --no-notices -c config=$(CONFIG)
 
-# The run report's browser test (tests/demo/test_report_page.py) loads the page in Debian's Chromium. Where
+# The run report's browser test (tests/demo/test_demo.py) loads the page in Debian's Chromium. Where
 # apt-get cannot install it (not root, not Debian) that test fails and says so; it never skips.
 CHROMIUM := /usr/bin/chromium
 $(CHROMIUM):

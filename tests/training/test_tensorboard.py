@@ -20,7 +20,8 @@ from training_scripts.tensorboard_scalars import (
     Scalars,
 )
 
-SHORT = ("--log-interval", "5", "--val-interval", "10", "--checkpoint-interval", "10")
+# DDP: it trains on CPU on both stacks (FSDP2 needs CUDA in torch 2.5.1, the image's).
+SHORT = ("--parallelism", "ddp", "--log-interval", "5", "--val-interval", "10", "--checkpoint-interval", "10")
 
 
 def scalars(directory) -> dict[str, list[tuple[int, float]]]:
