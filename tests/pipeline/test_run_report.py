@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import boto3
+import pytest
 
 from tests.pipeline import harness
 from tests.pipeline.harness import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING
@@ -43,6 +44,7 @@ def deliver_logs() -> None:
         logs.put_log_events(logGroupName=TRAINING_LOG_GROUP, logStreamName=stream, logEvents=events)
 
 
+@pytest.mark.filterwarnings("ignore:Exception\\(ServiceError\\) with code ThrottlingException")
 def test_the_report_reads_attempts_backoffs_jobs_and_metrics_of_a_run(interpreter):
     # The first create is throttled 3 times: it and its two quick retries fail, the attempt waits once.
     sm = interpreter(
@@ -76,6 +78,8 @@ def test_the_report_reads_attempts_backoffs_jobs_and_metrics_of_a_run(interprete
     assert round((throttled.end - throttled.start).total_seconds()) in sm.clock.waits
     assert second.phases == []  # the scripted SageMaker reports no SecondaryStatusTransitions
     assert first.resumed_from is None and second.resumed_from == ("/opt/ml/checkpoints/step_000000020", 20)
+    checkpoints = second.job["CheckpointConfig"]["S3Uri"].rstrip("/")
+    assert second.resumed_checkpoint == f"{checkpoints}/step_000000020"  # where SageMaker synced it
     assert first.metrics["train:loss"] == [(10, 5.5), (20, 4.5)]
     assert second.metrics == {
         "train:loss": [(30, 3.5)],

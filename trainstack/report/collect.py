@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from training_scripts.metrics import METRIC_DEFINITIONS
+from trainstack.job_request import CHECKPOINT_LOCAL_PATH
 from trainstack.prices import SAGEMAKER_TRAINING_PRICES
 from trainstack.runs import log_events, run_name_of
 
@@ -66,6 +67,18 @@ class Attempt:
     def instance_count(self) -> int:
         resources = self.job.get("ResourceConfig", {})
         return resources.get("SelectedInstanceCount") or resources.get("InstanceCount") or 0
+
+    @property
+    def resumed_checkpoint(self) -> str | None:
+        """The checkpoint folder the job resumed from, named in S3 where it lies under the job's
+        CheckpointConfig.LocalPath (SageMaker syncs that folder with CheckpointConfig.S3Uri)."""
+        if self.resumed_from is None:
+            return None
+        folder, config = self.resumed_from[0], self.job.get("CheckpointConfig", {})
+        local = config.get("LocalPath", CHECKPOINT_LOCAL_PATH).rstrip("/") + "/"
+        if config.get("S3Uri") and folder.startswith(local):
+            return config["S3Uri"].rstrip("/") + "/" + folder.removeprefix(local)
+        return folder
 
     @property
     def billed_seconds(self) -> float | None:

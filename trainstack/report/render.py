@@ -90,7 +90,7 @@ def attempt_table(attempts: Sequence[Attempt]) -> str:
     for attempt in attempts:
         reason = attempt.job.get("FailureReason", "")
         resumed = (
-            f"step {attempt.resumed_from[1]} ({attempt.resumed_from[0]})" if attempt.resumed_from else "-"
+            f"step {attempt.resumed_from[1]} ({attempt.resumed_checkpoint})" if attempt.resumed_from else "-"
         )
         seconds = attempt.billed_seconds
         cells = [
