@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from trainstack.report.collect import Attempt, RunReport, job_phases
-from trainstack.report.render import render
+from trainstack.report.render import render, tensorboard_command
 
 START = datetime(2026, 11, 1, 8, 0, tzinfo=UTC)
 
@@ -30,6 +30,9 @@ def test_sagemaker_phases_show_under_their_attempt_and_cost_follows_billable_tim
         TrainingJobStatus="Completed",
         TrainingEndTime=at(90),
         BillableTimeInSeconds=1800,  # spot: half the training time
+        TensorBoardOutputConfig={
+            "S3OutputPath": "s3://artifacts/trainstack-run/tensorboard/trainstack-run-1/"
+        },
         SecondaryStatusTransitions=[
             {"Status": "Starting", "StartTime": at(2), "EndTime": at(30), "StatusMessage": "Preparing"},
             {"Status": "Training", "StartTime": at(30), "EndTime": at(88)},
@@ -57,6 +60,7 @@ def test_sagemaker_phases_show_under_their_attempt_and_cost_follows_billable_tim
     page = render(report)
     assert "<title>Starting</title>" in page and "<title>Training</title>" in page
     assert "$37.69" in page and "<script" not in page
+    assert "tensorboard --logdir s3://artifacts/trainstack-run/tensorboard/trainstack-run-1/" in page
 
 
 def test_a_running_attempt_and_an_unpriced_type_say_what_is_unknown():
@@ -72,3 +76,19 @@ def test_a_running_attempt_and_an_unpriced_type_say_what_is_unknown():
     assert "unknown (an instance type has no recorded price)" in page
     assert "<dt>Stopped</dt><dd>running</dd>" in page
     assert "No loss values in the jobs' logs." in page
+
+
+def test_tensorboard_opens_every_attempt_as_a_run_of_its_own():
+    attempts = [
+        Attempt(n, f"trainstack-run-{n}", started=at(n), ended=at(n + 1), job=job("ml.p5.48xlarge", **board))
+        for n, board in (
+            (1, {"TensorBoardOutputConfig": {"S3OutputPath": "s3://a/run/tensorboard/trainstack-run-1/"}}),
+            (2, {}),  # a job created without TensorBoardOutputConfig
+            (3, {"TensorBoardOutputConfig": {"S3OutputPath": "s3://a/run/tensorboard/trainstack-run-3/"}}),
+        )
+    ]
+    assert tensorboard_command(attempts) == (
+        "tensorboard --logdir_spec attempt1:s3://a/run/tensorboard/trainstack-run-1/,"
+        "attempt3:s3://a/run/tensorboard/trainstack-run-3/"
+    )
+    assert tensorboard_command(attempts[1:2]) is None

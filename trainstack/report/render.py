@@ -38,14 +38,6 @@ def render(report: RunReport) -> str:
     execution = report.execution
     cost = report.cost_usd
     output = report.output
-    board = next(
-        (
-            a.job["TensorBoardOutputConfig"]["S3OutputPath"]
-            for a in report.attempts
-            if "TensorBoardOutputConfig" in a.job
-        ),
-        None,
-    )
     facts = {
         "Execution": f"{execution['status']} ({execution['executionArn']})",
         "Started": _stamp(execution["startDate"]),
@@ -59,8 +51,8 @@ def render(report: RunReport) -> str:
     }
     if execution.get("error"):
         facts["Error"] = f"{execution['error']}: {execution.get('cause', '')}"
-    if board:
-        facts["TensorBoard"] = f"tensorboard --logdir {board}"
+    if board := tensorboard_command(report.attempts):
+        facts["TensorBoard"] = board
     listing = "".join(f"<dt>{escape(k)}</dt><dd>{escape(str(v))}</dd>" for k, v in facts.items())
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -83,6 +75,19 @@ on-demand list price in {SAGEMAKER_TRAINING_PRICES.region} as of {SAGEMAKER_TRAI
 each attempt execution), DescribeTrainingJob, and the jobs' log lines in CloudWatch Logs.</p>
 </body></html>
 """
+
+
+def tensorboard_command(attempts: Sequence[Attempt]) -> str | None:
+    """How to open the jobs' TensorBoard data (each job's TensorBoardOutputConfig.S3OutputPath), every
+    attempt as a run of its own."""
+    paths = [
+        (f"attempt{a.number}", a.job["TensorBoardOutputConfig"]["S3OutputPath"])
+        for a in attempts
+        if "TensorBoardOutputConfig" in a.job
+    ]
+    if len(paths) <= 1:
+        return f"tensorboard --logdir {paths[0][1]}" if paths else None
+    return "tensorboard --logdir_spec " + ",".join(f"{name}:{path}" for name, path in paths)
 
 
 def attempt_table(attempts: Sequence[Attempt]) -> str:
