@@ -172,6 +172,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="where profiler traces go; defaults to SM_OUTPUT_DATA_DIR (uploaded as output.tar.gz)",
     )
     add(
+        "--tensorboard-dir",
+        default=os.path.join(env("SM_OUTPUT_DIR"), "tensorboard") if env("SM_OUTPUT_DIR") else None,
+        help="rank 0 writes TensorBoard scalars here; defaults to SM_OUTPUT_DIR/tensorboard "
+        "(/opt/ml/output/tensorboard, SageMaker's TensorBoardOutputConfig.LocalPath), else none",
+    )
+    add(
         "--dry-run",
         type=_boolean,
         nargs="?",

@@ -22,7 +22,8 @@ train=(torchrun --standalone --nproc_per_node=2 "$here/train.py"
     --learning-rate 3e-3 --lr-reference-batch-size 8 --warmup-steps 10
     --log-interval 10 --val-interval 40 --val-batches 4 --checkpoint-interval 30
     --train-dir "$run_dir/data/train" --val-dir "$run_dir/data/val"
-    --checkpoint-dir "$run_dir/checkpoints" --model-dir "$run_dir/model")
+    --checkpoint-dir "$run_dir/checkpoints" --model-dir "$run_dir/model"
+    --tensorboard-dir "$run_dir/tensorboard")
 
 echo "== Run 1: stopped on purpose with SIGTERM after its first checkpoint"
 # Progress goes to stdout. torchrun reports the signal on stderr with a traceback and exits non-zero:

@@ -29,6 +29,15 @@ from metrics import format_train_line, format_val_line
 from model import model_config
 from model_shapes import PEAK_BF16_FLOPS, flops_per_token
 from startup import build_parallel_model, check_writable, dry_run, open_datasets, sample_order
+from tensorboard_scalars import (
+    GRAD_NORM,
+    LEARNING_RATE,
+    MFU_PERCENT,
+    TOKENS_PER_SECOND,
+    TRAIN_LOSS,
+    VALIDATION_LOSS,
+    Scalars,
+)
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from transformers import PretrainedConfig
 from transformers.utils import logging as transformers_logging
@@ -226,6 +235,7 @@ class Trainer:
                 state.step,
                 args.max_steps,
             )
+        self.scalars = Scalars(args.tensorboard_dir if self.runtime.is_main else None)
         self.model.train()
         window_start, window, window_steps = time.perf_counter(), torch.zeros(2), 0
         profiler = StepProfiler(args.profile_steps, args.profile_dir, self.runtime)
@@ -249,15 +259,18 @@ class Trainer:
                 val_loss = self.validation_loss()
                 if self.runtime.is_main:
                     log.info(format_val_line(state.step, val_loss))
+                    self.scalars.add(state.step, {VALIDATION_LOSS: val_loss})
             if stop:
                 self.save_checkpoint(blocking=True)
                 if self.runtime.is_main:
                     log.info("Stopped by SIGTERM at step %d; the checkpoint resumes it.", state.step)
+                self.scalars.close()
                 return
             if state.step % args.checkpoint_interval == 0 and state.step < args.max_steps:
                 self.save_checkpoint()
         self.checkpoints.wait()
         self.save_model()
+        self.scalars.close()
 
     def _log_progress(self, loss: float, grad_norm: float, steps: int, seconds: float) -> None:
         if not self.runtime.is_main:
@@ -269,16 +282,19 @@ class Trainer:
             peak = next((flops for gpu, flops in PEAK_BF16_FLOPS.items() if gpu in name), None)
             if peak:
                 mfu = self.flops_per_token * tokens_per_sec / (peak * self.runtime.world_size)
+        lr = self.lr_at(self.state.step - 1)
         log.info(
-            format_train_line(
-                self.state.step,
-                self.args.max_steps,
-                loss,
-                grad_norm,
-                self.lr_at(self.state.step - 1),
-                tokens_per_sec,
-                mfu,
-            )
+            format_train_line(self.state.step, self.args.max_steps, loss, grad_norm, lr, tokens_per_sec, mfu)
+        )
+        self.scalars.add(
+            self.state.step,
+            {
+                TRAIN_LOSS: loss,
+                GRAD_NORM: grad_norm,
+                LEARNING_RATE: lr,
+                TOKENS_PER_SECOND: tokens_per_sec,
+                MFU_PERCENT: None if mfu is None else 100 * mfu,
+            },
         )
 
     def save_model(self) -> None:

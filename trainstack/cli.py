@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "watch": ("status", "follow a run until it ends, one timestamped line per change"),
     "logs": ("logs", "print a run's training logs (CloudWatch); --follow until it ends"),
     "stop": ("stop", "stop a run; the pipeline's cleanup stops its training job"),
+    "report": ("report", "write a run's report: attempts, loss, throughput, cost on one HTML page"),
 }
 
 

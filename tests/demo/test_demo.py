@@ -8,13 +8,28 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import DEFAULT_CONFIG, REPO_ROOT
+from tests.demo.browser import colour_pixels, load
+from trainstack.report.render import ATTEMPT_COLOURS, BACKOFF_COLOUR
 
 
-def test_a_retraining_survives_a_capacity_loss_and_resumes_from_its_checkpoint(default_app, tmp_path):
+@dataclass
+class Demo:
+    workdir: Path
+    out: str
+    assembly_directory: str
+
+
+@pytest.fixture(scope="module")
+def demo(default_app, tmp_path_factory) -> Demo:
+    """One run of the demo, read by every test here (it trains twice: minutes on a loaded machine)."""
     _, _, assembly = default_app
+    tmp_path = tmp_path_factory.mktemp("demo-run")
     result = subprocess.run(
         [
             sys.executable,
@@ -38,10 +53,15 @@ def test_a_retraining_survives_a_capacity_loss_and_resumes_from_its_checkpoint(d
         check=False,
         env={key: value for key, value in os.environ.items() if not key.startswith("AWS_")},
     )
-    out = result.stdout
-    assert result.returncode == 0, out + result.stderr
+    assert result.returncode == 0, result.stdout + result.stderr
+    return Demo(tmp_path / "demo", result.stdout, assembly.directory)
+
+
+def test_a_retraining_survives_a_capacity_loss_and_resumes_from_its_checkpoint(demo):
+    out, tmp_path = demo.out, demo.workdir.parent
     assert (
-        f"1/5 synthesized pipeline: {Path(assembly.directory) / 'trainstack-pipeline.template.json'}" in out
+        f"1/5 synthesized pipeline: {Path(demo.assembly_directory) / 'trainstack-pipeline.template.json'}"
+        in out
     )
     # The CLI's live lines: the first attempt fails on capacity, the second completes.
     assert re.search(
@@ -68,3 +88,21 @@ def test_a_retraining_survives_a_capacity_loss_and_resumes_from_its_checkpoint(d
     checkpoints = list((tmp_path / "demo" / "s3").glob("*checkpoint*/*/step_*/COMPLETE"))
     assert len({path.parent.parent for path in checkpoints}) == 1
     assert f"step_{int(resumed.group(1)):09d}" in {path.parent.name for path in checkpoints}
+
+
+def test_the_report_shows_both_attempts_in_a_browser(demo):
+    report = demo.workdir / "report.html"
+    assert f"wrote {report}: run " in demo.out and ", 2 attempt(s), execution SUCCEEDED" in demo.out
+    page = load(report.resolve().as_uri(), ["timeline", "loss", "throughput"])
+    assert page.errors == []
+    first, second = ATTEMPT_COLOURS[:2]
+    for chart in ("timeline", "loss", "throughput"):
+        box = page.boxes[chart]
+        assert box[2] - box[0] >= 900 and box[3] - box[1] >= 150, (chart, box)
+        for colour in (first, second):
+            # A bar, or a line 2.5 px wide across steps: more pixels of the attempt's colour than its dots
+            # alone (about 30 each) would have.
+            assert colour_pixels(page.screenshot, box, colour) > 150, (chart, colour)
+    assert colour_pixels(page.screenshot, page.boxes["timeline"], BACKOFF_COLOUR) > 20  # the back-off
+    text = report.read_text()
+    assert "resumes at step" in text and "CapacityError" in text

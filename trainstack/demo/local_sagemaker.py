@@ -8,8 +8,9 @@ is `<root>/s3/B/K`. The job's checkpoint dir is the folder standing for Checkpoi
 (SageMaker syncs /opt/ml/checkpoints with it), every input channel reads the local dataset folder,
 and on success the model dir is uploaded as `<S3OutputPath><job>/output/model.tar.gz`.
 
-DescribeTrainingJob reports that process's real state: InProgress while it runs, then Completed,
-or Failed with the toolkit's failure reason. StopTrainingJob sends SIGTERM to its process group
+DescribeTrainingJob reports that process's real state: InProgress while it runs (SecondaryStatus
+Uploading while its model is archived and its log put into CloudWatch Logs, local_logs.py), then
+Completed, or Failed with the toolkit's failure reason. StopTrainingJob sends SIGTERM to its process group
 (train.py saves a checkpoint and exits), then the job is Stopped. `capacity_failures=N` makes the
 first N jobs fail like a lost capacity block: once the job has written a checkpoint, its
 processes get SIGTERM and the job ends Failed with a `CapacityError:` reason, as SageMaker words it.
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+from trainstack.demo import local_logs
 from trainstack.demo.synthesized import ACCOUNT
 
 TRAINING_SCRIPTS = Path(__file__).resolve().parents[2] / "training_scripts"
@@ -75,6 +77,12 @@ class LocalJob:
         code = self.process.poll()
         if code is None:
             return "InProgress", "Stopping" if self.stop_requested else "Training", None
+        if self.ended is None:  # SageMaker reports the end once the model and the logs are delivered
+            return "InProgress", "Uploading", None
+        return self.outcome(code)
+
+    def outcome(self, code: int) -> tuple[str, str, str | None]:
+        """How the ended process ends the job."""
         if self.capacity_failed:
             return "Failed", "Failed", CAPACITY_ERROR
         if self.stop_requested:
@@ -93,6 +101,7 @@ class LocalSageMaker:
         self.root, self.dataset_dir = root, dataset_dir
         self.capacity_failures = capacity_failures
         self.jobs: dict[str, LocalJob] = {}
+        self.logs = None  # a CloudWatch Logs client once serving(): each job's log goes there as it ends
         self._lock = threading.Lock()
 
     def local_path(self, s3_uri: str) -> Path:
@@ -275,14 +284,18 @@ class LocalSageMaker:
             if job.process.poll() is None:
                 job.capacity_failed = True
                 _signal_group(job.process, signal.SIGTERM)
-        job.process.wait()
-        if job.status()[0] == "Completed":
-            model = self.local_path(self._model_uri(job.request))
-            model.parent.mkdir(parents=True, exist_ok=True)
-            with tarfile.open(model, "w:gz") as archive:
-                for item in sorted((job.base / "model").iterdir()):
-                    archive.add(item, arcname=item.name)
-        job.ended = datetime.now(UTC)
+        code = job.process.wait()
+        try:
+            if job.outcome(code)[0] == "Completed":
+                model = self.local_path(self._model_uri(job.request))
+                model.parent.mkdir(parents=True, exist_ok=True)
+                with tarfile.open(model, "w:gz") as archive:
+                    for item in sorted((job.base / "model").iterdir()):
+                        archive.add(item, arcname=item.name)
+            if self.logs is not None:
+                local_logs.publish(self.logs, job.name, job.created, job.log_path, datetime.now(UTC))
+        finally:
+            job.ended = datetime.now(UTC)
 
 
 def _signal_group(process: subprocess.Popen, signum: int) -> None:
@@ -295,6 +308,7 @@ def _signal_group(process: subprocess.Popen, signum: int) -> None:
 @contextmanager
 def serving(sagemaker: LocalSageMaker) -> Iterator[LocalSageMaker]:
     """Route moto's SageMaker training-job API to `sagemaker` (inside mock_aws)."""
+    import boto3
     from moto.core.responses import ActionResult, EmptyResult
     from moto.sagemaker.responses import SageMakerResponse
 
@@ -326,7 +340,9 @@ def serving(sagemaker: LocalSageMaker) -> Iterator[LocalSageMaker]:
             ActionResult({"Tags": body["Tags"]}),
         )[1],
     }
+    sagemaker.logs = boto3.client("logs")
     with ExitStack() as patches:
+        patches.enter_context(local_logs.stream_prefix_filter())
         for name, action in actions.items():
             patches.enter_context(mock.patch.object(SageMakerResponse, name, handler(action), create=True))
         try:

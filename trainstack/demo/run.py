@@ -8,6 +8,8 @@
 4. `trainstack start --wait` starts the retraining and follows it. The first attempt loses its
    capacity after its first checkpoint (CapacityError); the pipeline backs off and creates the next
    attempt on the same checkpoint prefix, which resumes from that checkpoint and finishes.
+   `trainstack report` then writes <workdir>/report.html; each job's TensorBoard event files are in
+   <workdir>/jobs/<job>/ml/output/tensorboard.
 5. The model artifact the execution outputs loads with transformers' AutoModelForCausalLM.
 """
 
@@ -125,7 +127,7 @@ def run_pipeline(args, settings, pipeline, sagemaker: LocalSageMaker, run_name: 
         "learning_rate": "3e-3",
         "lr_reference_batch_size": "8",
         "warmup_steps": "10",
-        "log_interval": "10",
+        "log_interval": "5",
         "val_interval": str(args.max_steps),
         "val_batches": "4",
         "checkpoint_interval": str(args.checkpoint_interval),
@@ -175,6 +177,19 @@ def run_pipeline(args, settings, pipeline, sagemaker: LocalSageMaker, run_name: 
             "executions"
         ][0]
         described = boto3.client("stepfunctions").describe_execution(executionArn=execution["executionArn"])
+        report = args.workdir / "report.html"
+        trainstack(
+            [
+                "report",
+                run_name,
+                "--config",
+                args.config,
+                "--state-machine-arn",
+                state_machine_arn,
+                "--out",
+                str(report),
+            ]
+        )
     report_attempts(sagemaker)
     if code != 0:
         say(f"the retraining did not succeed (exit {code}); job logs: {sagemaker.root / 'jobs'}")

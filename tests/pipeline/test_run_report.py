@@ -1,0 +1,116 @@
+"""`trainstack report` on a run of the synthesized pipeline in the emulator: a capacity loss, a back-off, a
+resumed attempt. The jobs' log lines are put into CloudWatch Logs as SageMaker would deliver them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import boto3
+import pytest
+
+from tests.pipeline import harness
+from tests.pipeline.harness import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING
+from training_scripts.metrics import format_train_line, format_val_line
+from trainstack.cli import main as trainstack
+from trainstack.demo.local_logs import stream_prefix_filter
+from trainstack.report.collect import collect
+from trainstack.runs import TRAINING_LOG_GROUP, latest_execution
+
+RUN = "trainstack-report"
+LOGS = {
+    f"{RUN}-1": [
+        "Training tiny on 2 ranks ...",
+        format_train_line(10, 30, 5.5, 1.2, 3e-3, 2000.0, None),
+        format_train_line(20, 30, 4.5, 1.1, 2e-3, 2100.0, None),
+        "Saved checkpoint /opt/ml/checkpoints/step_000000020.",
+    ],
+    f"{RUN}-2": [
+        "Resumed from /opt/ml/checkpoints/step_000000020 (step 20).",
+        format_train_line(30, 30, 3.5, 0.9, 1e-3, 2200.0, 0.42),
+        format_val_line(30, 3.75),
+    ],
+}
+
+
+def deliver_logs() -> None:
+    logs = boto3.client("logs", region_name=harness.REGION)
+    logs.create_log_group(logGroupName=TRAINING_LOG_GROUP)
+    for job, lines in LOGS.items():
+        stream = f"{job}/algo-1-{int(datetime.now(UTC).timestamp())}"
+        logs.create_log_stream(logGroupName=TRAINING_LOG_GROUP, logStreamName=stream)
+        # Now: CloudWatch Logs rejects events older than 14 days.
+        now = int(datetime.now(UTC).timestamp() * 1000)
+        events = [{"timestamp": now + i, "message": line} for i, line in enumerate(lines)]
+        logs.put_log_events(logGroupName=TRAINING_LOG_GROUP, logStreamName=stream, logEvents=events)
+
+
+@pytest.mark.filterwarnings("ignore:Exception\\(ServiceError\\) with code ThrottlingException")
+def test_the_report_reads_attempts_backoffs_jobs_and_metrics_of_a_run(interpreter):
+    # The first create is throttled 3 times: it and its two quick retries fail, the attempt waits once.
+    sm = interpreter(
+        job_scripts=[[CAPACITY_FAILURE], [STARTING, TRAINING, COMPLETED]], throttles={"CreateTrainingJob": 3}
+    )
+    outcome = sm.run({"profile": "nccl-test", "runName": RUN}, name=RUN)
+    assert outcome.status == "SUCCEEDED", outcome.cause
+    deliver_logs()
+    stepfunctions = boto3.client("stepfunctions", region_name=harness.REGION)
+    execution = latest_execution(stepfunctions, sm.pipeline_arn, RUN)
+    with stream_prefix_filter():  # AWS's logStreamNamePrefix, which moto ignores
+        report = collect(
+            stepfunctions,
+            boto3.client("sagemaker", region_name=harness.REGION),
+            boto3.client("logs", region_name=harness.REGION),
+            execution,
+            "trainstack",
+        )
+
+    first, second = report.attempts
+    assert (first.job_name, first.status) == (f"{RUN}-1", "Failed")
+    assert first.job["FailureReason"].startswith("CapacityError")
+    assert (second.job_name, second.status) == (f"{RUN}-2", "Completed")
+    assert first.started < first.ended < report.backoffs[0].start < report.backoffs[0].end <= second.started
+    # The back-off lasted what the pipeline's Wait state asked the clock for.
+    backoff = (report.backoffs[0].end - report.backoffs[0].start).total_seconds()
+    assert backoff > 0 and round(backoff) in sm.clock.waits
+    assert first.job_created and first.started <= first.job_created <= first.ended
+    (throttled,) = first.phases
+    assert throttled.label == "CreateTrainingJob throttled" and throttled.end <= first.job_created
+    assert round((throttled.end - throttled.start).total_seconds()) in sm.clock.waits
+    assert second.phases == []  # the scripted SageMaker reports no SecondaryStatusTransitions
+    assert first.resumed_from is None and second.resumed_from == ("/opt/ml/checkpoints/step_000000020", 20)
+    checkpoints = second.job["CheckpointConfig"]["S3Uri"].rstrip("/")
+    assert second.resumed_checkpoint == f"{checkpoints}/step_000000020"  # where SageMaker synced it
+    assert first.metrics["train:loss"] == [(10, 5.5), (20, 4.5)]
+    assert second.metrics == {
+        "train:loss": [(30, 3.5)],
+        "validation:loss": [(30, 3.75)],
+        "train:grad_norm": [(30, 0.9)],
+        "train:tokens_per_second": [(30, 2200.0)],
+        "train:mfu_percent": [(30, 42.0)],
+    }
+    assert second.instance_type and second.instance_count >= 1
+    # The scripted SageMaker reports no TrainingStartTime/EndTime nor BillableTimeInSeconds: no cost.
+    assert report.cost_usd is None
+
+
+def test_the_command_writes_one_page_and_names_a_missing_run_or_folder(interpreter, tmp_path, capsys):
+    sm = interpreter(job_scripts=[[CAPACITY_FAILURE], [STARTING, COMPLETED]])
+    deliver_logs()
+    sm.run({"profile": "nccl-test", "runName": RUN}, name=RUN)
+    out = tmp_path / "run.html"
+    common = ["--state-machine-arn", sm.pipeline_arn, "--region", harness.REGION]
+
+    with stream_prefix_filter():
+        assert trainstack(["report", RUN, "--out", str(out), *common]) == 0
+    assert capsys.readouterr().out == f"wrote {out}: run {RUN}, 2 attempt(s), execution SUCCEEDED\n"
+    page = out.read_text()
+    assert page.startswith("<!DOCTYPE html>") and f"{RUN}-1" in page and f"{RUN}-2" in page
+    assert '<svg id="timeline"' in page and "<script" not in page
+
+    assert trainstack(["report", "trainstack-nothing", "--out", str(out), *common]) == 1
+    assert capsys.readouterr().err.startswith("trainstack report: no run named trainstack-nothing in ")
+    missing = tmp_path / "absent" / "run.html"
+    assert trainstack(["report", RUN, "--out", str(missing), *common]) == 2
+    assert capsys.readouterr().err == (
+        f"trainstack report: --out {missing}: the folder {missing.parent} does not exist.\n"
+    )

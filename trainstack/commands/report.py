@@ -1,0 +1,48 @@
+"""`trainstack report RUN [--out FILE]`: one self-contained HTML page of a run, to open or send."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from trainstack.commands.common import Pipeline, UsageError, add_pipeline_command, one_line_failures
+from trainstack.report.collect import collect
+from trainstack.report.render import render
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    add_pipeline_command(
+        subparsers,
+        "report",
+        run,
+        description="Write one self-contained HTML page (no network needed to open it) of a run's newest "
+        "execution: its attempts on a time axis (back-offs, the checkpoint each resumed from), train and "
+        "validation loss and throughput across attempts, instance type and estimated cost per attempt. "
+        "Reads the Step Functions histories, DescribeTrainingJob and the jobs' CloudWatch logs.",
+        takes_run=True,
+        arguments=lambda parser: parser.add_argument(
+            "--out", type=Path, help="the HTML file to write (default: RUN-report.html)"
+        ),
+    )
+
+
+@one_line_failures
+def run(args: argparse.Namespace) -> int:
+    pipeline = Pipeline.from_args(args)
+    out = args.out or Path(f"{args.run.rsplit(':', 1)[-1]}-report.html")
+    if not out.parent.is_dir():
+        raise UsageError(f"--out {out}: the folder {out.parent} does not exist")
+    execution = pipeline.execution_of(args.run)
+    report = collect(
+        pipeline.client("stepfunctions"),
+        pipeline.client("sagemaker"),
+        pipeline.client("logs"),
+        execution,
+        pipeline.settings.project,
+    )
+    out.write_text(render(report), encoding="utf-8")
+    print(
+        f"wrote {out}: run {report.run_name}, {len(report.attempts)} attempt(s), "
+        f"execution {execution['status']}"
+    )
+    return 0

@@ -1,0 +1,229 @@
+"""What a run report shows, read with boto3: the pipeline execution's history and its attempts' child
+executions (Step Functions GetExecutionHistory), each attempt's training job (DescribeTrainingJob), and
+the job's training log lines (CloudWatch Logs, `/aws/sagemaker/TrainingJobs`).
+
+The metrics come from the log lines rather than from the CloudWatch metrics SageMaker derives from them
+(GetMetricData): those carry a timestamp only, the lines carry the step, which is what lines attempts up
+(a resumed attempt repeats the steps after its checkpoint). Both use the same regexes
+(training_scripts.metrics.METRIC_DEFINITIONS).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from training_scripts.metrics import METRIC_DEFINITIONS
+from trainstack.job_request import CHECKPOINT_LOCAL_PATH
+from trainstack.prices import SAGEMAKER_TRAINING_PRICES
+from trainstack.runs import log_events, run_name_of
+
+# State names of the synthesized pipeline (stacks/pipeline/training_state_machine.py).
+ATTEMPT_STATE = "RunAttempt"
+BACKOFF_STATE = "WaitBeforeRetry"
+CREATE_ACTION = (
+    "createTrainingJob"  # the Task's resource arn:aws:states:::aws-sdk:sagemaker:createTrainingJob
+)
+THROTTLE_STATE = "WaitAfterThrottle"  # stacks/pipeline/attempt/training_attempt.py
+_STEP = re.compile(r"\bstep=(\d+)")
+_RESUMED = re.compile(r"Resumed from (\S+) \(step (\d+)\)")
+
+
+@dataclass(frozen=True)
+class Span:
+    """A stretch of the run's time axis: a back-off, or a job's phase (SecondaryStatusTransitions)."""
+
+    label: str
+    start: datetime
+    end: datetime
+
+
+@dataclass
+class Attempt:
+    number: int
+    job_name: str
+    started: datetime  # RunAttempt entered: the attempt execution starts and creates the job
+    ended: datetime | None  # RunAttempt exited; None while it runs
+    child_arn: str | None = None  # the attempt execution (TaskSubmitted on AWS, TaskSucceeded's output)
+    job_created: datetime | None = None  # the CreateTrainingJob call returned
+    job: dict[str, Any] = field(default_factory=dict)  # DescribeTrainingJob; empty if it never existed
+    resumed_from: tuple[str, int] | None = None  # (checkpoint folder, step) the job's log names
+    metrics: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # metric -> (step, value)
+    phases: list[Span] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        return self.job.get("TrainingJobStatus", "not created")
+
+    @property
+    def instance_type(self) -> str | None:
+        resources = self.job.get("ResourceConfig", {})
+        return resources.get("SelectedInstanceType") or resources.get("InstanceType")
+
+    @property
+    def instance_count(self) -> int:
+        resources = self.job.get("ResourceConfig", {})
+        return resources.get("SelectedInstanceCount") or resources.get("InstanceCount") or 0
+
+    @property
+    def resumed_checkpoint(self) -> str | None:
+        """The checkpoint folder the job resumed from, named in S3 where it lies under the job's
+        CheckpointConfig.LocalPath (SageMaker syncs that folder with CheckpointConfig.S3Uri)."""
+        if self.resumed_from is None:
+            return None
+        folder, config = self.resumed_from[0], self.job.get("CheckpointConfig", {})
+        local = config.get("LocalPath", CHECKPOINT_LOCAL_PATH).rstrip("/") + "/"
+        if config.get("S3Uri") and folder.startswith(local):
+            return config["S3Uri"].rstrip("/") + "/" + folder.removeprefix(local)
+        return folder
+
+    @property
+    def billed_seconds(self) -> float | None:
+        """BillableTimeInSeconds (spot savings included) once SageMaker reports it, else training time."""
+        if "BillableTimeInSeconds" in self.job:
+            return float(self.job["BillableTimeInSeconds"])
+        start, end = self.job.get("TrainingStartTime"), self.job.get("TrainingEndTime")
+        return (end - start).total_seconds() if start and end else None
+
+    @property
+    def cost_usd(self) -> float | None:
+        """Instance-seconds at the on-demand list price (trainstack.prices); None where either is unknown."""
+        hourly = SAGEMAKER_TRAINING_PRICES.hourly_usd(self.instance_type or "")
+        seconds = self.billed_seconds
+        if hourly is None or seconds is None:
+            return None
+        return hourly * self.instance_count * seconds / 3600
+
+
+@dataclass
+class RunReport:
+    run_name: str
+    execution: dict[str, Any]  # DescribeExecution of the pipeline execution
+    attempts: list[Attempt]
+    backoffs: list[Span]
+
+    @property
+    def output(self) -> dict[str, Any]:
+        return json.loads(self.execution.get("output") or "{}")
+
+    @property
+    def cost_usd(self) -> float | None:
+        costs = [attempt.cost_usd for attempt in self.attempts if attempt.job]
+        return sum(costs) if costs and None not in costs else None
+
+
+def collect(
+    stepfunctions: Any, sagemaker: Any, logs: Any, execution: dict[str, Any], project: str
+) -> RunReport:
+    """The report of one pipeline execution (DescribeExecution of it)."""
+    run_name = run_name_of(execution, project)
+    events = history(stepfunctions, execution["executionArn"])
+    attempts, backoffs = _timeline(events, run_name)
+    for attempt in attempts:
+        attempt.job = _describe(sagemaker, attempt.job_name)
+        attempt.phases = job_phases(attempt.job)
+        if attempt.child_arn:
+            child = history(stepfunctions, attempt.child_arn)
+            attempt.job_created = _job_created(child)
+            attempt.phases += _throttled_creates(child)
+        _read_log(attempt, log_events(logs, attempt.job_name) if attempt.job else [])
+    return RunReport(run_name, execution, attempts, backoffs)
+
+
+def history(stepfunctions: Any, execution_arn: str) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    for page in stepfunctions.get_paginator("get_execution_history").paginate(executionArn=execution_arn):
+        events.extend(page["events"])
+    return events
+
+
+def _timeline(events: list[dict[str, Any]], run_name: str) -> tuple[list[Attempt], list[Span]]:
+    """Attempts and back-offs from the pipeline's history: RunAttempt and WaitBeforeRetry entered/exited.
+    The pipeline names attempt N's job `<runName>-N` (its RunAttempt input)."""
+    attempts: list[Attempt] = []
+    backoffs: list[Span] = []
+    backoff_start = None
+    for event in events:
+        kind, stamp = event["type"], event["timestamp"]
+        name = _state_name(event)
+        if kind == "TaskStateEntered" and name == ATTEMPT_STATE:
+            number = len(attempts) + 1
+            attempts.append(Attempt(number, f"{run_name}-{number}", started=stamp, ended=None))
+        elif kind == "TaskStateExited" and name == ATTEMPT_STATE:
+            attempts[-1].ended = stamp
+        elif kind in ("TaskSubmitted", "TaskSucceeded") and attempts:
+            details = event.get(f"{kind[0].lower()}{kind[1:]}EventDetails", {})
+            arn = json.loads(details.get("output") or "{}").get("ExecutionArn")
+            attempts[-1].child_arn = attempts[-1].child_arn or arn
+        elif kind == "WaitStateEntered" and name == BACKOFF_STATE:
+            backoff_start = stamp
+        elif kind == "WaitStateExited" and name == BACKOFF_STATE and backoff_start:
+            backoffs.append(Span(f"back-off before attempt {len(attempts) + 1}", backoff_start, stamp))
+            backoff_start = None
+    return attempts, backoffs
+
+
+def _state_name(event: dict[str, Any]) -> str | None:
+    return event.get("stateEnteredEventDetails", event.get("stateExitedEventDetails", {})).get("name")
+
+
+def _job_created(events: list[dict[str, Any]]) -> datetime | None:
+    """When the attempt's CreateTrainingJob call succeeded (a throttled call fails and is made again)."""
+    return next(
+        (
+            event["timestamp"]
+            for event in events
+            if event["type"] == "TaskSucceeded"
+            and event["taskSucceededEventDetails"].get("resource") == CREATE_ACTION
+        ),
+        None,
+    )
+
+
+def _throttled_creates(events: list[dict[str, Any]]) -> list[Span]:
+    """The attempt's waits after a throttled CreateTrainingJob."""
+    spans, start = [], None
+    for event in events:
+        name = _state_name(event)
+        if name == THROTTLE_STATE and event["type"] == "WaitStateEntered":
+            start = event["timestamp"]
+        elif name == THROTTLE_STATE and event["type"] == "WaitStateExited" and start:
+            spans.append(Span("CreateTrainingJob throttled", start, event["timestamp"]))
+    return spans
+
+
+def _describe(sagemaker: Any, job_name: str) -> dict[str, Any]:
+    try:
+        return sagemaker.describe_training_job(TrainingJobName=job_name)
+    except sagemaker.exceptions.ClientError as error:
+        if "not found" in str(error).lower():  # the attempt never created its job (quota, rejection)
+            return {}
+        raise
+
+
+def job_phases(job: dict[str, Any]) -> list[Span]:
+    """SageMaker's SecondaryStatusTransitions (Starting: waiting for instances, Downloading, Training)."""
+    return [
+        Span(item["Status"], item["StartTime"], item["EndTime"])
+        for item in job.get("SecondaryStatusTransitions", [])
+        if item.get("EndTime")
+    ]
+
+
+def _read_log(attempt: Attempt, events: list[dict[str, Any]]) -> None:
+    """The metric values by step and the checkpoint the job resumed from, from its log lines."""
+    metrics: dict[str, list[tuple[int, float]]] = {item["Name"]: [] for item in METRIC_DEFINITIONS}
+    for event in events:
+        line = event["message"]
+        if resumed := _RESUMED.search(line):
+            attempt.resumed_from = (resumed.group(1), int(resumed.group(2)))
+        step = _STEP.search(line)
+        if step is None:
+            continue
+        for definition in METRIC_DEFINITIONS:
+            if value := re.search(definition["Regex"], line):
+                metrics[definition["Name"]].append((int(step.group(1)), float(value.group(1))))
+    attempt.metrics = {name: values for name, values in metrics.items() if values}

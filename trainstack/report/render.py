@@ -1,0 +1,291 @@
+"""The run report as one HTML page with inline SVG: no script, no network (its Content-Security-Policy
+forbids every fetch, so the page shows the same mailed, archived or opened offline)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from html import escape
+
+from trainstack.prices import SAGEMAKER_TRAINING_PRICES
+from trainstack.report.collect import Attempt, RunReport
+
+# One colour per attempt, everywhere on the page (the browser test looks for them in the screenshot).
+ATTEMPT_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
+BACKOFF_COLOUR = "#9e9e9e"
+MARKER_COLOUR = "#555555"  # where an attempt resumed
+WIDTH, PLOT_LEFT, PLOT_RIGHT = 960, 70, 20
+TRAIN_LOSS, VALIDATION_LOSS, TOKENS_PER_SECOND = "train:loss", "validation:loss", "train:tokens_per_second"
+STYLE = """
+body { font-family: sans-serif; margin: 24px; color: #222; max-width: 1000px; }
+h1 { font-size: 22px; } h2 { font-size: 17px; margin-top: 28px; }
+dl { display: grid; grid-template-columns: max-content auto; gap: 4px 16px; }
+dt { color: #666; } dd { margin: 0; word-break: break-all; }
+table { border-collapse: collapse; font-size: 13px; } td, th { border: 1px solid #ddd; padding: 4px 8px; }
+th { background: #f4f4f4; text-align: left; } .swatch { display: inline-block; width: 12px; height: 12px; }
+svg text { font-size: 11px; fill: #333; } .note { color: #666; font-size: 12px; }
+.legend { font-size: 12px; display: flex; gap: 18px; margin: 4px 0 0 70px; }
+"""
+
+
+def attempt_colour(attempt: Attempt) -> str:
+    return ATTEMPT_COLOURS[(attempt.number - 1) % len(ATTEMPT_COLOURS)]
+
+
+def render(report: RunReport) -> str:
+    execution = report.execution
+    cost = report.cost_usd
+    output = report.output
+    facts = {
+        "Execution": f"{execution['status']} ({execution['executionArn']})",
+        "Started": _stamp(execution["startDate"]),
+        "Stopped": _stamp(execution["stopDate"]) if execution.get("stopDate") else "running",
+        "Attempts": str(len(report.attempts)),
+        "Estimated cost": f"${cost:,.2f}"
+        if cost is not None
+        else "unknown (an instance type has no recorded price)",
+        "Model": output.get("modelArtifacts", "-"),
+        "Checkpoints": output.get("checkpointUri", "-"),
+    }
+    if execution.get("error"):
+        facts["Error"] = f"{execution['error']}: {execution.get('cause', '')}"
+    if board := tensorboard_command(report.attempts):
+        facts["TensorBoard"] = board
+    listing = "".join(f"<dt>{escape(k)}</dt><dd>{escape(str(v))}</dd>" for k, v in facts.items())
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
+<title>Run {escape(report.run_name)}</title><style>{STYLE}</style></head>
+<body>
+<h1>Run {escape(report.run_name)}</h1>
+<dl>{listing}</dl>
+<h2>Attempts over time</h2>
+{timeline(report)}
+<h2>Loss by step</h2>
+{_metric_chart("loss", report.attempts, "loss", [(TRAIN_LOSS, "train"), (VALIDATION_LOSS, "validation")])}
+<h2>Throughput by step</h2>
+{_metric_chart("throughput", report.attempts, "tokens/s", [(TOKENS_PER_SECOND, "")])}
+<h2>Attempts</h2>
+{attempt_table(report.attempts)}
+<p class="note">Cost: billable instance-seconds (BillableTimeInSeconds, else training time) at SageMaker's
+on-demand list price in {SAGEMAKER_TRAINING_PRICES.region} as of {SAGEMAKER_TRAINING_PRICES.as_of}
+({escape(SAGEMAKER_TRAINING_PRICES.source_url)}). Data: Step Functions execution histories (the pipeline and
+each attempt execution), DescribeTrainingJob, and the jobs' log lines in CloudWatch Logs.</p>
+</body></html>
+"""
+
+
+def tensorboard_command(attempts: Sequence[Attempt]) -> str | None:
+    """How to open the jobs' TensorBoard data (each job's TensorBoardOutputConfig.S3OutputPath), every
+    attempt as a run of its own."""
+    paths = [
+        (f"attempt{a.number}", a.job["TensorBoardOutputConfig"]["S3OutputPath"])
+        for a in attempts
+        if "TensorBoardOutputConfig" in a.job
+    ]
+    if len(paths) <= 1:
+        return f"tensorboard --logdir {paths[0][1]}" if paths else None
+    return "tensorboard --logdir_spec " + ",".join(f"{name}:{path}" for name, path in paths)
+
+
+def attempt_table(attempts: Sequence[Attempt]) -> str:
+    rows = []
+    for attempt in attempts:
+        reason = attempt.job.get("FailureReason", "")
+        resumed = (
+            f"step {attempt.resumed_from[1]} ({attempt.resumed_checkpoint})" if attempt.resumed_from else "-"
+        )
+        seconds = attempt.billed_seconds
+        cells = [
+            f'<span class="swatch" style="background:{attempt_colour(attempt)}"></span> {attempt.number}',
+            escape(attempt.job_name),
+            escape(f"{attempt.instance_count} x {attempt.instance_type}" if attempt.instance_type else "-"),
+            escape(attempt.status + (f": {reason}" if reason else "")),
+            escape(resumed),
+            f"{seconds:,.0f} s" if seconds is not None else "-",
+            f"${attempt.cost_usd:,.2f}" if attempt.cost_usd is not None else "-",
+        ]
+        rows.append("<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
+    head = "".join(
+        f"<th>{name}</th>"
+        for name in ("#", "Training job", "Instances", "Status", "Resumed from", "Billed", "Estimated cost")
+    )
+    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+def timeline(report: RunReport) -> str:
+    """One row per attempt (its execution, the job's phases under it) and one for the back-offs."""
+    start = report.execution["startDate"]
+    ends = (
+        [report.execution.get("stopDate")]
+        + [a.ended for a in report.attempts]
+        + [b.end for b in report.backoffs]
+    )
+    end = max([stamp for stamp in ends if stamp] + [a.started for a in report.attempts] + [start])
+    axis = Axis(0, max((end - start).total_seconds(), 1), PLOT_LEFT + 110, WIDTH - PLOT_RIGHT)
+    row_height, top = 44, 10
+    parts = []
+    rows = [("back-offs", None)] + [(f"attempt {a.number}", a) for a in report.attempts]
+    for index, (label, attempt) in enumerate(rows):
+        y = top + index * row_height
+        parts.append(f'<text x="4" y="{y + 16}">{escape(label)}</text>')
+        if attempt is None:
+            for backoff in report.backoffs:
+                seconds = (backoff.end - backoff.start).total_seconds()
+                parts.append(
+                    _bar(axis, start, backoff.start, backoff.end, y + 2, 14, BACKOFF_COLOUR, backoff.label)
+                )
+                left = axis.to_x((backoff.start - start).total_seconds())
+                parts.append(f'<text x="{left:.1f}" y="{y + 30}">{escape(_duration(seconds))}</text>')
+            continue
+        colour = attempt_colour(attempt)
+        finish = attempt.ended or end
+        reason = attempt.job.get("FailureReason", "").split(":")[0]
+        where = f" on {attempt.instance_count} x {attempt.instance_type}" if attempt.instance_type else ""
+        detail = f"{attempt.job_name}{where}: {attempt.status}" + (f" ({reason})" if reason else "")
+        detail += (
+            f", resumed from step {attempt.resumed_from[1]}" if attempt.resumed_from else ", from scratch"
+        )
+        parts.append(_bar(axis, start, attempt.started, finish, y + 2, 14, colour, detail))
+        for phase in attempt.phases:
+            parts.append(
+                _bar(axis, start, phase.start, phase.end, y + 17, 6, colour, phase.label, opacity=0.5)
+            )
+        # Under the bar, from its start, or ending at its end when it starts in the right half.
+        left, right = (axis.to_x((when - start).total_seconds()) for when in (attempt.started, finish))
+        anchor, label_x = ("start", left) if left < WIDTH / 2 else ("end", right)
+        parts.append(f'<text x="{label_x:.1f}" y="{y + 34}" text-anchor="{anchor}">{escape(detail)}</text>')
+    height = top + len(rows) * row_height + 42
+    ticks = axis.ticks()
+    axis_y = height - 36
+    parts.append(f'<line x1="{axis.left}" x2="{axis.right}" y1="{axis_y}" y2="{axis_y}" stroke="#999"/>')
+    for tick in ticks:
+        x = axis.to_x(tick)
+        parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{axis_y}" y2="{axis_y + 4}" stroke="#999"/>')
+        parts.append(f'<text x="{x:.1f}" y="{axis_y + 16}" text-anchor="middle">{_duration(tick)}</text>')
+    parts.append(
+        f'<text x="{axis.right}" y="{height - 1}" text-anchor="end">time since the run started</text>'
+    )
+    return _svg("timeline", height, parts)
+
+
+def _bar(
+    axis,
+    origin: datetime,
+    start: datetime,
+    end: datetime,
+    y: float,
+    height: float,
+    colour: str,
+    title: str,
+    opacity: float = 1.0,
+) -> str:
+    x1 = axis.to_x((start - origin).total_seconds())
+    x2 = max(axis.to_x((end - origin).total_seconds()), x1 + 2)
+    return (
+        f'<rect x="{x1:.1f}" y="{y}" width="{x2 - x1:.1f}" height="{height}" fill="{colour}" '
+        f'fill-opacity="{opacity}"><title>{escape(title)}</title></rect>'
+    )
+
+
+def _metric_chart(
+    chart_id: str, attempts: Sequence[Attempt], y_label: str, metrics: list[tuple[str, str]]
+) -> str:
+    series = [
+        (attempt, name, kind, attempt.metrics[name])
+        for attempt in attempts
+        for name, kind in metrics
+        if attempt.metrics.get(name)
+    ]
+    if not series:
+        return f'<p id="{chart_id}" class="note">No {y_label} values in the jobs\' logs.</p>'
+    steps = [step for *_, points in series for step, _ in points]
+    values = [value for *_, points in series for _, value in points if math.isfinite(value)]
+    height = 260
+    x = Axis(0, max(steps), PLOT_LEFT, WIDTH - PLOT_RIGHT)
+    y = Axis(min(values + [0.0]), max(values) if values else 1.0, height - 40, 14)
+    parts = [_frame(x, y, height, "step", y_label)]
+    for attempt in attempts:
+        if attempt.resumed_from and attempt.metrics:
+            rx, step = x.to_x(attempt.resumed_from[1]), attempt.resumed_from[1]
+            parts.append(
+                f'<line x1="{rx:.1f}" x2="{rx:.1f}" y1="{y.right}" y2="{y.left}" '
+                f'stroke="{MARKER_COLOUR}" stroke-dasharray="4 3"/>'
+                f'<text x="{rx + 3:.1f}" y="{y.right + 10}">'
+                f"attempt {attempt.number} resumes at step {step}</text>"
+            )
+    legend = []
+    for attempt, name, kind, points in series:
+        colour = attempt_colour(attempt)
+        finite = [(s, v) for s, v in points if math.isfinite(v)]
+        if name != VALIDATION_LOSS:
+            path = " ".join(f"{x.to_x(s):.1f},{y.to_x(v):.1f}" for s, v in finite)
+            parts.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2.5"/>')
+        # A dot per logged value too (validation: dots only), so that a single value still shows.
+        radius = 5 if name == VALIDATION_LOSS else 3
+        parts.extend(
+            f'<circle cx="{x.to_x(s):.1f}" cy="{y.to_x(v):.1f}" r="{radius}" fill="{colour}"/>'
+            for s, v in finite
+        )
+        shape = "large dots" if name == VALIDATION_LOSS else "line"
+        text = " ".join(part for part in (f"attempt {attempt.number}", kind, f"({shape})") if part)
+        legend.append(f'<span><span class="swatch" style="background:{colour}"></span> {text}</span>')
+    # The legend is HTML beside the plot, so the plot holds only data in the attempts' colours.
+    return _svg(chart_id, height, parts) + f'<div class="legend">{"".join(legend)}</div>'
+
+
+@dataclass(frozen=True)
+class Axis:
+    """Maps values low..high onto pixels left..right (right < left for a y axis, which grows upwards)."""
+
+    low: float
+    high: float
+    left: float
+    right: float
+
+    def to_x(self, value: float) -> float:
+        span = (self.high - self.low) or 1.0
+        return self.left + (value - self.low) / span * (self.right - self.left)
+
+    def ticks(self, count: int = 6) -> list[float]:
+        span = (self.high - self.low) or 1.0
+        raw = span / count
+        step = 10 ** math.floor(math.log10(raw))
+        step *= next(factor for factor in (1, 2, 5, 10) if step * factor >= raw)
+        first = math.ceil(self.low / step) * step
+        return [first + i * step for i in range(int((self.high - first) / step) + 1)]
+
+
+def _frame(x: Axis, y: Axis, height: int, x_label: str, y_label: str) -> str:
+    parts = [
+        f'<line x1="{x.left}" x2="{x.right}" y1="{y.left}" y2="{y.left}" stroke="#999"/>',
+        f'<line x1="{x.left}" x2="{x.left}" y1="{y.left}" y2="{y.right}" stroke="#999"/>',
+        f'<text x="{x.right}" y="{height - 4}" text-anchor="end">{escape(x_label)}</text>',
+        f'<text x="4" y="{y.right + 4}">{escape(y_label)}</text>',
+    ]
+    for tick in x.ticks():
+        px = x.to_x(tick)
+        parts.append(f'<text x="{px:.1f}" y="{y.left + 16}" text-anchor="middle">{tick:g}</text>')
+    for tick in y.ticks(5):
+        py = y.to_x(tick)
+        parts.append(f'<line x1="{x.left}" x2="{x.right}" y1="{py:.1f}" y2="{py:.1f}" stroke="#eee"/>')
+        parts.append(f'<text x="{x.left - 6}" y="{py + 4:.1f}" text-anchor="end">{tick:g}</text>')
+    return "".join(parts)
+
+
+def _svg(element_id: str, height: int, parts: list[str]) -> str:
+    return (
+        f'<svg id="{element_id}" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
+        f'viewBox="0 0 {WIDTH} {height}">{"".join(parts)}</svg>'
+    )
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def _stamp(when: datetime) -> str:
+    return when.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
