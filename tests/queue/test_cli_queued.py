@@ -12,10 +12,10 @@ from moto import mock_aws
 from tests.conftest import default_config_data
 from tests.domain.test_cli_runs import KEEPS_RUNNING, pipeline
 from tests.pipeline.harness import STARTING, TRAINING, FakeSageMaker
-from tests.queue.batch_moto import install_fake_batch
-from tests.queue.fake_batch import FakeBatch
 from tests.queue.test_fake_batch import payload
 from trainstack.cli import main
+from trainstack.emulator.batch_routes import install_fake_batch
+from trainstack.emulator.fake_batch import FakeBatch
 
 REGION = "us-east-1"
 
