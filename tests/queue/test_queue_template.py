@@ -124,7 +124,10 @@ def test_the_job_sweeper_may_stop_and_the_training_role_may_log_as_batchs_jobs(q
     role = statements_of(template, "SageMakerExecutionRole")
     [streams] = [s for s in role if s.get("Sid") == "TrainingLogStreams"]
     group = "arn:aws:logs:us-east-1:111111111111:log-group:/aws/sagemaker/TrainingJobs"
-    assert sorted(streams["Resource"]) == [f"{group}:log-stream:AWSBatch*", f"{group}:log-stream:trainstack-*"]
+    assert sorted(streams["Resource"]) == [
+        f"{group}:log-stream:AWSBatch*",
+        f"{group}:log-stream:trainstack-*",
+    ]
 
 
 def test_queued_templates_pass_cfn_lint_and_nag(queued_app):

@@ -18,7 +18,6 @@ from trainstack.runs import (
     JOB_ENDED,
     TRAINING_LOG_GROUP,
     RunError,
-    current_job,
     latest_execution,
     log_events,
     run_name_of,
@@ -58,7 +57,7 @@ def _print_logs(pipeline: Pipeline, execution: dict, args: argparse.Namespace) -
     run_name = run_name_of(execution, pipeline.settings.project)
     printed: dict[str, set[str]] = {}  # job -> event ids already printed
     while True:
-        job = current_job(sagemaker, run_name)
+        job = pipeline.training_job_of(run_name)
         if job is None and not args.follow:
             raise RunError(f"run {args.run} has no training job yet")
         if job is not None:

@@ -11,7 +11,7 @@ from trainstack.commands.common import (
     one_line_failures,
     subcommand_errors,
 )
-from trainstack.runs import JOB_ENDED, RunError, current_job, latest_execution, run_name_of
+from trainstack.runs import JOB_ENDED, RunError, latest_execution, run_name_of
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
         error="TrainingStopped",
         cause=f"stopped by {getpass.getuser()} with trainstack stop",
     )
-    job = current_job(pipeline.client("sagemaker"), run_name_of(execution, pipeline.settings.project))
+    job = pipeline.training_job_of(run_name_of(execution, pipeline.settings.project))
     print(f"stopped execution {execution['executionArn']}")
     if job is None:
         print("no training job had started")
