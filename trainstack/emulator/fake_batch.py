@@ -59,6 +59,7 @@ from trainstack.emulator.batch_jobs import (
     validate_request,
 )
 
+SAGEMAKER_STATUS = "Received status from SageMaker:"
 __all__ = ["CAPACITY_TERMINATED", "CAPACITY_WAITING", "FakeBatch", "FakeBatchError"]
 
 
@@ -257,7 +258,9 @@ class FakeBatch:
         try:
             created = self.sagemaker.create(request)
         except ServiceException as error:
-            self._finish(job, "FAILED", f"Received status from SageMaker: {error.code}: {error.message}")
+            # The SageMaker Python SDK's retry rule quotes this form (aws_batch/constants.py:
+            # "Received status from SageMaker:InternalServerError: We encountered an internal error...").
+            self._finish(job, "FAILED", f"{SAGEMAKER_STATUS}{error.code}: {error.message}")
             return
         job.training_job = request["TrainingJobName"]
         job.training_jobs.append(job.training_job)
@@ -287,7 +290,7 @@ class FakeBatch:
             self._set_status(job, BATCH_STATUS_OF_SECONDARY.get(training["SecondaryStatus"], "RUNNING"))
             return
         if status == "Completed":
-            self._finish(job, "SUCCEEDED", "Received status from SageMaker: Completed")
+            self._finish(job, "SUCCEEDED", f"{SAGEMAKER_STATUS}Completed")
             return
         reason = training.get("FailureReason", "")
         attempt = job.attempts[-1]
@@ -299,7 +302,7 @@ class FakeBatch:
             job.status_reason, job.training_job = CAPACITY_WAITING, None
             job.held = True
             return
-        status_reason = f"Received status from SageMaker: {reason or status}"
+        status_reason = f"{SAGEMAKER_STATUS}{reason or status}"
         attempt["statusReason"] = status_reason
         if job.retries_left and self._retry_allowed(job, status_reason):
             job.retries_left -= 1
