@@ -45,6 +45,15 @@ RUN_NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$"
 MAX_INSTANCE_COUNT = 512
 S3_URI_PATTERN = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$"
 HYPERPARAMETER_NAME_MAX_LENGTH = 256
+# The execution's ARN becomes the value of the jobs' trainstack:execution tag, and SageMaker tag values
+# must match [\p{L}\p{Z}\p{N}_.:/=+\-@]* (SageMaker API reference, Tag). Step Functions also allows
+# ! ' ( ) and other symbols in execution names, so names are kept to characters safe in both (ASCII:
+# JSONata's regular expressions have no \p{L}).
+UNSAFE_EXECUTION_NAME_CHARACTER = r"[^A-Za-z0-9_.=+@-]"
+EXECUTION_NAME_MESSAGE = (
+    "The execution name may hold only letters A-Z and a-z, digits and _ . = + - @ (the pipeline tags its "
+    "training jobs with the execution's ARN); start the execution under another name."
+)
 HYPERPARAMETER_VALUE_MAX_LENGTH = 2500
 
 
@@ -266,6 +275,8 @@ def validate_execution_input(data: Any, settings: Settings, execution_name: str 
     """
     if not settings.profiles:
         raise InvalidInputError("no profiles are configured; add one under profiles: in the config.")
+    if execution_name is not None and re.search(UNSAFE_EXECUTION_NAME_CHARACTER, execution_name):
+        raise InvalidInputError(EXECUTION_NAME_MESSAGE)
     unknown = ", ".join(sorted(set(data) - set(input_fields(settings)))) if isinstance(data, Mapping) else ""
     context = message_context(settings, unknown)
     rules = input_rules(settings)
