@@ -32,6 +32,7 @@ from constructs import Construct
 
 from stacks.pipeline.attempt.training_attempt import (
     FAILED_JOB_CAUSE,
+    SAGEMAKER_ERROR,
     describe_training_job,
     outcome,
     poll_wait,
@@ -197,7 +198,7 @@ class QueuedTrainingAttempt(Construct):
             more_permissions=batch_job_permissions,
         )
         # Retries used up: ask Batch and SageMaker again after the next wait.
-        describe_started_job.add_catch(wait, errors=["SageMaker.SageMakerException"], outputs={})
+        describe_started_job.add_catch(wait, errors=[SAGEMAKER_ERROR], outputs={})
         status = "$described.status"
         classify_training_job = (
             sfn.Choice.jsonata(self, "ClassifyTrainingJob")
