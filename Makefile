@@ -15,7 +15,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_VERSION_CHECK := 1
 export PATH := $(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
 
-.PHONY: synth demo deploy test lint local-train clean
+.PHONY: synth demo demo-queue deploy test lint local-train clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,11 @@ synth: $(SYNTH_DEPS) $(CDK)
 # simulated by local training processes, a capacity loss, back-off and resume (trainstack/demo/run.py).
 demo: $(DEV_DEPS) synth
 	python -m trainstack.demo --config $(CONFIG)
+
+# Queue mode with no AWS: two teams' retrainings through an emulated AWS Batch queue of 2 instances; the
+# output shows the order fair share chose (trainstack/demo/queue_run.py; it synthesizes in queue mode).
+demo-queue: $(DEV_DEPS) $(CDK)
+	python -m trainstack.demo.queue_run --config $(CONFIG)
 
 # Needs AWS credentials (and Docker, to build the image); `cdk bootstrap` once per account/region first.
 deploy: synth
@@ -75,4 +80,4 @@ local-train: $(DEV_DEPS)
 	bash training_scripts/local_train.sh
 
 clean:
-	rm -rf cdk.out local-run demo-run .pytest_cache .hypothesis
+	rm -rf cdk.out local-run demo-run demo-queue-run .pytest_cache .hypothesis

@@ -45,6 +45,15 @@ RUN_NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$"
 MAX_INSTANCE_COUNT = 512
 S3_URI_PATTERN = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$"
 HYPERPARAMETER_NAME_MAX_LENGTH = 256
+# The execution's ARN becomes the value of the jobs' trainstack:execution tag, and SageMaker tag values
+# must match [\p{L}\p{Z}\p{N}_.:/=+\-@]* (SageMaker API reference, Tag). Step Functions also allows
+# ! ' ( ) and other symbols in execution names, so names are kept to characters safe in both (ASCII:
+# JSONata's regular expressions have no \p{L}).
+UNSAFE_EXECUTION_NAME_CHARACTER = r"[^A-Za-z0-9_.=+@-]"
+EXECUTION_NAME_MESSAGE = (
+    "The execution name may hold only letters A-Z and a-z, digits and _ . = + - @ (the pipeline tags its "
+    "training jobs with the execution's ARN); start the execution under another name."
+)
 HYPERPARAMETER_VALUE_MAX_LENGTH = 2500
 
 
@@ -93,97 +102,115 @@ def _within_sizes(name: str, value: str) -> bool:
 
 INPUT_RULES: tuple[InputRule, ...] = (
     InputRule(
-        "", "object",
+        "",
+        "object",
         "The input must be a JSON object with the optional fields {fields}.",
         lambda value, _: isinstance(value, Mapping),
     ),
     InputRule(
-        "", "known-fields",
+        "",
+        "known-fields",
         "The input has unknown field(s) {unknown}; allowed fields: {fields}.",
         lambda value, settings: set(value) <= set(input_fields(settings)),
     ),
     InputRule(
-        "profile", "string",
+        "profile",
+        "string",
         "profile must be a string naming one of: {profiles}.",
         lambda value, _: isinstance(value, str),
     ),
     InputRule(
-        "profile", "one-of-profiles",
+        "profile",
+        "one-of-profiles",
         "profile must be one of: {profiles}.",
         lambda value, settings: value in {profile.name for profile in settings.profiles},
     ),
     InputRule(
-        "runName", "string",
+        "runName",
+        "string",
         "runName must be a string starting with '{prefix}-'.",
         lambda value, _: isinstance(value, str),
     ),
     InputRule(
-        "runName", "prefix",
+        "runName",
+        "prefix",
         "runName must start with '{prefix}-' (the pipeline may only create jobs named so).",
         lambda value, settings: value.startswith(f"{settings.project}-"),
     ),
     InputRule(
-        "runName", "job-name",
+        "runName",
+        "job-name",
         "runName may hold only letters, digits and single hyphens "
         f"(pattern {RUN_NAME_PATTERN}) and at most {RUN_NAME_MAX_LENGTH} characters.",
         lambda value, _: _is_job_name_part(value),
     ),
     InputRule(
-        "hyperparameters", "object",
+        "hyperparameters",
+        "object",
         "hyperparameters must be a JSON object of string names to string values.",
         lambda value, _: isinstance(value, Mapping),
     ),
     InputRule(
-        "hyperparameters", "string-values",
-        "hyperparameters values must be strings, e.g. {{\"learning_rate\": \"3e-4\"}}.",
+        "hyperparameters",
+        "string-values",
+        'hyperparameters values must be strings, e.g. {{"learning_rate": "3e-4"}}.',
         _hyperparameters(lambda _, item: isinstance(item, str)),
     ),
     InputRule(
-        "hyperparameters", "not-reserved",
+        "hyperparameters",
+        "not-reserved",
         "hyperparameters may not set {reserved}: the profile's strategy sets them.",
         _hyperparameters(lambda name, _: name not in RESERVED_HYPERPARAMETERS),
     ),
     InputRule(
-        "hyperparameters", "sizes",
+        "hyperparameters",
+        "sizes",
         f"hyperparameters names may have at most {HYPERPARAMETER_NAME_MAX_LENGTH} characters "
         f"and values at most {HYPERPARAMETER_VALUE_MAX_LENGTH}.",
         _hyperparameters(_within_sizes),
     ),
     InputRule(
-        "instanceCount", "integer>=1",
+        "instanceCount",
+        "integer>=1",
         f"instanceCount must be a whole number from 1 to {MAX_INSTANCE_COUNT}.",
         lambda value, _: _is_whole_number(value) and 1 <= value <= MAX_INSTANCE_COUNT,
     ),
     InputRule(
-        "maxRuntimeHours", "number-in-range",
+        "maxRuntimeHours",
+        "number-in-range",
         f"maxRuntimeHours must be a number from {MIN_RUNTIME_HOURS} to {MAX_RUNTIME_HOURS_LIMIT} (28 days).",
         lambda value, _: _is_number(value) and MIN_RUNTIME_HOURS <= value <= MAX_RUNTIME_HOURS_LIMIT,
     ),
     InputRule(
-        "resumeFrom", "s3-uri",
+        "resumeFrom",
+        "s3-uri",
         "resumeFrom must be an S3 URI such as s3://bucket/run-name/.",
         lambda value, _: isinstance(value, str) and re.match(S3_URI_PATTERN, value) is not None,
     ),
     InputRule(
-        "instanceCount", "within-queue",
+        "instanceCount",
+        "within-queue",
         "instanceCount must be at most {max_instances}, the queue's capacity (queue.max_instances).",
         lambda value, settings: value <= settings.queue.max_instances,
         queue_only=True,
     ),
     InputRule(
-        "priority", "integer-0-9999",
+        "priority",
+        "integer-0-9999",
         f"priority must be a whole number from 0 to {MAX_PRIORITY} (higher runs first).",
         lambda value, _: _is_whole_number(value) and 0 <= value <= MAX_PRIORITY,
         queue_only=True,
     ),
     InputRule(
-        "priority", "fair-share-queue",
+        "priority",
+        "fair-share-queue",
         "priority orders jobs only in a queue with fair shares (queue.shares in the config).",
         lambda _, settings: bool(settings.queue.shares),
         queue_only=True,
     ),
     InputRule(
-        "share", "one-of-shares",
+        "share",
+        "one-of-shares",
         "share must be one of the queue's shares: {shares}.",
         lambda value, settings: value in settings.queue.shares,
         queue_only=True,
@@ -248,6 +275,8 @@ def validate_execution_input(data: Any, settings: Settings, execution_name: str 
     """
     if not settings.profiles:
         raise InvalidInputError("no profiles are configured; add one under profiles: in the config.")
+    if execution_name is not None and re.search(UNSAFE_EXECUTION_NAME_CHARACTER, execution_name):
+        raise InvalidInputError(EXECUTION_NAME_MESSAGE)
     unknown = ", ".join(sorted(set(data) - set(input_fields(settings)))) if isinstance(data, Mapping) else ""
     context = message_context(settings, unknown)
     rules = input_rules(settings)

@@ -36,19 +36,19 @@ class InstanceType:
 
 _CATALOG = (
     #            name                GPUs  GPU     GiB/GPU  vCPUs  EFA    SMDDP
-    InstanceType("ml.p3.16xlarge",   8,    "V100", 16,      64,    False, False),
-    InstanceType("ml.p3dn.24xlarge", 8,    "V100", 32,      96,    True,  True),
-    InstanceType("ml.p4d.24xlarge",  8,    "A100", 40,      96,    True,  True),
-    InstanceType("ml.p4de.24xlarge", 8,    "A100", 80,      96,    True,  True),
-    InstanceType("ml.p5.48xlarge",   8,    "H100", 80,      192,   True,  False),
-    InstanceType("ml.p5e.48xlarge",  8,    "H200", 141,     192,   True,  False),
-    InstanceType("ml.p5en.48xlarge", 8,    "H200", 141,     192,   True,  False),
-    InstanceType("ml.g5.12xlarge",   4,    "A10G", 24,      48,    True,  False),
-    InstanceType("ml.g5.48xlarge",   8,    "A10G", 24,      192,   True,  False),
-    InstanceType("ml.g6e.48xlarge",  8,    "L40S", 48,      192,   True,  False),
+    InstanceType("ml.p3.16xlarge", 8, "V100", 16, 64, False, False),
+    InstanceType("ml.p3dn.24xlarge", 8, "V100", 32, 96, True, True),
+    InstanceType("ml.p4d.24xlarge", 8, "A100", 40, 96, True, True),
+    InstanceType("ml.p4de.24xlarge", 8, "A100", 80, 96, True, True),
+    InstanceType("ml.p5.48xlarge", 8, "H100", 80, 192, True, False),
+    InstanceType("ml.p5e.48xlarge", 8, "H200", 141, 192, True, False),
+    InstanceType("ml.p5en.48xlarge", 8, "H200", 141, 192, True, False),
+    InstanceType("ml.g5.12xlarge", 4, "A10G", 24, 48, True, False),
+    InstanceType("ml.g5.48xlarge", 8, "A10G", 24, 192, True, False),
+    InstanceType("ml.g6e.48xlarge", 8, "L40S", 48, 192, True, False),
     # CPU types: cheap smoke tests of the pipeline itself.
-    InstanceType("ml.m5.xlarge",     0,    None,   0,       4,     False, False),
-    InstanceType("ml.c5.4xlarge",    0,    None,   0,       16,    False, False),
+    InstanceType("ml.m5.xlarge", 0, None, 0, 4, False, False),
+    InstanceType("ml.c5.4xlarge", 0, None, 0, 16, False, False),
 )
 
 INSTANCE_TYPES: dict[str, InstanceType] = {instance.name: instance for instance in _CATALOG}

@@ -2,7 +2,8 @@
 
 A run's first execution is named exactly like the run (`<project>-...`); starting the same run again
 after it ended (to resume from its checkpoints) names the next execution `<run>.2`, `<run>.3`, ...
-Its training jobs are `<run>-<attempt>` (the pipeline's naming). Functions take boto3 clients, so
+Its training jobs are `<run>-<attempt>` (the pipeline's naming); in queue mode its service jobs are, and
+AWS Batch names the training jobs it starts itself. Functions take boto3 clients, so
 the CLI and the demo share them and tests run them against moto.
 """
 
@@ -175,31 +176,53 @@ def clock() -> datetime:
     return datetime.now(UTC)
 
 
-def queued_job(batch: Any, queue_name: str, run_name: str) -> QueuedJob | None:
-    """The run's newest service job `<run>-<attempt>` while it waits in the queue; None once Batch started it
-    (or without one). Its position comes from GetJobQueueSnapshot, which lists the queue's front in order."""
+def service_jobs_of(batch: Any, queue_name: str, run_name: str) -> list[tuple[int, dict[str, Any]]]:
+    """Queue mode: the run's service jobs `<run>-<attempt>` as (attempt, ListServiceJobs summary), newest
+    first (ListServiceJobs sorts by createdAt when filtering by name), every page read."""
     pattern = re.compile(rf"^{re.escape(run_name)}-(\d+)$", re.IGNORECASE)
-    summaries = batch.list_service_jobs(
+    found = []
+    pages = batch.get_paginator("list_service_jobs").paginate(
         jobQueue=queue_name, filters=[{"name": "JOB_NAME", "values": [f"{run_name}-*"]}]
-    )["jobSummaryList"]
-    # Newest first (ListServiceJobs sorts by createdAt when filtering by name).
-    ours = [(summary, match) for summary in summaries if (match := pattern.match(summary["jobName"]))]
-    if not ours or ours[0][0].get("status") not in SERVICE_JOB_WAITING:
-        return None
-    summary, match = ours[0]
+    )
+    for page in pages:
+        for summary in page["jobSummaryList"]:
+            if match := pattern.match(summary["jobName"]):
+                found.append((int(match.group(1)), summary))
+    return found
+
+
+def queued_job(batch: Any, queue_name: str, attempt: int, summary: dict[str, Any]) -> QueuedJob:
+    """The run's service job while it waits in the queue; its position comes from GetJobQueueSnapshot, which
+    lists the queue's front in order."""
     front = batch.get_job_queue_snapshot(jobQueue=queue_name).get("frontOfQueue", {}).get("jobs", [])
     arns = [job["jobArn"] for job in front]
     position = arns.index(summary["jobArn"]) + 1 if summary.get("jobArn") in arns else None
-    return QueuedJob(int(match.group(1)), summary["jobName"], position)
+    return QueuedJob(attempt, summary["jobName"], position)
+
+
+def batch_started_job(sagemaker: Any, attempt: int, summary: dict[str, Any]) -> Job | None:
+    """The training job Batch started for a service job: Batch names it itself (`AWSBatch<jobName>...`);
+    the summary's latestAttempt.serviceResourceId holds its ARN, whose last part is the name."""
+    arn = summary.get("latestAttempt", {}).get("serviceResourceId", {}).get("value")
+    if not arn:
+        return None
+    return Job(attempt, sagemaker.describe_training_job(TrainingJobName=arn.rsplit("/", 1)[-1]))
 
 
 def run_job(
     sagemaker: Any, batch: Any | None, queue_name: str | None, run_name: str
 ) -> Job | QueuedJob | None:
-    """What the run is at: its job waiting in the queue (queue mode: batch and queue_name given), else its
-    newest training job, else None."""
-    queued = queued_job(batch, queue_name, run_name) if batch is not None and queue_name else None
-    return queued or current_job(sagemaker, run_name)
+    """What the run is at: in queue mode (batch and queue_name given) its newest service job, waiting in the
+    queue or as the training job Batch started; else its newest training job; else None."""
+    if batch is None or not queue_name:
+        return current_job(sagemaker, run_name)
+    service_jobs = service_jobs_of(batch, queue_name, run_name)
+    if not service_jobs:
+        return current_job(sagemaker, run_name)
+    attempt, summary = service_jobs[0]
+    if summary.get("status") in SERVICE_JOB_WAITING:
+        return queued_job(batch, queue_name, attempt, summary)
+    return batch_started_job(sagemaker, attempt, summary) or current_job(sagemaker, run_name)
 
 
 def elapsed(execution: dict[str, Any], now: datetime) -> str:

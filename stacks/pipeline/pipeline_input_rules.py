@@ -16,6 +16,7 @@ from stacks.pipeline.jsonata_text import literal
 from stacks.pipeline.training_state_machine_definition import extra_time_seconds
 from trainstack.config import Settings
 from trainstack.execution_input import (
+    EXECUTION_NAME_MESSAGE,
     HYPERPARAMETER_NAME_MAX_LENGTH,
     HYPERPARAMETER_VALUE_MAX_LENGTH,
     MAX_INSTANCE_COUNT,
@@ -24,6 +25,7 @@ from trainstack.execution_input import (
     RUN_NAME_MAX_LENGTH,
     RUN_NAME_PATTERN,
     S3_URI_PATTERN,
+    UNSAFE_EXECUTION_NAME_CHARACTER,
     input_fields,
     input_rules,
     message_context,
@@ -123,6 +125,11 @@ def check_input_expression(settings: Settings) -> str:
         value = "$raw" if not field else f"$in.{field}"
         # The cause may name the value: it stays inside the block that binds $v.
         chain = f"($v := {value}; ($exists($v) ? $not({accepts}) : false) ? {cause} : {chain})"
+    # First of all, the execution name (it becomes a tag value).
+    chain = (
+        f"($contains($states.context.Execution.Name, {regex(UNSAFE_EXECUTION_NAME_CHARACTER)}) ? "
+        f"{literal(EXECUTION_NAME_MESSAGE)} : {chain})"
+    )
     defaults = (
         f'{{"profile": {literal(settings.profiles[0].name)}, '
         f'"runName": {literal(settings.project + "-")} & $states.context.Execution.Name, '

@@ -16,7 +16,7 @@ from stacks.pipeline.cleanup.job_cleanup import JobCleanup
 from stacks.pipeline.cleanup.queue_cleanup import QueueCleanup
 from stacks.pipeline.monitoring import TRAINING_METRICS_NAMESPACE, PipelineMonitoring
 from stacks.pipeline.pipeline_notifications import PipelineNotifications
-from stacks.pipeline.queue.training_queue import TrainingQueue
+from stacks.pipeline.queue.training_queue import BATCH_TRAINING_JOB_PREFIX, TrainingQueue
 from stacks.pipeline.training_state_machine import TrainingStateMachine
 from stacks.storage.storage_stack import StorageStack
 from stacks.validation import acknowledge
@@ -85,7 +85,10 @@ class PipelineStack(cdk.Stack):
             queue=self.queue,
         )
         self.state_machine = self.training.state_machine
-        self.cleanup = JobCleanup(self, "JobCleanup", project=project, pipeline=self.state_machine)
+        queued = settings.queue.enabled
+        self.cleanup = JobCleanup(
+            self, "JobCleanup", project=project, pipeline=self.state_machine, batch_jobs=queued
+        )
         if self.queue is not None:
             self.queue_cleanup = QueueCleanup(
                 self, "QueueCleanup", project=project, pipeline=self.state_machine, queue=self.queue
@@ -197,12 +200,14 @@ class PipelineStack(cdk.Stack):
                 resources=[log_group_arn, f"{log_group_arn}:*"],
             )
         )
+        job_name_prefixes = [f"{project}-", *([BATCH_TRAINING_JOB_PREFIX] if settings.queue.enabled else [])]
         role.add_to_policy(
             iam.PolicyStatement(
                 sid="TrainingLogStreams",
                 actions=["logs:CreateLogStream", "logs:PutLogEvents"],
-                # Streams are named <job name>/algo-<n>-<id>.
-                resources=[f"{log_group_arn}:log-stream:{project}-*"],
+                # Streams are named <job name>/algo-<n>-<id>; in queue mode Batch names the jobs AWSBatch...
+                # (log streams carry no tags, so only the name narrows them; only this role's jobs write).
+                resources=[f"{log_group_arn}:log-stream:{prefix}*" for prefix in job_name_prefixes],
             )
         )
         role.add_to_policy(

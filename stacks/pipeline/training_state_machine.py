@@ -33,7 +33,7 @@ from stacks.pipeline.pipeline_run_request import (
     plan_expression,
     request_expression,
 )
-from stacks.pipeline.queue.training_queue import TrainingQueue
+from stacks.pipeline.queue.training_queue import TrainingQueue, batch_training_jobs
 from stacks.pipeline.training_state_machine_definition import (
     ERROR_CAPACITY_EXHAUSTED,
     ERROR_INVALID_INPUT,
@@ -52,6 +52,7 @@ from trainstack.job_request import PipelineResources
 
 # CreateTrainingJob with Tags needs AddTags on the new job.
 CREATE_ACTIONS = ("sagemaker:CreateTrainingJob", "sagemaker:AddTags")
+DESCRIBE_BATCH_JOBS = "DescribeBatchTrainingJobs"
 # A StartExecution of the attempt child that AWS refuses because too many executions are open (the
 # account's open-execution quota, or StartExecution's API quota). The name is the one AWS's developer
 # guide gives for a Task state calling the optimized states:startExecution integration ("Start workflow
@@ -59,7 +60,12 @@ CREATE_ACTIONS = ("sagemaker:CreateTrainingJob", "sagemaker:AddTags")
 # execution is started"); botocore's stepfunctions model lists ExecutionLimitExceeded among
 # StartExecution's errors. No name for a throttled StartExecution (ThrottlingException, which the model
 # does not declare) is documented for this integration, so none is retried here.
-START_REFUSED_ERRORS = ("StepFunctions.ExecutionLimitExceeded",)
+# LocalStack's snapshots, recorded against AWS, name the same refusal
+# StepFunctions.ExecutionLimitExceededException: both names are retried.
+START_REFUSED_ERRORS = (
+    "StepFunctions.ExecutionLimitExceeded",
+    "StepFunctions.ExecutionLimitExceededException",
+)
 
 
 def literal_partition(scope: Construct) -> str:
@@ -110,8 +116,11 @@ class TrainingStateMachine(Construct):
                 "Attempt",
                 partition=literal_partition(self),
                 job_queue_arn=queue.job_queue_arn,
-                job_arn=job_arn,
+                job_arns=[job_arn],
                 service_job_arn=queue.service_job_arn,
+                batch_job_permissions=[
+                    batch_training_jobs(self, project, DESCRIBE_BATCH_JOBS, ["sagemaker:DescribeTrainingJob"])
+                ],
             ).start
         self.attempt_machine, self.attempt_log_group = logged_state_machine(
             self, "AttemptStateMachine", name=f"{project}-pipeline-attempt", chain=attempt, timeout=None
@@ -172,6 +181,14 @@ class TrainingStateMachine(Construct):
                 f"AwsSolutions-IAM5[Resource::{job_arn}]",
                 "The attempt describes the training job Batch started, named per run at run time; the "
                 "project prefix is the narrowest fixed scope.",
+            )
+            acknowledge_wildcard_statements(
+                attempt_machine.role,
+                {
+                    DESCRIBE_BATCH_JOBS: "Batch names the training jobs it starts "
+                    "AWSBatch<jobName><attemptId> at run time; the run tag condition keeps them to this "
+                    "project's runs."
+                },
             )
             return
         acknowledge_wildcard_statements(

@@ -176,11 +176,11 @@ class FakeSageMaker:
                     "InstanceCount", resource_config.get("InstanceCount")
                 )
             response = {
-                "TrainingJobName": name,
-                "TrainingJobArn": _job_arn(name),
+                "TrainingJobName": job.name,
+                "TrainingJobArn": _job_arn(job.name),
                 "ModelArtifacts": {
                     "S3ModelArtifacts": (
-                        f"{request['OutputDataConfig']['S3OutputPath']}{name}/output/model.tar.gz"
+                        f"{request['OutputDataConfig']['S3OutputPath']}{job.name}/output/model.tar.gz"
                     )
                 },
                 "TrainingJobStatus": phase.status,
@@ -233,9 +233,14 @@ class FakeSageMaker:
             return {"Tags": self._job(name).request.get("Tags", [])}
 
     def _job(self, name: str) -> FakeJob:
-        if name not in self.jobs:
+        # SageMaker writes ARNs in lower case; a job is found by its name in any case (assumed, as the
+        # name in an ARN must find the job: docs/emulator.md).
+        found = self.jobs.get(name) or next(
+            (job for key, job in self.jobs.items() if key.lower() == name.lower()), None
+        )
+        if found is None:
             raise FakeSageMakerError(*self.missing_job_error)
-        return self.jobs[name]
+        return found
 
 
 def _matches(facts: dict[str, str], search_filter: dict[str, str]) -> bool:

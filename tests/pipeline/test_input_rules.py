@@ -10,9 +10,9 @@ from tests.domain.conftest import S3_RESOURCES
 from trainstack.execution_input import InvalidInputError, validate_execution_input
 
 
-def check(settings, execution_input):
+def check(settings, execution_input, execution_name: str = "exec"):
     expression = jsonata.Jsonata(check_input_expression(settings))
-    states = {"input": execution_input, "context": {"Execution": {"Name": "exec"}}}
+    states = {"input": execution_input, "context": {"Execution": {"Name": execution_name}}}
     profiles = profile_table(settings.profiles, S3_RESOURCES)
     return expression.evaluate(None, {"states": states, "profiles": profiles})
 
@@ -44,3 +44,24 @@ def test_a_valid_input_has_no_problem_and_gets_its_defaults(cpu_profile_settings
     assert checked["problem"] is None
     assert checked["input"]["runName"] == "trainstack-exec"
     assert checked["profile"]["name"] == "cpu-check"
+
+
+@pytest.mark.parametrize("name", ["retrain!", "team's-run", "run(2)", "größe", "run 2"])
+def test_an_execution_name_unsafe_in_a_tag_value_is_refused_by_both(make_settings, name):
+    # Step Functions accepts these names; the ARN would break SageMaker's tag value pattern (or JSONata
+    # could not tell a letter from a symbol outside ASCII).
+    settings = make_settings()
+    expected = (
+        "The execution name may hold only letters A-Z and a-z, digits and _ . = + - @ (the pipeline tags "
+        "its training jobs with the execution's ARN); start the execution under another name."
+    )
+    assert check(settings, {"runName": "trainstack-ok"}, name)["problem"] == expected
+    with pytest.raises(InvalidInputError, match=r"^The execution name may hold only"):
+        validate_execution_input({"runName": "trainstack-ok"}, settings, name)
+
+
+@pytest.mark.parametrize("name", ["nightly-2026.12.01", "a_b=c+d@e", "trainstack-run.2"])
+def test_tag_safe_execution_names_pass_both(make_settings, name):
+    settings = make_settings()
+    assert check(settings, {"runName": "trainstack-ok"}, name)["problem"] is None
+    validate_execution_input({"runName": "trainstack-ok"}, settings, name)

@@ -11,9 +11,9 @@ import pytest
 from moto import mock_aws
 
 from tests.pipeline.harness import COMPLETED, STARTING, TRAINING, FakeSageMaker
-from tests.queue.batch_moto import install_fake_batch
-from tests.queue.fake_batch import FakeBatch
 from trainstack.emulator import VirtualClock, local_stepfunctions
+from trainstack.emulator.batch_routes import install_fake_batch
+from trainstack.emulator.fake_batch import FakeBatch
 
 REGION, ACCOUNT = "us-east-1", "123456789012"
 QUEUE_ARN = f"arn:aws:batch:{REGION}:{ACCOUNT}:job-queue/trainstack-training"

@@ -1,8 +1,10 @@
-"""What teams see in queue mode: `trainstack status`/`runs` show a waiting job as queued, with its place."""
+"""What teams see in queue mode: `trainstack status`/`runs` show a waiting job as queued, with its place;
+once Batch started it, `status`, `logs` and `stop` act on the training job Batch named itself."""
 
 from __future__ import annotations
 
 import json
+import time
 
 import boto3
 import pytest
@@ -11,10 +13,11 @@ import yaml
 from tests.aws_fixtures import KEEPS_RUNNING, REGION, pipeline
 from tests.conftest import default_config_data
 from tests.pipeline.harness import STARTING, TRAINING, FakeSageMaker
-from tests.queue.batch_moto import install_fake_batch
-from tests.queue.fake_batch import FakeBatch
+from tests.queue.conftest import install_fake_sagemaker
 from tests.queue.test_fake_batch import payload
 from trainstack.cli import main
+from trainstack.emulator.batch_routes import install_fake_batch
+from trainstack.emulator.fake_batch import FakeBatch
 
 
 @pytest.fixture
@@ -25,8 +28,10 @@ def queued_world(aws, monkeypatch, tmp_path):
     path = tmp_path / "queue.yaml"
     path.write_text(yaml.safe_dump(config))
     monkeypatch.setenv("TRAINSTACK_CONFIG", str(path))
-    batch = FakeBatch(sagemaker=FakeSageMaker(job_scripts=[[STARTING, TRAINING]]), max_instances=2)
+    sagemaker = FakeSageMaker(job_scripts=[[STARTING, TRAINING]])
+    batch = FakeBatch(sagemaker=sagemaker, max_instances=2)
     install_fake_batch(batch, monkeypatch)
+    install_fake_sagemaker(sagemaker, monkeypatch)
     client = boto3.client("batch", region_name=REGION)
     for name in ("trainstack-other-1", "trainstack-next-1", "trainstack-mine-1"):
         client.submit_service_job(
@@ -58,5 +63,27 @@ def test_once_batch_starts_the_job_the_training_job_is_shown(queued_world, capsy
     batch = queued_world
     batch.max_instances = 6  # room for every job: Batch starts them on its next pass
     batch.describe({"jobId": next(iter(batch.jobs))})
+    [name] = batch.training_jobs_of("trainstack-mine-1")
+    assert name.startswith("AWSBatchtrainstack-mine-1")  # Batch's name, not the request's
     assert main(["status", "trainstack-mine"]) == 0
-    assert "queued" not in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "queued" not in out and f"attempt 1 | {name} | InProgress" in out
+
+
+def test_logs_and_stop_find_the_training_job_batch_started(queued_world, capsys):
+    batch = queued_world
+    batch.max_instances = 6
+    batch.describe({"jobId": next(iter(batch.jobs))})
+    [name] = batch.training_jobs_of("trainstack-mine-1")
+    logs = boto3.client("logs", region_name=REGION)
+    logs.create_log_group(logGroupName="/aws/sagemaker/TrainingJobs")
+    logs.create_log_stream(logGroupName="/aws/sagemaker/TrainingJobs", logStreamName=f"{name}/algo-1-1")
+    logs.put_log_events(
+        logGroupName="/aws/sagemaker/TrainingJobs",
+        logStreamName=f"{name}/algo-1-1",
+        logEvents=[{"timestamp": int(time.time() * 1000), "message": "step 1 loss 2.5"}],
+    )
+    assert main(["logs", "trainstack-mine"]) == 0
+    assert "algo-1-1  step 1 loss 2.5" in capsys.readouterr().out
+    assert main(["stop", "trainstack-mine"]) == 0
+    assert f"stops training job {name} (attempt 1)" in capsys.readouterr().out

@@ -10,8 +10,9 @@ import pytest
 from moto import mock_aws
 
 from tests.pipeline.harness import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING, FakeSageMaker, Phase
-from tests.queue.batch_moto import install_fake_batch
-from tests.queue.fake_batch import CAPACITY_TERMINATED, CAPACITY_WAITING, FakeBatch, FakeBatchError
+from trainstack.emulator.batch_jobs import TRAINING_JOB_NAMES
+from trainstack.emulator.batch_routes import install_fake_batch
+from trainstack.emulator.fake_batch import CAPACITY_TERMINATED, CAPACITY_WAITING, FakeBatch, FakeBatchError
 
 ROLE = "arn:aws:iam::123456789012:role/trainstack-sagemaker"
 
@@ -90,7 +91,7 @@ def test_a_full_environment_keeps_the_second_job_runnable_until_the_first_ends(w
     first, second = submit(client, "first"), submit(client, "second")
     assert run_to_end(client, first) == ["SCHEDULED", "RUNNING", "SUCCEEDED"]
     # The second job's training job was created only when the first one's instances were free.
-    assert list(sagemaker.jobs) == ["trainstack-first-1", "trainstack-second-1"]
+    assert list(sagemaker.jobs) == batch.training_jobs_of("first") + batch.training_jobs_of("second")
     assert run_to_end(client, second) == ["SCHEDULED", "RUNNING", "SUCCEEDED"]
 
 
@@ -116,12 +117,13 @@ def test_waiting_job_is_runnable_and_started_in_order(world):
     first = submit(client, "first")
     second = submit(client, "second")
     assert status(client, second) == "RUNNABLE"
-    assert list(sagemaker.jobs) == ["trainstack-first-1"]
+    assert list(sagemaker.jobs) == batch.training_jobs_of("first")
     run_to_end(client, first)
     described = client.describe_service_job(jobId=second)
+    [name] = batch.training_jobs_of("second")
     assert described["latestAttempt"]["serviceResourceId"] == {
         "name": "TrainingJobArn",
-        "value": "arn:aws:sagemaker:us-east-1:123456789012:training-job/trainstack-second-1",
+        "value": f"arn:aws:sagemaker:us-east-1:123456789012:training-job/{name.lower()}",
     }
 
 
@@ -200,14 +202,14 @@ def test_terminating_a_runnable_job_creates_no_training_job(world):
         "Execution aborted",
         True,
     )
-    assert "trainstack-waiting-1" not in sagemaker.jobs
+    assert batch.training_jobs_of("waiting") == []
 
 
 def test_terminating_a_running_job_stops_its_training_job(world):
     client, batch, sagemaker, _ = world
     job = submit(client, "running")
     client.terminate_service_job(jobId=job, reason="Execution aborted")
-    assert sagemaker.stop_requests == ["trainstack-running-1"]
+    assert sagemaker.stop_requests == batch.training_jobs_of("running")
     assert batch.in_use() == 0
 
 
@@ -232,3 +234,35 @@ def test_unknown_job_and_server_side_rules_are_client_exceptions(world):
         submit(client, "shared", shareIdentifier="teamA")
     with pytest.raises(FakeBatchError, match="Missing required parameter"):
         batch.submit({"jobName": "x", "jobQueue": "trainstack-training", "serviceRequestPayload": "{}"})
+
+
+@pytest.mark.parametrize("naming", TRAINING_JOB_NAMES)
+def test_training_jobs_are_named_as_each_alternative_says(world, naming):
+    client, batch, sagemaker, _ = world
+    batch.training_job_names = naming
+    sagemaker.script([[CAPACITY_FAILURE], [STARTING, COMPLETED]])
+    name = "a" * 45 if naming == "truncated" else "run"  # too long for SageMaker unless truncated
+    run_to_end(client, submit(client, name))
+    first, second = batch.training_jobs_of(name)
+    if naming == "payload":
+        assert (first, second) == (f"trainstack-{name}-1", f"trainstack-{name}-1-b1")
+    else:
+        # AWSBatch<jobName><attemptId>: Batch's guide shows the form; the attempt id's is assumed.
+        assert first.startswith(f"AWSBatch{name}") and first != second
+        assert len(first) == (63 if naming == "truncated" else len(f"AWSBatch{name}") + 32)
+
+
+def test_list_service_jobs_pages_with_next_token(world):
+    client, batch, _, _ = world
+    batch.page_size = 2
+    jobs = [submit(client, f"job{index}", instances=1) for index in range(5)]
+    pages, token = [], None
+    while True:
+        answer = client.list_service_jobs(
+            jobQueue="trainstack-training", **({"nextToken": token} if token else {})
+        )
+        pages.append([summary["jobId"] for summary in answer["jobSummaryList"]])
+        token = answer.get("nextToken")
+        if not token:
+            break
+    assert pages == [jobs[4:2:-1], jobs[2:0:-1], jobs[:1]]  # newest first, 2 per page

@@ -31,14 +31,14 @@ def cleanup_definition() -> str:
                 "executionArn": "{% $states.input.executionArn %}",
             },
         )
-        first, last = terminate_run_service_jobs(
+        first = terminate_run_service_jobs(
             stack,
             job_queue_arn=QUEUE_ARN,
             service_job_arn=SERVICE_JOB_ARN,
             run_name="$runName",
             execution_arn="$executionArn",
+            done=sfn.Succeed.jsonata(stack, "Done"),
         )
-        last.next(sfn.Succeed.jsonata(stack, "Done"))
         return start.next(first)
 
     return definition_of(build)
@@ -50,31 +50,32 @@ def sweeper_definition() -> str:
     from stacks.pipeline.cleanup.queue_cleanup import terminate_orphaned_service_jobs
 
     def build(stack):
-        first, last = terminate_orphaned_service_jobs(
+        return terminate_orphaned_service_jobs(
             stack,
             job_queue_arn=QUEUE_ARN,
             service_job_arn=SERVICE_JOB_ARN,
             execution_prefix=EXECUTION_PREFIX,
             executions_arn=f"{EXECUTION_PREFIX}*",
+            done=sfn.Succeed.jsonata(stack, "Done"),
         )
-        last.next(sfn.Succeed.jsonata(stack, "Done"))
-        return first
 
     return definition_of(build)
 
 
-def submit(name: str, execution: str) -> str:
+def submit(name: str, execution: str | None) -> str:
+    """Submit service job `name` tagged with `execution` (untagged: None), as a pipeline would."""
     return boto3.client("batch").submit_service_job(
         jobName=name,
         jobQueue="trainstack-training",
         serviceJobType="SAGEMAKER_TRAINING",
         serviceRequestPayload=payload(name),
-        tags={"trainstack:execution": execution},
+        **({"tags": {"trainstack:execution": execution}} if execution else {}),
     )["jobId"]
 
 
 def test_cleanup_terminates_the_ended_runs_jobs_and_leaves_other_runs_alone(queue_world):
     client, batch, sagemaker, _ = queue_world
+    batch.page_size = 1  # every job on a page of its own: the cleanup must follow nextToken
     sagemaker.script([[STARTING, TRAINING]])  # every job runs until stopped
     running = submit("trainstack-a-1", f"{EXECUTION_PREFIX}trainstack-a")  # started: takes the 2 instances
     waiting = submit("trainstack-a-2", f"{EXECUTION_PREFIX}trainstack-a")
@@ -90,11 +91,15 @@ def test_cleanup_terminates_the_ended_runs_jobs_and_leaves_other_runs_alone(queu
     assert (status[waiting].status, status[waiting].terminated) == ("FAILED", True)
     # The other run's job stays in the queue (and starts on the freed instances).
     assert not status[other].terminated and status[other].status == "SCHEDULED"
-    assert "trainstack-a-1" in sagemaker.stop_requests  # Batch stopped the started job's training job
+    # Batch stopped the started job's training job.
+    assert batch.training_jobs_of("trainstack-a-1")[0] in sagemaker.stop_requests
+    pages = [call for operation, call in batch.calls if operation == "ListServiceJobs"]
+    assert len(pages) == 3 and pages[0].get("nextToken") is None
 
 
 def test_sweeper_terminates_waiting_jobs_of_executions_that_ended(queue_world):
     client, batch, sagemaker, _ = queue_world
+    batch.page_size = 2  # three pages of waiting jobs
     sagemaker.script([[STARTING, TRAINING]])
     # A task token nobody returns keeps "alive" RUNNING whatever the (virtual) clock does; "gone" ends at
     # once. (Not a stop of a held execution: moto does not always end an execution stopped while it waits
@@ -127,6 +132,10 @@ def test_sweeper_terminates_waiting_jobs_of_executions_that_ended(queue_world):
     orphan = submit("trainstack-gone-1", gone)
     kept = submit("trainstack-alive-1", alive)
     foreign = submit("other-pipeline-1", f"arn:aws:states:{REGION}:{ACCOUNT}:execution:other:gone")
+    # A job submitted by hand, without the tag: its $lookup is undefined, which AWS fails the state for
+    # unless the expression guards it (States.QueryEvaluationError).
+    untagged = submit("by-hand-1", None)
+    late_orphan = submit("trainstack-gone-2", gone)
     arn = create_machine(client, "sweeper", sweeper_definition())
     sweep = wait_for(client.start_execution(stateMachineArn=arn)["executionArn"])
     assert sweep.status == "SUCCEEDED"
@@ -136,4 +145,6 @@ def test_sweeper_terminates_waiting_jobs_of_executions_that_ended(queue_world):
     ended = client.describe_execution(executionArn=gone)["status"]
     assert ended != "RUNNING"
     assert batch.jobs[orphan].status_reason == f"trainstack sweeper: execution {gone} is {ended}"
-    assert batch.jobs[kept].status == "RUNNABLE" and batch.jobs[foreign].status == "RUNNABLE"
+    assert batch.jobs[late_orphan].terminated  # on the last page
+    assert [batch.jobs[job].status for job in (kept, foreign, untagged)] == ["RUNNABLE"] * 3
+    assert len([operation for operation, _ in batch.calls if operation == "ListServiceJobs"]) == 3

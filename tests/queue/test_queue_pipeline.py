@@ -18,9 +18,10 @@ from tests.conftest import synthesize
 from tests.pipeline import harness
 from tests.pipeline.conftest import fake_value, state_machine_arn, state_machines
 from tests.pipeline.harness import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING, FakeSageMaker
-from tests.queue.batch_moto import install_fake_batch
-from tests.queue.fake_batch import FakeBatch
 from tests.queue.test_queue_config import settings_with
+from trainstack.emulator.batch_jobs import TRAINING_JOB_NAMES
+from trainstack.emulator.batch_routes import install_fake_batch
+from trainstack.emulator.fake_batch import FakeBatch
 
 FIFO = {"enabled": True, "max_instances": 2, "capacity_wait_hours": 1}
 FAIR = {"enabled": True, "max_instances": 3, "shares": {"teamA": 2, "teamB": 1}, "capacity_wait_hours": 1}
@@ -111,7 +112,7 @@ class Queue:
         harness.wait_until(lambda: any(job.name == name for job in self.batch.jobs.values()))
 
 
-def queue_for(pipeline: QueuedPipeline, monkeypatch, scripts) -> Any:
+def queue_for(pipeline: QueuedPipeline, monkeypatch, scripts, naming: str = "awsbatch") -> Any:
     sagemaker = FakeSageMaker(job_scripts=scripts)
     context = harness.pipeline_environment(sagemaker, monkeypatch)
     clock = context.__enter__()
@@ -122,6 +123,7 @@ def queue_for(pipeline: QueuedPipeline, monkeypatch, scripts) -> Any:
         weight_factors={name: weight_factor(weight) for name, weight in queue.shares.items()},
         capacity_wait_seconds=queue.capacity_wait_seconds,
         now=clock.time,
+        training_job_names=naming,
     )
     install_fake_batch(batch, monkeypatch)
     harness.create_state_machine(pipeline.attempt, "trainstack-pipeline-attempt")
@@ -130,9 +132,12 @@ def queue_for(pipeline: QueuedPipeline, monkeypatch, scripts) -> Any:
     return context, Queue(sagemaker, batch, arn, cleanup)
 
 
-@pytest.fixture
-def fifo(fifo_pipeline, monkeypatch):
-    context, queue = queue_for(fifo_pipeline, monkeypatch, [[STARTING, TRAINING, TRAINING, COMPLETED]])
+@pytest.fixture(params=TRAINING_JOB_NAMES)
+def fifo(fifo_pipeline, monkeypatch, request):
+    """The FIFO queue, under each plausible naming of the training jobs Batch starts (docs/emulator.md)."""
+    context, queue = queue_for(
+        fifo_pipeline, monkeypatch, [[STARTING, TRAINING, TRAINING, COMPLETED]], request.param
+    )
     yield queue
     context.__exit__(None, None, None)
 
@@ -148,6 +153,8 @@ def fair(fair_pipeline, monkeypatch):
 
 
 def release_first_job(queue: Queue) -> None:
+    # The job is in the queue before Batch creates its training job (within the same submit call).
+    harness.wait_until(lambda: queue.sagemaker.jobs)
     next(iter(queue.sagemaker.jobs.values())).phases.append(COMPLETED)
 
 
@@ -157,7 +164,8 @@ def test_second_run_waits_runnable_while_the_first_uses_the_instances_then_runs(
     second = fifo.start("second", {"runName": "trainstack-second"})
     outcomes = [harness.wait_for(first), harness.wait_for(second)]
     assert [outcome.status for outcome in outcomes] == ["SUCCEEDED", "SUCCEEDED"], [o.cause for o in outcomes]
-    assert outcomes[1].output["trainingJobName"] == "trainstack-second-1"
+    # The training job Batch started, under Batch's name for it.
+    assert outcomes[1].output["trainingJobName"] == fifo.batch.training_jobs_of("trainstack-second-1")[0]
     assert outcomes[1].output["checkpointUri"] == "s3://trainstack-checkpoints-test/trainstack-second/"
     transitions = fifo.batch.transitions
     assert ("trainstack-second-1", "RUNNABLE") in transitions
@@ -186,6 +194,7 @@ def test_capacity_error_is_retried_by_batch_and_resumes_from_the_same_checkpoint
         "s3://trainstack-checkpoints-test/trainstack-retry/"
     }
     assert len(fifo.sagemaker.created) == 2
+    assert outcome.output["trainingJobName"] == fifo.batch.training_jobs_of("trainstack-retry-1")[-1]
 
 
 def test_a_refused_start_of_the_attempt_is_retried_in_queue_mode_too(fifo, monkeypatch):
@@ -206,6 +215,71 @@ def test_capacity_never_coming_ends_as_capacity_exhausted(fifo):
     outcome = harness.wait_for(fifo.start("run", {"runName": "trainstack-starved"}))
     assert outcome.error == "CapacityExhausted"
     assert "capacity_wait_hours" in outcome.cause
+
+
+@pytest.fixture(scope="module")
+def nccl_pipeline(tmp_path_factory) -> QueuedPipeline:
+    # Batch's default capacity wait (24 h) is longer than nccl-test's own time limit (11 h: 1 h runtime,
+    # 4 h retry deadline, 6 h start-up allowance).
+    return queued_pipeline({"enabled": True, "max_instances": 2, "capacity_wait_hours": 24}, tmp_path_factory)
+
+
+def test_a_capacity_wait_longer_than_the_profiles_time_limit_ends_as_capacity_exhausted(
+    nccl_pipeline, monkeypatch
+):
+    # Each training job waits about 3 hours (SCHEDULED) and then fails for capacity: Batch counts only that
+    # time toward its 24 h limit, and the pipeline's own time limit must not count it at all.
+    waiting = [STARTING] * 20 + [CAPACITY_FAILURE]
+    context, queue = queue_for(nccl_pipeline, monkeypatch, [waiting])
+    try:
+        outcome = harness.wait_for(
+            queue.start("nccl", {"runName": "trainstack-nccl", "profile": "nccl-test"})
+        )
+        assert (outcome.error, outcome.status) == ("CapacityExhausted", "FAILED"), outcome.cause
+        assert "capacity_wait_hours" in outcome.cause
+        [job] = queue.batch.jobs.values()
+        assert job.capacity_wait >= 24 * 3600 > 11 * 3600
+        assert len(job.training_jobs) > 1  # Batch tried again and again
+        assert not queue.sagemaker.stop_requests  # the pipeline never stopped a job for its time limit
+    finally:
+        context.__exit__(None, None, None)
+
+
+def test_a_user_stop_ends_the_run_and_the_cleanup_takes_its_started_job_down(fifo):
+    import boto3
+
+    fifo.sagemaker.script([[STARTING, TRAINING]])  # runs until stopped
+    running = fifo.start("running", {"runName": "trainstack-running"})
+    harness.wait_until(lambda: fifo.batch.training_jobs_of("trainstack-running-1"))
+    stepfunctions = boto3.client("stepfunctions", region_name=harness.REGION)
+    stepfunctions.stop_execution(executionArn=running)
+    assert harness.wait_for(running).status == "ABORTED"
+    cleanup = harness.wait_for(harness.start(fifo.cleanup_arn, ended_event(running), "cleanup-running"))
+    assert cleanup.status == "SUCCEEDED", cleanup.cause
+    [job] = fifo.batch.jobs.values()
+    assert (job.status, job.terminated) == ("FAILED", True)
+    # Batch stopped the training job it had started, under its own name.
+    assert fifo.sagemaker.stop_requests == fifo.batch.training_jobs_of("trainstack-running-1")
+
+
+def ended_event(execution_arn: str) -> dict[str, Any]:
+    """The event EventBridge delivers to the queue cleanup for an execution that ended."""
+    import boto3
+
+    described = boto3.client("stepfunctions", region_name=harness.REGION).describe_execution(
+        executionArn=execution_arn
+    )
+    return {
+        "detail-type": "Step Functions Execution Status Change",
+        "source": "aws.states",
+        "detail": {
+            "executionArn": execution_arn,
+            "stateMachineArn": described["stateMachineArn"],
+            "name": described["name"],
+            "status": described["status"],
+            "input": described["input"],
+        },
+    }
 
 
 def test_a_job_larger_than_the_queue_is_invalid_input_and_never_submitted(fifo):
@@ -284,22 +358,9 @@ def test_aborting_a_run_while_it_waits_takes_its_job_out_of_the_queue(fifo):
     stepfunctions = boto3.client("stepfunctions", region_name=harness.REGION)
     stepfunctions.stop_execution(executionArn=waiting)
     assert harness.wait_for(waiting).status == "ABORTED"  # moto reflects a stop on the execution's thread
-    # The event EventBridge delivers to the queue cleanup for the aborted execution.
-    described = stepfunctions.describe_execution(executionArn=waiting)
-    event = {
-        "detail-type": "Step Functions Execution Status Change",
-        "source": "aws.states",
-        "detail": {
-            "executionArn": waiting,
-            "stateMachineArn": described["stateMachineArn"],
-            "name": described["name"],
-            "status": "ABORTED",
-            "input": described["input"],
-        },
-    }
-    cleanup = harness.wait_for(harness.start(fifo.cleanup_arn, event, "cleanup-waiting"))
+    cleanup = harness.wait_for(harness.start(fifo.cleanup_arn, ended_event(waiting), "cleanup-waiting"))
     assert cleanup.status == "SUCCEEDED", cleanup.cause
     [job] = [job for job in fifo.batch.jobs.values() if job.name == "trainstack-waiting-1"]
     assert (job.status, job.terminated) == ("FAILED", True)
     assert job.status_reason == f"trainstack cleanup: execution {waiting} ended"
-    assert list(fifo.sagemaker.jobs) == ["trainstack-other-1"]  # the aborted run's job never started
+    assert fifo.batch.training_jobs_of("trainstack-waiting-1") == []  # the aborted run's job never started

@@ -80,20 +80,25 @@ def test_attempt_machine_may_submit_to_this_queue_only_and_follow_service_jobs(q
     template, _ = queued_app
     queue_id = next(iter(resources(template, "AWS::Batch::JobQueue")))
     attempt = statements_of(template, "TrainingAttemptStateMachineRole")
-    by_action = {
-        action.lower(): statement["Resource"]
-        for statement in attempt
-        for action in _actions(statement)
-        if action.startswith(("batch:", "sagemaker:"))
-    }
+    by_action: dict[str, list] = {}
+    for statement in attempt:
+        for action in _actions(statement):
+            if action.startswith(("batch:", "sagemaker:")):
+                by_action.setdefault(action.lower(), []).append(
+                    (statement["Resource"], statement.get("Condition"))
+                )
     service_jobs = "arn:aws:batch:us-east-1:111111111111:service-job/*"
     assert by_action == {
-        "batch:submitservicejob": {"Fn::GetAtt": [queue_id, "JobQueueArn"]},
-        "batch:tagresource": service_jobs,
-        "batch:describeservicejob": service_jobs,
-        "batch:terminateservicejob": service_jobs,
-        # The attempt reads the training job Batch started; it creates none itself.
-        "sagemaker:describetrainingjob": "arn:aws:sagemaker:us-east-1:111111111111:training-job/trainstack-*",
+        "batch:submitservicejob": [({"Fn::GetAtt": [queue_id, "JobQueueArn"]}, None)],
+        "batch:tagresource": [(service_jobs, None)],
+        "batch:describeservicejob": [(service_jobs, None)],
+        "batch:terminateservicejob": [(service_jobs, None)],
+        # The attempt reads the training job Batch started (AWSBatch<jobName><attemptId>, this project's
+        # by its run tag); it creates none itself.
+        "sagemaker:describetrainingjob": [
+            ("arn:aws:sagemaker:us-east-1:111111111111:training-job/trainstack-*", None),
+            (BATCH_JOBS, PROJECT_RUNS),
+        ],
     }
     pipeline = statements_of(template, "TrainingStateMachineRole")
     assert not [
@@ -104,6 +109,26 @@ def test_attempt_machine_may_submit_to_this_queue_only_and_follow_service_jobs(q
     assert template["Outputs"][TRAINING_QUEUE_ARN_OUTPUT]["Value"] == {
         "Fn::GetAtt": [queue_id, "JobQueueArn"]
     }
+
+
+BATCH_JOBS = "arn:aws:sagemaker:us-east-1:111111111111:training-job/AWSBatch*"
+PROJECT_RUNS = {"StringLike": {"aws:ResourceTag/trainstack:run": "trainstack-*"}}
+
+
+def test_the_job_sweeper_may_stop_and_the_training_role_may_log_as_batchs_jobs(queued_app):
+    template, _ = queued_app
+    sweeper = statements_of(template, "JobCleanupSweeperRole")
+    stops = [
+        (s["Resource"], s.get("Condition")) for s in sweeper if "sagemaker:StopTrainingJob" in _actions(s)
+    ]
+    assert (BATCH_JOBS, PROJECT_RUNS) in stops
+    role = statements_of(template, "SageMakerExecutionRole")
+    [streams] = [s for s in role if s.get("Sid") == "TrainingLogStreams"]
+    group = "arn:aws:logs:us-east-1:111111111111:log-group:/aws/sagemaker/TrainingJobs"
+    assert sorted(streams["Resource"]) == [
+        f"{group}:log-stream:AWSBatch*",
+        f"{group}:log-stream:trainstack-*",
+    ]
 
 
 def test_queued_templates_pass_cfn_lint_and_nag(queued_app):

@@ -27,8 +27,8 @@ from tests.queue.conftest import (
     create_machine,
     definition_of,
 )
-from tests.queue.fake_batch import FakeBatch
 from trainstack.config import load_settings
+from trainstack.emulator.fake_batch import FakeBatch
 from trainstack.job_request import RunRequest, build_create_training_job_request
 
 
@@ -41,8 +41,9 @@ def attempt_definition() -> str:
             "Attempt",
             partition="aws",
             job_queue_arn=QUEUE_ARN,
-            job_arn=JOB_ARN,
+            job_arns=[JOB_ARN],
             service_job_arn=SERVICE_JOB_ARN,
+            batch_job_permissions=[],
         ).start
 
     return definition_of(build)
@@ -90,7 +91,9 @@ def test_one_attempt_completes_through_the_queue(world):
     outcome = run(client, arn, {"a": attempt_input("trainstack-a")})["a"]
     assert outcome.status == "SUCCEEDED", outcome.cause
     assert outcome.output["status"] == "Completed"
-    assert outcome.output["job"]["name"] == "trainstack-a-1"
+    # Batch's name for the training job, learnt from DescribeServiceJob's latestAttempt.
+    assert outcome.output["job"]["name"] == batch.training_jobs_of("trainstack-a-1")[-1]
+    assert outcome.output["job"]["name"].startswith("AWSBatchtrainstack-a-1")
     [(operation, submitted)] = [call for call in batch.calls if call[0] == "SubmitServiceJob"]
     assert json.loads(submitted["serviceRequestPayload"]) == attempt_input("trainstack-a")["request"]
     assert "schedulingPriority" not in submitted and "shareIdentifier" not in submitted
@@ -118,8 +121,9 @@ def blocking(sagemaker: FakeSageMaker) -> None:
     sagemaker.script([[STARTING, TRAINING], [STARTING, TRAINING, COMPLETED]])
 
 
-def release(sagemaker: FakeSageMaker, name: str) -> None:
-    sagemaker.jobs[name].phases.append(COMPLETED)
+def release(sagemaker: FakeSageMaker, batch: FakeBatch, name: str) -> None:
+    """Complete the training job Batch started for service job `name`."""
+    sagemaker.jobs[batch.training_jobs_of(name)[0]].phases.append(COMPLETED)
 
 
 def test_second_run_waits_runnable_while_the_environment_is_full_then_runs(world):
@@ -147,7 +151,7 @@ def test_priorities_order_the_waiting_jobs(world):
             start(client, arn, name, attempt_input(f"trainstack-{name}", priority=priority, share="research"))
         )
         wait_until(lambda name=name: submitted(batch, f"trainstack-{name}-1"))
-    release(sagemaker, "trainstack-blocker-1")
+    release(sagemaker, batch, "trainstack-blocker-1")
     assert [wait_for(execution).output["status"] for execution in executions] == ["Completed"] * 3
     assert started(batch) == ["trainstack-blocker-1", "trainstack-high-1", "trainstack-low-1"]
     [high] = [job for job in batch.jobs.values() if job.name == "trainstack-high-1"]
@@ -169,7 +173,7 @@ def test_fair_share_gives_the_heavier_share_more_instances(world):
         value = attempt_input(f"trainstack-{name}", instances=instances, share=share)
         executions.append(start(client, arn, name, value))
         wait_until(lambda name=name: submitted(batch, f"trainstack-{name}-1"))
-    release(sagemaker, "trainstack-blocker-1")
+    release(sagemaker, batch, "trainstack-blocker-1")
     for execution in executions:
         assert wait_for(execution).output["status"] == "Completed"
     # Once the blocker ended, three 1-instance jobs fit: teamA got two of them, teamB one.
@@ -208,4 +212,5 @@ def test_training_failure_is_reported_with_its_reason(world):
     sagemaker.script([[STARTING, failed("AlgorithmError: loss is nan")]])
     outcome = wait_for(start(client, arn, "run", attempt_input("trainstack-run")))
     assert outcome.output["status"] == "Failed"
-    assert outcome.output["cause"] == "Training job trainstack-run-1 failed: AlgorithmError: loss is nan"
+    [name] = batch.training_jobs_of("trainstack-run-1")
+    assert outcome.output["cause"] == f"Training job {name} failed: AlgorithmError: loss is nan"

@@ -120,6 +120,11 @@ class Pipeline:
         queue = training_queue_name(self.settings.project)
         return run_job(self.client("sagemaker"), self.client("batch"), queue, run_name)
 
+    def training_job_of(self, run_name: str) -> Job | None:
+        """The run's newest training job (queue mode: the one Batch started), else None."""
+        job = self.job_of(run_name)
+        return job if isinstance(job, Job) else None
+
     @cached_property
     def state_machine_arn(self) -> str:
         return self.given_state_machine_arn or find_state_machine(

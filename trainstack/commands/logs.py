@@ -8,7 +8,7 @@ import time
 from datetime import UTC, datetime
 
 from trainstack.commands.common import Pipeline, add_pipeline_command, one_line_failures
-from trainstack.runs import JOB_ENDED, TRAINING_LOG_GROUP, RunError, current_job, log_events
+from trainstack.runs import JOB_ENDED, TRAINING_LOG_GROUP, RunError, log_events
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -39,7 +39,7 @@ def _print_logs(pipeline: Pipeline, execution: dict, args: argparse.Namespace) -
     run_name = pipeline.run_name_of(execution)
     printed: dict[str, set[str]] = {}  # job -> event ids already printed
     while True:
-        job = current_job(sagemaker, run_name)
+        job = pipeline.training_job_of(run_name)
         if job is None and not args.follow:
             raise RunError(f"run {args.run} has no training job yet")
         if job is not None:

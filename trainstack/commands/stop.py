@@ -6,7 +6,7 @@ import argparse
 import getpass
 
 from trainstack.commands.common import Pipeline, add_pipeline_command, one_line_failures
-from trainstack.runs import JOB_ENDED, RunError, current_job
+from trainstack.runs import JOB_ENDED, RunError
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
         error="TrainingStopped",
         cause=f"stopped by {getpass.getuser()} with trainstack stop",
     )
-    job = current_job(pipeline.client("sagemaker"), pipeline.run_name_of(execution))
+    job = pipeline.training_job_of(pipeline.run_name_of(execution))
     print(f"stopped execution {execution['executionArn']}")
     if job is None:
         print("no training job had started")

@@ -144,8 +144,8 @@ class LocalSageMaker:
             resources["SelectedInstanceType"] = preferences[0]["InstanceType"]
             resources["SelectedInstanceCount"] = preferences[0].get("InstanceCount", 1)
         answer = {
-            "TrainingJobName": name,
-            "TrainingJobArn": self.arn(name),
+            "TrainingJobName": job.name,
+            "TrainingJobArn": self.arn(job.name),
             "TrainingJobStatus": status,
             "SecondaryStatus": secondary,
             "HyperParameters": request.get("HyperParameters", {}),
@@ -217,9 +217,13 @@ class LocalSageMaker:
 
     def _job(self, name: str) -> LocalJob:
         with self._lock:
-            if name not in self.jobs:
+            # ARNs are in lower case; a job is found by its name in any case (assumed: docs/emulator.md).
+            found = self.jobs.get(name) or next(
+                (job for key, job in self.jobs.items() if key.lower() == name.lower()), None
+            )
+            if found is None:
                 raise LocalSageMakerError("ValidationException", "Requested resource not found.")
-            return self.jobs[name]
+            return found
 
     def _model_uri(self, request: dict[str, Any]) -> str:
         output = request["OutputDataConfig"]["S3OutputPath"].rstrip("/")

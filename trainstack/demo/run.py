@@ -112,6 +112,23 @@ def prepare_dataset(workdir: Path) -> Path:
     return dataset
 
 
+def demo_hyperparameters(max_steps: int, checkpoint_interval: int) -> dict[str, str]:
+    """A tiny model on the demo dataset: seconds per run on a CPU."""
+    return {
+        "model_preset": "tiny",
+        "seq_len": "128",
+        "micro_batch_size": "4",
+        "max_steps": str(max_steps),
+        "learning_rate": "3e-3",
+        "lr_reference_batch_size": "8",
+        "warmup_steps": "10",
+        "log_interval": "5",
+        "val_interval": str(max_steps),
+        "val_batches": "4",
+        "checkpoint_interval": str(checkpoint_interval),
+    }
+
+
 def run_pipeline(args, settings, pipeline, sagemaker: LocalSageMaker, run_name: str) -> dict | None:
     import boto3
     from moto import mock_aws
@@ -119,19 +136,7 @@ def run_pipeline(args, settings, pipeline, sagemaker: LocalSageMaker, run_name: 
     from trainstack.cli import main as trainstack
     from trainstack.emulator import ScaledClock, local_stepfunctions
 
-    hyperparameters = {
-        "model_preset": "tiny",
-        "seq_len": "128",
-        "micro_batch_size": "4",
-        "max_steps": str(args.max_steps),
-        "learning_rate": "3e-3",
-        "lr_reference_batch_size": "8",
-        "warmup_steps": "10",
-        "log_interval": "5",
-        "val_interval": str(args.max_steps),
-        "val_batches": "4",
-        "checkpoint_interval": str(args.checkpoint_interval),
-    }
+    hyperparameters = demo_hyperparameters(args.max_steps, args.checkpoint_interval)
     with (
         mock_aws(config={"stepfunctions": {"execute_state_machine": True}}),
         local_stepfunctions(ScaledClock(args.speedup)) as clock,

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainstack.queue import training_queue_name
+
 ACCOUNT = "123456789012"  # moto's default account
 
 
@@ -58,6 +60,8 @@ def load_pipeline(cdk_out: Path, project: str, region: str) -> SynthesizedPipeli
             return part
         if part == {"Ref": "AWS::Partition"}:
             return "aws"
+        if part.get("Fn::GetAtt", [None, None])[1] == "JobQueueArn":  # queue mode's job queue
+            return f"arn:aws:batch:{region}:{ACCOUNT}:job-queue/{training_queue_name(project)}"
         machine = resources.get(part.get("Ref", ""), {})
         if machine.get("Type") != "AWS::StepFunctions::StateMachine":
             raise SynthesizedPipelineError(f"{template_path}: the definition of {name} refers to {part}")

@@ -10,9 +10,14 @@ waited the queue's capacity time limit. So this attempt:
 - submits once (batch:SubmitServiceJob, no retryStrategy: Batch's capacity retries need none, and any
   other failure is the pipeline's to report), the service job named like the training job and tagged
   like it, so the cleanup machine can find an execution's service jobs;
-- polls DescribeServiceJob; the time limit (timeLimitSeconds) counts from when Batch started the job,
-  never while it waits in the queue;
-- at the end describes the training job Batch started (latestAttempt) for the outcome and the output.
+- polls DescribeServiceJob; the time limit (timeLimitSeconds) counts from when the latest training job
+  Batch started got its instances (STARTING or RUNNING), never while the job waits RUNNABLE nor while it
+  is SCHEDULED: that is capacity wait, which Batch itself limits (only time in SCHEDULED counts toward
+  the queue's capacity time limit, and a capacity failure sends the job back to RUNNABLE: Batch user
+  guide, "Jobs stuck in RUNNABLE due to capacity");
+- at the end describes the training job Batch started, by the name in DescribeServiceJob's
+  latestAttempt.serviceResourceId (botocore's batch model: LatestServiceJobAttempt.serviceResourceId
+  {name: TrainingJobArn, value}); Batch names it `AWSBatch<jobName><attemptId>`, not like the request.
 """
 
 from __future__ import annotations
@@ -20,11 +25,18 @@ from __future__ import annotations
 import json
 
 from aws_cdk import Duration
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from stacks.pipeline.attempt.training_attempt import DESCRIBED_STATUS, FAILED_JOB_CAUSE, described_job
+from stacks.pipeline.attempt.training_attempt import (
+    FAILED_JOB_CAUSE,
+    SAGEMAKER_ERROR,
+    describe_training_job,
+    outcome,
+    poll_wait,
+)
 from stacks.pipeline.jsonata_text import expression
 from stacks.pipeline.queue.training_queue import CAPACITY_REASON
 from trainstack.config import Settings
@@ -33,15 +45,9 @@ from trainstack.config import Settings
 # everything else, throttling included, is Batch.BatchException).
 CLIENT_ERROR = "Batch.ClientException"
 TRANSIENT_ERRORS = ["Batch.ServerException", "Batch.BatchException"]
-SAGEMAKER_ERROR = "SageMaker.SageMakerException"
 TIME_LIMIT_PREFIX = "Terminated by JobStateTimeLimit action due to reason: " + CAPACITY_REASON
-WAITING = ("SUBMITTED", "PENDING", "RUNNABLE")
-# Polling: every minute at first, then a twentieth of the job's age, at most every 10 minutes.
-POLL_MIN_SECONDS, POLL_MAX_SECONDS, POLL_AGE_DIVISOR = 60, 600, 20
-
-
-def _outcome(status: str, cause: str = "null") -> str:
-    return expression(f'{{"status": "{status}", "cause": {cause}, "job": $job}}')
+# Service job states in which the training job has its instances: the time limit counts only there.
+HAS_INSTANCES = ("STARTING", "RUNNING")
 
 
 def queue_attempt_fields(settings: Settings) -> dict[str, str]:
@@ -72,9 +78,12 @@ class QueuedTrainingAttempt(Construct):
         *,
         partition: str,
         job_queue_arn: str,
-        job_arn: str,
+        job_arns: list[str],
         service_job_arn: str,
+        batch_job_permissions: list[iam.PolicyStatement],
     ) -> None:
+        """job_arns: training jobs named like the request; batch_job_permissions: the statements that let
+        the attempt describe the training jobs Batch names itself (training_queue.batch_training_jobs)."""
         super().__init__(scope, construct_id)
         report = sfn.Succeed.jsonata(self, "ReportOutcome", outputs=expression("$outcome"))
         request = "$states.input.request"
@@ -119,23 +128,13 @@ class QueuedTrainingAttempt(Construct):
             errors=[CLIENT_ERROR, *TRANSIENT_ERRORS],
             assign={
                 "job": expression(f'{{"name": {request}.TrainingJobName}}'),
-                "outcome": _outcome(
+                "outcome": outcome(
                     "Rejected", '"AWS Batch refused the training job: " & $states.errorOutput.Cause'
                 ),
             },
         )
 
-        age = "($millis() - $job.createdMillis) / 1000"
-        wait = sfn.Wait.jsonata(
-            self,
-            "WaitForServiceJob",
-            time=sfn.WaitTime.seconds(
-                expression(
-                    f"$max([{POLL_MIN_SECONDS}, "
-                    f"$min([{POLL_MAX_SECONDS}, $round({age} / {POLL_AGE_DIVISOR})])])"
-                )
-            ),
-        )
+        wait = poll_wait(self, "WaitForServiceJob")
         describe = tasks.CallAwsService.jsonata(
             self,
             "DescribeServiceJob",
@@ -149,9 +148,10 @@ class QueuedTrainingAttempt(Construct):
                     '"reason": $states.result.StatusReason, '
                     '"trainingJobArn": $states.result.LatestAttempt.ServiceResourceId.Value}'
                 ),
+                # Reset whenever the job waits again (a capacity failure sends it back to RUNNABLE).
                 "runningSince": expression(
-                    f"$runningSince = 0 and $not($states.result.Status in {json.dumps(WAITING)}) "
-                    "? $millis() : $runningSince"
+                    f"$states.result.Status in {json.dumps(HAS_INSTANCES)} "
+                    "? ($runningSince = 0 ? $millis() : $runningSince) : 0"
                 ),
             },
             outputs={},
@@ -173,7 +173,7 @@ class QueuedTrainingAttempt(Construct):
             },
             iam_resources=[service_job_arn],
             assign={
-                "outcome": _outcome(
+                "outcome": outcome(
                     "Overdue",
                     '"Service job " & $job.name & " was terminated by the pipeline after " & '
                     '$string($limits.timeLimitSeconds) & " seconds, its time limit (maxRuntimeHours + '
@@ -186,47 +186,38 @@ class QueuedTrainingAttempt(Construct):
         terminate.add_catch(wait, errors=[CLIENT_ERROR, *TRANSIENT_ERRORS], outputs={})
         terminate.next(report)
 
-        # The training job Batch started: its name is the ARN's last part (SageMaker writes ARNs in
-        # lower case; the request's name is used when it is the same name).
+        # The training job Batch started: its name is the ARN's last part (Batch's guide shows ARNs
+        # training-job/AWSBatch<jobName><attemptId>; should SageMaker write the ARN in lower case, the
+        # request's own name is used when it is that name).
         arn_name = '$split($service.trainingJobArn, "/")[-1]'
-        training_job_name = f"($lowercase($job.name) = {arn_name} ? $job.name : {arn_name})"
-        describe_training_job = tasks.CallAwsService.jsonata(
+        describe_started_job = describe_training_job(
             self,
-            "DescribeTrainingJob",
-            service="sagemaker",
-            action="describeTrainingJob",
-            parameters={"TrainingJobName": expression(training_job_name)},
-            iam_resources=[job_arn],
-            assign={
-                "described": expression(DESCRIBED_STATUS),
-                "job": expression(described_job(with_name=True)),
-            },
-            outputs={},
+            name=f"($lowercase($job.name) = {arn_name} ? $job.name : {arn_name})",
+            job_arns=job_arns,
+            with_name=True,
+            more_permissions=batch_job_permissions,
         )
-        describe_training_job.add_retry(
-            errors=[SAGEMAKER_ERROR], interval=Duration.seconds(2), backoff_rate=2, max_attempts=6
-        )
+        # Retries used up: ask Batch and SageMaker again after the next wait.
+        describe_started_job.add_catch(wait, errors=[SAGEMAKER_ERROR], outputs={})
         status = "$described.status"
         classify_training_job = (
             sfn.Choice.jsonata(self, "ClassifyTrainingJob")
             .when(
                 sfn.Condition.jsonata(expression(f'{status} = "Completed"')),
                 report,
-                assign={"outcome": _outcome("Completed")},
+                assign={"outcome": outcome("Completed")},
             )
             .when(
                 sfn.Condition.jsonata(expression(f'{status} = "Failed"')),
                 report,
-                assign={
-                    "outcome": _outcome("Failed", FAILED_JOB_CAUSE)
-                },
+                assign={"outcome": outcome("Failed", FAILED_JOB_CAUSE)},
             )
             .otherwise(
                 sfn.Pass.jsonata(
                     self,
                     "TrainingJobStopped",
                     assign={
-                        "outcome": _outcome(
+                        "outcome": outcome(
                             "Stopped",
                             '"Training job " & $job.name & " was stopped (" & $described.secondary & "): " & '
                             "$service.reason",
@@ -235,7 +226,7 @@ class QueuedTrainingAttempt(Construct):
                 ).next(report)
             )
         )
-        describe_training_job.next(classify_training_job)
+        describe_started_job.next(classify_training_job)
 
         service_status = "$service.status"
         reason = '($service.reason ? $service.reason : "")'
@@ -251,7 +242,7 @@ class QueuedTrainingAttempt(Construct):
                 ),
                 report,
                 assign={
-                    "outcome": _outcome(
+                    "outcome": outcome(
                         "Capacity",
                         '"AWS Batch kept meeting insufficient capacity for " & $job.name & '
                         '" and gave up after the queue\'s capacity_wait_hours: " & $service.reason',
@@ -265,7 +256,7 @@ class QueuedTrainingAttempt(Construct):
                         "$exists($service.trainingJobArn))"
                     )
                 ),
-                describe_training_job,
+                describe_started_job,
             )
             .when(
                 sfn.Condition.jsonata(
@@ -275,7 +266,7 @@ class QueuedTrainingAttempt(Construct):
                 ),
                 report,
                 assign={
-                    "outcome": _outcome(
+                    "outcome": outcome(
                         "Quota",
                         '"SageMaker refused the job: a service quota is exhausted (" & '
                         '$service.reason & ")."',
@@ -288,14 +279,14 @@ class QueuedTrainingAttempt(Construct):
                 ),
                 report,
                 assign={
-                    "outcome": _outcome("Rejected", '"SageMaker rejected the request: " & $service.reason')
+                    "outcome": outcome("Rejected", '"SageMaker rejected the request: " & $service.reason')
                 },
             )
             .when(
                 sfn.Condition.jsonata(expression(f'{service_status} = "FAILED"')),
                 report,
                 assign={
-                    "outcome": _outcome(
+                    "outcome": outcome(
                         "Stopped",
                         '"Service job " & $job.name & " was terminated before it started: " & '
                         "$service.reason",

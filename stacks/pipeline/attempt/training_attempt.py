@@ -21,6 +21,7 @@ AWS's error names under aws-sdk:sagemaker:* (errors SageMaker's API model declar
 from __future__ import annotations
 
 from aws_cdk import Duration
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
@@ -77,6 +78,57 @@ def described_job(*, with_name: bool = False) -> str:
     )
 
 
+# DescribeTrainingJob / StopTrainingJob: a SageMakerException (throttling) is retried with backoff; when
+# the retries run out, the next poll asks again.
+STATUS_CALL_RETRY = {
+    "errors": [SAGEMAKER_ERROR],
+    "interval": Duration.seconds(2),
+    "backoff_rate": 2,
+    "max_attempts": 5,
+    "max_delay": Duration.seconds(60),
+    "jitter_strategy": sfn.JitterType.FULL,
+}
+
+
+def poll_wait(scope: Construct, construct_id: str) -> sfn.Wait:
+    """The wait before the next status call, by the age of the attempt (both attempt kinds)."""
+    return sfn.Wait.jsonata(
+        scope,
+        construct_id,
+        time=sfn.WaitTime.seconds(
+            expression(poll_seconds_expression("($millis() - $job.createdMillis) / 1000"))
+        ),
+    )
+
+
+def describe_training_job(
+    scope: Construct,
+    *,
+    name: str,
+    job_arns: list[str],
+    with_name: bool = False,
+    more_permissions: list[iam.PolicyStatement] | None = None,
+) -> tasks.CallAwsService:
+    """DescribeTrainingJob of job `name` (a JSONata expression) into $described and $job, retried on
+    throttling (both attempt kinds)."""
+    describe = tasks.CallAwsService.jsonata(
+        scope,
+        "DescribeTrainingJob",
+        service="sagemaker",
+        action="describeTrainingJob",
+        parameters={"TrainingJobName": expression(name)},
+        iam_resources=job_arns,
+        additional_iam_statements=more_permissions,
+        assign={
+            "described": expression(DESCRIBED_STATUS),
+            "job": expression(described_job(with_name=with_name)),
+        },
+        outputs={},
+    )
+    describe.add_retry(**STATUS_CALL_RETRY)
+    return describe
+
+
 # SageMaker's validation message names its own field: say which input field that is.
 REJECTED_FIELDS = (
     ("trainingJobName", "runName"),
@@ -87,7 +139,8 @@ REJECTED_FIELDS = (
 )
 
 
-def _outcome(status: str, cause: str = "null", *, with_job: bool = True) -> str:
+def outcome(status: str, cause: str = "null", *, with_job: bool = True) -> str:
+    """The attempt's output {"status", "cause", "job"} as a JSONata expression."""
     job = ', "job": $job' if with_job else ""
     return expression(f'{{"status": "{status}", "cause": {cause}{job}}}')
 
@@ -142,12 +195,12 @@ class TrainingAttempt(Construct):
             'jobs to end."'
         )
         create.add_catch(
-            report, errors=[QUOTA_ERROR], assign={"outcome": _outcome("Quota", quota, with_job=False)}
+            report, errors=[QUOTA_ERROR], assign={"outcome": outcome("Quota", quota, with_job=False)}
         )
         create.add_catch(
             report,
             errors=[IN_USE_ERROR],
-            assign={"outcome": _outcome("NameInUse", name_in_use, with_job=False)},
+            assign={"outcome": outcome("NameInUse", name_in_use, with_job=False)},
         )
         classify_create_error = sfn.Choice.jsonata(
             self, "ClassifyCreateError", comment="Throttling is retried; any other error is a rejection."
@@ -157,7 +210,7 @@ class TrainingAttempt(Construct):
             errors=[SAGEMAKER_ERROR],
             assign={
                 # Unless its Cause says throttling, the error is SageMaker rejecting the request.
-                "outcome": _outcome("Rejected", _rejected_cause(), with_job=False),
+                "outcome": outcome("Rejected", _rejected_cause(), with_job=False),
                 "createError": expression("$states.errorOutput"),
                 "throttles": expression("$exists($throttles) ? $throttles + 1 : 1"),
             },
@@ -188,35 +241,8 @@ class TrainingAttempt(Construct):
             },
         ).otherwise(report)
 
-        wait_for_job = sfn.Wait.jsonata(
-            self,
-            "WaitForJob",
-            time=sfn.WaitTime.seconds(
-                expression(poll_seconds_expression("($millis() - $job.createdMillis) / 1000"))
-            ),
-        )
-        describe = tasks.CallAwsService.jsonata(
-            self,
-            "DescribeTrainingJob",
-            service="sagemaker",
-            action="describeTrainingJob",
-            parameters={"TrainingJobName": expression("$job.name")},
-            iam_resources=[job_arn],
-            assign={
-                "described": expression(DESCRIBED_STATUS),
-                "job": expression(described_job()),
-            },
-            outputs={},
-        )
-        status_call_retry = {
-            "errors": [SAGEMAKER_ERROR],
-            "interval": Duration.seconds(2),
-            "backoff_rate": 2,
-            "max_attempts": 5,
-            "max_delay": Duration.seconds(60),
-            "jitter_strategy": sfn.JitterType.FULL,
-        }
-        describe.add_retry(**status_call_retry)
+        wait_for_job = poll_wait(self, "WaitForJob")
+        describe = describe_training_job(self, name="$job.name", job_arns=[job_arn])
         describe.add_catch(wait_for_job, errors=[SAGEMAKER_ERROR], outputs={})
         stop = tasks.CallAwsService.jsonata(
             self,
@@ -227,7 +253,7 @@ class TrainingAttempt(Construct):
             parameters={"TrainingJobName": expression("$job.name")},
             iam_resources=[job_arn],
             assign={
-                "outcome": _outcome(
+                "outcome": outcome(
                     "Overdue",
                     '"Training job " & $job.name & " was stopped by the pipeline after " & '
                     '$string($limits.timeLimitSeconds) & " seconds, its time limit (maxRuntimeHours + retry '
@@ -236,7 +262,7 @@ class TrainingAttempt(Construct):
             },
             outputs={},
         )
-        stop.add_retry(**status_call_retry)
+        stop.add_retry(**STATUS_CALL_RETRY)
         # A stop that fails (the job may just have ended) is followed by the next poll.
         stop.add_catch(wait_for_job, errors=[SAGEMAKER_ERROR], outputs={})
         stop.next(report)
@@ -246,7 +272,7 @@ class TrainingAttempt(Construct):
         check_job.when(
             sfn.Condition.jsonata(expression(f'{status} = "Completed"')),
             report,
-            assign={"outcome": _outcome("Completed")},
+            assign={"outcome": outcome("Completed")},
         ).when(
             sfn.Condition.jsonata(
                 expression(
@@ -258,7 +284,7 @@ class TrainingAttempt(Construct):
             ),
             report,
             assign={
-                "outcome": _outcome(
+                "outcome": outcome(
                     "Capacity",
                     '$described.reason ? $described.reason : "spot capacity did not come within '
                     'MaxWaitTimeInSeconds (" & $described.secondary & ")"',
@@ -267,14 +293,12 @@ class TrainingAttempt(Construct):
         ).when(
             sfn.Condition.jsonata(expression(f'{status} = "Failed"')),
             report,
-            assign={
-                "outcome": _outcome("Failed", FAILED_JOB_CAUSE)
-            },
+            assign={"outcome": outcome("Failed", FAILED_JOB_CAUSE)},
         ).when(
             sfn.Condition.jsonata(expression(f'{status} = "Stopped"')),
             report,
             assign={
-                "outcome": _outcome(
+                "outcome": outcome(
                     "Stopped", '"Training job " & $job.name & " was stopped (" & $described.secondary & ")."'
                 )
             },

@@ -7,7 +7,8 @@
    `<runName>-1`, `<runName>-2`, ... until a name does not exist, and stops each InProgress job whose
    `trainstack:execution` tag names that execution.
 2. `<project>-job-sweeper`, every 15 minutes: stops any InProgress job tagged with an execution of this
-   pipeline that is no longer RUNNING (a missed event, a cleanup that failed).
+   pipeline that is no longer RUNNING (a missed event, a cleanup that failed). In queue mode that includes
+   the training jobs AWS Batch named itself (`AWSBatch*`, carrying the request's tags).
 
 Errors are AWS's aws-sdk names: SageMaker throttling (and validation) arrives as
 `SageMaker.SageMakerException` with the reason in the Cause; every call is retried with capped,
@@ -31,9 +32,10 @@ from constructs import Construct
 
 from stacks.pipeline.jsonata_text import expression
 from stacks.pipeline.logged_state_machine import logged_state_machine
+from stacks.pipeline.queue.training_queue import batch_training_jobs
 from stacks.pipeline.training_state_machine import training_job_arn
 from stacks.validation import acknowledge
-from stacks.wildcard_acknowledgments import flatten_reference
+from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements, flatten_reference
 from trainstack.job_request import EXECUTION_TAG
 
 # Execution statuses after which a job of that execution must not keep running.
@@ -42,6 +44,7 @@ EXECUTION_STATUS_CHANGE = "Step Functions Execution Status Change"
 # Longer than a CreateTrainingJob call can stay in flight (the SDK's 60 s socket timeout plus retries).
 IN_FLIGHT_CREATE_SECONDS = 120
 SWEEP_EVERY = cdk.Duration.minutes(15)
+STOP_BATCH_JOBS = "StopBatchTrainingJobs"
 SAGEMAKER_ERROR = "SageMaker.SageMakerException"
 NOT_FOUND_ERROR = "SageMaker.ResourceNotFoundException"
 STEP_FUNCTIONS_ERROR = "Sfn.SfnException"
@@ -86,8 +89,15 @@ class JobCleanup(Construct):
     """The cleanup machine and its rule, and the sweeper machine and its schedule."""
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, project: str, pipeline: sfn.StateMachine
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        project: str,
+        pipeline: sfn.StateMachine,
+        batch_jobs: bool = False,
     ) -> None:
+        """batch_jobs: queue mode, where AWS Batch names the training jobs (the sweeper may stop those)."""
         super().__init__(scope, construct_id)
         self._project = project
         self._job_arns = training_job_arn(self, f"{project}-*")
@@ -119,6 +129,17 @@ class JobCleanup(Construct):
             schedule=events.Schedule.rate(SWEEP_EVERY),
         )
         self.schedule.add_target(targets.SfnStateMachine(self.sweeper))
+        if batch_jobs:
+            self.sweeper.add_to_role_policy(
+                batch_training_jobs(self, project, STOP_BATCH_JOBS, ["sagemaker:StopTrainingJob"])
+            )
+            acknowledge_wildcard_statements(
+                self.sweeper.role,
+                {
+                    STOP_BATCH_JOBS: "Batch names the training jobs it starts AWSBatch<jobName><attemptId> "
+                    "at run time; the run tag condition keeps them to this project's runs."
+                },
+            )
 
     def _machine(self, construct_id: str, name: str, chain: sfn.IChainable, *, timeout: cdk.Duration):
         machine, _ = logged_state_machine(self, construct_id, name=name, chain=chain, timeout=timeout)

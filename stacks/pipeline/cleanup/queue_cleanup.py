@@ -11,11 +11,14 @@ take its service jobs out of the queue. QueueCleanup builds two JSONata state ma
   Batch has not finished. Batch stops the training job of a service job it already started.
 - `terminate_orphaned_service_jobs`: the sweeper lists the queue's RUNNABLE jobs and terminates those whose
   `trainstack:execution` tag names an execution of this pipeline that is no longer RUNNING.
+
+Both walk every page of ListServiceJobs (`each_service_job`).
 """
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import Duration
@@ -68,80 +71,105 @@ def _terminate(
     return terminate
 
 
+def each_service_job(
+    scope: Construct,
+    name: str,
+    *,
+    job_queue_arn: str,
+    filters: dict[str, Any],
+    select: str,
+    processor: sfn.IChainable,
+    done: sfn.IChainable,
+    assign: dict[str, Any] | None = None,
+) -> sfn.TaskStateBase:
+    """The first state of: list the queue's service jobs page by page (ListServiceJobs answers at most 100
+    and a nextToken), run `processor` on the id of each job `select` (a JSONata predicate on a job
+    summary) picks, then `done`. `name` names the states (Find<name>, FindMore<name>, Each<name>)."""
+    page = {
+        "ids": expression(f"[$states.result.JobSummaryList[{select}].JobId]"),
+        "nextToken": expression("$exists($states.result.NextToken) ? $states.result.NextToken : ''"),
+    }
+    parameters = {"JobQueue": job_queue_arn, **filters}
+
+    def find(construct_id: str, more: dict[str, Any], extra: dict[str, Any]) -> sfn.TaskStateBase:
+        return _retry(
+            tasks.CallAwsService.jsonata(
+                scope,
+                construct_id,
+                service="batch",
+                action="listServiceJobs",
+                parameters={**parameters, **more},
+                iam_resources=["*"],
+                assign={**extra, **page},
+                outputs={},
+            )
+        )
+
+    first = find(f"Find{name}", {}, assign or {})
+    following = find(f"FindMore{name}", {"NextToken": expression("$nextToken")}, {})
+    each = sfn.Map.jsonata(
+        scope,
+        f"Each{name}",
+        items=sfn.ProvideItems.jsonata(expression("$ids")),
+        max_concurrency=5,
+        outputs={},
+    )
+    each.item_processor(processor)
+    more = sfn.Choice.jsonata(scope, f"More{name}")
+    first.next(each)
+    following.next(each)
+    each.next(more.when(sfn.Condition.jsonata(expression("$nextToken != ''")), following).otherwise(done))
+    return first
+
+
 def terminate_run_service_jobs(
-    scope: Construct, *, job_queue_arn: str, service_job_arn: str, run_name: str, execution_arn: str
-) -> tuple[sfn.TaskStateBase, sfn.Map]:
-    """(first, last) states: terminate the unfinished service jobs `<runName>-<attempt>` of the ended
-    execution. run_name and execution_arn are JSONata expressions."""
+    scope: Construct,
+    *,
+    job_queue_arn: str,
+    service_job_arn: str,
+    run_name: str,
+    execution_arn: str,
+    done: sfn.IChainable,
+) -> sfn.TaskStateBase:
+    """First state: terminate the unfinished service jobs `<runName>-<attempt>` of the ended execution,
+    then `done`. run_name and execution_arn are JSONata expressions."""
     run = f"({run_name})"
     ours = (
         f"JobName = {run} or ($substring(JobName, 0, $length({run}) + 1) = {run} & '-' and "
         f"$exists($match($substring(JobName, $length({run}) + 1), /^[0-9]+$/)))"
     )
-    find = _retry(
-        tasks.CallAwsService.jsonata(
-            scope,
-            "FindQueuedJobs",
-            comment="The run's service jobs by name (ListServiceJobs' JOB_NAME filter takes a prefix).",
-            service="batch",
-            action="listServiceJobs",
-            parameters={
-                "JobQueue": job_queue_arn,
-                "Filters": [{"Name": "JOB_NAME", "Values": [expression(f"{run} & '-*'")]}],
-            },
-            iam_resources=["*"],
-            assign={
-                "endedExecution": expression(execution_arn),
-                "queuedJobs": expression(
-                    f"[$states.result.JobSummaryList[({ours}) and Status in {json.dumps(UNFINISHED)}].JobId]"
-                ),
-            },
-            outputs={},
-        )
-    )
-    terminate_each = sfn.Map.jsonata(
+    return each_service_job(
         scope,
-        "TerminateQueuedJobs",
-        items=sfn.ProvideItems.jsonata(expression("$queuedJobs")),
-        max_concurrency=5,
-        outputs={},
-    )
-    terminate_each.item_processor(
-        _terminate(
+        "QueuedJobs",
+        job_queue_arn=job_queue_arn,
+        # ListServiceJobs' JOB_NAME filter takes a prefix.
+        filters={"Filters": [{"Name": "JOB_NAME", "Values": [expression(f"{run} & '-*'")]}]},
+        select=f"({ours}) and Status in {json.dumps(UNFINISHED)}",
+        assign={"endedExecution": expression(execution_arn)},
+        processor=_terminate(
             scope,
             "TerminateQueuedJob",
             "$states.input",
             "'trainstack cleanup: execution ' & $endedExecution & ' ended'",
             service_job_arn,
-        )
+        ),
+        done=done,
     )
-    find.next(terminate_each)
-    return find, terminate_each
 
 
 def terminate_orphaned_service_jobs(
-    scope: Construct, *, job_queue_arn: str, service_job_arn: str, execution_prefix: str, executions_arn: str
-) -> tuple[sfn.TaskStateBase, sfn.Map]:
-    """(first, last) states: terminate RUNNABLE service jobs whose pipeline execution is not RUNNING."""
-    find = _retry(
-        tasks.CallAwsService.jsonata(
-            scope,
-            "FindWaitingJobs",
-            service="batch",
-            action="listServiceJobs",
-            parameters={"JobQueue": job_queue_arn, "JobStatus": "RUNNABLE"},
-            iam_resources=["*"],
-            assign={"waitingJobs": expression("[$states.result.JobSummaryList.JobId]")},
-            outputs={},
-        )
-    )
-    check_each = sfn.Map.jsonata(
-        scope,
-        "CheckWaitingJobs",
-        items=sfn.ProvideItems.jsonata(expression("$waitingJobs")),
-        max_concurrency=5,
-        outputs={},
-    )
+    scope: Construct,
+    *,
+    job_queue_arn: str,
+    service_job_arn: str,
+    execution_prefix: str,
+    executions_arn: str,
+    done: sfn.IChainable,
+) -> sfn.TaskStateBase:
+    """First state: terminate RUNNABLE service jobs whose pipeline execution is not RUNNING, then `done`.
+    A job without this pipeline's execution tag (another project's, or one submitted by hand) is left
+    alone: its `$lookup` is guarded, as AWS fails a state whose expression evaluates to nothing
+    (States.QueryEvaluationError)."""
     describe = _retry(
         tasks.CallAwsService.jsonata(
             scope,
@@ -152,7 +180,10 @@ def terminate_orphaned_service_jobs(
             iam_resources=[service_job_arn],
             assign={
                 "jobId": expression("$states.result.JobId"),
-                "owner": expression(f"$lookup($states.result.Tags, {json.dumps(EXECUTION_TAG)})"),
+                "owner": expression(
+                    f"($o := $lookup($states.result.Tags, {json.dumps(EXECUTION_TAG)}); "
+                    '$type($o) = "string" ? $o : null)'
+                ),
             },
             outputs={},
         )
@@ -178,7 +209,7 @@ def terminate_orphaned_service_jobs(
             sfn.Condition.jsonata(
                 expression(
                     f"($prefix := {json.dumps(execution_prefix)}; "
-                    "$exists($owner) and $substring($owner, 0, $length($prefix)) = $prefix)"
+                    "$owner != null ? $substring($owner, 0, $length($prefix)) = $prefix : false)"
                 )
             ),
             read_owner,
@@ -199,9 +230,15 @@ def terminate_orphaned_service_jobs(
         )
     )
     read_owner.next(orphaned)
-    check_each.item_processor(describe.next(is_ours))
-    find.next(check_each)
-    return find, check_each
+    return each_service_job(
+        scope,
+        "WaitingJobs",
+        job_queue_arn=job_queue_arn,
+        filters={"JobStatus": "RUNNABLE"},
+        select="true",
+        processor=describe.next(is_ours),
+        done=done,
+    )
 
 
 def run_name_of_event(project: str) -> str:
@@ -233,14 +270,14 @@ class QueueCleanup(Construct):
             resource_name=f"{project}-pipeline:",
             arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
         )
-        first, last = terminate_run_service_jobs(
+        first = terminate_run_service_jobs(
             self,
             job_queue_arn=queue.job_queue_arn,
             service_job_arn=queue.service_job_arn,
             run_name=run_name_of_event(project),
             execution_arn="$states.input.detail.executionArn",
+            done=sfn.Succeed.jsonata(self, "Cleaned"),
         )
-        last.next(sfn.Succeed.jsonata(self, "Cleaned"))
         self.state_machine = self._machine(f"{project}-queue-cleanup", "Cleanup", first, queue)
         self.rule = events.Rule(
             self,
@@ -250,14 +287,14 @@ class QueueCleanup(Construct):
             event_pattern=execution_status_pattern(pipeline, ENDED_UNSUCCESSFULLY),
         )
         self.rule.add_target(targets.SfnStateMachine(self.state_machine))
-        first, last = terminate_orphaned_service_jobs(
+        first = terminate_orphaned_service_jobs(
             self,
             job_queue_arn=queue.job_queue_arn,
             service_job_arn=queue.service_job_arn,
             execution_prefix=execution_prefix,
             executions_arn=f"{execution_prefix}*",
+            done=sfn.Succeed.jsonata(self, "Swept"),
         )
-        last.next(sfn.Succeed.jsonata(self, "Swept"))
         self.sweeper = self._machine(f"{project}-queue-sweeper", "Sweeper", first, queue)
         self.schedule = events.Rule(
             self,

@@ -15,6 +15,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from stacks.validation import acknowledge
+from trainstack.job_request import RUN_TAG
 from trainstack.queue import QueueSettings, training_queue_name
 
 SERVICE_TYPE = "SAGEMAKER_TRAINING"
@@ -24,6 +25,29 @@ CAPACITY_REASON = "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"
 MAX_RESOURCE_REASON = "MISCONFIGURATION:SERVICE_ENVIRONMENT_MAX_RESOURCE"
 MIN_TIME_LIMIT_SECONDS = 600
 SERVICE_JOB_ACTIONS = ("batch:DescribeServiceJob", "batch:TerminateServiceJob")
+# Batch creates a service job's training job under its own name: the service-linked role's managed policy
+# AWSBatchServiceRolePolicyForSageMaker allows Create/Describe/StopTrainingJob only on
+# `training-job/AWSBatch*`, and Batch's guide shows ARNs `training-job/AWSBatch<jobName><attemptId>`.
+BATCH_TRAINING_JOB_PREFIX = "AWSBatch"
+
+
+def batch_training_job_arns(scope: Construct) -> str:
+    return cdk.Stack.of(scope).format_arn(
+        service="sagemaker", resource="training-job", resource_name=f"{BATCH_TRAINING_JOB_PREFIX}*"
+    )
+
+
+def batch_training_jobs(scope: Construct, project: str, sid: str, actions: list[str]) -> iam.PolicyStatement:
+    """`actions` on the training jobs Batch starts, narrowed to this project's runs by their run tag (run
+    names start with `<project>-`): the training-job resource type supports `aws:ResourceTag/${TagKey}`
+    (Service Authorization Reference, Amazon SageMaker, resource types), and the job carries the
+    request's Tags from creation."""
+    return iam.PolicyStatement(
+        sid=sid,
+        actions=actions,
+        resources=[batch_training_job_arns(scope)],
+        conditions={"StringLike": {f"aws:ResourceTag/{RUN_TAG}": f"{project}-*"}},
+    )
 
 
 def weight_factor(weight: int) -> float:
@@ -34,6 +58,7 @@ def weight_factor(weight: int) -> float:
 class TrainingQueue(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, project: str, queue: QueueSettings) -> None:
         super().__init__(scope, construct_id)
+        self.project = project
         self.environment = batch.CfnServiceEnvironment(
             self,
             "ServiceEnvironment",

@@ -1,27 +1,29 @@
-"""Scripted AWS Batch for SageMaker Training service jobs (moto has none of these APIs). Tests only.
+"""Scripted AWS Batch for SageMaker Training service jobs (moto has none of these APIs), for tests and the
+queue demo. docs/emulator.md lists each behaviour with its source; in short:
 
-What it models, from the Batch user guide (service jobs, service-job-status, service-job-retries,
-sm_job_stuck_in_runnable_capacity) and botocore's `batch` model:
-- requests are validated against botocore's model (types, required members, enums) plus the server-side
-  rules the model's documentation states (schedulingPriority 0-9999, shareIdentifier required with a
-  fair-share policy and refused without one, job names of letters, digits, hyphens, underscores <= 128);
-- a job is RUNNABLE until the service environment has room for its instances, then SCHEDULED (its training
-  job was created in SageMaker), STARTING, RUNNING, SUCCEEDED or FAILED, following the training job's
-  status as in "Mapping AWS Batch service job status to SageMaker AI status";
-- order: first in, first out; with a fair-share policy the share with the lowest usage
-  (instances in use x weightFactor) goes first and, within a share, the higher schedulingPriority;
-  a job at the head that does not fit blocks the jobs behind it;
-- a training job that fails with `CapacityError...` sends the service job back to RUNNABLE with statusReason
-  `CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY - ...`, without using a retryStrategy attempt; Batch starts a
-  new training job with the same payload on a later pass (a later call). The time spent SCHEDULED
-  accumulates; once it reaches the queue's capacity time limit the job is terminated (FAILED, statusReason
-  `Terminated by JobStateTimeLimit action due to reason: CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY`);
+- requests and answers are validated against botocore's `batch` model (types, required members, enums),
+  plus the server-side rules its documentation states (schedulingPriority 0-9999, shareIdentifier
+  required with a fair-share policy, job names of letters, digits, hyphens, underscores <= 128);
+- a job is RUNNABLE until the service environment has room, then SCHEDULED, STARTING, RUNNING, SUCCEEDED
+  or FAILED, following its training job (Batch user guide, "Mapping AWS Batch service job status to
+  SageMaker AI status"); FIFO, or fair share (lowest usage x weightFactor first, then the higher
+  schedulingPriority); a head job that does not fit blocks the jobs behind it;
+- a training job that fails with `CapacityError...` sends the service job back to RUNNABLE with
+  statusReason `CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY - ...`; only time spent SCHEDULED accumulates
+  toward the queue's capacity time limit, after which the job is terminated (FAILED, `Terminated by
+  JobStateTimeLimit action due to reason: CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY`) (Batch user guide,
+  "Jobs stuck in RUNNABLE due to capacity");
+- the training job's name (`training_job_names`): `AWSBatch<jobName><attemptId>` as Batch's guide shows
+  it ("awsbatch", the default), the same cut to SageMaker's 63 characters ("truncated"), or the
+  payload's TrainingJobName ("payload"); which one AWS uses past the guide's example is not documented,
+  so the pipeline is tested under each; DescribeServiceJob names it in latestAttempt.serviceResourceId;
+- ListServiceJobs pages its answer (maxResults, at most 100, nextToken), newest first;
 - TerminateServiceJob fails a waiting job at once and stops the training job of a started one.
 
-Not from any AWS source (choices of this emulator): the names of re-submitted training jobs
-(`<name>-b<n>`), the exact text of statusReason for SageMaker failures, how InstancePreferences are
-counted against the capacity limit (the largest count), and that Batch re-starts a job right after a
-capacity failure. Jobs advance when they are described (each DescribeServiceJob describes its training
+Assumed (no AWS source): the attempt id's form (32 hex digits), the statusReason text of SageMaker
+failures, how InstancePreferences count against the capacity limit (the largest count), that Batch
+re-starts a job on the pass after a capacity failure, and the payload alternative's `-b<n>` names of
+re-submissions. Jobs advance when they are described (each DescribeServiceJob describes its training
 job once), the way FakeSageMaker jobs advance per DescribeTrainingJob.
 """
 
@@ -29,90 +31,36 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import re
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-import botocore.session
-from botocore.validate import ParamValidator
 from moto.core.exceptions import ServiceException
 
-BATCH_MODEL = botocore.session.get_session().get_service_model("batch")
-REGION = "us-east-1"
-ACCOUNT = "123456789012"
-CAPACITY_REASON = "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"
-CAPACITY_WAITING = f"{CAPACITY_REASON} - Unable to provision requested compute resources"
-CAPACITY_TERMINATED = f"Terminated by JobStateTimeLimit action due to reason: {CAPACITY_REASON}"
-_JOB_NAME = re.compile(r"[A-Za-z0-9_-]{1,128}")
-_ACTIVE = ("SCHEDULED", "STARTING", "RUNNING")
-# SageMaker SecondaryStatus -> Batch status while the training job is InProgress.
-_IN_PROGRESS = {
-    "Starting": "SCHEDULED",
-    "Pending": "SCHEDULED",
-    "LaunchingMLInstances": "SCHEDULED",
-    "PreparingTrainingStack": "SCHEDULED",
-    "Downloading": "STARTING",
-    "DownloadingTrainingImage": "STARTING",
-    "Training": "RUNNING",
-    "Uploading": "RUNNING",
-    "Restarting": "RUNNING",
-    "Interrupted": "RUNNING",
-}
+from trainstack.emulator.batch_jobs import (
+    ACCOUNT,
+    ACTIVE,
+    BATCH_STATUS_OF_SECONDARY,
+    CAPACITY_TERMINATED,
+    CAPACITY_WAITING,
+    JOB_NAME,
+    MAX_PAGE,
+    REGION,
+    SAGEMAKER_NAME_LENGTH,
+    FakeBatchError,
+    SageMakerLike,
+    ServiceJob,
+    instances_of,
+    name_matches,
+    validate_answer,
+    validate_request,
+)
 
-
-class SageMakerLike(Protocol):
-    def create(self, request: dict[str, Any]) -> dict[str, Any]: ...
-    def describe(self, name: str) -> dict[str, Any]: ...
-    def stop(self, name: str) -> None: ...
-
-
-class FakeBatchError(ServiceException):
-    """ClientException and ServerException are the errors botocore's batch model declares."""
-
-    def __init__(self, message: str, code: str = "ClientException") -> None:
-        super().__init__(code, message)
-
-
-@dataclass
-class ServiceJob:
-    job_id: str
-    request: dict[str, Any]
-    payload: dict[str, Any]
-    instances: int
-    sequence: int
-    created_at: int
-    status: str = "RUNNABLE"
-    status_reason: str | None = None
-    attempts: list[dict[str, Any]] = field(default_factory=list)
-    training_job: str | None = None
-    # Back to RUNNABLE after a capacity error in this call: Batch starts it again on a later pass.
-    held: bool = False
-    scheduled_at: float | None = None
-    capacity_wait: float = 0.0
-    retries_left: int = 0
-    started_at: int | None = None
-    stopped_at: int | None = None
-    terminated: bool = False
-
-    @property
-    def name(self) -> str:
-        return self.request["jobName"]
-
-    @property
-    def priority(self) -> int:
-        return self.request.get("schedulingPriority", 0)
-
-    @property
-    def share(self) -> str | None:
-        return self.request.get("shareIdentifier")
-
-    @property
-    def arn(self) -> str:
-        return f"arn:aws:batch:{REGION}:{ACCOUNT}:service-job/{self.job_id}"
+SAGEMAKER_STATUS = "Received status from SageMaker:"
+__all__ = ["CAPACITY_TERMINATED", "CAPACITY_WAITING", "FakeBatch", "FakeBatchError"]
 
 
 @dataclass
@@ -125,6 +73,9 @@ class FakeBatch:
     # share identifier -> weightFactor; empty: no scheduling policy (FIFO queue).
     weight_factors: dict[str, float] = field(default_factory=dict)
     capacity_wait_seconds: float = 24 * 3600
+    training_job_names: str = "awsbatch"
+    # Jobs per ListServiceJobs page: "up to 100" (botocore's model), so any smaller page is AWS's too.
+    page_size: int = MAX_PAGE
     now: Callable[[], float] = time.time
     jobs: dict[str, ServiceJob] = field(default_factory=dict)
     # (job name, status) each time a job's status changed, in order.
@@ -141,10 +92,10 @@ class FakeBatch:
     def submit(self, request: dict[str, Any]) -> dict[str, Any]:
         with self.lock:
             self.calls.append(("SubmitServiceJob", request))
-            _validate("SubmitServiceJob", request)
+            validate_request("SubmitServiceJob", request)
             if request["jobQueue"] not in (self.queue_name, self.queue_arn):
                 raise FakeBatchError(f"jobQueue {request['jobQueue']} does not exist")
-            if not _JOB_NAME.fullmatch(request["jobName"]):
+            if not JOB_NAME.fullmatch(request["jobName"]):
                 raise FakeBatchError(
                     "jobName must be 1-128 letters, numbers, hyphens (-) and underscores (_)"
                 )
@@ -165,7 +116,7 @@ class FakeBatch:
                 job_id=str(uuid.uuid4()),
                 request=request,
                 payload=payload,
-                instances=_instances(payload),
+                instances=instances_of(payload),
                 sequence=len(self.jobs),
                 created_at=self._millis(),
                 retries_left=request.get("retryStrategy", {}).get("attempts", 1) - 1,
@@ -175,10 +126,17 @@ class FakeBatch:
             self._schedule()
             return {"jobArn": job.arn, "jobName": job.name, "jobId": job.job_id}
 
+    def training_jobs_of(self, name: str) -> list[str]:
+        """The training jobs started for service job `name`, in order."""
+        with self.lock:
+            return [
+                started for job in self.jobs.values() if job.name == name for started in job.training_jobs
+            ]
+
     def describe(self, request: dict[str, Any]) -> dict[str, Any]:
         with self.lock:
             self.calls.append(("DescribeServiceJob", request))
-            _validate("DescribeServiceJob", request)
+            validate_request("DescribeServiceJob", request)
             job = self._job(request["jobId"])
             for other in self.jobs.values():
                 other.held = False
@@ -189,7 +147,7 @@ class FakeBatch:
     def list(self, request: dict[str, Any]) -> dict[str, Any]:
         with self.lock:
             self.calls.append(("ListServiceJobs", request))
-            _validate("ListServiceJobs", request)
+            validate_request("ListServiceJobs", request)
             # The model's documentation: one filter at a time; JOB_NAME is case-insensitive, a trailing "*"
             # matches a prefix, and with it jobStatus is ignored; newest first.
             names = [
@@ -203,15 +161,23 @@ class FakeBatch:
                 job
                 for job in reversed(self.jobs.values())
                 if status in (None, job.status)
-                and (not names or any(_name_matches(job.name, n) for n in names))
+                and (not names or any(name_matches(job.name, n) for n in names))
             ]
-            return {"jobSummaryList": [self._summary(job) for job in jobs]}
+            # The token is a cursor (the last job returned; assumed): jobs that change status between pages
+            # neither repeat nor hide others.
+            if request.get("nextToken"):
+                jobs = [job for job in jobs if job.sequence < int(request["nextToken"])]
+            page = jobs[: min(request.get("maxResults", MAX_PAGE), self.page_size)]
+            answer: dict[str, Any] = {"jobSummaryList": [self._summary(job) for job in page]}
+            if len(page) < len(jobs):
+                answer["nextToken"] = str(page[-1].sequence)
+            return answer
 
     def queue_snapshot(self, request: dict[str, Any]) -> dict[str, Any]:
         """GetJobQueueSnapshot: the front of the queue, in the order Batch will start the jobs."""
         with self.lock:
             self.calls.append(("GetJobQueueSnapshot", request))
-            _validate("GetJobQueueSnapshot", request)
+            validate_request("GetJobQueueSnapshot", request)
             jobs = [
                 {"jobArn": self.jobs[job_id].arn, "earliestTimeAtPosition": self._millis()}
                 for job_id in self.snapshot()
@@ -221,11 +187,11 @@ class FakeBatch:
     def terminate(self, request: dict[str, Any]) -> dict[str, Any]:
         with self.lock:
             self.calls.append(("TerminateServiceJob", request))
-            _validate("TerminateServiceJob", request)
+            validate_request("TerminateServiceJob", request)
             job = self._job(request["jobId"])
             if job.status in ("SUCCEEDED", "FAILED"):
                 return {}
-            if job.status in _ACTIVE and job.training_job:
+            if job.status in ACTIVE and job.training_job:
                 self.sagemaker.stop(job.training_job)
             self._finish(job, "FAILED", request["reason"])
             job.terminated = True
@@ -249,12 +215,12 @@ class FakeBatch:
     # ------------------------------------------------------------ scheduler
 
     def in_use(self) -> int:
-        return sum(job.instances for job in self.jobs.values() if job.status in _ACTIVE)
+        return sum(job.instances for job in self.jobs.values() if job.status in ACTIVE)
 
     def _usage(self) -> dict[str, float]:
         usage: dict[str, float] = {}
         for job in self.jobs.values():
-            if job.status in _ACTIVE and job.share is not None:
+            if job.status in ACTIVE and job.share is not None:
                 usage[job.share] = usage.get(job.share, 0) + job.instances
         return usage
 
@@ -288,15 +254,16 @@ class FakeBatch:
             self._start(head)
 
     def _start(self, job: ServiceJob) -> None:
-        request = dict(job.payload)
-        if job.attempts:
-            request["TrainingJobName"] = f"{job.payload['TrainingJobName']}-b{len(job.attempts)}"
+        request = {**job.payload, "TrainingJobName": self._training_job_name(job)}
         try:
             created = self.sagemaker.create(request)
         except ServiceException as error:
-            self._finish(job, "FAILED", f"Received status from SageMaker: {error.code}: {error.message}")
+            # The SageMaker Python SDK's retry rule quotes this form (aws_batch/constants.py:
+            # "Received status from SageMaker:InternalServerError: We encountered an internal error...").
+            self._finish(job, "FAILED", f"{SAGEMAKER_STATUS}{error.code}: {error.message}")
             return
         job.training_job = request["TrainingJobName"]
+        job.training_jobs.append(job.training_job)
         self._set_status(job, "SCHEDULED")
         job.scheduled_at = self.now()
         job.started_at = job.started_at or self._millis()
@@ -307,16 +274,23 @@ class FakeBatch:
             }
         )
 
+    def _training_job_name(self, job: ServiceJob) -> str:
+        if self.training_job_names == "payload":
+            name = job.payload["TrainingJobName"]
+            return f"{name}-b{len(job.attempts)}" if job.attempts else name
+        name = f"AWSBatch{job.name}{uuid.uuid4().hex}"
+        return name[:SAGEMAKER_NAME_LENGTH] if self.training_job_names == "truncated" else name
+
     def _advance(self, job: ServiceJob) -> None:
-        if job.status not in _ACTIVE or job.training_job is None:
+        if job.status not in ACTIVE or job.training_job is None:
             return
         training = self.sagemaker.describe(job.training_job)
         status = training["TrainingJobStatus"]
         if status == "InProgress":
-            self._set_status(job, _IN_PROGRESS.get(training["SecondaryStatus"], "RUNNING"))
+            self._set_status(job, BATCH_STATUS_OF_SECONDARY.get(training["SecondaryStatus"], "RUNNING"))
             return
         if status == "Completed":
-            self._finish(job, "SUCCEEDED", "Received status from SageMaker: Completed")
+            self._finish(job, "SUCCEEDED", f"{SAGEMAKER_STATUS}Completed")
             return
         reason = training.get("FailureReason", "")
         attempt = job.attempts[-1]
@@ -328,7 +302,7 @@ class FakeBatch:
             job.status_reason, job.training_job = CAPACITY_WAITING, None
             job.held = True
             return
-        status_reason = f"Received status from SageMaker: {reason or status}"
+        status_reason = f"{SAGEMAKER_STATUS}{reason or status}"
         attempt["statusReason"] = status_reason
         if job.retries_left and self._retry_allowed(job, status_reason):
             job.retries_left -= 1
@@ -382,7 +356,7 @@ class FakeBatch:
             answer["statusReason"] = job.status_reason
         if job.stopped_at and job.status in ("SUCCEEDED", "FAILED"):
             answer["stoppedAt"] = job.stopped_at
-        _validate_output("DescribeServiceJob", answer)
+        validate_answer("DescribeServiceJob", answer)
         return answer
 
     def _summary(self, job: ServiceJob) -> dict[str, Any]:
@@ -410,31 +384,3 @@ class FakeBatch:
 
     def _millis(self) -> int:
         return int(self.now() * 1000)
-
-
-def _name_matches(name: str, wanted: str) -> bool:
-    name = name.lower()
-    return name.startswith(wanted[:-1]) if wanted.endswith("*") else name == wanted
-
-
-def _instances(payload: dict[str, Any]) -> int:
-    resource_config = payload.get("ResourceConfig", {})
-    default = resource_config.get("InstanceCount", 1)
-    counts = [
-        preference.get("InstanceCount", default)
-        for preference in resource_config.get("InstancePreferences", [])
-    ]
-    return max(counts or [default])
-
-
-def _validate(operation: str, request: dict[str, Any]) -> None:
-    report = ParamValidator().validate(request, BATCH_MODEL.operation_model(operation).input_shape)
-    if report.has_errors():
-        raise FakeBatchError(f"1 validation error detected: {report.generate_report()}")
-
-
-def _validate_output(operation: str, answer: dict[str, Any]) -> None:
-    """The emulator's own answers must fit the model too (required members, enums, types)."""
-    report = ParamValidator().validate(answer, BATCH_MODEL.operation_model(operation).output_shape)
-    if report.has_errors():
-        raise AssertionError(f"FakeBatch answered outside botocore's model: {report.generate_report()}")

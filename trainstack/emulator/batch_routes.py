@@ -19,7 +19,7 @@ from moto.batch.responses import BatchResponse
 from moto.core.exceptions import ServiceException
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import state_task_service_aws_sdk
 
-from tests.queue.fake_batch import FakeBatch
+from trainstack.emulator.fake_batch import FakeBatch
 
 # REST path segment -> FakeBatch method.
 SERVICE_JOB_PATHS = {
