@@ -169,7 +169,9 @@ def test_toolkit_style_flags_and_sagemaker_environment_are_read(channels, monkey
         ("smp", True, False, False, "torchrun", "gloo", True),
         ("smddp", True, True, True, "smddp", "smddp", False),
         ("smddp", False, False, True, "torchrun", "cpu:gloo,cuda:nccl", True),
-        ("smddp", True, True, False, "torchrun", "gloo", True),
+        ("smddp", True, False, False, "torchrun", "gloo", True),
+        # smddp: its backend serves this machine's device (the CPU stand-in of tests/training/test_smddp.py)
+        ("smddp", False, True, False, "smddp", "smddp", False),
     ],
 )
 def test_strategy_selection_falls_back_where_the_sagemaker_libraries_cannot_run(
