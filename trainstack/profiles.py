@@ -271,8 +271,11 @@ class Profile(StrictModel):
                     f"{where}: {preference.instance_count} instances need EFA, which {spec.name} lacks; "
                     "use instance_count 1 or an EFA type such as ml.p4d.24xlarge or ml.p5.48xlarge"
                 )
-            if self.strategy == "smddp" and not spec.smddp:
-                yield f"{where}: strategy smddp runs only on {', '.join(_smddp_types())}"
+            if self.strategy == "smddp" and not spec.smddp_for_training:
+                yield (
+                    f"{where}: strategy smddp runs only on {', '.join(_smddp_types())} (AWS's SMDDP list "
+                    "less ml.p3dn.24xlarge, whose V100 GPUs cannot compute in bf16 as train.py does)"
+                )
             if self.strategy == "smp" and spec.gpus == 0:
                 yield f"{where}: strategy smp needs GPU instances; {spec.name} has none"
         if self.smp is not None and self.strategy != "smp":
@@ -350,4 +353,4 @@ class Profile(StrictModel):
 
 
 def _smddp_types() -> list[str]:
-    return [name for name, spec in INSTANCE_TYPES.items() if spec.smddp]
+    return [name for name, spec in INSTANCE_TYPES.items() if spec.smddp_for_training]

@@ -64,8 +64,13 @@ def test_default_profiles_are_valid_and_cover_every_strategy():
         ),
         (
             {"strategy": "smddp"},
-            "instance_preferences.0 (ml.p5.48xlarge): strategy smddp runs only on ml.p3dn.24xlarge, "
-            "ml.p4d.24xlarge, ml.p4de.24xlarge.",
+            "instance_preferences.0 (ml.p5.48xlarge): strategy smddp runs only on ml.p4d.24xlarge, "
+            "ml.p4de.24xlarge (AWS's SMDDP list less ml.p3dn.24xlarge, whose V100 GPUs cannot compute in "
+            "bf16 as train.py does).",
+        ),
+        (
+            {"strategy": "smddp", "instance_preferences": [{"instance_type": "ml.p3dn.24xlarge"}]},
+            "instance_preferences.0 (ml.p3dn.24xlarge): strategy smddp runs only on ml.p4d.24xlarge",
         ),
         (
             {"instance_preferences": [{"instance_type": "ml.p3.16xlarge", "instance_count": 2}]},

@@ -58,7 +58,7 @@ class Plan:
 
     @property
     def gpu_memory(self) -> int:
-        return self.spec.gpu_memory_gib * GIB
+        return self.spec.gpu_memory_bytes
 
     @property
     def fits(self) -> bool:
@@ -72,7 +72,7 @@ class Plan:
         """One line: type x count, memory per GPU, fit, tokens/s, time and cost."""
         text = (
             f"{self.spec.name} x{self.instance_count}: {gib(self.memory.total)} of "
-            f"{self.spec.gpu_memory_gib} GiB per GPU, "
+            f"{self.spec.gpu_memory_gib:.1f} GiB per GPU, "
         )
         text += "fits" if self.fits else f"does NOT fit (short {gib(self.shortfall)} GiB)"
         if self.throughput:
@@ -88,7 +88,7 @@ class Plan:
         return {
             "instance_type": self.spec.name,
             "instance_count": self.instance_count,
-            "gpu_memory_gib": self.spec.gpu_memory_gib,
+            "gpu_memory_gib": round(self.spec.gpu_memory_gib, 3),
             "memory_per_gpu_gib": {name: round(value / GIB, 3) for name, value in self.memory.parts().items()}
             | {"total": round(self.memory.total / GIB, 3)},
             "fits": self.fits,
@@ -115,13 +115,13 @@ def gib(value: int) -> str:
 
 def fits(setup: Setup, spec: InstanceType, instance_count: int) -> bool:
     """Whether the model fits in each GPU's memory (the memory estimate alone, no throughput)."""
-    return _memory(setup, spec, instance_count).total <= spec.gpu_memory_gib * GIB
+    return _memory(setup, spec, instance_count).total <= spec.gpu_memory_bytes
 
 
 def plan(setup: Setup, spec: InstanceType, instance_count: int, tokens: float | None) -> Plan:
     memory = _memory(setup, spec, instance_count)
     fix, fixed = None, None
-    if memory.total > spec.gpu_memory_gib * GIB:
+    if memory.total > spec.gpu_memory_bytes:
         found = smallest_fix(setup, spec, instance_count)
         fix, fixed = found if found else (_NO_FIX, None)
     throughput = _throughput(setup, spec, instance_count, tokens)
@@ -137,7 +137,7 @@ _NO_FIX = (
 
 def smallest_fix(setup: Setup, spec: InstanceType, instance_count: int) -> tuple[str, MemoryEstimate] | None:
     """The first change, cheapest in throughput first, after which the model fits; None if none does."""
-    limit = spec.gpu_memory_gib * GIB
+    limit = spec.gpu_memory_bytes
     for description, changed in _changes(setup, spec, instance_count):
         memory = _memory(changed, spec, instance_count)
         if memory.total <= limit:
@@ -203,7 +203,7 @@ def recommend(setup: Setup, spec: InstanceType, instance_count: int, tokens: flo
                         hybrid_shard_degree=shard,
                         activation_checkpointing=checkpointing,
                     )
-                    if _memory(candidate, spec, instance_count).total > spec.gpu_memory_gib * GIB:
+                    if _memory(candidate, spec, instance_count).total > spec.gpu_memory_bytes:
                         continue
                     throughput = _throughput(candidate, spec, instance_count, tokens)
                     speed = throughput.tokens_per_second if throughput else 0.0

@@ -126,7 +126,7 @@ def fit_problems(profile: Profile) -> Iterator[str]:
         yield (
             f"profile {profile.name} cannot fit model {result.setup.model} on instance_preferences.{index} "
             f"({spec.name}): it needs {result.memory.total / 2**30:.1f} GiB per GPU and the GPU has "
-            f"{spec.gpu_memory_gib} GiB (short {result.shortfall / 2**30:.1f} GiB); "
+            f"{spec.gpu_memory_gib:.1f} GiB (short {result.shortfall / 2**30:.1f} GiB); "
             f"smallest change that fits: {result.fix}"
         )
 
