@@ -235,6 +235,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         except argparse.ArgumentTypeError as error:
             raise UserError(f"SM_HP_MP_PARAMETERS: {error}.") from None
     args.profile_steps = _profile_steps(args.profile_steps)
+    for name in ("tensor_parallel_degree", "context_parallel_degree"):
+        if int(args.mp_parameters.get(name, 1)) > 1:
+            raise UserError(
+                f"Argument --mp-parameters: {name} must be 1: train.py does not yet clip gradients and save "
+                "checkpoints per tensor-parallel rank as SMP's examples do (docs/training.md)."
+            )
     if args.strategy == "smddp" and args.async_checkpoint:
         raise UserError(
             "Argument --async-checkpoint: must be false with --strategy smddp (SMDDP allows one process "

@@ -59,19 +59,19 @@ class InstanceType:
 
 _CATALOG = (
     #            name                GPUs  GPU     MiB/GPU  vCPUs  bf16   EFA    SMDDP
-    InstanceType("ml.p3.16xlarge",   8,    "V100", 16160,   64,    False, False, False),
-    InstanceType("ml.p3dn.24xlarge", 8,    "V100", 32768,   96,    False, True,  True),
-    InstanceType("ml.p4d.24xlarge",  8,    "A100", 40960,   96,    True,  True,  True),
-    InstanceType("ml.p4de.24xlarge", 8,    "A100", 81920,   96,    True,  True,  True),
-    InstanceType("ml.p5.48xlarge",   8,    "H100", 81559,   192,   True,  True,  False),
-    InstanceType("ml.p5e.48xlarge",  8,    "H200", 143771,  192,   True,  True,  False),
-    InstanceType("ml.p5en.48xlarge", 8,    "H200", 143771,  192,   True,  True,  False),
-    InstanceType("ml.g5.12xlarge",   4,    "A10G", 23028,   48,    True,  True,  False),
-    InstanceType("ml.g5.48xlarge",   8,    "A10G", 23028,   192,   True,  True,  False),
-    InstanceType("ml.g6e.48xlarge",  8,    "L40S", 46068,   192,   True,  True,  False),
+    InstanceType("ml.p3.16xlarge", 8, "V100", 16160, 64, False, False, False),
+    InstanceType("ml.p3dn.24xlarge", 8, "V100", 32768, 96, False, True, True),
+    InstanceType("ml.p4d.24xlarge", 8, "A100", 40960, 96, True, True, True),
+    InstanceType("ml.p4de.24xlarge", 8, "A100", 81920, 96, True, True, True),
+    InstanceType("ml.p5.48xlarge", 8, "H100", 81559, 192, True, True, False),
+    InstanceType("ml.p5e.48xlarge", 8, "H200", 143771, 192, True, True, False),
+    InstanceType("ml.p5en.48xlarge", 8, "H200", 143771, 192, True, True, False),
+    InstanceType("ml.g5.12xlarge", 4, "A10G", 23028, 48, True, True, False),
+    InstanceType("ml.g5.48xlarge", 8, "A10G", 23028, 192, True, True, False),
+    InstanceType("ml.g6e.48xlarge", 8, "L40S", 46068, 192, True, True, False),
     # CPU types: cheap smoke tests of the pipeline itself.
-    InstanceType("ml.m5.xlarge",     0,    None,   0,       4,     False, False, False),
-    InstanceType("ml.c5.4xlarge",    0,    None,   0,       16,    False, False, False),
+    InstanceType("ml.m5.xlarge", 0, None, 0, 4, False, False, False),
+    InstanceType("ml.c5.4xlarge", 0, None, 0, 16, False, False, False),
 )
 
 INSTANCE_TYPES: dict[str, InstanceType] = {instance.name: instance for instance in _CATALOG}

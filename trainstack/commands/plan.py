@@ -55,10 +55,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add("--activation-checkpointing", metavar="BOOL", help="true or false")
     add("--strategy", metavar="NAME", help=f"without --profile: {', '.join(_STRATEGIES)} (default torchrun)")
     add("--parallelism", metavar="NAME", help="outside SMP: fsdp (default) or ddp")
-    add("--tensor-parallel-degree", metavar="N", help="SMP tensor parallelism")
     add("--hybrid-shard-degree", metavar="N", help="SMP: GPUs a parameter is sharded over (0: all)")
     add("--tokens", metavar="N", help="token budget for time and cost, e.g. 2e9 or 2B (default: max_steps)")
-    add("--recommend", action="store_true", help="recommend SMP degrees and checkpointing for each type")
+    add("--recommend", action="store_true", help="recommend SMP sharding and checkpointing for each type")
     add("--json", action="store_true", help="print the plans as JSON")
     parser.set_defaults(handler=run)
 
@@ -176,13 +175,11 @@ def _overrides(setup: Setup, args: argparse.Namespace) -> Setup:
         if args.parallelism not in _PARALLELISMS:
             raise _UsageError(f"--parallelism must be one of {', '.join(_PARALLELISMS)}.")
         changes["parallelism"] = args.parallelism
-    if args.tensor_parallel_degree:
-        changes["tensor_parallel"] = _positive(args.tensor_parallel_degree, "--tensor-parallel-degree")
     if args.hybrid_shard_degree:
         changes["hybrid_shard_degree"] = _non_negative(args.hybrid_shard_degree, "--hybrid-shard-degree")
     setup = replace(setup, **changes)
-    if setup.strategy != "smp" and (args.tensor_parallel_degree or args.hybrid_shard_degree):
-        raise _UsageError("--tensor-parallel-degree and --hybrid-shard-degree apply only to strategy smp.")
+    if setup.strategy != "smp" and args.hybrid_shard_degree:
+        raise _UsageError("--hybrid-shard-degree applies only to strategy smp.")
     return setup
 
 
@@ -258,17 +255,13 @@ def _report(setup: Setup, plans: list[Plan], recommended: list[Plan | None], bud
 
 def _strategy(setup: Setup) -> str:
     if setup.strategy == "smp":
-        return (
-            f"smp (tensor_parallel_degree {setup.tensor_parallel}, "
-            f"hybrid_shard_degree {setup.hybrid_shard_degree or 'all'})"
-        )
+        return f"smp (hybrid_shard_degree {setup.hybrid_shard_degree or 'all'})"
     return f"{setup.strategy} ({setup.parallelism})"
 
 
 def _recommendation(item: Plan) -> dict:
     return {
         "instance_type": item.spec.name,
-        "tensor_parallel_degree": item.setup.tensor_parallel,
         "hybrid_shard_degree": item.setup.hybrid_shard_degree,
         "activation_checkpointing": item.setup.activation_checkpointing,
         "micro_batch_size": item.setup.micro_batch_size,
@@ -281,8 +274,7 @@ def _recommendation_text(item: Plan | None) -> str:
     if item is None:
         return "nothing fits on this type at this count, even with micro_batch_size 1"
     return (
-        f"smp.tensor_parallel_degree {item.setup.tensor_parallel}, smp.hybrid_shard_degree "
-        f"{item.setup.hybrid_shard_degree}, activation_checkpointing "
+        f"smp.hybrid_shard_degree {item.setup.hybrid_shard_degree}, activation_checkpointing "
         f"{str(item.setup.activation_checkpointing).lower()}, "
         f"micro_batch_size {item.setup.micro_batch_size}: {item.line().split(': ', 1)[1]}"
     )

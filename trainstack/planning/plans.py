@@ -23,15 +23,12 @@ class Setup:
     activation_checkpointing: bool
     strategy: str  # smp, smddp, torchrun
     parallelism: str  # fsdp or ddp (outside SMP)
-    tensor_parallel: int = 1  # SMP only
     hybrid_shard_degree: int = 0  # SMP only; 0: shard over every data-parallel rank
 
     def layout(self, spec: InstanceType, instance_count: int) -> Layout:
         world = spec.gpus * instance_count
         if self.strategy == "smp":
-            data_parallel = max(world // self.tensor_parallel, 1)
-            shard = min(self.hybrid_shard_degree or data_parallel, data_parallel)
-            return Layout(world, shard, self.tensor_parallel)
+            return Layout(world, min(self.hybrid_shard_degree or world, world))
         if self.parallelism == "ddp":
             return Layout(world, 1, ddp=True)
         return Layout(world, world, bf16_gather=True)
@@ -40,9 +37,7 @@ class Setup:
         return Workload(self.shape, self.seq_len, self.micro_batch_size, self.activation_checkpointing)
 
     def tokens_per_step(self, spec: InstanceType, instance_count: int) -> int:
-        layout = self.layout(spec, instance_count)
-        data_parallel = layout.world_size // layout.tensor_parallel
-        return self.seq_len * self.micro_batch_size * self.grad_accum * data_parallel
+        return self.seq_len * self.micro_batch_size * self.grad_accum * spec.gpus * instance_count
 
 
 @dataclass(frozen=True)
@@ -98,7 +93,6 @@ class Plan:
             "layout": {
                 "world_size": layout.world_size,
                 "shard_degree": layout.shard_degree,
-                "tensor_parallel_degree": layout.tensor_parallel,
                 "ddp": layout.ddp,
                 "bf16_gather": layout.bf16_gather,
             },
@@ -130,8 +124,7 @@ def plan(setup: Setup, spec: InstanceType, instance_count: int, tokens: float | 
 
 _NO_FIX = (
     "no change of this strategy makes it fit (not even sharding over every GPU, activation checkpointing "
-    "and micro_batch_size 1 together): use more instances, a type with more GPU memory, or SMP tensor "
-    "parallelism (trainstack plan --recommend)"
+    "and micro_batch_size 1 together): use more instances or a type with more GPU memory"
 )
 
 
@@ -147,9 +140,8 @@ def smallest_fix(setup: Setup, spec: InstanceType, instance_count: int) -> tuple
 
 def _changes(setup: Setup, spec: InstanceType, instance_count: int) -> Iterator[tuple[str, Setup]]:
     layout = setup.layout(spec, instance_count)
-    data_parallel = layout.world_size // layout.tensor_parallel
     if setup.strategy == "smp":
-        for degree in _divisors(data_parallel):
+        for degree in _divisors(layout.world_size):
             if degree > layout.shard_degree:
                 yield (
                     f"shard wider: smp.hybrid_shard_degree {degree}",
@@ -167,49 +159,40 @@ def _changes(setup: Setup, spec: InstanceType, instance_count: int) -> Iterator[
             f"smaller micro-batch: micro_batch_size {size} (raise grad_accum to keep the global batch)",
             replace(setup, micro_batch_size=size),
         )
-    if setup.strategy == "smp":
-        for degree in _divisors(spec.gpus):
-            if degree > setup.tensor_parallel:
-                yield f"smp.tensor_parallel_degree {degree}", replace(setup, tensor_parallel=degree)
     widest = replace(
         setup,
         hybrid_shard_degree=0,
         parallelism="fsdp",
         activation_checkpointing=True,
         micro_batch_size=1,
-        tensor_parallel=spec.gpus if setup.strategy == "smp" else setup.tensor_parallel,
     )
-    together = "shard over every GPU, checkpoint activations and micro_batch_size 1 together"
-    if setup.strategy == "smp":
-        together += f", with smp.tensor_parallel_degree {spec.gpus}"
-    yield together, widest
+    yield "shard over every GPU, checkpoint activations and micro_batch_size 1 together", widest
 
 
 def recommend(setup: Setup, spec: InstanceType, instance_count: int, tokens: float | None) -> Plan | None:
-    """SMP degrees for this model on this instance: of the layouts that fit, the fastest, then the one
-    with the least tensor parallelism, then the one sharded over the fewest GPUs (sharding within a node
-    keeps all-gathers off the network). The micro-batch shrinks only when nothing fits at its size."""
+    """SMP sharding and activation checkpointing for this model on this instance: of the layouts that
+    fit, the fastest, then the one sharded over the fewest GPUs (sharding within a node keeps
+    all-gathers off the network). The micro-batch shrinks only when nothing fits at its size. Never
+    tensor parallelism: train.py does not support it yet (trainstack/profiles.py refuses it)."""
     world = spec.gpus * instance_count
     for micro_batch in range(setup.micro_batch_size, 0, -1):
         candidates = []
-        for tensor_parallel in _divisors(spec.gpus):
-            for shard in _divisors(world // tensor_parallel):
-                for checkpointing in (False, True):
-                    candidate = replace(
-                        setup,
-                        strategy="smp",
-                        micro_batch_size=micro_batch,
-                        tensor_parallel=tensor_parallel,
-                        hybrid_shard_degree=shard,
-                        activation_checkpointing=checkpointing,
-                    )
-                    if _memory(candidate, spec, instance_count).total > spec.gpu_memory_bytes:
-                        continue
-                    throughput = _throughput(candidate, spec, instance_count, tokens)
-                    speed = throughput.tokens_per_second if throughput else 0.0
-                    candidates.append((-round(speed), tensor_parallel, shard, candidate))
+        for shard in _divisors(world):
+            for checkpointing in (False, True):
+                candidate = replace(
+                    setup,
+                    strategy="smp",
+                    micro_batch_size=micro_batch,
+                    hybrid_shard_degree=shard,
+                    activation_checkpointing=checkpointing,
+                )
+                if _memory(candidate, spec, instance_count).total > spec.gpu_memory_bytes:
+                    continue
+                throughput = _throughput(candidate, spec, instance_count, tokens)
+                speed = throughput.tokens_per_second if throughput else 0.0
+                candidates.append((-round(speed), shard, candidate))
         if candidates:
-            best = min(candidates, key=lambda item: item[:3])[3]
+            best = min(candidates, key=lambda item: item[:2])[2]
             return plan(best, spec, instance_count, tokens)
     return None
 
@@ -225,7 +208,6 @@ def _throughput(setup: Setup, spec: InstanceType, instance_count: int, tokens: f
         spec,
         instance_count,
         setup.activation_checkpointing,
-        setup.tensor_parallel,
         tokens,
     )
 

@@ -82,11 +82,10 @@ def setup_for_profile(profile: Profile) -> Setup:
         seq_len=seq_len,
         micro_batch_size=micro_batch,
         grad_accum=grad_accum,
-        activation_checkpointing=str(value("activation_checkpointing")).lower() in _TRUE
-        or bool(smp and smp.sm_activation_offloading),
+        # SMP's sm_activation_offloading is not counted: train.py does not apply SMP's offloading wrapper.
+        activation_checkpointing=str(value("activation_checkpointing")).lower() in _TRUE,
         strategy=profile.strategy,
         parallelism=value("parallelism"),
-        tensor_parallel=(smp and smp.tensor_parallel_degree) or 1,
         hybrid_shard_degree=(smp and smp.hybrid_shard_degree) or 0,
     )
 
@@ -159,6 +158,5 @@ def as_mapping(setup: Setup) -> Mapping:
         "activation_checkpointing": setup.activation_checkpointing,
         "strategy": setup.strategy,
         "parallelism": setup.parallelism,
-        "tensor_parallel_degree": setup.tensor_parallel,
         "hybrid_shard_degree": setup.hybrid_shard_degree,
     }

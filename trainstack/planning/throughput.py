@@ -22,8 +22,6 @@ from trainstack.prices import SAGEMAKER_TRAINING_PRICES
 # compiles layers only on request; small models (125m) reach less. Measure and replace these.
 MFU_AS_OF = date(2026, 11, 30)
 ASSUMED_MFU = {"H100": 0.35, "H200": 0.35, "A100": 0.40, "A10G": 0.30, "L40S": 0.30, "L4": 0.30}
-# Tensor parallelism adds per-layer collectives that FSDP alone does not have.
-TENSOR_PARALLEL_EFFICIENCY = 0.9
 RECOMPUTE_FACTOR = 6 / 8
 
 
@@ -41,7 +39,6 @@ def estimate_throughput(
     spec: InstanceType,
     instance_count: int,
     activation_checkpointing: bool,
-    tensor_parallel: int,
     tokens: float | None,
 ) -> Throughput | None:
     """None for a GPU with no recorded peak FLOP/s or MFU (V100 has no bf16; CPU types have no GPU)."""
@@ -49,9 +46,7 @@ def estimate_throughput(
     mfu = ASSUMED_MFU.get(spec.gpu_model or "")
     if peak is None or mfu is None:
         return None
-    efficiency = (RECOMPUTE_FACTOR if activation_checkpointing else 1.0) * (
-        TENSOR_PARALLEL_EFFICIENCY if tensor_parallel > 1 else 1.0
-    )
+    efficiency = RECOMPUTE_FACTOR if activation_checkpointing else 1.0
     per_gpu = mfu * efficiency * peak / flops_per_token(shape, seq_len)
     tokens_per_second = per_gpu * spec.gpus * instance_count
     hours = tokens / tokens_per_second / 3600 if tokens else None
