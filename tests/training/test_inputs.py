@@ -53,7 +53,7 @@ def run_main(capsys, *flags: str) -> tuple[int, str]:
         (["--mp_parameters", "tensor_parallel_degree"], "Argument --mp-parameters: expected a JSON object"),
         (
             ["--mp_parameters", "tensor_parallel_degree=2"],
-            "Argument --mp-parameters: tensor_parallel_degree must be 1: train.py does not yet clip gradients",
+            "Argument --mp-parameters: tensor_parallel_degree must be 1: train.py does not yet clip",
         ),
         (["--keep_checkpoints", "1"], "Argument --keep-checkpoints: expected an integer of at least 2 ("),
         (

@@ -3,16 +3,18 @@
 What train.py does, and so what is counted (docs/plan.md derives every term):
 - fp32 master weights, fp32 gradients and AdamW's two fp32 moments: 4 + 4 + 8 bytes per parameter,
   divided by the ranks a parameter is sharded over (FSDP2 / SMP's FSDP). Gradients stay sharded through
-  gradient accumulation: FSDP reduce-scatters every micro-batch (distributed.gradient_sync), and DDP's
-  are full-size anyway; SMP tensor parallelism is refused (trainstack/profiles.py), so nothing is divided by it;
+  gradient accumulation: FSDP reduce-scatters every micro-batch (distributed.gradient_sync); DDP's are
+  full-size anyway. SMP tensor parallelism is refused (trainstack/profiles.py): nothing is divided by it;
 - on GPU under DDP and SMP, bf16 autocast: every matmul weight is cast to bf16 per forward, and that copy
-  lives until the backward pass has used it, whole (not sharded): 2 bytes per matmul parameter. FSDP2 (torchrun/smddp) instead gathers bf16 layers by its mixed-precision policy and
-  reduce-scatters fp32 gradients: no whole-model copy, the gathered layers are its working buffers;
+  lives until the backward pass has used it, whole (not sharded): 2 bytes per matmul parameter. FSDP2
+  (torchrun/smddp) instead gathers bf16 layers by its mixed-precision policy and reduce-scatters fp32
+  gradients: no whole-model copy, the gathered layers are its working buffers;
 - activations: Korthikanti et al. 2022 counted per layer for train.py's Llama (fp32 residual stream
   and RMSNorm, bf16 matmul inputs, SwiGLU, SDPA flash/memory-efficient attention that keeps no
-  s x s scores; grouped-query K/V as transformers 4.44.2 (the image's) computes it: `repeat_kv` copies
-  K and V to every query head before SDPA, which keeps the copies), plus the loss over the vocabulary in fp32; under FSDP2's bf16
-  policy the same count, an upper bound (bf16 residual stream, matmul inputs kept once);
+  s x s scores; grouped-query K/V as transformers 4.44.2, the image's, computes it: `repeat_kv` copies
+  K and V to every query head before SDPA, which keeps the copies), plus the loss over the vocabulary
+  in fp32; under FSDP2's bf16 policy the same count, an upper bound (bf16 residual stream, matmul
+  inputs kept once);
 - working buffers: FSDP's gathered layers, or DDP's gradient buckets (a second copy of the gradients);
 - an allowance: CUDA context, cuBLAS/NCCL workspaces and caching-allocator fragmentation.
 """
