@@ -133,9 +133,9 @@ class SmpParameters(StrictModel):
             degree = getattr(self, name)
             if degree is not None and degree > 1:
                 raise ValueError(
-                    f"smp.{name} must be 1 (got {degree}): train.py does not yet clip gradients with SMP's "
-                    "clip_grad_norm_ or save checkpoints per tensor-parallel rank as AWS's SMP v2 examples do, "
-                    "so model parallelism stays off until that is built and verified on GPUs"
+                    f"smp.{name} must be 1 (got {degree}): train.py does not yet clip gradients with "
+                    "SMP's clip_grad_norm_ or save checkpoints per tensor-parallel rank as AWS's SMP v2 "
+                    "examples do, so model parallelism stays off until that is built and verified on GPUs"
                 )
         return self
 

@@ -43,8 +43,9 @@ def test_default_profiles_are_valid_and_cover_every_strategy():
     [
         (
             {"strategy": "smp", "smp": {"tensor_parallel_degree": 2}},
-            "profiles.0.smp: smp.tensor_parallel_degree must be 1 (got 2): train.py does not yet clip gradients "
-            "with SMP's clip_grad_norm_ or save checkpoints per tensor-parallel rank as AWS's SMP v2 examples do",
+            "profiles.0.smp: smp.tensor_parallel_degree must be 1 (got 2): train.py does not yet clip "
+            "gradients with SMP's clip_grad_norm_ or save checkpoints per tensor-parallel rank as AWS's "
+            "SMP v2 examples do",
         ),
         (
             {"strategy": "smp", "smp": {"context_parallel_degree": 2}},
