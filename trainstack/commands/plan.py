@@ -16,6 +16,7 @@ from dataclasses import replace
 from training_scripts.model_shapes import PRESETS
 from trainstack.config import ConfigError, load_settings
 from trainstack.instances import INSTANCE_TYPES, InstanceType
+from trainstack.planning.checkpoints import ASSUMED_WRITE_BYTES_PER_SECOND, GB
 from trainstack.planning.memory import GIB
 from trainstack.planning.plans import Plan, Setup, plan, recommend
 from trainstack.planning.setups import (
@@ -57,6 +58,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add("--parallelism", metavar="NAME", help="outside SMP: fsdp (default) or ddp")
     add("--hybrid-shard-degree", metavar="N", help="SMP: GPUs a parameter is sharded over (0: all)")
     add("--tokens", metavar="N", help="token budget for time and cost, e.g. 2e9 or 2B (default: max_steps)")
+    add(
+        "--checkpoint-write-rate",
+        metavar="GB/S",
+        help="one node's checkpoint write rate, as benchmarks/checkpoint_throughput.py measures it there "
+        "(default: an assumed 1 GB/s)",
+    )
     add("--recommend", action="store_true", help="recommend SMP sharding and checkpointing for each type")
     add("--json", action="store_true", help="print the plans as JSON")
     parser.set_defaults(handler=run)
@@ -65,10 +72,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         setup, targets, budget = _inputs(args)
+        write_rate = _write_rate(args.checkpoint_write_rate)
     except _UsageError as error:
         print(f"trainstack plan: {error}", file=sys.stderr)
         return 2
-    plans = [plan(setup, spec, count, tokens) for spec, count, tokens in targets]
+    plans = [plan(setup, spec, count, tokens, write_rate) for spec, count, tokens in targets]
     recommended = (
         [recommend(setup, spec, count, tokens) for spec, count, tokens in targets] if args.recommend else []
     )
@@ -201,6 +209,20 @@ def _non_negative(text: str, flag: str) -> int:
     return int(text)
 
 
+def _write_rate(text: str | None) -> float:
+    if text is None:
+        return ASSUMED_WRITE_BYTES_PER_SECOND
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise _UsageError(
+            f"--checkpoint-write-rate must be a positive number of GB/s such as 1.5, got '{text}'."
+        )
+    return value * GB
+
+
 def _tokens(text: str | None) -> float | None:
     if text is None:
         return None
@@ -242,6 +264,7 @@ def _report(setup: Setup, plans: list[Plan], recommended: list[Plan | None], bud
             lines.append(f"  no throughput: no peak FLOP/s or MFU recorded for {spec.gpu_model}")
         elif item.throughput.cost_usd is None and item.throughput.hours is not None:
             lines.append(f"  no cost: no price recorded for {spec.name}")
+        lines.append(f"  {item.checkpoint.line()}")
         if recommended:
             best = recommended[index]
             lines.append(f"  recommended: {_recommendation_text(best)}")

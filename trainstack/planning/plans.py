@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 
+from training_scripts.model_shapes import parameter_count
 from trainstack.instances import InstanceType
+from trainstack.planning.checkpoints import ASSUMED_WRITE_BYTES_PER_SECOND, CheckpointPlan, plan_checkpoint
 from trainstack.planning.memory import GIB, Layout, MemoryEstimate, Workload, estimate_memory
 from trainstack.planning.throughput import Throughput, estimate_throughput
 
@@ -24,6 +26,7 @@ class Setup:
     strategy: str  # smp, smddp, torchrun
     parallelism: str  # fsdp or ddp (outside SMP)
     hybrid_shard_degree: int = 0  # SMP only; 0: shard over every data-parallel rank
+    keep_checkpoints: int = 2  # complete checkpoints kept (and downloaded by every node on a restart)
 
     def layout(self, spec: InstanceType, instance_count: int) -> Layout:
         world = spec.gpus * instance_count
@@ -49,6 +52,7 @@ class Plan:
     throughput: Throughput | None
     fix: str | None  # the smallest change that makes it fit, when it does not
     fixed_memory: MemoryEstimate | None
+    checkpoint: CheckpointPlan
     tokens: float | None = None  # the budget that hours and cost are for
 
     @property
@@ -100,6 +104,7 @@ class Plan:
             "assumed_mfu": self.throughput and round(self.throughput.mfu, 3),
             "hours": self.throughput and self.throughput.hours and round(self.throughput.hours, 2),
             "cost_usd": self.throughput and self.throughput.cost_usd and round(self.throughput.cost_usd, 2),
+            "checkpoint": self.checkpoint.as_dict(),
         }
 
 
@@ -112,14 +117,31 @@ def fits(setup: Setup, spec: InstanceType, instance_count: int) -> bool:
     return _memory(setup, spec, instance_count).total <= spec.gpu_memory_bytes
 
 
-def plan(setup: Setup, spec: InstanceType, instance_count: int, tokens: float | None) -> Plan:
+def plan(
+    setup: Setup,
+    spec: InstanceType,
+    instance_count: int,
+    tokens: float | None,
+    checkpoint_write_rate: float = ASSUMED_WRITE_BYTES_PER_SECOND,
+) -> Plan:
     memory = _memory(setup, spec, instance_count)
     fix, fixed = None, None
     if memory.total > spec.gpu_memory_bytes:
         found = smallest_fix(setup, spec, instance_count)
         fix, fixed = found if found else (_NO_FIX, None)
     throughput = _throughput(setup, spec, instance_count, tokens)
-    return Plan(setup, spec, instance_count, memory, throughput, fix, fixed, tokens)
+    step_seconds = (
+        setup.tokens_per_step(spec, instance_count) / throughput.tokens_per_second if throughput else None
+    )
+    checkpoint = plan_checkpoint(
+        parameter_count(setup.shape),
+        instance_count,
+        setup.strategy,
+        setup.keep_checkpoints,
+        step_seconds,
+        checkpoint_write_rate,
+    )
+    return Plan(setup, spec, instance_count, memory, throughput, fix, fixed, checkpoint, tokens)
 
 
 _NO_FIX = (

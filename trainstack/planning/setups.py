@@ -23,6 +23,7 @@ TRAIN_DEFAULTS = {
     "max_steps": 1000,
     "activation_checkpointing": False,
     "parallelism": "fsdp",
+    "keep_checkpoints": 2,
 }
 _TRUE = ("true", "1", "yes")
 
@@ -70,8 +71,8 @@ def setup_for_profile(profile: Profile) -> Setup:
         )
     try:
         vocab_size = int(hyperparameters["vocab_size"]) if "vocab_size" in hyperparameters else None
-        seq_len, micro_batch, grad_accum = (
-            int(value(name)) for name in ("seq_len", "micro_batch_size", "grad_accum")
+        seq_len, micro_batch, grad_accum, keep_checkpoints = (
+            int(value(name)) for name in ("seq_len", "micro_batch_size", "grad_accum", "keep_checkpoints")
         )
     except ValueError:
         raise UnplannableError(f"profile {profile.name}: a size hyperparameter is not an integer") from None
@@ -87,6 +88,7 @@ def setup_for_profile(profile: Profile) -> Setup:
         strategy=profile.strategy,
         parallelism=value("parallelism"),
         hybrid_shard_degree=(smp and smp.hybrid_shard_degree) or 0,
+        keep_checkpoints=keep_checkpoints,
     )
 
 
@@ -159,4 +161,5 @@ def as_mapping(setup: Setup) -> Mapping:
         "strategy": setup.strategy,
         "parallelism": setup.parallelism,
         "hybrid_shard_degree": setup.hybrid_shard_degree,
+        "keep_checkpoints": setup.keep_checkpoints,
     }
