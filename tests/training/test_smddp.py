@@ -83,13 +83,13 @@ def test_smddp_refuses_async_checkpoints_in_one_sentence(dataset, tmp_path):
     ['dist.new_group(backend="gloo")', "dist.new_group()"],
     ids=["a gloo group", "an smddp subgroup"],
 )
-def test_the_stand_in_refuses_what_aws_says_smddp_cannot_do(second_group):
+def test_the_stand_in_refuses_what_aws_says_smddp_cannot_do(second_group, tmp_path):
     """The stand-in fails the way the old distributed.setup would have failed on SageMaker."""
     script = textwrap.dedent(
         f"""
         import torch.distributed as dist
         import smdistributed.dataparallel.torch.torch_smddp
-        dist.init_process_group("smddp", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)
+        dist.init_process_group("smddp", init_method="file://{tmp_path / "store"}", rank=0, world_size=1)
         dist.all_reduce(__import__("torch").ones(1))
         try:
             {second_group}
