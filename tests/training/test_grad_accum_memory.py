@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from training_scripts.model_shapes import parameter_count
 from trainstack.instances import InstanceType
@@ -22,7 +21,6 @@ from trainstack.planning.setups import preset_shape
 
 SCRIPT = Path(__file__).with_name("gradient_memory.py")
 TWO_CPU_RANKS = InstanceType("two-ranks", 2, "A100", 40960, 8, bf16=True, efa=False, smddp=False)
-FSDP2_ON_CPU = tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (2, 6)
 
 
 def measured_gradient_bytes(parallelism: str) -> list[int]:
@@ -60,12 +58,7 @@ def planned_gradient_bytes(parallelism: str, grad_accum: int) -> int:
 
 @pytest.mark.parametrize(
     "parallelism",
-    [
-        pytest.param(
-            "fsdp", marks=pytest.mark.skipif(not FSDP2_ON_CPU, reason="FSDP2 in torch 2.5 needs CUDA")
-        ),
-        "ddp",
-    ],
+    [pytest.param("fsdp", marks=pytest.mark.newer_stack), "ddp"],  # FSDP2 in torch 2.5.1 needs CUDA
 )
 def test_accumulated_gradients_take_what_the_planner_counts(parallelism):
     planned = planned_gradient_bytes(parallelism, grad_accum=2)
