@@ -35,7 +35,8 @@ def run(args: argparse.Namespace) -> int:
     execution = latest_execution(stepfunctions, state_machine_arn, args.run)
     if execution["status"] != "RUNNING":
         raise RunError(
-            f"run {args.run} is not running: its execution {execution['name']} ended {execution['status']}"
+            f"run {args.run} is not running: its execution {execution['name']} "
+            f"ended {execution['status']}"
         )
     stepfunctions.stop_execution(
         executionArn=execution["executionArn"],
