@@ -3,6 +3,12 @@
 `smp` (SMP v2 tensor parallel + FSDP) and `smddp` (SMDDP collectives) only exist
 in the SageMaker image; elsewhere the same flags fall back to NCCL (GPU) or gloo
 (CPU) with FSDP2 or DDP, with a warning, so one script runs everywhere.
+
+Groups: the default group trains. DCP gets a gloo group of its own, so that an async save's
+collectives (from a background thread) never interleave with training's. SMDDP allows neither
+(AWS: its backend cannot create subgroups with new_group() nor run beside NCCL or Gloo): under
+`smddp` every collective runs on the one default group, with tensors on the GPU, and checkpoints
+are saved synchronously between steps (flags.py refuses --async-checkpoint there).
 """
 
 import contextlib
@@ -40,9 +46,15 @@ class Runtime:
     dp_rank: int  # ranks with the same dp_rank (a tensor-parallel group) read the same samples
     dp_size: int
     device: torch.device
-    control_group: dist.ProcessGroup | None  # host-tensor collectives (None: the default group does them)
-    # host-tensor collectives of checkpointing and of the start-up checks (`agree`), never of training
-    checkpoint_group: dist.ProcessGroup
+    # DCP's collectives and the barriers around file writes: a gloo group, or None (the default group)
+    # under smddp, which allows no other group
+    checkpoint_group: dist.ProcessGroup | None
+
+    @property
+    def control_device(self) -> torch.device:
+        """Where the small tensors of cross-rank checks live: the host (the default group has gloo for
+        them), except under smddp, whose one backend takes GPU tensors only."""
+        return self.device if self.strategy == "smddp" else torch.device("cpu")
 
     @property
     def is_main(self) -> bool:
@@ -50,9 +62,10 @@ class Runtime:
 
 
 def select_strategy(
-    requested: str, smp_installed: bool, smddp_installed: bool, cuda: bool
+    requested: str, smp_installed: bool, smddp_serves: bool, cuda: bool
 ) -> tuple[str, str, str | None]:
-    """(strategy, process-group backend, fallback warning or None) for what this machine can run."""
+    """(strategy, process-group backend, fallback warning or None) for what this machine can run;
+    `smddp_serves`: SMDDP is installed and its backend takes this machine's device (`_smddp_serves`)."""
     fallback_backend = "cpu:gloo,cuda:nccl" if cuda else "gloo"
     if requested == "smp" and not (smp_installed and cuda):
         return (
@@ -61,7 +74,7 @@ def select_strategy(
             "SMP v2 (torch.sagemaker) needs the SageMaker image and a GPU; "
             "training with FSDP2/DDP on the standard backend instead.",
         )
-    if requested == "smddp" and not (smddp_installed and cuda):
+    if requested == "smddp" and not smddp_serves:
         return (
             "torchrun",
             fallback_backend,
@@ -80,18 +93,24 @@ def _installed(module: str) -> bool:
         return False
 
 
+def _smddp_serves(device_type: str) -> bool:
+    """Whether SMDDP is installed and registers its backend for `device_type` (the real one: CUDA)."""
+    if not _installed("smdistributed.dataparallel"):
+        return False
+    import smdistributed.dataparallel.torch.torch_smddp  # noqa: F401  (registers the "smddp" backend)
+
+    return device_type in dist.Backend.backend_capability.get("smddp", ())
+
+
 def setup(requested: str, mp_parameters: dict) -> Runtime:
     cuda = torch.cuda.is_available()
-    strategy, backend, warning = select_strategy(
-        requested, _installed("torch.sagemaker"), _installed("smdistributed.dataparallel"), cuda
-    )
+    smddp_serves = requested == "smddp" and _smddp_serves("cuda" if cuda else "cpu")
+    strategy, backend, warning = select_strategy(requested, _installed("torch.sagemaker"), smddp_serves, cuda)
     # mpirun (SMDDP) names the local rank differently from torchrun.
     local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", "0")))
     if cuda:
         torch.cuda.set_device(local_rank)
-    if strategy == "smddp":
-        import smdistributed.dataparallel.torch.torch_smddp  # noqa: F401  (registers the "smddp" backend)
-    elif "RANK" not in os.environ:  # plain `python train.py`: a world of one
+    if strategy != "smddp" and "RANK" not in os.environ:  # plain `python train.py`: a world of one
         os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
     dist.init_process_group(backend=backend)
     rank, world_size = dist.get_rank(), dist.get_world_size()
@@ -104,10 +123,7 @@ def setup(requested: str, mp_parameters: dict) -> Runtime:
         model_parallel_degree = int(mp_parameters.get("tensor_parallel_degree", 1)) * int(
             mp_parameters.get("context_parallel_degree", 1)
         )
-    # DCP's collectives run on host tensors, from a background thread for async saves: a group of their
-    # own keeps them from interleaving with the training collectives. SMDDP's backend has no host side.
-    checkpoint_group = dist.new_group(backend="gloo")
-    control_group = dist.new_group(backend="gloo") if strategy == "smddp" else None
+    checkpoint_group = None if strategy == "smddp" else dist.new_group(backend="gloo")
     runtime = Runtime(
         strategy=strategy,
         backend=backend,
@@ -117,7 +133,6 @@ def setup(requested: str, mp_parameters: dict) -> Runtime:
         dp_rank=rank // model_parallel_degree,
         dp_size=world_size // model_parallel_degree,
         device=torch.device("cuda", local_rank) if cuda else torch.device("cpu"),
-        control_group=control_group,
         checkpoint_group=checkpoint_group,
     )
     if warning and runtime.is_main:
@@ -209,6 +224,16 @@ def agree(runtime: Runtime, problem: str | None) -> str | None:
     return next((p for p in problems if p), None)
 
 
+def reduce_max(runtime: Runtime, values: torch.Tensor) -> torch.Tensor:
+    """The element-wise maximum over all ranks of a small host tensor (flags, token ids), on the host.
+
+    On the default group, never the checkpoint group: during an async save DCP's background thread
+    runs collectives there, and these checks run every step."""
+    values = values.to(runtime.control_device)
+    dist.all_reduce(values, op=dist.ReduceOp.MAX)
+    return values.cpu()
+
+
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
     """The transformers model inside DDP/FSDP1 (FSDP2 wraps in place)."""
     return getattr(model, "module", model)
@@ -221,18 +246,15 @@ def local_part(parameter: torch.Tensor) -> torch.Tensor:
 
 @contextlib.contextmanager
 def gradient_sync(model: torch.nn.Module, enabled: bool):
-    """Skip the gradient all-reduce on all but the last micro-batch of an accumulation."""
-    if enabled:
+    """DDP: skip the gradient all-reduce on all but the last micro-batch of an accumulation (DDP's
+    gradients are full-size anyway). FSDP (FSDP2, SMP's FSDP1) reduce-scatters every micro-batch, as
+    torchtitan does: skipping it would keep full-size unsharded fp32 gradients between micro-batches
+    (+4 bytes per parameter per GPU; torchtitan#292), memory the planner does not count."""
+    if enabled or not isinstance(model, DistributedDataParallel):
         yield
-    elif hasattr(model, "no_sync"):  # DDP, FSDP1
+    else:
         with model.no_sync():
             yield
-    else:  # FSDP2
-        model.set_requires_gradient_sync(False)
-        try:
-            yield
-        finally:
-            model.set_requires_gradient_sync(True)
 
 
 def teardown() -> None:

@@ -39,6 +39,21 @@ def _positive(text: str) -> int:
     return value
 
 
+def _at_least(low: int, why: str):
+    """An integer type of at least `low`, with the reason for the bound in its error."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer of at least {low}, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected an integer of at least {low} ({why}), got {text}")
+        return value
+
+    return parse
+
+
 def _non_negative(text: str) -> int:
     value = int(text)
     if value < 0:
@@ -157,7 +172,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="validation covers the first val-batches x micro-batch-size val samples, whatever the ranks",
     )
     add("--checkpoint-interval", type=_positive, default=200)
-    add("--keep-checkpoints", type=_positive, default=2)
+    add(
+        "--keep-checkpoints",
+        type=_at_least(
+            2,
+            "SageMaker deletes from S3 what is deleted locally, so with one a kill during "
+            "the newest checkpoint's upload can leave none loadable",
+        ),
+        default=2,
+        help="complete checkpoints kept (at least 2)",
+    )
     add("--async-checkpoint", type=_boolean, default=False, help="write checkpoints while training continues")
     add(
         "--allow-global-batch-change",
@@ -217,6 +241,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         except argparse.ArgumentTypeError as error:
             raise UserError(f"SM_HP_MP_PARAMETERS: {error}.") from None
     args.profile_steps = _profile_steps(args.profile_steps)
+    for name in ("tensor_parallel_degree", "context_parallel_degree"):
+        if int(args.mp_parameters.get(name, 1)) > 1:
+            raise UserError(
+                f"Argument --mp-parameters: {name} must be 1: train.py does not yet clip gradients and save "
+                "checkpoints per tensor-parallel rank as SMP's examples do (docs/training.md)."
+            )
+    if args.strategy == "smddp" and args.async_checkpoint:
+        raise UserError(
+            "Argument --async-checkpoint: must be false with --strategy smddp (SMDDP allows one process "
+            "group, and a background save's collectives would interleave with training's on it)."
+        )
     if args.init_from and not (Path(args.init_from) / "config.json").is_file():
         raise UserError(f"--init-from {args.init_from} holds no config.json.")
     if args.dry_run:

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from checkpoint import Resumed
 from data import SampleOrder, TokenDataset, UserError
-from distributed import Runtime, agree, local_part, unwrap, wrap_model
+from distributed import Runtime, agree, local_part, reduce_max, unwrap, wrap_model
 from model import build_model, has_weights, identity, initialize, load_pretrained
 from model_shapes import parameter_count
 from transformers import PretrainedConfig
@@ -55,8 +55,9 @@ def open_datasets(
         problem = str(error)
     _raise_agreed(runtime, problem)
     for dataset in datasets:
-        largest = torch.from_numpy(dataset.largest_token_ids(runtime.rank, runtime.world_size))
-        dist.all_reduce(largest, op=dist.ReduceOp.MAX, group=runtime.checkpoint_group)
+        largest = reduce_max(
+            runtime, torch.from_numpy(dataset.largest_token_ids(runtime.rank, runtime.world_size))
+        )
         dataset.check_vocabulary(largest.numpy(), vocab_size)
     return datasets[0], datasets[1] if len(datasets) > 1 else None
 

@@ -23,7 +23,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from checkpoint import CheckpointManager, TrainState
 from data import TokenDataset, UserError, validation_batches
-from distributed import Runtime, autocast_enabled, gradient_sync, local_part, setup, teardown
+from distributed import Runtime, autocast_enabled, gradient_sync, local_part, reduce_max, setup, teardown
 from flags import parse_args, resume_source
 from metrics import format_train_line, format_val_line
 from model import model_config
@@ -141,8 +141,7 @@ class Trainer:
     def _agree(self, nonfinite: bool, sigterm: bool) -> tuple[bool, bool]:
         """Both flags as any rank has them, in one host collective per step (each rank sees only its
         own loss and signal; all must skip, or stop, at the same step)."""
-        flags = torch.tensor([int(nonfinite), int(sigterm)])  # a host tensor: gloo on every backend
-        dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.runtime.control_group)
+        flags = reduce_max(self.runtime, torch.tensor([int(nonfinite), int(sigterm)]))
         return bool(flags[0]), bool(flags[1])
 
     def _skip(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
@@ -196,9 +195,7 @@ class Trainer:
 
     def _weights_finite(self) -> bool:
         local = all(bool(torch.isfinite(local_part(p)).all()) for p in self.model.parameters())
-        flag = torch.tensor([int(not local)])
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.runtime.control_group)
-        return not bool(flag.item())
+        return not bool(reduce_max(self.runtime, torch.tensor([int(not local)])).item())
 
     def _check_weights(self, what: str) -> None:
         if not self._weights_finite():

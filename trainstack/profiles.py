@@ -127,6 +127,18 @@ class SmpParameters(StrictModel):
     allow_empty_shards: bool | None = None
     random_seed: Annotated[int | None, Field(ge=0)] = None
 
+    @model_validator(mode="after")
+    def _no_model_parallelism_yet(self) -> SmpParameters:
+        for name in ("tensor_parallel_degree", "context_parallel_degree"):
+            degree = getattr(self, name)
+            if degree is not None and degree > 1:
+                raise ValueError(
+                    f"smp.{name} must be 1 (got {degree}): train.py does not yet clip gradients with "
+                    "SMP's clip_grad_norm_ or save checkpoints per tensor-parallel rank as AWS's SMP v2 "
+                    "examples do, so model parallelism stays off until that is built and verified on GPUs"
+                )
+        return self
+
     def as_mp_parameters(self) -> dict[str, Any]:
         return self.model_dump(exclude_none=True)
 
@@ -271,8 +283,11 @@ class Profile(StrictModel):
                     f"{where}: {preference.instance_count} instances need EFA, which {spec.name} lacks; "
                     "use instance_count 1 or an EFA type such as ml.p4d.24xlarge or ml.p5.48xlarge"
                 )
-            if self.strategy == "smddp" and not spec.smddp:
-                yield f"{where}: strategy smddp runs only on {', '.join(_smddp_types())}"
+            if self.strategy == "smddp" and not spec.smddp_for_training:
+                yield (
+                    f"{where}: strategy smddp runs only on {', '.join(_smddp_types())} (AWS's SMDDP list "
+                    "less ml.p3dn.24xlarge, whose V100 GPUs cannot compute in bf16 as train.py does)"
+                )
             if self.strategy == "smp" and spec.gpus == 0:
                 yield f"{where}: strategy smp needs GPU instances; {spec.name} has none"
         if self.smp is not None and self.strategy != "smp":
@@ -286,16 +301,10 @@ class Profile(StrictModel):
                 )
         if self.smp is None or self.strategy != "smp":
             return
-        tensor_parallel = self.smp.tensor_parallel_degree
         hybrid_shard = self.smp.hybrid_shard_degree
         for index, preference in enumerate(self.instance_preferences):
             spec = preference.spec
             where = f"instance_preferences.{index} ({spec.name})"
-            if tensor_parallel and spec.gpus and spec.gpus % tensor_parallel:
-                yield (
-                    f"smp.tensor_parallel_degree ({tensor_parallel}) must divide the GPUs per instance "
-                    f"of every preferred type; {where} has {spec.gpus}"
-                )
             if hybrid_shard and preference.world_size % hybrid_shard:
                 yield (
                     f"smp.hybrid_shard_degree ({hybrid_shard}) must divide the world size of every "
@@ -350,4 +359,4 @@ class Profile(StrictModel):
 
 
 def _smddp_types() -> list[str]:
-    return [name for name, spec in INSTANCE_TYPES.items() if spec.smddp]
+    return [name for name, spec in INSTANCE_TYPES.items() if spec.smddp_for_training]

@@ -31,30 +31,34 @@ def test_every_catalog_type_is_a_sagemaker_training_instance_type():
 
 
 @pytest.mark.parametrize(
-    ("name", "gpus", "model", "memory"),
+    ("name", "gpus", "model", "memory_mib"),
     [
-        ("ml.p4d.24xlarge", 8, "A100", 40),
-        ("ml.p4de.24xlarge", 8, "A100", 80),
-        ("ml.p5.48xlarge", 8, "H100", 80),
-        ("ml.p5e.48xlarge", 8, "H200", 141),
-        ("ml.p5en.48xlarge", 8, "H200", 141),
-        ("ml.p3.16xlarge", 8, "V100", 16),
-        ("ml.p3dn.24xlarge", 8, "V100", 32),
-        ("ml.g5.12xlarge", 4, "A10G", 24),
-        ("ml.g5.48xlarge", 8, "A10G", 24),
-        ("ml.g6e.48xlarge", 8, "L40S", 48),
+        ("ml.p4d.24xlarge", 8, "A100", 40960),
+        ("ml.p4de.24xlarge", 8, "A100", 81920),
+        ("ml.p5.48xlarge", 8, "H100", 81559),  # 79.6 GiB, not 80
+        ("ml.p5e.48xlarge", 8, "H200", 143771),
+        ("ml.p5en.48xlarge", 8, "H200", 143771),
+        ("ml.p3.16xlarge", 8, "V100", 16160),
+        ("ml.p3dn.24xlarge", 8, "V100", 32768),
+        ("ml.g5.12xlarge", 4, "A10G", 23028),  # 22.5 GiB, not 24
+        ("ml.g5.48xlarge", 8, "A10G", 23028),
+        ("ml.g6e.48xlarge", 8, "L40S", 46068),
         ("ml.m5.xlarge", 0, None, 0),
     ],
 )
-def test_gpu_facts(name, gpus, model, memory):
+def test_gpu_facts_are_what_nvidia_smi_reports(name, gpus, model, memory_mib):
     spec = instance_type(name)
-    assert (spec.gpus, spec.gpu_model, spec.gpu_memory_gib) == (gpus, model, memory)
-    assert spec.total_gpu_memory_gib == gpus * memory
+    assert (spec.gpus, spec.gpu_model, spec.gpu_memory_mib) == (gpus, model, memory_mib)
+    assert spec.gpu_memory_bytes == memory_mib * 2**20
 
 
-def test_smddp_runs_only_on_p3dn_p4d_p4de():
+def test_smddp_is_aws_list_and_trains_only_where_the_gpu_has_bf16():
     assert {name for name, spec in INSTANCE_TYPES.items() if spec.smddp} == {
         "ml.p3dn.24xlarge",
+        "ml.p4d.24xlarge",
+        "ml.p4de.24xlarge",
+    }
+    assert {name for name, spec in INSTANCE_TYPES.items() if spec.smddp_for_training} == {
         "ml.p4d.24xlarge",
         "ml.p4de.24xlarge",
     }

@@ -102,12 +102,12 @@ def test_optional_features_build_valid_requests():
             },
         ),
         (
-            {"strategy": "smp", "smp": {"hybrid_shard_degree": 8, "tensor_parallel_degree": 4}},
+            {"strategy": "smp", "smp": {"hybrid_shard_degree": 8, "tensor_parallel_degree": 1}},
             {
                 "sagemaker_program": "train.py",
                 "sagemaker_torch_distributed_enabled": True,
                 "strategy": "smp",
-                "mp_parameters": {"hybrid_shard_degree": 8, "tensor_parallel_degree": 4},
+                "mp_parameters": {"hybrid_shard_degree": 8, "tensor_parallel_degree": 1},
             },
         ),
         (

@@ -42,20 +42,14 @@ def test_default_profiles_are_valid_and_cover_every_strategy():
     ("fields", "expected"),
     [
         (
-            {"strategy": "smp", "smp": {"tensor_parallel_degree": 3}},
-            "profiles.0: smp.tensor_parallel_degree (3) must divide the GPUs per instance of every preferred "
-            "type; instance_preferences.0 (ml.p5.48xlarge) has 8.",
+            {"strategy": "smp", "smp": {"tensor_parallel_degree": 2}},
+            "profiles.0.smp: smp.tensor_parallel_degree must be 1 (got 2): train.py does not yet clip "
+            "gradients with SMP's clip_grad_norm_ or save checkpoints per tensor-parallel rank as AWS's "
+            "SMP v2 examples do",
         ),
         (
-            {
-                "strategy": "smp",
-                "instance_preferences": [
-                    {"instance_type": "ml.p5.48xlarge"},
-                    {"instance_type": "ml.g5.12xlarge"},
-                ],
-                "smp": {"tensor_parallel_degree": 8},
-            },
-            "instance_preferences.1 (ml.g5.12xlarge) has 4.",
+            {"strategy": "smp", "smp": {"context_parallel_degree": 2}},
+            "smp.context_parallel_degree must be 1 (got 2)",
         ),
         (
             {"strategy": "smp", "smp": {"hybrid_shard_degree": 32}},
@@ -64,8 +58,13 @@ def test_default_profiles_are_valid_and_cover_every_strategy():
         ),
         (
             {"strategy": "smddp"},
-            "instance_preferences.0 (ml.p5.48xlarge): strategy smddp runs only on ml.p3dn.24xlarge, "
-            "ml.p4d.24xlarge, ml.p4de.24xlarge.",
+            "instance_preferences.0 (ml.p5.48xlarge): strategy smddp runs only on ml.p4d.24xlarge, "
+            "ml.p4de.24xlarge (AWS's SMDDP list less ml.p3dn.24xlarge, whose V100 GPUs cannot compute in "
+            "bf16 as train.py does).",
+        ),
+        (
+            {"strategy": "smddp", "instance_preferences": [{"instance_type": "ml.p3dn.24xlarge"}]},
+            "instance_preferences.0 (ml.p3dn.24xlarge): strategy smddp runs only on ml.p4d.24xlarge",
         ),
         (
             {"instance_preferences": [{"instance_type": "ml.p3.16xlarge", "instance_count": 2}]},
@@ -111,7 +110,7 @@ def test_default_profiles_are_valid_and_cover_every_strategy():
             {"instance_preferences": [{**P5, "training_plan_arn": "plan-1"}]},
             "a SageMaker training plan ARN",
         ),
-        ({"smp": {"tensor_parallel_degree": 2}}, "smp parameters apply only to strategy smp"),
+        ({"smp": {"hybrid_shard_degree": 2}}, "smp parameters apply only to strategy smp"),
         (
             {"strategy": "smp", "instance_preferences": [{"instance_type": "ml.m5.xlarge"}]},
             "strategy smp needs GPU instances; ml.m5.xlarge has none.",

@@ -48,10 +48,16 @@ def built(preset: str, checkpointing: bool = False) -> torch.nn.Module:
     """train.py's model, with gradients cleared and checkpointing on or off as train.py's flag sets it."""
     net = _model(preset)
     net.zero_grad(set_to_none=True)
+    # transformers 5 renamed gradient_checkpointing_*; 4.44.2 (the image's) has only the old names.
     if checkpointing:
-        net.activation_checkpointing_enable({"use_reentrant": False})
-    else:
+        if hasattr(net, "activation_checkpointing_enable"):
+            net.activation_checkpointing_enable({"use_reentrant": False})
+        else:
+            net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    elif hasattr(net, "activation_checkpointing_disable"):
         net.activation_checkpointing_disable()
+    else:
+        net.gradient_checkpointing_disable()
     return net
 
 
@@ -152,3 +158,31 @@ def test_activation_estimate_matches_the_measured_peak(preset, batch, seq_len, c
     ratio = (layers + head) / measured
     print(f"{preset} b={batch} s={seq_len} checkpointing={checkpointing}: estimate/measured {ratio:.3f}")
     assert PEAK_TOLERANCE[0] <= ratio <= PEAK_TOLERANCE[1]
+
+
+@pytest.mark.parametrize("autocast", [False, True], ids=["fp32", "bf16-autocast"])
+def test_grouped_query_attention_keeps_k_and_v_as_the_images_transformers_repeats_them(autocast):
+    """transformers 4.44.2 (the image's) copies K and V to every query head (`repeat_kv`) before SDPA,
+    which keeps the copies: the planner counts that. Newer transformers pass grouped K/V to SDPA
+    (`enable_gqa`) and keep them grouped: the count is then their upper bound by exactly those copies."""
+    import transformers  # noqa: PLC0415
+
+    shape = {**PRESETS["tiny"], "num_key_value_heads": 2}
+    config = model.model_config("tiny", None, None, 1)
+    config.num_key_value_heads = shape["num_key_value_heads"]
+    net = model.build_model(config)
+    model.initialize(net, net, torch.device("cpu"), seed=0, allocate=True)
+    batch, seq_len = 2, 64
+    tokens = batch * seq_len
+    saved = saved_bytes(net, torch.randint(0, shape["vocab_size"], (batch, seq_len + 1)), autocast)
+    layer_weights = (
+        2 * matmul_parameter_count({**shape, "num_hidden_layers": 1, "vocab_size": 0}) if autocast else 0
+    )
+    counted = layer_activation_bytes_per_token(shape, autocast) * tokens + layer_weights
+    key_value_copies = (
+        2 * (2 if autocast else 4) * (shape["hidden_size"] // 2) * tokens
+    )  # K and V, half the heads
+    if transformers.__version__ == "4.44.2":
+        assert saved["layer1"] == counted
+    else:
+        assert saved["layer1"] in (counted, counted - key_value_copies)

@@ -52,6 +52,15 @@ def run_main(capsys, *flags: str) -> tuple[int, str]:
         (["--mp_parameters", "[2]"], "Argument --mp-parameters: expected a JSON object or key=value pairs"),
         (["--mp_parameters", "tensor_parallel_degree"], "Argument --mp-parameters: expected a JSON object"),
         (
+            ["--mp_parameters", "tensor_parallel_degree=2"],
+            "Argument --mp-parameters: tensor_parallel_degree must be 1: train.py does not yet clip",
+        ),
+        (["--keep_checkpoints", "1"], "Argument --keep-checkpoints: expected an integer of at least 2 ("),
+        (
+            ["--strategy", "smddp", "--async_checkpoint", "true"],
+            "Argument --async-checkpoint: must be false with --strategy smddp",
+        ),
+        (
             ["--learning_rat", "1e-3"],
             "Unknown flag --learning-rat; run train.py --help for the accepted flags.",
         ),
@@ -146,13 +155,13 @@ def test_the_script_exits_non_zero_with_the_sentence_only(channels):
 def test_toolkit_style_flags_and_sagemaker_environment_are_read(channels, monkeypatch):
     monkeypatch.setenv("SM_CHANNEL_TRAIN", str(channels / "train"))
     monkeypatch.setenv("SM_MODEL_DIR", str(channels / "model"))
-    monkeypatch.setenv("SM_HP_MP_PARAMETERS", '{"tensor_parallel_degree": 2}')
+    monkeypatch.setenv("SM_HP_MP_PARAMETERS", '{"hybrid_shard_degree": 2}')
     args = train.parse_args(
         ["--max_steps", "7", "--async_checkpoint", "True", "--sagemaker_program", "train.py"]
     )
     assert (args.max_steps, args.async_checkpoint) == (7, True)
     assert (args.train_dir, args.model_dir) == (str(channels / "train"), str(channels / "model"))
-    assert args.mp_parameters == {"tensor_parallel_degree": 2}
+    assert args.mp_parameters == {"hybrid_shard_degree": 2}
     assert args.checkpoint_dir == "/opt/ml/checkpoints"
     # A dict hyperparameter reaches the script flattened by the toolkit (sagemaker_training.mapping).
     args = train.parse_args(["--mp_parameters", "hybrid_shard_degree=8,tensor_parallel_degree=1"])
@@ -169,7 +178,9 @@ def test_toolkit_style_flags_and_sagemaker_environment_are_read(channels, monkey
         ("smp", True, False, False, "torchrun", "gloo", True),
         ("smddp", True, True, True, "smddp", "smddp", False),
         ("smddp", False, False, True, "torchrun", "cpu:gloo,cuda:nccl", True),
-        ("smddp", True, True, False, "torchrun", "gloo", True),
+        ("smddp", True, False, False, "torchrun", "gloo", True),
+        # smddp: its backend serves this machine's device (the CPU stand-in of tests/training/test_smddp.py)
+        ("smddp", False, True, False, "smddp", "smddp", False),
     ],
 )
 def test_strategy_selection_falls_back_where_the_sagemaker_libraries_cannot_run(

@@ -20,7 +20,6 @@ def _runtime(device: str, strategy: str = "torchrun") -> distributed.Runtime:
         dp_rank=0,
         dp_size=1,
         device=torch.device(device),
-        control_group=None,
         checkpoint_group=None,
     )
 

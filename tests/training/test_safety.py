@@ -61,7 +61,11 @@ def test_when_none_of_the_runs_checkpoints_loads_it_stops_and_touches_nothing(
     [error] = [line for line in rerun.output.splitlines() if " ERROR " in line]
     assert f"--checkpoint-dir {checkpoints} holds 2 checkpoint(s) and none loads" in error
     assert f"{newest.name} (its COMPLETE marker is empty or unreadable)" in error
-    assert f"{previous.name} (RuntimeError: PytorchStreamReader failed reading zip archive" in error
+    # A truncated shard fails as the first item read from it does (each rank writes several files).
+    assert (
+        f"{previous.name} (RuntimeError: PytorchStreamReader failed reading zip archive" in error
+        or f"{previous.name} (EOFError)" in error
+    ), error
     assert rerun.output.count("Traceback") == 1  # torchrun's own report of the exit status; none of a rank
     assert file_digests(checkpoints) == before  # nothing overwritten, nothing pruned
     assert not rerun.model_dir.exists() or not any(rerun.model_dir.iterdir())

@@ -16,6 +16,7 @@ from dataclasses import replace
 from training_scripts.model_shapes import PRESETS
 from trainstack.config import ConfigError, load_settings
 from trainstack.instances import INSTANCE_TYPES, InstanceType
+from trainstack.planning.checkpoints import ASSUMED_WRITE_BYTES_PER_SECOND, GB
 from trainstack.planning.memory import GIB
 from trainstack.planning.plans import Plan, Setup, plan, recommend
 from trainstack.planning.setups import (
@@ -55,10 +56,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add("--activation-checkpointing", metavar="BOOL", help="true or false")
     add("--strategy", metavar="NAME", help=f"without --profile: {', '.join(_STRATEGIES)} (default torchrun)")
     add("--parallelism", metavar="NAME", help="outside SMP: fsdp (default) or ddp")
-    add("--tensor-parallel-degree", metavar="N", help="SMP tensor parallelism")
     add("--hybrid-shard-degree", metavar="N", help="SMP: GPUs a parameter is sharded over (0: all)")
     add("--tokens", metavar="N", help="token budget for time and cost, e.g. 2e9 or 2B (default: max_steps)")
-    add("--recommend", action="store_true", help="recommend SMP degrees and checkpointing for each type")
+    add(
+        "--checkpoint-write-rate",
+        metavar="GB/S",
+        help="one node's checkpoint write rate, as benchmarks/checkpoint_throughput.py measures it there "
+        "(default: an assumed 1 GB/s)",
+    )
+    add("--recommend", action="store_true", help="recommend SMP sharding and checkpointing for each type")
     add("--json", action="store_true", help="print the plans as JSON")
     parser.set_defaults(handler=run)
 
@@ -66,10 +72,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         setup, targets, budget = _inputs(args)
+        write_rate = _write_rate(args.checkpoint_write_rate)
     except _UsageError as error:
         print(f"trainstack plan: {error}", file=sys.stderr)
         return 2
-    plans = [plan(setup, spec, count, tokens) for spec, count, tokens in targets]
+    plans = [plan(setup, spec, count, tokens, write_rate) for spec, count, tokens in targets]
     recommended = (
         [recommend(setup, spec, count, tokens) for spec, count, tokens in targets] if args.recommend else []
     )
@@ -176,13 +183,11 @@ def _overrides(setup: Setup, args: argparse.Namespace) -> Setup:
         if args.parallelism not in _PARALLELISMS:
             raise _UsageError(f"--parallelism must be one of {', '.join(_PARALLELISMS)}.")
         changes["parallelism"] = args.parallelism
-    if args.tensor_parallel_degree:
-        changes["tensor_parallel"] = _positive(args.tensor_parallel_degree, "--tensor-parallel-degree")
     if args.hybrid_shard_degree:
         changes["hybrid_shard_degree"] = _non_negative(args.hybrid_shard_degree, "--hybrid-shard-degree")
     setup = replace(setup, **changes)
-    if setup.strategy != "smp" and (args.tensor_parallel_degree or args.hybrid_shard_degree):
-        raise _UsageError("--tensor-parallel-degree and --hybrid-shard-degree apply only to strategy smp.")
+    if setup.strategy != "smp" and args.hybrid_shard_degree:
+        raise _UsageError("--hybrid-shard-degree applies only to strategy smp.")
     return setup
 
 
@@ -202,6 +207,20 @@ def _non_negative(text: str, flag: str) -> int:
     if not text.isdigit():
         raise _UsageError(f"{flag} must be a whole number of at least 0, got '{text}'.")
     return int(text)
+
+
+def _write_rate(text: str | None) -> float:
+    if text is None:
+        return ASSUMED_WRITE_BYTES_PER_SECOND
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise _UsageError(
+            f"--checkpoint-write-rate must be a positive number of GB/s such as 1.5, got '{text}'."
+        )
+    return value * GB
 
 
 def _tokens(text: str | None) -> float | None:
@@ -245,6 +264,7 @@ def _report(setup: Setup, plans: list[Plan], recommended: list[Plan | None], bud
             lines.append(f"  no throughput: no peak FLOP/s or MFU recorded for {spec.gpu_model}")
         elif item.throughput.cost_usd is None and item.throughput.hours is not None:
             lines.append(f"  no cost: no price recorded for {spec.name}")
+        lines.append(f"  {item.checkpoint.line()}")
         if recommended:
             best = recommended[index]
             lines.append(f"  recommended: {_recommendation_text(best)}")
@@ -258,17 +278,13 @@ def _report(setup: Setup, plans: list[Plan], recommended: list[Plan | None], bud
 
 def _strategy(setup: Setup) -> str:
     if setup.strategy == "smp":
-        return (
-            f"smp (tensor_parallel_degree {setup.tensor_parallel}, "
-            f"hybrid_shard_degree {setup.hybrid_shard_degree or 'all'})"
-        )
+        return f"smp (hybrid_shard_degree {setup.hybrid_shard_degree or 'all'})"
     return f"{setup.strategy} ({setup.parallelism})"
 
 
 def _recommendation(item: Plan) -> dict:
     return {
         "instance_type": item.spec.name,
-        "tensor_parallel_degree": item.setup.tensor_parallel,
         "hybrid_shard_degree": item.setup.hybrid_shard_degree,
         "activation_checkpointing": item.setup.activation_checkpointing,
         "micro_batch_size": item.setup.micro_batch_size,
@@ -281,8 +297,7 @@ def _recommendation_text(item: Plan | None) -> str:
     if item is None:
         return "nothing fits on this type at this count, even with micro_batch_size 1"
     return (
-        f"smp.tensor_parallel_degree {item.setup.tensor_parallel}, smp.hybrid_shard_degree "
-        f"{item.setup.hybrid_shard_degree}, activation_checkpointing "
+        f"smp.hybrid_shard_degree {item.setup.hybrid_shard_degree}, activation_checkpointing "
         f"{str(item.setup.activation_checkpointing).lower()}, "
         f"micro_batch_size {item.setup.micro_batch_size}: {item.line().split(': ', 1)[1]}"
     )

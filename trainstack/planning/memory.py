@@ -2,15 +2,19 @@
 
 What train.py does, and so what is counted (docs/plan.md derives every term):
 - fp32 master weights, fp32 gradients and AdamW's two fp32 moments: 4 + 4 + 8 bytes per parameter,
-  divided by the ranks a parameter is sharded over (FSDP2 / SMP's FSDP) and by the tensor-parallel degree;
+  divided by the ranks a parameter is sharded over (FSDP2 / SMP's FSDP). Gradients stay sharded through
+  gradient accumulation: FSDP reduce-scatters every micro-batch (distributed.gradient_sync); DDP's are
+  full-size anyway. SMP tensor parallelism is refused (trainstack/profiles.py): nothing is divided by it;
 - on GPU under DDP and SMP, bf16 autocast: every matmul weight is cast to bf16 per forward, and that copy
-  lives until the backward pass has used it, whole (not sharded): 2 bytes per matmul parameter (divided
-  by TP only). FSDP2 (torchrun/smddp) instead gathers bf16 layers by its mixed-precision policy and
-  reduce-scatters fp32 gradients: no whole-model copy, the gathered layers are its working buffers;
+  lives until the backward pass has used it, whole (not sharded): 2 bytes per matmul parameter. FSDP2
+  (torchrun/smddp) instead gathers bf16 layers by its mixed-precision policy and reduce-scatters fp32
+  gradients: no whole-model copy, the gathered layers are its working buffers;
 - activations: Korthikanti et al. 2022 counted per layer for train.py's Llama (fp32 residual stream
   and RMSNorm, bf16 matmul inputs, SwiGLU, SDPA flash/memory-efficient attention that keeps no
-  s x s scores, grouped-query K/V), plus the loss over the vocabulary in fp32; under FSDP2's bf16
-  policy the same count, an upper bound (bf16 residual stream, matmul inputs kept once);
+  s x s scores; grouped-query K/V as transformers 4.44.2, the image's, computes it: `repeat_kv` copies
+  K and V to every query head before SDPA, which keeps the copies), plus the loss over the vocabulary
+  in fp32; under FSDP2's bf16 policy the same count, an upper bound (bf16 residual stream, matmul
+  inputs kept once);
 - working buffers: FSDP's gathered layers, or DDP's gradient buckets (a second copy of the gradients);
 - an allowance: CUDA context, cuBLAS/NCCL workspaces and caching-allocator fragmentation.
 """
@@ -22,7 +26,6 @@ from dataclasses import dataclass, fields
 
 from training_scripts.model_shapes import (
     head_dim,
-    key_value_heads,
     layer_parameter_count,
     non_embedding_parameter_count,
     parameter_count,
@@ -48,7 +51,6 @@ class Layout:
 
     world_size: int
     shard_degree: int  # ranks one parameter is sharded over (FSDP/SMP); 1: replicated (DDP)
-    tensor_parallel: int = 1
     ddp: bool = False  # DDP keeps gradient buckets: a second, flat copy of the gradients
     # FSDP2 (outside SMP): its policy gathers bf16 layers on GPU, so autocast makes no weight copies
     bf16_gather: bool = False
@@ -102,21 +104,22 @@ class MemoryEstimate:
 
 
 def model_state_bytes(shape: Mapping, layout: Layout) -> tuple[int, int, int]:
-    """(weights, gradients, AdamW state) bytes per rank, as FSDP/TP divide them."""
-    per_rank = _ceil_div(parameter_count(shape), layout.shard_degree * layout.tensor_parallel)
+    """(weights, gradients, AdamW state) bytes per rank, as FSDP divides them."""
+    per_rank = _ceil_div(parameter_count(shape), layout.shard_degree)
     return WEIGHT_BYTES * per_rank, GRADIENT_BYTES * per_rank, OPTIMIZER_BYTES * per_rank
 
 
-def layer_activation_bytes_per_token(shape: Mapping, autocast: bool, tensor_parallel: int = 1) -> float:
+def layer_activation_bytes_per_token(shape: Mapping, autocast: bool) -> float:
     """Bytes one decoder layer keeps for backward, per token (train.py's Llama; see docs/plan.md).
 
     The residual stream and RMSNorm run in fp32 (the weights are fp32, autocast leaves them alone).
     Under autocast each matmul casts its input to bf16 and keeps its own copy; in fp32 the matmuls
-    sharing an input keep it once. Tensor parallelism divides what lies between the norms.
+    sharing an input keep it once. SDPA keeps K and V as transformers 4.44.2's `repeat_kv` hands them
+    over, expanded to every query head (newer transformers pass grouped K/V with `enable_gqa` and keep
+    less: the count is their upper bound).
     """
     hidden, mlp = shape["hidden_size"], shape["intermediate_size"]
     query = shape["num_attention_heads"] * head_dim(shape)
-    key_value = key_value_heads(shape) * head_dim(shape)
     matmul = BF16 if autocast else FP32
 
     def matmul_inputs(consumers: int) -> int:
@@ -125,12 +128,12 @@ def layer_activation_bytes_per_token(shape: Mapping, autocast: bool, tensor_para
     rms_norm = 2 * FP32 * hidden + FP32  # its input, the normalized value, 1/rms
     attention = (
         matmul_inputs(3)  # q, k, v projections
-        + matmul * (query + 2 * key_value)  # rotated q, k and v kept by SDPA
+        + matmul * 3 * query  # rotated q, and k and v repeated to every query head, kept by SDPA
         + matmul * query  # SDPA output, laid out as the output projection's input (no copy)
         + FP32 * shape["num_attention_heads"]  # SDPA's log-sum-exp (no s x s scores)
     )
     feed_forward = matmul_inputs(2) + 4 * matmul * mlp  # gate/up inputs; gate, SiLU(gate), up, down input
-    return 2 * rms_norm + (attention + feed_forward) / tensor_parallel
+    return 2 * rms_norm + attention + feed_forward
 
 
 def head_activation_bytes(shape: Mapping, tokens: int, autocast: bool, weight_gradient: bool) -> int:
@@ -155,9 +158,7 @@ def model_activation_bytes(shape: Mapping, seq_len: int, tokens: int) -> int:
     return 8 * tokens + 2 * FP32 * head_dim(shape) * seq_len
 
 
-def activation_bytes(
-    workload: Workload, tensor_parallel: int = 1, weight_gradient: bool = True
-) -> tuple[int, int]:
+def activation_bytes(workload: Workload, weight_gradient: bool = True) -> tuple[int, int]:
     """(decoder-layer activations, model-level and loss-head activations) bytes per rank at their peak.
 
     Without checkpointing the peak is the start of backward: every layer's saved tensors plus the loss
@@ -165,7 +166,7 @@ def activation_bytes(
     peak is the larger of the loss head's working set and one layer recomputed in full.
     """
     shape, tokens = workload.shape, workload.tokens
-    layer = layer_activation_bytes_per_token(shape, workload.autocast, tensor_parallel)
+    layer = layer_activation_bytes_per_token(shape, workload.autocast)
     head = head_activation_bytes(shape, tokens, workload.autocast, weight_gradient)
     layers = shape["num_hidden_layers"]
     model = model_activation_bytes(shape, workload.seq_len, tokens)
@@ -179,11 +180,11 @@ def activation_bytes(
 
 
 def estimate_memory(workload: Workload, layout: Layout) -> MemoryEstimate:
-    shape, tp = workload.shape, layout.tensor_parallel
+    shape = workload.shape
     weights, gradients, optimizer = model_state_bytes(shape, layout)
     autocast_copies = workload.autocast and not layout.bf16_gather
-    bf16_copies = BF16 * _ceil_div(matmul_parameter_count(shape), tp) if autocast_copies else 0
-    activations, loss = activation_bytes(workload, tp, weight_gradient=layout.shard_degree == 1)
+    bf16_copies = BF16 * matmul_parameter_count(shape) if autocast_copies else 0
+    activations, loss = activation_bytes(workload, weight_gradient=layout.shard_degree == 1)
     return MemoryEstimate(
         weights=weights,
         gradients=gradients,
@@ -200,17 +201,15 @@ def _working_buffers(shape: Mapping, layout: Layout, bf16: bool) -> int:
     unsharded root (embedding, output projection, final norm), of the layer running and of the one
     prefetched, and the unsharded gradients of the layer being reduced. SMP's FSDP gathers fp32;
     FSDP2's bf16 policy gathers bf16 (even on one rank) and its bf16 gradients are reduced in an fp32 copy."""
-    tp = layout.tensor_parallel
     if layout.ddp:
-        return GRADIENT_BYTES * _ceil_div(parameter_count(shape), tp)
+        return GRADIENT_BYTES * parameter_count(shape)
     bf16_gather = layout.bf16_gather and bf16
     if layout.shard_degree == 1 and not bf16_gather:
         return 0
     root = parameter_count(shape) - shape["num_hidden_layers"] * layer_parameter_count(shape)
     layer = layer_parameter_count(shape)
     weight, gradient = (BF16, BF16 + FP32) if bf16_gather else (WEIGHT_BYTES, GRADIENT_BYTES)
-    gathered = weight * (root + 2 * layer) + gradient * max(root, layer)
-    return _ceil_div(gathered, tp)
+    return weight * (root + 2 * layer) + gradient * max(root, layer)
 
 
 def matmul_parameter_count(shape: Mapping) -> int:

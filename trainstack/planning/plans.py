@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 
+from training_scripts.model_shapes import parameter_count
 from trainstack.instances import InstanceType
+from trainstack.planning.checkpoints import ASSUMED_WRITE_BYTES_PER_SECOND, CheckpointPlan, plan_checkpoint
 from trainstack.planning.memory import GIB, Layout, MemoryEstimate, Workload, estimate_memory
 from trainstack.planning.throughput import Throughput, estimate_throughput
 
@@ -23,15 +25,13 @@ class Setup:
     activation_checkpointing: bool
     strategy: str  # smp, smddp, torchrun
     parallelism: str  # fsdp or ddp (outside SMP)
-    tensor_parallel: int = 1  # SMP only
     hybrid_shard_degree: int = 0  # SMP only; 0: shard over every data-parallel rank
+    keep_checkpoints: int = 2  # complete checkpoints kept (and downloaded by every node on a restart)
 
     def layout(self, spec: InstanceType, instance_count: int) -> Layout:
         world = spec.gpus * instance_count
         if self.strategy == "smp":
-            data_parallel = max(world // self.tensor_parallel, 1)
-            shard = min(self.hybrid_shard_degree or data_parallel, data_parallel)
-            return Layout(world, shard, self.tensor_parallel)
+            return Layout(world, min(self.hybrid_shard_degree or world, world))
         if self.parallelism == "ddp":
             return Layout(world, 1, ddp=True)
         return Layout(world, world, bf16_gather=True)
@@ -40,9 +40,7 @@ class Setup:
         return Workload(self.shape, self.seq_len, self.micro_batch_size, self.activation_checkpointing)
 
     def tokens_per_step(self, spec: InstanceType, instance_count: int) -> int:
-        layout = self.layout(spec, instance_count)
-        data_parallel = layout.world_size // layout.tensor_parallel
-        return self.seq_len * self.micro_batch_size * self.grad_accum * data_parallel
+        return self.seq_len * self.micro_batch_size * self.grad_accum * spec.gpus * instance_count
 
 
 @dataclass(frozen=True)
@@ -54,11 +52,12 @@ class Plan:
     throughput: Throughput | None
     fix: str | None  # the smallest change that makes it fit, when it does not
     fixed_memory: MemoryEstimate | None
+    checkpoint: CheckpointPlan
     tokens: float | None = None  # the budget that hours and cost are for
 
     @property
     def gpu_memory(self) -> int:
-        return self.spec.gpu_memory_gib * GIB
+        return self.spec.gpu_memory_bytes
 
     @property
     def fits(self) -> bool:
@@ -72,7 +71,7 @@ class Plan:
         """One line: type x count, memory per GPU, fit, tokens/s, time and cost."""
         text = (
             f"{self.spec.name} x{self.instance_count}: {gib(self.memory.total)} of "
-            f"{self.spec.gpu_memory_gib} GiB per GPU, "
+            f"{self.spec.gpu_memory_gib:.1f} GiB per GPU, "
         )
         text += "fits" if self.fits else f"does NOT fit (short {gib(self.shortfall)} GiB)"
         if self.throughput:
@@ -88,7 +87,7 @@ class Plan:
         return {
             "instance_type": self.spec.name,
             "instance_count": self.instance_count,
-            "gpu_memory_gib": self.spec.gpu_memory_gib,
+            "gpu_memory_gib": round(self.spec.gpu_memory_gib, 3),
             "memory_per_gpu_gib": {name: round(value / GIB, 3) for name, value in self.memory.parts().items()}
             | {"total": round(self.memory.total / GIB, 3)},
             "fits": self.fits,
@@ -98,7 +97,6 @@ class Plan:
             "layout": {
                 "world_size": layout.world_size,
                 "shard_degree": layout.shard_degree,
-                "tensor_parallel_degree": layout.tensor_parallel,
                 "ddp": layout.ddp,
                 "bf16_gather": layout.bf16_gather,
             },
@@ -106,6 +104,7 @@ class Plan:
             "assumed_mfu": self.throughput and round(self.throughput.mfu, 3),
             "hours": self.throughput and self.throughput.hours and round(self.throughput.hours, 2),
             "cost_usd": self.throughput and self.throughput.cost_usd and round(self.throughput.cost_usd, 2),
+            "checkpoint": self.checkpoint.as_dict(),
         }
 
 
@@ -115,29 +114,45 @@ def gib(value: int) -> str:
 
 def fits(setup: Setup, spec: InstanceType, instance_count: int) -> bool:
     """Whether the model fits in each GPU's memory (the memory estimate alone, no throughput)."""
-    return _memory(setup, spec, instance_count).total <= spec.gpu_memory_gib * GIB
+    return _memory(setup, spec, instance_count).total <= spec.gpu_memory_bytes
 
 
-def plan(setup: Setup, spec: InstanceType, instance_count: int, tokens: float | None) -> Plan:
+def plan(
+    setup: Setup,
+    spec: InstanceType,
+    instance_count: int,
+    tokens: float | None,
+    checkpoint_write_rate: float = ASSUMED_WRITE_BYTES_PER_SECOND,
+) -> Plan:
     memory = _memory(setup, spec, instance_count)
     fix, fixed = None, None
-    if memory.total > spec.gpu_memory_gib * GIB:
+    if memory.total > spec.gpu_memory_bytes:
         found = smallest_fix(setup, spec, instance_count)
         fix, fixed = found if found else (_NO_FIX, None)
     throughput = _throughput(setup, spec, instance_count, tokens)
-    return Plan(setup, spec, instance_count, memory, throughput, fix, fixed, tokens)
+    step_seconds = (
+        setup.tokens_per_step(spec, instance_count) / throughput.tokens_per_second if throughput else None
+    )
+    checkpoint = plan_checkpoint(
+        parameter_count(setup.shape),
+        instance_count,
+        setup.strategy,
+        setup.keep_checkpoints,
+        step_seconds,
+        checkpoint_write_rate,
+    )
+    return Plan(setup, spec, instance_count, memory, throughput, fix, fixed, checkpoint, tokens)
 
 
 _NO_FIX = (
     "no change of this strategy makes it fit (not even sharding over every GPU, activation checkpointing "
-    "and micro_batch_size 1 together): use more instances, a type with more GPU memory, or SMP tensor "
-    "parallelism (trainstack plan --recommend)"
+    "and micro_batch_size 1 together): use more instances or a type with more GPU memory"
 )
 
 
 def smallest_fix(setup: Setup, spec: InstanceType, instance_count: int) -> tuple[str, MemoryEstimate] | None:
     """The first change, cheapest in throughput first, after which the model fits; None if none does."""
-    limit = spec.gpu_memory_gib * GIB
+    limit = spec.gpu_memory_bytes
     for description, changed in _changes(setup, spec, instance_count):
         memory = _memory(changed, spec, instance_count)
         if memory.total <= limit:
@@ -147,9 +162,8 @@ def smallest_fix(setup: Setup, spec: InstanceType, instance_count: int) -> tuple
 
 def _changes(setup: Setup, spec: InstanceType, instance_count: int) -> Iterator[tuple[str, Setup]]:
     layout = setup.layout(spec, instance_count)
-    data_parallel = layout.world_size // layout.tensor_parallel
     if setup.strategy == "smp":
-        for degree in _divisors(data_parallel):
+        for degree in _divisors(layout.world_size):
             if degree > layout.shard_degree:
                 yield (
                     f"shard wider: smp.hybrid_shard_degree {degree}",
@@ -167,49 +181,40 @@ def _changes(setup: Setup, spec: InstanceType, instance_count: int) -> Iterator[
             f"smaller micro-batch: micro_batch_size {size} (raise grad_accum to keep the global batch)",
             replace(setup, micro_batch_size=size),
         )
-    if setup.strategy == "smp":
-        for degree in _divisors(spec.gpus):
-            if degree > setup.tensor_parallel:
-                yield f"smp.tensor_parallel_degree {degree}", replace(setup, tensor_parallel=degree)
     widest = replace(
         setup,
         hybrid_shard_degree=0,
         parallelism="fsdp",
         activation_checkpointing=True,
         micro_batch_size=1,
-        tensor_parallel=spec.gpus if setup.strategy == "smp" else setup.tensor_parallel,
     )
-    together = "shard over every GPU, checkpoint activations and micro_batch_size 1 together"
-    if setup.strategy == "smp":
-        together += f", with smp.tensor_parallel_degree {spec.gpus}"
-    yield together, widest
+    yield "shard over every GPU, checkpoint activations and micro_batch_size 1 together", widest
 
 
 def recommend(setup: Setup, spec: InstanceType, instance_count: int, tokens: float | None) -> Plan | None:
-    """SMP degrees for this model on this instance: of the layouts that fit, the fastest, then the one
-    with the least tensor parallelism, then the one sharded over the fewest GPUs (sharding within a node
-    keeps all-gathers off the network). The micro-batch shrinks only when nothing fits at its size."""
+    """SMP sharding and activation checkpointing for this model on this instance: of the layouts that
+    fit, the fastest, then the one sharded over the fewest GPUs (sharding within a node keeps
+    all-gathers off the network). The micro-batch shrinks only when nothing fits at its size. Never
+    tensor parallelism: train.py does not support it yet (trainstack/profiles.py refuses it)."""
     world = spec.gpus * instance_count
     for micro_batch in range(setup.micro_batch_size, 0, -1):
         candidates = []
-        for tensor_parallel in _divisors(spec.gpus):
-            for shard in _divisors(world // tensor_parallel):
-                for checkpointing in (False, True):
-                    candidate = replace(
-                        setup,
-                        strategy="smp",
-                        micro_batch_size=micro_batch,
-                        tensor_parallel=tensor_parallel,
-                        hybrid_shard_degree=shard,
-                        activation_checkpointing=checkpointing,
-                    )
-                    if _memory(candidate, spec, instance_count).total > spec.gpu_memory_gib * GIB:
-                        continue
-                    throughput = _throughput(candidate, spec, instance_count, tokens)
-                    speed = throughput.tokens_per_second if throughput else 0.0
-                    candidates.append((-round(speed), tensor_parallel, shard, candidate))
+        for shard in _divisors(world):
+            for checkpointing in (False, True):
+                candidate = replace(
+                    setup,
+                    strategy="smp",
+                    micro_batch_size=micro_batch,
+                    hybrid_shard_degree=shard,
+                    activation_checkpointing=checkpointing,
+                )
+                if _memory(candidate, spec, instance_count).total > spec.gpu_memory_bytes:
+                    continue
+                throughput = _throughput(candidate, spec, instance_count, tokens)
+                speed = throughput.tokens_per_second if throughput else 0.0
+                candidates.append((-round(speed), shard, candidate))
         if candidates:
-            best = min(candidates, key=lambda item: item[:3])[3]
+            best = min(candidates, key=lambda item: item[:2])[2]
             return plan(best, spec, instance_count, tokens)
     return None
 
@@ -225,7 +230,6 @@ def _throughput(setup: Setup, spec: InstanceType, instance_count: int, tokens: f
         spec,
         instance_count,
         setup.activation_checkpointing,
-        setup.tensor_parallel,
         tokens,
     )
 

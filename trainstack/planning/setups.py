@@ -23,6 +23,7 @@ TRAIN_DEFAULTS = {
     "max_steps": 1000,
     "activation_checkpointing": False,
     "parallelism": "fsdp",
+    "keep_checkpoints": 2,
 }
 _TRUE = ("true", "1", "yes")
 
@@ -70,8 +71,8 @@ def setup_for_profile(profile: Profile) -> Setup:
         )
     try:
         vocab_size = int(hyperparameters["vocab_size"]) if "vocab_size" in hyperparameters else None
-        seq_len, micro_batch, grad_accum = (
-            int(value(name)) for name in ("seq_len", "micro_batch_size", "grad_accum")
+        seq_len, micro_batch, grad_accum, keep_checkpoints = (
+            int(value(name)) for name in ("seq_len", "micro_batch_size", "grad_accum", "keep_checkpoints")
         )
     except ValueError:
         raise UnplannableError(f"profile {profile.name}: a size hyperparameter is not an integer") from None
@@ -82,12 +83,12 @@ def setup_for_profile(profile: Profile) -> Setup:
         seq_len=seq_len,
         micro_batch_size=micro_batch,
         grad_accum=grad_accum,
-        activation_checkpointing=str(value("activation_checkpointing")).lower() in _TRUE
-        or bool(smp and smp.sm_activation_offloading),
+        # SMP's sm_activation_offloading is not counted: train.py does not apply SMP's offloading wrapper.
+        activation_checkpointing=str(value("activation_checkpointing")).lower() in _TRUE,
         strategy=profile.strategy,
         parallelism=value("parallelism"),
-        tensor_parallel=(smp and smp.tensor_parallel_degree) or 1,
         hybrid_shard_degree=(smp and smp.hybrid_shard_degree) or 0,
+        keep_checkpoints=keep_checkpoints,
     )
 
 
@@ -126,7 +127,7 @@ def fit_problems(profile: Profile) -> Iterator[str]:
         yield (
             f"profile {profile.name} cannot fit model {result.setup.model} on instance_preferences.{index} "
             f"({spec.name}): it needs {result.memory.total / 2**30:.1f} GiB per GPU and the GPU has "
-            f"{spec.gpu_memory_gib} GiB (short {result.shortfall / 2**30:.1f} GiB); "
+            f"{spec.gpu_memory_gib:.1f} GiB (short {result.shortfall / 2**30:.1f} GiB); "
             f"smallest change that fits: {result.fix}"
         )
 
@@ -159,6 +160,6 @@ def as_mapping(setup: Setup) -> Mapping:
         "activation_checkpointing": setup.activation_checkpointing,
         "strategy": setup.strategy,
         "parallelism": setup.parallelism,
-        "tensor_parallel_degree": setup.tensor_parallel,
         "hybrid_shard_degree": setup.hybrid_shard_degree,
+        "keep_checkpoints": setup.keep_checkpoints,
     }

@@ -16,14 +16,16 @@ from training_scripts.model_shapes import PEAK_BF16_FLOPS, flops_per_token
 from trainstack.instances import InstanceType
 from trainstack.prices import SAGEMAKER_TRAINING_PRICES
 
-# Assumed model FLOPs utilization per GPU model for train.py (FSDP/SMP, bf16 autocast, SDPA), as of the
-# date below. Deliberately below published large-scale results (PaLM 540B: 46.2 % on TPU v4; Megatron-LM,
-# Narayanan et al. 2021: 52 % of A100 peak at 3,072 GPUs), since train.py fuses nothing beyond SDPA and
-# compiles layers only on request; small models (125m) reach less. Measure and replace these.
-MFU_AS_OF = date(2026, 11, 30)
-ASSUMED_MFU = {"H100": 0.35, "H200": 0.35, "A100": 0.40, "A10G": 0.30, "L40S": 0.30, "L4": 0.30}
-# Tensor parallelism adds per-layer collectives that FSDP alone does not have.
-TENSOR_PARALLEL_EFFICIENCY = 0.9
+# Assumed model FLOPs utilization per GPU model for train.py (FSDP/SMP, bf16, SDPA), as of the date below.
+# References, all in model FLOPs (the work of one forward and backward pass, recomputation not counted):
+# PaLM 540B 46.2 % on TPU v4, Megatron-Turing NLG 530B 29.7 % on A100, GPT-3 21.3 % (PaLM paper,
+# Chowdhery et al. 2022, table 3); Megatron-LM (Narayanan et al. 2021) reports 52 % of A100 peak counting
+# the recomputed forward pass (their FLOPs formula has 4 passes, not 3): 52 % x 3/4 = 39 % in model FLOPs;
+# Llama 3 405B 38-43 % on H100 (Dubey et al. 2024, table 4). train.py fuses nothing beyond SDPA and
+# compiles layers only on request, so the figures sit below those; small models (125m) reach less.
+# Measure and replace these.
+MFU_AS_OF = date(2026, 12, 1)
+ASSUMED_MFU = {"H100": 0.35, "H200": 0.35, "A100": 0.35, "A10G": 0.30, "L40S": 0.30, "L4": 0.30}
 RECOMPUTE_FACTOR = 6 / 8
 
 
@@ -41,7 +43,6 @@ def estimate_throughput(
     spec: InstanceType,
     instance_count: int,
     activation_checkpointing: bool,
-    tensor_parallel: int,
     tokens: float | None,
 ) -> Throughput | None:
     """None for a GPU with no recorded peak FLOP/s or MFU (V100 has no bf16; CPU types have no GPU)."""
@@ -49,9 +50,7 @@ def estimate_throughput(
     mfu = ASSUMED_MFU.get(spec.gpu_model or "")
     if peak is None or mfu is None:
         return None
-    efficiency = (RECOMPUTE_FACTOR if activation_checkpointing else 1.0) * (
-        TENSOR_PARALLEL_EFFICIENCY if tensor_parallel > 1 else 1.0
-    )
+    efficiency = RECOMPUTE_FACTOR if activation_checkpointing else 1.0
     per_gpu = mfu * efficiency * peak / flops_per_token(shape, seq_len)
     tokens_per_second = per_gpu * spec.gpus * instance_count
     hours = tokens / tokens_per_second / 3600 if tokens else None

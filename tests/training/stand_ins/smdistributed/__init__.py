@@ -1,0 +1,1 @@
+"""Test stand-in (see torch_smddp.py)."""
