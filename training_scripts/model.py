@@ -11,9 +11,11 @@ plus the largest module.
 
 import hashlib
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from data import UserError
 from model_shapes import PRESETS
 from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, PretrainedConfig
 
@@ -97,35 +99,71 @@ def initialize(
         model.to_empty(device=device)
     torch.manual_seed(seed)
     for module in hf_model.modules():
-        init_module(hf_model, module, device)
-    _restore_buffers(hf_model, device)
+        _fill(module, initial_values(module, hf_model.config, device))
 
 
-def init_module(hf_model: torch.nn.Module, module: torch.nn.Module, device: torch.device) -> None:
-    """Run transformers' `_init_weights` on full-size copies of `module`'s own parameters; keep this
-    rank's part.
+def delayed_initializer(config: PretrainedConfig, device: torch.device) -> Callable[[torch.nn.Module], None]:
+    """The per-module initialization SMP's delayed parameter initialization calls (its
+    `init_method_using_config`): FSDP1 passes each module whose own tensors are still on the meta device."""
 
-    Called per module by SMP's delayed parameter initialization too.
-    """
-    own = dict(module.named_parameters(recurse=False))
+    @torch.no_grad()
+    def initialize_module(module: torch.nn.Module) -> None:
+        module.to_empty(device=device, recurse=False)
+        _fill(module, initial_values(module, config, device))
+
+    return initialize_module
+
+
+def initial_values(
+    module: torch.nn.Module, config: PretrainedConfig, device: torch.device
+) -> dict[str, torch.Tensor]:
+    """Full-size initial values of `module`'s own parameters and buffers, random ones drawn from the global
+    RNG. Set here, not by transformers' `_init_weights`: 4.44.2's (the image's) initializes only Linear and
+    Embedding and leaves RMSNorm weights as whatever memory held."""
+    own = {**dict(module.named_parameters(recurse=False)), **dict(module.named_buffers(recurse=False))}
     if not own:
-        return
-    full = {
-        name: torch.nn.Parameter(torch.empty(p.shape, dtype=p.dtype, device=device))
-        for name, p in own.items()
-    }
-    for name, tensor in full.items():
-        module._parameters[name] = tensor
-    try:
-        hf_model._init_weights(module)
-    finally:
-        for name, parameter in own.items():
-            module._parameters[name] = parameter
-    for name, parameter in own.items():
-        if isinstance(parameter, DTensor):
-            parameter.to_local().copy_(_shard_of(full[name].detach(), parameter).to_local())
+        return {}
+    std = config.initializer_range
+
+    def normal(name: str) -> torch.Tensor:
+        return torch.empty(own[name].shape, dtype=own[name].dtype, device=device).normal_(0.0, std)
+
+    def constant(name: str, value: float) -> torch.Tensor:
+        return torch.full(own[name].shape, value, dtype=own[name].dtype, device=device)
+
+    kind = type(module).__name__
+    if isinstance(module, torch.nn.Linear):
+        values = {"weight": normal("weight")}
+    elif isinstance(module, torch.nn.Embedding):
+        values = {"weight": normal("weight")}
+        if module.padding_idx is not None:
+            values["weight"][module.padding_idx] = 0
+    elif isinstance(module, torch.nn.LayerNorm) or kind.endswith("RMSNorm"):
+        values = {"weight": constant("weight", 1.0)}
+    elif kind.endswith("RotaryEmbedding"):  # frequencies computed from the config, as transformers does
+        fresh = type(module)(config=getattr(module, "config", config))
+        values = {name: buffer.to(device) for name, buffer in fresh.named_buffers(recurse=False)}
+    else:
+        values = {}
+    if "bias" in own and own["bias"] is not None:
+        values["bias"] = constant("bias", 0.0)
+    unset = sorted(own.keys() - values.keys())
+    if unset:
+        raise UserError(
+            f"The model has {kind} layers ({', '.join(unset)}), which train.py cannot initialize: "
+            "--init-from must name a Llama-family model (Linear, Embedding, RMSNorm and rotary layers)."
+        )
+    return values
+
+
+def _fill(module: torch.nn.Module, values: dict[str, torch.Tensor]) -> None:
+    """Copy full-size `values` into `module`'s tensors: this rank's shard of an FSDP2 parameter."""
+    for name, value in values.items():
+        target = getattr(module, name)
+        if isinstance(target, DTensor):
+            target.to_local().copy_(_shard_of(value, target).to_local())
         else:
-            parameter.copy_(full[name])
+            target.copy_(value)
 
 
 def _shard_of(full: torch.Tensor, parameter: DTensor) -> DTensor:
@@ -135,15 +173,6 @@ def _shard_of(full: torch.Tensor, parameter: DTensor) -> DTensor:
         return distribute_tensor(full, parameter.device_mesh, parameter.placements, src_data_rank=None)
     except TypeError:
         return distribute_tensor(full, parameter.device_mesh, parameter.placements)
-
-
-def _restore_buffers(hf_model: torch.nn.Module, device: torch.device) -> None:
-    """to_empty leaves buffers uninitialized; the rotary embedding's are computed from the config."""
-    for module in hf_model.modules():
-        if "RotaryEmbedding" in type(module).__name__:
-            fresh = type(module)(config=module.config)
-            for name, buffer in fresh.named_buffers(recurse=False):
-                getattr(module, name).copy_(buffer.to(device))
 
 
 def load_pretrained(model: torch.nn.Module, init_from: str) -> None:

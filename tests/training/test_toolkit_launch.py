@@ -32,6 +32,7 @@ def torchrun_profile() -> Profile:
         strategy="torchrun",
         instance_preferences=[{"instance_type": "ml.g5.12xlarge", "instance_count": 1}],
         hyperparameters={
+            "parallelism": "ddp",  # FSDP2 in the image's torch 2.5.1 needs CUDA
             "model_preset": "tiny",
             "seq_len": "32",
             "micro_batch_size": "2",
@@ -105,7 +106,7 @@ def test_the_toolkit_starts_torchrun_and_train_py_writes_the_model(tmp_path):
     assert result.returncode == 0, output
     assert (base / "output" / "success").exists(), output
     assert "torchrun" in output and "--nproc_per_node 2" in output, output
-    assert "Training tiny on 2 ranks (torchrun, fsdp)" in output
+    assert "Training tiny on 2 ranks (torchrun, ddp)" in output
     assert len(parse_metrics(output)["train:loss"]) == 3
     assert {p.name for p in (base / "model").iterdir()} >= {"model.safetensors", "config.json"}
     assert (tmp_path / "checkpoints" / "step_000000006" / "COMPLETE").exists()
