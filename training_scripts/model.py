@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 from data import UserError
 from model_shapes import PRESETS
 from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, PretrainedConfig
@@ -175,12 +176,72 @@ def _shard_of(full: torch.Tensor, parameter: DTensor) -> DTensor:
         return distribute_tensor(full, parameter.device_mesh, parameter.placements)
 
 
-def load_pretrained(model: torch.nn.Module, init_from: str) -> None:
-    """Weights of `init_from` into the materialized (possibly sharded) model; every rank reads the files."""
+def load_pretrained(model: torch.nn.Module, hf_model: torch.nn.Module, init_from: str) -> None:
+    """Weights of `init_from` into the materialized (possibly sharded) `model`, whose transformers model is
+    `hf_model`. Rank 0 alone reads the files, in their own dtype, and broadcasts tensor by tensor
+    (set_model_state_dict with broadcast_from_rank0): every other rank holds only its own part of the model,
+    rank 0 that plus the files' tensors, never a second model."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-    weights = AutoModelForCausalLM.from_pretrained(init_from, local_files_only=True).float().state_dict()
-    set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True))
+    weights, problem = {}, None
+    if dist.get_rank() == 0:
+        weights = _read_weights(Path(init_from))
+        _add_tied_names(weights, hf_model)
+        missing = sorted(_saved_names(hf_model) - weights.keys())
+        if missing:
+            problem = (
+                f"--init-from {init_from} has no weights for {len(missing)} of the model's tensors "
+                f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}): its files must be those "
+                "transformers' save_pretrained writes for the class in its config.json."
+            )
+    agreed = [problem]
+    dist.broadcast_object_list(agreed, src=0)
+    if agreed[0]:
+        raise UserError(agreed[0])
+    set_model_state_dict(
+        model, weights, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    )
+
+
+def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
+    """Every tensor in the directory's safetensors files (else its PyTorch .bin files), as saved."""
+    from safetensors.torch import load_file
+
+    files = sorted(directory.glob("*.safetensors"))
+    if files:
+        return {name: tensor for path in files for name, tensor in load_file(path).items()}
+    return {
+        name: tensor
+        for path in sorted(directory.glob("*.bin"))
+        for name, tensor in torch.load(path, map_location="cpu", weights_only=True, mmap=True).items()
+    }
+
+
+# What FSDP1 (SMP) inserts into the names of the modules it wraps.
+_WRAPPER_PREFIX = "_fsdp_wrapped_module."
+
+
+def _saved_names(hf_model: torch.nn.Module) -> set[str]:
+    """The names of the model's state-dict tensors: every parameter (tied ones under each name) and
+    persistent buffer, as save_pretrained writes them."""
+    names = {name for name, _ in hf_model.named_parameters(remove_duplicate=False)}
+    for module_name, module in hf_model.named_modules():
+        for name, _ in module.named_buffers(recurse=False):
+            if name not in module._non_persistent_buffers_set:
+                names.add(f"{module_name}.{name}" if module_name else name)
+    return {name.replace(_WRAPPER_PREFIX, "") for name in names}
+
+
+def _add_tied_names(weights: dict[str, torch.Tensor], hf_model: torch.nn.Module) -> None:
+    """save_pretrained writes a tied tensor (lm_head.weight = embed_tokens.weight) once: name it again."""
+    names_of: dict[int, list[str]] = {}
+    for name, parameter in hf_model.named_parameters(remove_duplicate=False):
+        names_of.setdefault(id(parameter), []).append(name.replace(_WRAPPER_PREFIX, ""))
+    for names in names_of.values():
+        saved = next((name for name in names if name in weights), None)
+        for name in names:
+            if saved and name not in weights:
+                weights[name] = weights[saved]
 
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:

@@ -95,13 +95,13 @@ def build_parallel_model(
         materialize,
     )
     if has_weights(args.init_from):
-        load_pretrained(wrapped, args.init_from)
+        load_pretrained(wrapped, model, args.init_from)
 
     def reinitialize() -> None:
         if runtime.strategy != "smp":  # SMP initializes inside FSDP; a later load overwrites every tensor
             initialize(wrapped, model, runtime.device, args.seed, allocate=False)
         if has_weights(args.init_from):
-            load_pretrained(wrapped, args.init_from)
+            load_pretrained(wrapped, model, args.init_from)
 
     return ParallelModel(wrapped, unwrap(wrapped), model_identity, reinitialize)
 

@@ -282,17 +282,23 @@ class Trainer:
         )
 
     def save_model(self) -> None:
-        """The model as transformers saves it (safetensors, sharded above 5 GB) with its config.json."""
+        """The model as transformers saves it (safetensors, sharded above 5 GB) with its config.json, in
+        --export-dtype (bf16 by default: half the bytes to upload and to load)."""
         self._check_weights("model")
         full_state = get_model_state_dict(
             self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
         )
         if self.runtime.is_main:
+            dtype = getattr(torch, self.args.export_dtype)
+            for name, tensor in full_state.items():  # one tensor at a time: no second full copy
+                full_state[name] = tensor.to(dtype)
             transformers_logging.disable_progress_bar()  # a bar per save in the job log says nothing
-            self.parallel.hf_model.save_pretrained(
-                self.args.model_dir, state_dict=full_state, max_shard_size="5GB"
-            )
-            log.info("Saved the model to %s.", self.args.model_dir)
+            hf_model = self.parallel.hf_model
+            hf_model.save_pretrained(self.args.model_dir, state_dict=full_state, max_shard_size="5GB")
+            # save_pretrained records the dtype of the model in memory (fp32), not of the files it wrote.
+            hf_model.config.torch_dtype = dtype
+            hf_model.config.save_pretrained(self.args.model_dir)
+            log.info("Saved the model (%s) to %s.", self.args.export_dtype, self.args.model_dir)
         # No rank tears the process groups down while rank 0 still writes: all end together.
         dist.barrier(group=self.runtime.checkpoint_group)
 

@@ -337,3 +337,14 @@ def test_a_training_plan_goes_on_the_instance_type_it_reserves_never_job_level()
         resource_config = request["ResourceConfig"]
         assert "TrainingPlanArn" not in resource_config
         assert [p.get("TrainingPlanArns") for p in resource_config["InstancePreferences"]] == [[plan], None]
+
+
+
+def test_the_model_is_uploaded_uncompressed(settings):
+    """CompressionType NONE (botocore's model: GZIP | NONE, default GZIP): SageMaker uploads the model dir's
+    files as they are instead of gzipping a model.tar.gz while every instance is billed."""
+    for profile in settings.profiles:
+        assert build(profile)["OutputDataConfig"] == {
+            "CompressionType": "NONE",
+            "S3OutputPath": f"s3://trainstack-artifacts/{RUNS['plain'].run_name}/",
+        }

@@ -179,9 +179,9 @@ class FakeSageMaker:
                 "TrainingJobName": name,
                 "TrainingJobArn": _job_arn(name),
                 "ModelArtifacts": {
-                    "S3ModelArtifacts": (
-                        f"{request['OutputDataConfig']['S3OutputPath']}{name}/output/model.tar.gz"
-                    )
+                    # CompressionType NONE: the model dir's files under output/model/ (see
+                    # trainstack/demo/local_sagemaker.py for the source; the trailing slash is assumed).
+                    "S3ModelArtifacts": f"{request['OutputDataConfig']['S3OutputPath']}{name}/output/model/"
                 },
                 "TrainingJobStatus": phase.status,
                 "SecondaryStatus": phase.secondary,

@@ -25,6 +25,8 @@ CHECKPOINT_INTERVAL = 10
 TRAIN_FLAGS = [
     "--parallelism",
     "ddp",
+    "--export-dtype",  # exact comparisons; the default (bfloat16) export is tested by the toolkit launch
+    "float32",
     "--model-preset",
     "tiny",
     "--seq-len",

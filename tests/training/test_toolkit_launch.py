@@ -18,7 +18,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.training.harness import SCRIPTS, write_learnable_shards
+import torch
+from transformers import AutoModelForCausalLM
+
+from tests.training.harness import SCRIPTS, load_weights, write_learnable_shards
 from training_scripts.metrics import parse_metrics
 from trainstack.job_request import PipelineResources, base_request
 from trainstack.profiles import Profile
@@ -109,4 +112,8 @@ def test_the_toolkit_starts_torchrun_and_train_py_writes_the_model(tmp_path):
     assert "Training tiny on 2 ranks (torchrun, ddp)" in output
     assert len(parse_metrics(output)["train:loss"]) == 3
     assert {p.name for p in (base / "model").iterdir()} >= {"model.safetensors", "config.json"}
+    # Exported in bf16 by default, and its config.json says so: transformers loads it as bf16 with "auto".
+    assert {tensor.dtype for tensor in load_weights(base / "model").values()} == {torch.bfloat16}
+    model = AutoModelForCausalLM.from_pretrained(base / "model", torch_dtype="auto")
+    assert {parameter.dtype for parameter in model.parameters()} == {torch.bfloat16}
     assert (tmp_path / "checkpoints" / "step_000000006" / "COMPLETE").exists()
