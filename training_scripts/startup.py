@@ -55,7 +55,9 @@ def open_datasets(
         problem = str(error)
     _raise_agreed(runtime, problem)
     for dataset in datasets:
-        largest = torch.from_numpy(dataset.largest_token_ids(runtime.rank, runtime.world_size))
+        # A tensor of its own, not a view of numpy memory: torch 2.5.1's gloo process group frees its last
+        # work's tensors holding the GIL when it is destroyed, and freeing numpy memory waits for the GIL.
+        largest = torch.tensor(dataset.largest_token_ids(runtime.rank, runtime.world_size))
         dist.all_reduce(largest, op=dist.ReduceOp.MAX, group=runtime.checkpoint_group)
         dataset.check_vocabulary(largest.numpy(), vocab_size)
     return datasets[0], datasets[1] if len(datasets) > 1 else None

@@ -357,13 +357,25 @@ def main(argv: list[str] | None = None) -> int:
         check_writable(args, runtime)
         train_data, val_data = open_datasets(args, runtime, config.vocab_size)
         Trainer(args, runtime, config, train_data, val_data).run()
+        settle(runtime)
     except UserError as error:  # every rank raises the same one (startup.agree, collectives): rank 0 reports
         if rank == 0:
             log.error("%s", error)
+        settle(runtime)
         return 2
     finally:
         teardown()
     return 0
+
+
+def settle(runtime: Runtime) -> None:
+    """A last barrier on each host group, where every rank is known to arrive. torch 2.5.1 (the image's)
+    destroys a gloo group holding the GIL, while its worker threads may still need the GIL to free the
+    tensors of the last collective (agree's all_gather_object): the process then hangs at exit. A
+    collective releases the GIL while it waits, so those frees finish first."""
+    for group in (runtime.checkpoint_group, runtime.control_group):
+        if group is not None:
+            dist.barrier(group=group)
 
 
 if __name__ == "__main__":
