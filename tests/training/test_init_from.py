@@ -38,12 +38,13 @@ def test_weights_that_do_not_cover_the_model_are_named_in_one_sentence(dataset, 
     save_file(weights, start / "model.safetensors", metadata={"format": "pt"})
 
     run = train(dataset, tmp_path / "out", "--init-from", str(start))
-    assert run.returncode == 2, run.output
-    assert (
+    assert run.returncode != 0
+    message = (
         f"--init-from {start} has no weights for 1 of the model's tensors (lm_head.weight): its files must "
-        "be those transformers' save_pretrained writes for the class in its config.json." in run.output
+        "be those transformers' save_pretrained writes for the class in its config.json."
     )
-    assert "Traceback" not in run.output
+    assert run.output.count(message) == 1, run.output  # rank 0 reports; every rank stops
+    assert run.output.count("Traceback") == 1, run.output  # torchrun's own report; none of a rank
 
 
 def dry_run_peaks(tmp_path, *flags: str) -> list[int]:
