@@ -59,9 +59,12 @@ def model_config(
 
 
 def build_model(config: PretrainedConfig) -> torch.nn.Module:
-    """The model with every parameter and buffer on the meta device (no storage): shard, then `initialize`."""
+    """The model with every parameter and buffer on the meta device (no storage): shard, then `initialize`.
+
+    fp32 master weights whatever dtype the config names: transformers 5 builds in the config's dtype, so an
+    --init-from of a bf16 export would otherwise train in bf16 (4.44.2 ignores it)."""
     with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(config)
+        return AutoModelForCausalLM.from_config(config).float()
 
 
 def has_weights(init_from: str | None) -> bool:

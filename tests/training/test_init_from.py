@@ -47,7 +47,7 @@ def test_weights_that_do_not_cover_the_model_are_named_in_one_sentence(dataset, 
     assert run.output.count("Traceback") == 1, run.output  # torchrun's own report; none of a rank
 
 
-def dry_run_peaks(tmp_path, *flags: str) -> list[int]:
+def dry_run_reports(tmp_path, *flags: str) -> list[dict[str, int]]:
     result = subprocess.run(
         torchrun_command("--dry-run", "--parallelism", "fsdp", "--model-dir", str(tmp_path / "dry"), *flags),
         capture_output=True,
@@ -55,12 +55,11 @@ def dry_run_peaks(tmp_path, *flags: str) -> list[int]:
         timeout=900,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    reports = sorted(
-        (int(rank), int(peak))
-        for rank, peak in re.findall(r"dry_run rank=(\d+) .*?peak_rss_bytes=(\d+)", result.stdout)
-    )
-    assert [rank for rank, _ in reports] == [0, 1], result.stdout
-    return [peak for _, peak in reports]
+    lines = re.findall(r"dry_run rank=\d+ .*?peak_rss_bytes=\d+", result.stdout)  # ranks may share a line
+    reports = [{key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", line)} for line in lines]
+    reports.sort(key=lambda report: report["rank"])
+    assert [report["rank"] for report in reports] == [0, 1], result.stdout
+    return reports
 
 
 @pytest.mark.newer_stack  # FSDP2 in torch 2.5.1 needs CUDA
@@ -73,7 +72,11 @@ def test_only_rank_0_holds_the_saved_weights_while_loading(tmp_path):
     AutoModelForCausalLM.from_config(config).to(torch.bfloat16).save_pretrained(saved)
     file_bytes = sum(p.stat().st_size for p in saved.glob("*.safetensors"))
 
-    scratch = dry_run_peaks(tmp_path, "--model-preset", "125m")
-    loaded = dry_run_peaks(tmp_path, "--init-from", str(saved))
-    assert loaded[0] <= scratch[0] + file_bytes + 64 * MiB, (scratch, loaded, file_bytes)
-    assert loaded[1] <= scratch[1] + 64 * MiB, (scratch, loaded, file_bytes)
+    scratch = dry_run_reports(tmp_path, "--model-preset", "125m")
+    loaded = dry_run_reports(tmp_path, "--init-from", str(saved))
+    peaks = []
+    for before, after in zip(scratch, loaded, strict=True):
+        assert after["parameter_bytes"] == before["parameter_bytes"]  # fp32 master weights, not bf16
+        peaks.append((before["peak_rss_bytes"], after["peak_rss_bytes"]))
+    assert peaks[0][1] <= peaks[0][0] + file_bytes + 64 * MiB, (peaks, file_bytes)
+    assert peaks[1][1] <= peaks[1][0] + 64 * MiB, (peaks, file_bytes)
