@@ -7,6 +7,10 @@ CONFIG ?= config/default.yaml
 CDK := node_modules/.bin/cdk
 SYNTH_DEPS := $(VENV)/.synth-deps
 DEV_DEPS := $(VENV)/.dev-deps
+# The training tests run on the image's own library versions (torch 2.5.1, transformers 4.44.2: container/)
+# in a venv of their own; the rest of the suite on .venv's newer stack (docs/training.md says which runs where).
+IMAGE_VENV := .venv-image
+IMAGE_DEPS := $(IMAGE_VENV)/.image-deps
 CHECKOV_VENV := .venv-checkov
 CHECKOV := $(CURDIR)/$(CHECKOV_VENV)/bin/checkov
 
@@ -27,8 +31,16 @@ $(SYNTH_DEPS): requirements.txt pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q --no-deps -e .
 	touch $@
 
-$(DEV_DEPS): $(SYNTH_DEPS) requirements-dev.txt requirements-train.txt
+$(DEV_DEPS): $(SYNTH_DEPS) requirements-dev.txt requirements-train.txt requirements-test.txt requirements-toolkit.txt
 	$(BIN)/pip install -q -r requirements-dev.txt
+	touch $@
+
+# torch 2.5.1 from PyPI is a CUDA build: about 5 GB installed, although the tests run on the CPU.
+$(IMAGE_DEPS): requirements-image.txt container/base-image-versions.txt container/requirements.txt \
+		requirements.txt requirements-test.txt requirements-toolkit.txt
+	$(PYTHON) -m venv $(IMAGE_VENV)
+	$(IMAGE_VENV)/bin/pip install -q --upgrade pip
+	$(IMAGE_VENV)/bin/pip install -q -r requirements-image.txt
 	touch $@
 
 $(CDK): package.json package-lock.json
@@ -61,8 +73,10 @@ $(CHROMIUM):
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium \
 	  || echo "make: could not install Debian's chromium (apt-get, as root): the report's browser test will fail" >&2
 
-test: $(DEV_DEPS) $(CDK) $(CHROMIUM)
-	pytest -n 2 --dist loadfile --durations=15
+# Each test runs where its marker says (tests/conftest.py): newer_stack in .venv, image_stack in .venv-image.
+test: $(DEV_DEPS) $(CDK) $(IMAGE_DEPS) $(CHROMIUM)
+	pytest -n 2 --dist loadfile --durations=15 -m newer_stack
+	$(IMAGE_VENV)/bin/python -m pytest -n 2 --dist loadfile --durations=15 -m image_stack tests/training
 
 lint: $(DEV_DEPS) $(CDK) $(CHECKOV) synth
 	ruff check .

@@ -2,8 +2,9 @@
 
 Run at image build time (container/Dockerfile). Everything is read from files under a root directory and
 from the Python distributions on a search path, so tests run it against a fake filesystem. The build
-fails when torch or NCCL cannot be found (the base image is not what the Dockerfile expects); other
-components that cannot be found are recorded as null and named on stderr.
+fails when torch or NCCL cannot be found (the base image is not what the Dockerfile expects), or when a
+Python package pinned in an `--expect` file (the versions the training tests ran on) has another version;
+other components that cannot be found are recorded as null and named on stderr.
 """
 
 from __future__ import annotations
@@ -102,6 +103,27 @@ def collect(root: Path, site_packages: Sequence[Path], environ: dict[str, str]) 
     return dict(sorted(versions.items()))
 
 
+def pinned(text: str) -> dict[str, str]:
+    """`name==version` lines of a requirements file (comments and blank lines skipped)."""
+    pins = {}
+    for line in text.splitlines():
+        requirement = line.split("#")[0].strip()
+        if requirement:
+            name, _, version = requirement.partition("==")
+            pins[name.strip()] = version.strip()
+    return pins
+
+
+def unexpected_versions(pins: dict[str, str], site_packages: Sequence[Path]) -> list[str]:
+    """Each pinned package whose installed version differs (a local label such as +cu124 aside)."""
+    problems = []
+    for name, version in sorted(pins.items()):
+        installed = _distribution_version((name,), site_packages)
+        if (installed or "").split("+")[0] != version:
+            problems.append(f"{name} {installed or 'missing'} (tested: {version})")
+    return problems
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, required=True)
@@ -112,6 +134,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="also record a build fact, e.g. base_image=...")
+    parser.add_argument("--expect", type=Path, action="append", default=[],
+                        help="requirements file of name==version pins the image must carry exactly")
     args = parser.parse_args(argv)
     site_packages = args.site_packages or [Path(entry) for entry in sys.path if entry]
     versions: dict[str, str | None] = collect(args.root, site_packages, dict(os.environ))
@@ -123,6 +147,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(
             f"versions manifest: {', '.join(missing_required)} not found in the image; "
             "the base image is not laid out as container/Dockerfile expects",
+            file=sys.stderr,
+        )
+        return 1
+    pins = {name: version for path in args.expect for name, version in pinned(path.read_text()).items()}
+    mismatched = unexpected_versions(pins, site_packages)
+    if mismatched:
+        print(
+            f"versions manifest: the image carries {', '.join(mismatched)}; the training tests ran on the "
+            "pinned versions (container/base-image-versions.txt, container/requirements.txt): change the "
+            "base image or the pins",
             file=sys.stderr,
         )
         return 1

@@ -19,6 +19,18 @@ DEFAULT_CONFIG = REPO_ROOT / "config" / "default.yaml"
 NO_ENV: dict[str, str] = {}
 
 
+def pytest_collection_modifyitems(items):
+    """Where `make test` runs each test: the training tests on the image's own library versions
+    (.venv-image: container/base-image-versions.txt + container/requirements.txt), everything else on .venv.
+    A training test that needs what torch 2.5.1 lacks on the CPU (FSDP2) says `newer_stack`; one that must
+    hold on both says both."""
+    training = REPO_ROOT / "tests" / "training"
+    for item in items:
+        if item.get_closest_marker("image_stack") or item.get_closest_marker("newer_stack"):
+            continue
+        item.add_marker(pytest.mark.image_stack if training in item.path.parents else pytest.mark.newer_stack)
+
+
 def deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     merged = dict(base)
     for key, value in overrides.items():

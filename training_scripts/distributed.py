@@ -22,7 +22,7 @@ from functools import partial
 
 import torch
 import torch.distributed as dist
-from model import decoder_layers
+from model import decoder_layers, delayed_initializer
 from torch.nn.parallel import DistributedDataParallel
 
 try:  # FSDP2: public from PyTorch 2.6, composable-only in 2.5 (the SMP 2.8 image).
@@ -197,8 +197,13 @@ def _wrap_smp(model: torch.nn.Module, mp_parameters: dict) -> torch.nn.Module:
     from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
     from torch.sagemaker.delayed_param import DelayedParamIniter
 
+    # Our initialization for every module (norms included) wherever SMP keeps transformers' modules; its
+    # tensor-parallel modules only SMP's default initializer knows (AWS: keep the default for them).
+    tensor_parallel = int(mp_parameters.get("tensor_parallel_degree", 1)) > 1
+    device = torch.device("cuda", torch.cuda.current_device())
+    init_method = None if tensor_parallel else delayed_initializer(model.config, device)
     model = tsm.transform(model)
-    initer = DelayedParamIniter(model)
+    initer = DelayedParamIniter(model, init_method_using_config=init_method)
     layer_class = type(decoder_layers(model)[0])  # the transformed (tensor-parallel) block
     hybrid = int(mp_parameters.get("hybrid_shard_degree", 0)) > 0
     with initer.validate_params_and_buffers_inited():

@@ -193,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "--profile-dir",
         default=env("SM_OUTPUT_DATA_DIR", "/opt/ml/output/data"),
-        help="where profiler traces go; defaults to SM_OUTPUT_DATA_DIR (uploaded as output.tar.gz)",
+        help="where profiler traces go; defaults to SM_OUTPUT_DATA_DIR (uploaded with the job's output)",
     )
     add(
         "--tensorboard-dir",
@@ -212,6 +212,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("--train-dir", default=env("SM_CHANNEL_TRAIN"), help="defaults to SM_CHANNEL_TRAIN")
     add("--val-dir", default=env("SM_CHANNEL_VAL"), help="optional; defaults to SM_CHANNEL_VAL")
     add("--model-dir", default=env("SM_MODEL_DIR", "/opt/ml/model"))
+    add(
+        "--export-dtype",
+        choices=("bfloat16", "float32"),
+        default="bfloat16",
+        help="dtype of the final model's weights (training keeps fp32 master weights either way)",
+    )
     add("--checkpoint-dir", default="/opt/ml/checkpoints")
     add(
         "--resume-from",

@@ -11,9 +11,12 @@ plus the largest module.
 
 import hashlib
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
+from data import UserError
 from model_shapes import PRESETS
 from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, PretrainedConfig
 
@@ -56,9 +59,12 @@ def model_config(
 
 
 def build_model(config: PretrainedConfig) -> torch.nn.Module:
-    """The model with every parameter and buffer on the meta device (no storage): shard, then `initialize`."""
+    """The model with every parameter and buffer on the meta device (no storage): shard, then `initialize`.
+
+    fp32 master weights whatever dtype the config names: transformers 5 builds in the config's dtype, so an
+    --init-from of a bf16 export would otherwise train in bf16 (4.44.2 ignores it)."""
     with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(config)
+        return AutoModelForCausalLM.from_config(config).float()
 
 
 def has_weights(init_from: str | None) -> bool:
@@ -97,35 +103,71 @@ def initialize(
         model.to_empty(device=device)
     torch.manual_seed(seed)
     for module in hf_model.modules():
-        init_module(hf_model, module, device)
-    _restore_buffers(hf_model, device)
+        _fill(module, initial_values(module, hf_model.config, device))
 
 
-def init_module(hf_model: torch.nn.Module, module: torch.nn.Module, device: torch.device) -> None:
-    """Run transformers' `_init_weights` on full-size copies of `module`'s own parameters; keep this
-    rank's part.
+def delayed_initializer(config: PretrainedConfig, device: torch.device) -> Callable[[torch.nn.Module], None]:
+    """The per-module initialization SMP's delayed parameter initialization calls (its
+    `init_method_using_config`): FSDP1 passes each module whose own tensors are still on the meta device."""
 
-    Called per module by SMP's delayed parameter initialization too.
-    """
-    own = dict(module.named_parameters(recurse=False))
+    @torch.no_grad()
+    def initialize_module(module: torch.nn.Module) -> None:
+        module.to_empty(device=device, recurse=False)
+        _fill(module, initial_values(module, config, device))
+
+    return initialize_module
+
+
+def initial_values(
+    module: torch.nn.Module, config: PretrainedConfig, device: torch.device
+) -> dict[str, torch.Tensor]:
+    """Full-size initial values of `module`'s own parameters and buffers, random ones drawn from the global
+    RNG. Set here, not by transformers' `_init_weights`: 4.44.2's (the image's) initializes only Linear and
+    Embedding and leaves RMSNorm weights as whatever memory held."""
+    own = {**dict(module.named_parameters(recurse=False)), **dict(module.named_buffers(recurse=False))}
     if not own:
-        return
-    full = {
-        name: torch.nn.Parameter(torch.empty(p.shape, dtype=p.dtype, device=device))
-        for name, p in own.items()
-    }
-    for name, tensor in full.items():
-        module._parameters[name] = tensor
-    try:
-        hf_model._init_weights(module)
-    finally:
-        for name, parameter in own.items():
-            module._parameters[name] = parameter
-    for name, parameter in own.items():
-        if isinstance(parameter, DTensor):
-            parameter.to_local().copy_(_shard_of(full[name].detach(), parameter).to_local())
+        return {}
+    std = config.initializer_range
+
+    def normal(name: str) -> torch.Tensor:
+        return torch.empty(own[name].shape, dtype=own[name].dtype, device=device).normal_(0.0, std)
+
+    def constant(name: str, value: float) -> torch.Tensor:
+        return torch.full(own[name].shape, value, dtype=own[name].dtype, device=device)
+
+    kind = type(module).__name__
+    if isinstance(module, torch.nn.Linear):
+        values = {"weight": normal("weight")}
+    elif isinstance(module, torch.nn.Embedding):
+        values = {"weight": normal("weight")}
+        if module.padding_idx is not None:
+            values["weight"][module.padding_idx] = 0
+    elif isinstance(module, torch.nn.LayerNorm) or kind.endswith("RMSNorm"):
+        values = {"weight": constant("weight", 1.0)}
+    elif kind.endswith("RotaryEmbedding"):  # frequencies computed from the config, as transformers does
+        fresh = type(module)(config=getattr(module, "config", config))
+        values = {name: buffer.to(device) for name, buffer in fresh.named_buffers(recurse=False)}
+    else:
+        values = {}
+    if "bias" in own and own["bias"] is not None:
+        values["bias"] = constant("bias", 0.0)
+    unset = sorted(own.keys() - values.keys())
+    if unset:
+        raise UserError(
+            f"The model has {kind} layers ({', '.join(unset)}), which train.py cannot initialize: "
+            "--init-from must name a Llama-family model (Linear, Embedding, RMSNorm and rotary layers)."
+        )
+    return values
+
+
+def _fill(module: torch.nn.Module, values: dict[str, torch.Tensor]) -> None:
+    """Copy full-size `values` into `module`'s tensors: this rank's shard of an FSDP2 parameter."""
+    for name, value in values.items():
+        target = getattr(module, name)
+        if isinstance(target, DTensor):
+            target.to_local().copy_(_shard_of(value, target).to_local())
         else:
-            parameter.copy_(full[name])
+            target.copy_(value)
 
 
 def _shard_of(full: torch.Tensor, parameter: DTensor) -> DTensor:
@@ -137,21 +179,72 @@ def _shard_of(full: torch.Tensor, parameter: DTensor) -> DTensor:
         return distribute_tensor(full, parameter.device_mesh, parameter.placements)
 
 
-def _restore_buffers(hf_model: torch.nn.Module, device: torch.device) -> None:
-    """to_empty leaves buffers uninitialized; the rotary embedding's are computed from the config."""
-    for module in hf_model.modules():
-        if "RotaryEmbedding" in type(module).__name__:
-            fresh = type(module)(config=module.config)
-            for name, buffer in fresh.named_buffers(recurse=False):
-                getattr(module, name).copy_(buffer.to(device))
-
-
-def load_pretrained(model: torch.nn.Module, init_from: str) -> None:
-    """Weights of `init_from` into the materialized (possibly sharded) model; every rank reads the files."""
+def load_pretrained(model: torch.nn.Module, hf_model: torch.nn.Module, init_from: str) -> None:
+    """Weights of `init_from` into the materialized (possibly sharded) `model`, whose transformers model is
+    `hf_model`. Rank 0 alone reads the files, in their own dtype, and broadcasts tensor by tensor
+    (set_model_state_dict with broadcast_from_rank0): every other rank holds only its own part of the model,
+    rank 0 that plus the files' tensors, never a second model."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-    weights = AutoModelForCausalLM.from_pretrained(init_from, local_files_only=True).float().state_dict()
-    set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True))
+    weights, problem = {}, None
+    if dist.get_rank() == 0:
+        weights = _read_weights(Path(init_from))
+        _add_tied_names(weights, hf_model)
+        missing = sorted(_saved_names(hf_model) - weights.keys())
+        if missing:
+            problem = (
+                f"--init-from {init_from} has no weights for {len(missing)} of the model's tensors "
+                f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}): its files must be those "
+                "transformers' save_pretrained writes for the class in its config.json."
+            )
+    agreed = [problem]
+    dist.broadcast_object_list(agreed, src=0)
+    if agreed[0]:
+        raise UserError(agreed[0])
+    set_model_state_dict(
+        model, weights, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    )
+
+
+def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
+    """Every tensor in the directory's safetensors files (else its PyTorch .bin files), as saved."""
+    from safetensors.torch import load_file
+
+    files = sorted(directory.glob("*.safetensors"))
+    if files:
+        return {name: tensor for path in files for name, tensor in load_file(path).items()}
+    return {
+        name: tensor
+        for path in sorted(directory.glob("*.bin"))
+        for name, tensor in torch.load(path, map_location="cpu", weights_only=True, mmap=True).items()
+    }
+
+
+# What FSDP1 (SMP) inserts into the names of the modules it wraps.
+_WRAPPER_PREFIX = "_fsdp_wrapped_module."
+
+
+def _saved_names(hf_model: torch.nn.Module) -> set[str]:
+    """The names of the model's state-dict tensors: every parameter (tied ones under each name) and
+    persistent buffer, as save_pretrained writes them."""
+    names = {name for name, _ in hf_model.named_parameters(remove_duplicate=False)}
+    for module_name, module in hf_model.named_modules():
+        for name, _ in module.named_buffers(recurse=False):
+            if name not in module._non_persistent_buffers_set:
+                names.add(f"{module_name}.{name}" if module_name else name)
+    return {name.replace(_WRAPPER_PREFIX, "") for name in names}
+
+
+def _add_tied_names(weights: dict[str, torch.Tensor], hf_model: torch.nn.Module) -> None:
+    """save_pretrained writes a tied tensor (lm_head.weight = embed_tokens.weight) once: name it again."""
+    names_of: dict[int, list[str]] = {}
+    for name, parameter in hf_model.named_parameters(remove_duplicate=False):
+        names_of.setdefault(id(parameter), []).append(name.replace(_WRAPPER_PREFIX, ""))
+    for names in names_of.values():
+        saved = next((name for name in names if name in weights), None)
+        for name in names:
+            if saved and name not in weights:
+                weights[name] = weights[saved]
 
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:

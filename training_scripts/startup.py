@@ -55,8 +55,10 @@ def open_datasets(
         problem = str(error)
     _raise_agreed(runtime, problem)
     for dataset in datasets:
+        # A tensor of its own, not a view of numpy memory: torch 2.5.1's gloo process group frees its last
+        # work's tensors holding the GIL when it is destroyed, and freeing numpy memory waits for the GIL.
         largest = reduce_max(
-            runtime, torch.from_numpy(dataset.largest_token_ids(runtime.rank, runtime.world_size))
+            runtime, torch.tensor(dataset.largest_token_ids(runtime.rank, runtime.world_size))
         )
         dataset.check_vocabulary(largest.numpy(), vocab_size)
     return datasets[0], datasets[1] if len(datasets) > 1 else None
@@ -96,13 +98,13 @@ def build_parallel_model(
         materialize,
     )
     if has_weights(args.init_from):
-        load_pretrained(wrapped, args.init_from)
+        load_pretrained(wrapped, model, args.init_from)
 
     def reinitialize() -> None:
         if runtime.strategy != "smp":  # SMP initializes inside FSDP; a later load overwrites every tensor
             initialize(wrapped, model, runtime.device, args.seed, allocate=False)
         if has_weights(args.init_from):
-            load_pretrained(wrapped, args.init_from)
+            load_pretrained(wrapped, model, args.init_from)
 
     return ParallelModel(wrapped, unwrap(wrapped), model_identity, reinitialize)
 

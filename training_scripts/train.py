@@ -295,17 +295,23 @@ class Trainer:
         )
 
     def save_model(self) -> None:
-        """The model as transformers saves it (safetensors, sharded above 5 GB) with its config.json."""
+        """The model as transformers saves it (safetensors, sharded above 5 GB) with its config.json, in
+        --export-dtype (bf16 by default: half the bytes to upload and to load)."""
         self._check_weights("model")
         full_state = get_model_state_dict(
             self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
         )
         if self.runtime.is_main:
+            dtype = getattr(torch, self.args.export_dtype)
+            for name, tensor in full_state.items():  # one tensor at a time: no second full copy
+                full_state[name] = tensor.to(dtype)
             transformers_logging.disable_progress_bar()  # a bar per save in the job log says nothing
-            self.parallel.hf_model.save_pretrained(
-                self.args.model_dir, state_dict=full_state, max_shard_size="5GB"
-            )
-            log.info("Saved the model to %s.", self.args.model_dir)
+            hf_model = self.parallel.hf_model
+            hf_model.save_pretrained(self.args.model_dir, state_dict=full_state, max_shard_size="5GB")
+            # save_pretrained records the dtype of the model in memory (fp32), not of the files it wrote.
+            hf_model.config.torch_dtype = dtype
+            hf_model.config.save_pretrained(self.args.model_dir)
+            log.info("Saved the model (%s) to %s.", self.args.export_dtype, self.args.model_dir)
         # No rank tears the process groups down while rank 0 still writes: all end together.
         dist.barrier(group=self.runtime.checkpoint_group)
 
@@ -364,13 +370,25 @@ def main(argv: list[str] | None = None) -> int:
         check_writable(args, runtime)
         train_data, val_data = open_datasets(args, runtime, config.vocab_size)
         Trainer(args, runtime, config, train_data, val_data).run()
+        settle(runtime)
     except UserError as error:  # every rank raises the same one (startup.agree, collectives): rank 0 reports
         if rank == 0:
             log.error("%s", error)
+        settle(runtime)
         return 2
     finally:
         teardown()
     return 0
+
+
+def settle(runtime: Runtime) -> None:
+    """A last barrier on the checkpoint group (if any) and the default group, where every rank is known to
+    arrive. torch 2.5.1 (the image's) destroys a gloo group holding the GIL, while its worker threads may
+    still need the GIL to free the tensors of the last collective (agree's all_gather_object): the process
+    then hangs at exit. A collective releases the GIL while it waits, so those frees finish first."""
+    for group in (runtime.checkpoint_group, None):
+        if group is not None or dist.is_initialized():
+            dist.barrier(group=group)
 
 
 if __name__ == "__main__":

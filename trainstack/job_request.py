@@ -35,6 +35,10 @@ Choices made here:
   each value: "true", "\"train.py\"", '{"tensor_parallel_degree": 8}'); profile defaults and
   execution values are strings passed unchanged (the toolkit json-decodes those that parse, so
   "3e-4" reaches train.py as 0.0003 and "abc" as abc). Launch flags cannot be overridden.
+- Model output uncompressed (OutputDataConfig.CompressionType NONE, AWS's recommendation for large
+  models): SageMaker uploads the files of /opt/ml/model as they are under
+  `<S3OutputPath><job>/output/model/` instead of gzipping a model.tar.gz while every instance is still
+  billed; the bf16 safetensors would hardly compress anyway.
 - Environment TRAINSTACK_EXPECTED_GPUS: GPUs per instance from the catalog, which the container's
   preflight compares with the GPUs it sees. Set only when every preferred type has the same number
   (the request cannot know which type SageMaker will pick); otherwise the preflight skips the check.
@@ -174,7 +178,7 @@ def base_request(profile: Profile, resources: PipelineResources) -> dict[str, An
             **encode_hyperparameters(profile.launch_hyperparameters()),
         },
         "InputDataConfig": [_train_channel(resources)],
-        "OutputDataConfig": {},
+        "OutputDataConfig": {"CompressionType": "NONE"},
         "CheckpointConfig": {"LocalPath": CHECKPOINT_LOCAL_PATH},
         "ResourceConfig": _resource_config(profile),
         "VpcConfig": {

@@ -89,7 +89,8 @@ def test_build_context_is_only_what_the_image_needs(built):
     top_level = sorted(path.name for path in staged.iterdir())
     assert top_level == [".dockerignore", "container", "training_scripts"]
     assert sorted(path.name for path in (staged / "container").iterdir()) == [
-        "Dockerfile", "preflight.py", "requirements.txt", "train", "versions_manifest.py"
+        "Dockerfile", "base-image-versions.txt", "preflight.py", "requirements.txt", "train",
+        "versions_manifest.py",
     ]
 
 

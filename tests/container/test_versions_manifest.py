@@ -97,3 +97,32 @@ def test_build_fails_without_torch_or_nccl(image, tmp_path, capsys, remove):
     assert not output.exists()
     expected = "torch" if remove == "torch" else "nccl"
     assert f"versions manifest: {expected} not found in the image" in capsys.readouterr().err
+
+
+def test_build_fails_when_the_image_differs_from_the_tested_versions(image, tmp_path, capsys):
+    root, site = image
+    pins = tmp_path / "base-image-versions.txt"
+    pins.write_text("# comment\ntorch==2.5.1\nnumpy==1.26.4\n")
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text("transformers==4.44.2\nsafetensors==0.4.5\n")
+    expect = ("--expect", str(pins), "--expect", str(requirements))
+    distribution(site, "numpy", "1.26.4")
+    assert run(root, site, tmp_path / "ok.json", *expect) == 0  # torch 2.5.1+cu124 is 2.5.1
+
+    distribution(site, "numpy", "2.1.0")
+    for folder in site.glob("numpy-1.26.4.dist-info"):
+        (folder / "METADATA").unlink()
+        folder.rmdir()
+    output = tmp_path / "versions.json"
+    assert run(root, site, output, *expect) == 1
+    assert not output.exists()
+    assert "the image carries numpy 2.1.0 (tested: 1.26.4)" in capsys.readouterr().err
+
+
+def test_the_repository_pins_are_what_the_dockerfile_checks():
+    repository = Path(__file__).resolve().parents[2]
+    dockerfile = (repository / "container/Dockerfile").read_text()
+    for name in ("base-image-versions.txt", "requirements.txt"):
+        assert f"--expect /opt/trainstack/tested/{name}" in dockerfile
+    pins = versions_manifest.pinned((repository / "container/base-image-versions.txt").read_text())
+    assert pins == {"torch": "2.5.1", "numpy": "1.26.4"}

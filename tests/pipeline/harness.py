@@ -179,8 +179,10 @@ class FakeSageMaker:
                 "TrainingJobName": job.name,
                 "TrainingJobArn": _job_arn(job.name),
                 "ModelArtifacts": {
+                    # CompressionType NONE: the model dir's files under output/model/ (see
+                    # trainstack/demo/local_sagemaker.py for the source; the trailing slash is assumed).
                     "S3ModelArtifacts": (
-                        f"{request['OutputDataConfig']['S3OutputPath']}{job.name}/output/model.tar.gz"
+                        f"{request['OutputDataConfig']['S3OutputPath']}{job.name}/output/model/"
                     )
                 },
                 "TrainingJobStatus": phase.status,

@@ -67,7 +67,7 @@ def test_success_first_try(interpreter):
         "trainingJobName": job,
         "instanceType": "ml.p5.48xlarge",
         "instanceCount": 2,
-        "modelArtifacts": f"s3://trainstack-artifacts-test/trainstack-first/{job}/output/model.tar.gz",
+        "modelArtifacts": f"s3://trainstack-artifacts-test/trainstack-first/{job}/output/model/",
         "checkpointUri": "s3://trainstack-checkpoints-test/trainstack-first/",
         "attempts": 1,
     }

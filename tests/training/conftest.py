@@ -20,7 +20,7 @@ def dataset(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def reference_run(dataset, tmp_path_factory) -> Run:
-    """The uninterrupted run that resumed runs must reproduce (FSDP2, synchronous checkpoints)."""
+    """The uninterrupted run that resumed runs must reproduce (DDP, synchronous checkpoints)."""
     run = train(dataset, tmp_path_factory.mktemp("reference"))
     assert run.returncode == 0, run.output
     return run

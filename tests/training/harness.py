@@ -18,10 +18,15 @@ TRAIN_PY = SCRIPTS / "train.py"
 # train.py imports its siblings as top-level modules, as it does in /opt/ml/code.
 sys.path.insert(0, str(SCRIPTS))
 
-# One configuration for every run that is compared with the reference run.
+# One configuration for every run that is compared with the reference run. DDP: the image's torch 2.5.1
+# runs FSDP2 only on CUDA (FSDP2 runs are marked fsdp2 and run on the newer torch).
 MAX_STEPS = 40
 CHECKPOINT_INTERVAL = 10
 TRAIN_FLAGS = [
+    "--parallelism",
+    "ddp",
+    "--export-dtype",  # exact comparisons; the default (bfloat16) export is tested by the toolkit launch
+    "float32",
     "--model-preset",
     "tiny",
     "--seq-len",

@@ -18,8 +18,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import torch
+from transformers import AutoModelForCausalLM
+
 from tests.domain.conftest import S3_RESOURCES
-from tests.training.harness import SCRIPTS, write_learnable_shards
+from tests.training.harness import SCRIPTS, load_weights, write_learnable_shards
 from training_scripts.metrics import parse_metrics
 from trainstack.job_request import base_request
 from trainstack.profiles import Profile
@@ -33,6 +36,7 @@ def torchrun_profile() -> Profile:
         strategy="torchrun",
         instance_preferences=[{"instance_type": "ml.g5.12xlarge", "instance_count": 1}],
         hyperparameters={
+            "parallelism": "ddp",  # FSDP2 in the image's torch 2.5.1 needs CUDA
             "model_preset": "tiny",
             "seq_len": "32",
             "micro_batch_size": "2",
@@ -95,7 +99,11 @@ def test_the_toolkit_starts_torchrun_and_train_py_writes_the_model(tmp_path):
     assert result.returncode == 0, output
     assert (base / "output" / "success").exists(), output
     assert "torchrun" in output and "--nproc_per_node 2" in output, output
-    assert "Training tiny on 2 ranks (torchrun, fsdp)" in output
+    assert "Training tiny on 2 ranks (torchrun, ddp)" in output
     assert len(parse_metrics(output)["train:loss"]) == 3
     assert {p.name for p in (base / "model").iterdir()} >= {"model.safetensors", "config.json"}
+    # Exported in bf16 by default, and its config.json says so: transformers loads it as bf16 with "auto".
+    assert {tensor.dtype for tensor in load_weights(base / "model").values()} == {torch.bfloat16}
+    model = AutoModelForCausalLM.from_pretrained(base / "model", torch_dtype="auto")
+    assert {parameter.dtype for parameter in model.parameters()} == {torch.bfloat16}
     assert (tmp_path / "checkpoints" / "step_000000006" / "COMPLETE").exists()

@@ -6,7 +6,11 @@ toolkit on it, which starts torchrun and train.py on CPU with the job's hyperpar
 `make local-train` and tests/training/test_toolkit_launch.py do. S3 is a local folder: `s3://B/K`
 is `<root>/s3/B/K`. The job's checkpoint dir is the folder standing for CheckpointConfig.S3Uri
 (SageMaker syncs /opt/ml/checkpoints with it), every input channel reads the local dataset folder,
-and on success the model dir is uploaded as `<S3OutputPath><job>/output/model.tar.gz`.
+and on success the model dir is uploaded as SageMaker does by OutputDataConfig.CompressionType: with NONE
+its files as they are under `<S3OutputPath><job>/output/model/` (the layout of AWS's own examples,
+aws/sagemaker-python-sdk v3-examples model_builder_deployment_notebook.ipynb: `<output>/<job>/output/model/
+config.json`; S3ModelArtifacts naming that prefix with its trailing slash is assumed), otherwise (GZIP, the
+default) as `<S3OutputPath><job>/output/model.tar.gz`.
 
 DescribeTrainingJob reports that process's real state: InProgress while it runs (SecondaryStatus
 Uploading while its model is archived and its log put into CloudWatch Logs, local_logs.py), then
@@ -227,6 +231,8 @@ class LocalSageMaker:
 
     def _model_uri(self, request: dict[str, Any]) -> str:
         output = request["OutputDataConfig"]["S3OutputPath"].rstrip("/")
+        if _uncompressed(request):
+            return f"{output}/{request['TrainingJobName']}/output/model/"
         return f"{output}/{request['TrainingJobName']}/output/model.tar.gz"
 
     def _lay_out(self, base: Path, request: dict[str, Any], checkpoint_dir: Path) -> None:
@@ -292,14 +298,21 @@ class LocalSageMaker:
         try:
             if job.outcome(code)[0] == "Completed":
                 model = self.local_path(self._model_uri(job.request))
-                model.parent.mkdir(parents=True, exist_ok=True)
-                with tarfile.open(model, "w:gz") as archive:
-                    for item in sorted((job.base / "model").iterdir()):
-                        archive.add(item, arcname=item.name)
+                if _uncompressed(job.request):
+                    shutil.copytree(job.base / "model", model)
+                else:
+                    model.parent.mkdir(parents=True, exist_ok=True)
+                    with tarfile.open(model, "w:gz") as archive:
+                        for item in sorted((job.base / "model").iterdir()):
+                            archive.add(item, arcname=item.name)
             if self.logs is not None:
                 local_logs.publish(self.logs, job.name, job.created, job.log_path, datetime.now(UTC))
         finally:
             job.ended = datetime.now(UTC)
+
+
+def _uncompressed(request: dict[str, Any]) -> bool:
+    return request["OutputDataConfig"].get("CompressionType", "GZIP") == "NONE"
 
 
 def _signal_group(process: subprocess.Popen, signum: int) -> None:

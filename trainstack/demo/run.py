@@ -23,7 +23,6 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import tarfile
 from datetime import UTC, datetime
 from pathlib import Path
 from unittest import mock
@@ -222,18 +221,16 @@ def check_model(sagemaker: LocalSageMaker, output: dict, run_name: str) -> int:
 
     transformers_logging.disable_progress_bar()
 
-    uri = next((value for value in _strings(output) if value.endswith("model.tar.gz")), None)
+    # The job uploads the model uncompressed (CompressionType NONE): its files under .../output/model/.
+    uri = next((value for value in _strings(output) if value.endswith("/output/model/")), None)
     if uri is None:
-        say(f"the execution output names no model.tar.gz: {output}")
+        say(f"the execution output names no model folder (.../output/model/): {output}")
         return 1
-    archive = sagemaker.local_path(uri)
-    model_dir = archive.parent / "model"
-    with tarfile.open(archive) as tar:
-        tar.extractall(model_dir, filter="data")
+    model_dir = sagemaker.local_path(uri)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     parameters = sum(parameter.numel() for parameter in model.parameters())
     say(
-        f"5/5 {uri} (= {archive}) loads with AutoModelForCausalLM: {type(model).__name__}, "
+        f"5/5 {uri} (= {model_dir}) loads with AutoModelForCausalLM: {type(model).__name__}, "
         f"{parameters:,} parameters. Run {run_name} done."
     )
     return 0
