@@ -6,7 +6,10 @@ toolkit on it, which starts torchrun and train.py on CPU with the job's hyperpar
 `make local-train` and tests/training/test_toolkit_launch.py do. S3 is a local folder: `s3://B/K`
 is `<root>/s3/B/K`. The job's checkpoint dir is the folder standing for CheckpointConfig.S3Uri
 (SageMaker syncs /opt/ml/checkpoints with it), every input channel reads the local dataset folder,
-and on success the model dir is uploaded as `<S3OutputPath><job>/output/model.tar.gz`.
+and on success the model dir is uploaded as `<S3OutputPath><job>/output/model.tar.gz`. The job's
+/opt/ml/output/tensorboard (TensorBoardOutputConfig's default LocalPath) is copied to the folder standing
+for TensorBoardOutputConfig.S3OutputPath once its process ended, whatever the outcome (SageMaker uploads
+it during and after the job: "Prepare a training job to collect TensorBoard output data").
 
 DescribeTrainingJob reports that process's real state: InProgress while it runs (SecondaryStatus
 Uploading while its model is archived and its log put into CloudWatch Logs, local_logs.py), then
@@ -159,6 +162,8 @@ class LocalSageMaker:
             "CreationTime": job.created.timestamp(),
             "TrainingStartTime": job.created.timestamp(),
         }
+        if "TensorBoardOutputConfig" in request:
+            answer["TensorBoardOutputConfig"] = request["TensorBoardOutputConfig"]
         if job.ended:
             answer["TrainingEndTime"] = job.ended.timestamp()
         if reason:
@@ -290,6 +295,7 @@ class LocalSageMaker:
                 _signal_group(job.process, signal.SIGTERM)
         code = job.process.wait()
         try:
+            self._upload_tensorboard(job)
             if job.outcome(code)[0] == "Completed":
                 model = self.local_path(self._model_uri(job.request))
                 model.parent.mkdir(parents=True, exist_ok=True)
@@ -300,6 +306,11 @@ class LocalSageMaker:
                 local_logs.publish(self.logs, job.name, job.created, job.log_path, datetime.now(UTC))
         finally:
             job.ended = datetime.now(UTC)
+
+    def _upload_tensorboard(self, job: LocalJob) -> None:
+        board, events = job.request.get("TensorBoardOutputConfig"), job.base / "output" / "tensorboard"
+        if board and events.is_dir():
+            shutil.copytree(events, self.local_path(board["S3OutputPath"]), dirs_exist_ok=True)
 
 
 def _signal_group(process: subprocess.Popen, signum: int) -> None:
