@@ -140,8 +140,8 @@ def test_sweeper_terminates_waiting_jobs_of_executions_that_ended(queue_world):
     sweep = wait_for(client.start_execution(stateMachineArn=arn)["executionArn"])
     assert sweep.status == "SUCCEEDED"
     assert batch.jobs[orphan].terminated
-    # The sweeper's metric filter (alarm OrphanStopped) counts the one job it terminated.
-    assert published(STOPPED_ORPHAN_PATTERNS["queue-sweeper"], sweep.log_messages()) == 1
+    # The sweeper's metric filter (alarm OrphanStopped) counts the jobs it terminated: both of `gone`.
+    assert published(STOPPED_ORPHAN_PATTERNS["queue-sweeper"], sweep.log_messages()) == 2
     ended = client.describe_execution(executionArn=gone)["status"]
     assert ended != "RUNNING"
     assert batch.jobs[orphan].status_reason == f"trainstack sweeper: execution {gone} is {ended}"
