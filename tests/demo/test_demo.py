@@ -106,3 +106,16 @@ def test_the_report_shows_both_attempts_in_a_browser(demo):
     assert colour_pixels(page.screenshot, page.boxes["timeline"], BACKOFF_COLOUR) > 20  # the back-off
     text = report.read_text()
     assert "resumes at step" in text and "CapacityError" in text
+
+
+def test_each_attempt_uploads_its_tensorboard_scalars_where_its_request_says(demo):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    uploaded = re.findall(r"attempt \d: (\S+) .*; TensorBoard event files in (\S+)$", demo.out, re.MULTILINE)
+    assert len(uploaded) == 2, demo.out
+    for job, folder in uploaded:
+        # The folder standing for s3://<artifacts>/<run>/<job>/tensorboard/ (TensorBoardOutputConfig).
+        assert Path(folder).is_relative_to(demo.workdir / "s3") and Path(folder).parent.name == job
+        events = EventAccumulator(folder)
+        events.Reload()
+        assert [event.step for event in events.Scalars("train/loss")], job

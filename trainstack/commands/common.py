@@ -113,12 +113,18 @@ class Pipeline:
     def client(self, service: str) -> Any:
         return boto3.client(service, region_name=self.region)
 
+    @property
+    def queue_name(self) -> str | None:
+        """The AWS Batch job queue of queue mode; None in direct mode."""
+        return training_queue_name(self.settings.project) if self.settings.queue.enabled else None
+
+    def batch(self) -> Any | None:
+        """A Batch client in queue mode; None in direct mode."""
+        return self.client("batch") if self.queue_name else None
+
     def job_of(self, run_name: str) -> Job | QueuedJob | None:
         """The run's job: waiting in the queue (queue mode), else its newest training job, else None."""
-        if not self.settings.queue.enabled:
-            return run_job(self.client("sagemaker"), None, None, run_name)
-        queue = training_queue_name(self.settings.project)
-        return run_job(self.client("sagemaker"), self.client("batch"), queue, run_name)
+        return run_job(self.client("sagemaker"), self.batch(), self.queue_name, run_name)
 
     def training_job_of(self, run_name: str) -> Job | None:
         """The run's newest training job (queue mode: the one Batch started), else None."""

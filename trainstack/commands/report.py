@@ -18,7 +18,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Write one self-contained HTML page (no network needed to open it) of a run's newest "
         "execution: its attempts on a time axis (back-offs, the checkpoint each resumed from), train and "
         "validation loss and throughput across attempts, instance type and estimated cost per attempt. "
-        "Reads the Step Functions histories, DescribeTrainingJob and the jobs' CloudWatch logs.",
+        "Reads the Step Functions histories, DescribeTrainingJob and the jobs' CloudWatch logs; in queue "
+        "mode also DescribeServiceJob: the training job Batch started, the time each attempt waited queued.",
         takes_run=True,
         arguments=lambda parser: parser.add_argument(
             "--out", type=Path, help="the HTML file to write (default: RUN-report.html)"
@@ -39,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
         pipeline.client("logs"),
         execution,
         pipeline.settings.project,
+        pipeline.batch(),
+        pipeline.queue_name,
     )
     out.write_text(render(report), encoding="utf-8")
     print(

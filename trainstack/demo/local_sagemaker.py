@@ -10,7 +10,10 @@ and on success the model dir is uploaded as SageMaker does by OutputDataConfig.C
 its files as they are under `<S3OutputPath><job>/output/model/` (the layout of AWS's own examples,
 aws/sagemaker-python-sdk v3-examples model_builder_deployment_notebook.ipynb: `<output>/<job>/output/model/
 config.json`; S3ModelArtifacts naming that prefix with its trailing slash is assumed), otherwise (GZIP, the
-default) as `<S3OutputPath><job>/output/model.tar.gz`.
+default) as `<S3OutputPath><job>/output/model.tar.gz`. The job's /opt/ml/output/tensorboard
+(TensorBoardOutputConfig's default LocalPath) is copied to the folder standing for
+TensorBoardOutputConfig.S3OutputPath once its process ended, whatever the outcome (SageMaker uploads it
+during and after the job: "Prepare a training job to collect TensorBoard output data").
 
 DescribeTrainingJob reports that process's real state: InProgress while it runs (SecondaryStatus
 Uploading while its model is archived and its log put into CloudWatch Logs, local_logs.py), then
@@ -163,6 +166,8 @@ class LocalSageMaker:
             "CreationTime": job.created.timestamp(),
             "TrainingStartTime": job.created.timestamp(),
         }
+        if "TensorBoardOutputConfig" in request:
+            answer["TensorBoardOutputConfig"] = request["TensorBoardOutputConfig"]
         if job.ended:
             answer["TrainingEndTime"] = job.ended.timestamp()
         if reason:
@@ -296,6 +301,7 @@ class LocalSageMaker:
                 _signal_group(job.process, signal.SIGTERM)
         code = job.process.wait()
         try:
+            self._upload_tensorboard(job)
             if job.outcome(code)[0] == "Completed":
                 model = self.local_path(self._model_uri(job.request))
                 if _uncompressed(job.request):
@@ -309,6 +315,11 @@ class LocalSageMaker:
                 local_logs.publish(self.logs, job.name, job.created, job.log_path, datetime.now(UTC))
         finally:
             job.ended = datetime.now(UTC)
+
+    def _upload_tensorboard(self, job: LocalJob) -> None:
+        board, events = job.request.get("TensorBoardOutputConfig"), job.base / "output" / "tensorboard"
+        if board and events.is_dir():
+            shutil.copytree(events, self.local_path(board["S3OutputPath"]), dirs_exist_ok=True)
 
 
 def _uncompressed(request: dict[str, Any]) -> bool:

@@ -8,8 +8,8 @@
 4. `trainstack start --wait` starts the retraining and follows it. The first attempt loses its
    capacity after its first checkpoint (CapacityError); the pipeline backs off and creates the next
    attempt on the same checkpoint prefix, which resumes from that checkpoint and finishes.
-   `trainstack report` then writes <workdir>/report.html; each job's TensorBoard event files are in
-   <workdir>/jobs/<job>/ml/output/tensorboard.
+   `trainstack report` then writes <workdir>/report.html; each job's TensorBoard event files are
+   uploaded to its TensorBoardOutputConfig.S3OutputPath, <workdir>/s3/<bucket>/<run>/<job>/tensorboard.
 5. The model artifact the execution outputs loads with transformers' AutoModelForCausalLM.
 """
 
@@ -212,7 +212,9 @@ def report_attempts(sagemaker: LocalSageMaker) -> None:
         )
         end = f"ended {status}" + (f": {reason.split('.')[0]}" if reason else "")
         last = f", last logged step {steps[-1]}" if steps else ""
-        say(f"   attempt {number}: {job.name} {story}{last}, {end}")
+        board = job.request.get("TensorBoardOutputConfig", {}).get("S3OutputPath")
+        events = f"; TensorBoard event files in {sagemaker.local_path(board)}" if board else ""
+        say(f"   attempt {number}: {job.name} {story}{last}, {end}{events}")
 
 
 def check_model(sagemaker: LocalSageMaker, output: dict, run_name: str) -> int:

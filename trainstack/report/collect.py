@@ -1,6 +1,8 @@
 """What a run report shows, read with boto3: the pipeline execution's history and its attempts' child
 executions (Step Functions GetExecutionHistory), each attempt's training job (DescribeTrainingJob), and
-the job's training log lines (CloudWatch Logs, `/aws/sagemaker/TrainingJobs`).
+the job's training log lines (CloudWatch Logs, `/aws/sagemaker/TrainingJobs`). In queue mode an attempt
+is a service job (AWS Batch DescribeServiceJob): the training job is the one Batch started last, and the
+service job's attempts tell how long it waited in the queue.
 
 The metrics come from the log lines rather than from the CloudWatch metrics SageMaker derives from them
 (GetMetricData): those carry a timestamp only, the lines carry the step, which is what lines attempts up
@@ -13,13 +15,14 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from training_scripts.metrics import METRIC_DEFINITIONS
+from trainstack import runs
 from trainstack.job_request import CHECKPOINT_LOCAL_PATH
 from trainstack.prices import SAGEMAKER_TRAINING_PRICES
-from trainstack.runs import log_events, run_name_of
+from trainstack.runs import SERVICE_JOB_WAITING, batch_started_job, log_events, run_name_of, service_jobs_of
 
 # State names of the synthesized pipeline (stacks/pipeline/training_state_machine.py).
 ATTEMPT_STATE = "RunAttempt"
@@ -44,7 +47,7 @@ class Span:
 @dataclass
 class Attempt:
     number: int
-    job_name: str
+    job_name: str  # queue mode: the service job's name until Batch started a training job for it
     started: datetime  # RunAttempt entered: the attempt execution starts and creates the job
     ended: datetime | None  # RunAttempt exited; None while it runs
     child_arn: str | None = None  # the attempt execution (TaskSubmitted on AWS, TaskSucceeded's output)
@@ -53,6 +56,14 @@ class Attempt:
     resumed_from: tuple[str, int] | None = None  # (checkpoint folder, step) the job's log names
     metrics: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # metric -> (step, value)
     phases: list[Span] = field(default_factory=list)
+    service_job: dict[str, Any] = field(default_factory=dict)  # queue mode: DescribeServiceJob
+    queue_waits: list[Span] = field(default_factory=list)  # queue mode: RUNNABLE until Batch started a job
+
+    @property
+    def queue_wait_seconds(self) -> float | None:
+        if not self.service_job:
+            return None
+        return sum((wait.end - wait.start).total_seconds() for wait in self.queue_waits)
 
     @property
     def status(self) -> str:
@@ -116,15 +127,29 @@ class RunReport:
 
 
 def collect(
-    stepfunctions: Any, sagemaker: Any, logs: Any, execution: dict[str, Any], project: str
+    stepfunctions: Any,
+    sagemaker: Any,
+    logs: Any,
+    execution: dict[str, Any],
+    project: str,
+    batch: Any | None = None,
+    queue_name: str | None = None,
 ) -> RunReport:
-    """The report of one pipeline execution (DescribeExecution of it)."""
+    """The report of one pipeline execution (DescribeExecution of it); in queue mode (batch and queue_name
+    given) each attempt's service job tells which training job Batch started."""
     run_name = run_name_of(execution, project)
     events = history(stepfunctions, execution["executionArn"])
     attempts, backoffs = _timeline(events, run_name)
+    # Newest last, so that each attempt number keeps its newest service job (a run started again reuses
+    # the names).
+    queued = service_jobs_of(batch, queue_name, run_name) if batch and queue_name else []
+    service_jobs = dict(reversed(queued))
     for attempt in attempts:
-        attempt.job = _describe(sagemaker, attempt.job_name)
-        attempt.phases = job_phases(attempt.job)
+        if attempt.number in service_jobs:
+            _follow_service_job(batch, sagemaker, attempt, service_jobs[attempt.number]["jobId"])
+        else:
+            attempt.job = _describe(sagemaker, attempt.job_name)
+        attempt.phases = attempt.queue_waits + job_phases(attempt.job)
         if attempt.child_arn:
             child = history(stepfunctions, attempt.child_arn)
             attempt.job_created = _job_created(child)
@@ -202,6 +227,41 @@ def _describe(sagemaker: Any, job_name: str) -> dict[str, Any]:
         if "not found" in str(error).lower():  # the attempt never created its job (quota, rejection)
             return {}
         raise
+
+
+def _follow_service_job(batch: Any, sagemaker: Any, attempt: Attempt, job_id: str) -> None:
+    attempt.service_job = batch.describe_service_job(jobId=job_id)
+    attempt.queue_waits = queue_waits(attempt.service_job)
+    if started := batch_started_job(sagemaker, attempt.number, attempt.service_job):
+        attempt.job_name, attempt.job = started.name, started.description
+
+
+def queue_waits(service_job: dict[str, Any]) -> list[Span]:
+    """The service job's waits for a place (RUNNABLE): from its creation, and from each attempt's stop (a
+    capacity failure sends it back to the queue), until Batch started the next attempt's training job, or
+    now while it still waits, or until a job that did not succeed ended (Batch ends a job waiting past the
+    queue's capacity time limit). DescribeServiceJob's createdAt, stoppedAt and attempts[].startedAt and
+    stoppedAt, in Unix milliseconds (botocore's batch model)."""
+    waits, since, reason = [], service_job["createdAt"], "waiting in the queue"
+    for tried in service_job.get("attempts", []):
+        waits.append(Span(reason, _from_millis(since), _from_millis(tried["startedAt"])))
+        if "stoppedAt" not in tried:
+            return waits
+        since = tried["stoppedAt"]
+        reason = f"back in the queue: {tried.get('statusReason', 'attempt ended')}"
+    if service_job["status"] in SERVICE_JOB_WAITING:
+        end = int(runs.clock().timestamp() * 1000)
+    elif service_job["status"] == "FAILED":
+        end = service_job.get("stoppedAt", since)
+    else:
+        return waits
+    if end > since:
+        waits.append(Span(reason, _from_millis(since), _from_millis(end)))
+    return waits
+
+
+def _from_millis(millis: int) -> datetime:
+    return datetime.fromtimestamp(millis / 1000, UTC)
 
 
 def job_phases(job: dict[str, Any]) -> list[Span]:

@@ -72,7 +72,8 @@ def render(report: RunReport) -> str:
 <p class="note">Cost: billable instance-seconds (BillableTimeInSeconds, else training time) at SageMaker's
 on-demand list price in {SAGEMAKER_TRAINING_PRICES.region} as of {SAGEMAKER_TRAINING_PRICES.as_of}
 ({escape(SAGEMAKER_TRAINING_PRICES.source_url)}). Data: Step Functions execution histories (the pipeline and
-each attempt execution), DescribeTrainingJob, and the jobs' log lines in CloudWatch Logs.</p>
+each attempt execution), DescribeTrainingJob, and the jobs' log lines in CloudWatch Logs; in queue mode
+AWS Batch's DescribeServiceJob (Queued: time the service job waited for a place, RUNNABLE).</p>
 </body></html>
 """
 
@@ -97,10 +98,12 @@ def attempt_table(attempts: Sequence[Attempt]) -> str:
         resumed = (
             f"step {attempt.resumed_from[1]} ({attempt.resumed_checkpoint})" if attempt.resumed_from else "-"
         )
-        seconds = attempt.billed_seconds
+        seconds, waited = attempt.billed_seconds, attempt.queue_wait_seconds
+        service_job = attempt.service_job.get("jobName")
         cells = [
             f'<span class="swatch" style="background:{attempt_colour(attempt)}"></span> {attempt.number}',
-            escape(attempt.job_name),
+            escape(attempt.job_name + (f" (service job {service_job})" if service_job else "")),
+            _duration(waited) if waited is not None else "-",
             escape(f"{attempt.instance_count} x {attempt.instance_type}" if attempt.instance_type else "-"),
             escape(attempt.status + (f": {reason}" if reason else "")),
             escape(resumed),
@@ -110,7 +113,16 @@ def attempt_table(attempts: Sequence[Attempt]) -> str:
         rows.append("<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
     head = "".join(
         f"<th>{name}</th>"
-        for name in ("#", "Training job", "Instances", "Status", "Resumed from", "Billed", "Estimated cost")
+        for name in (
+            "#",
+            "Training job",
+            "Queued",
+            "Instances",
+            "Status",
+            "Resumed from",
+            "Billed",
+            "Estimated cost",
+        )
     )
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
 
