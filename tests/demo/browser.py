@@ -4,11 +4,13 @@ Protocol: what its console reported, where its elements are, and a full-page PNG
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import itertools
 import json
 import os
 import re
+import signal
 import subprocess
 import tempfile
 import threading
@@ -54,18 +56,22 @@ def chromium() -> str:
 
 
 def load(url: str, element_ids: list[str], width: int = 1050) -> LoadedPage:
-    with tempfile.TemporaryDirectory() as profile:
+    # Chromium's helper processes may still write to the profile after the browser exits (one CI run:
+    # "Directory not empty: 'Default'"): its whole process group is ended, and a late file never fails a test.
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as profile:
         browser = subprocess.Popen(
             [chromium(), *FLAGS, f"--user-data-dir={profile}", "about:blank"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
+            start_new_session=True,
         )
         try:
             endpoint = _devtools_endpoint(browser)
             return _Session(_page_socket(endpoint)).load(url, element_ids, width)
         finally:
-            browser.terminate()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(browser.pid, signal.SIGTERM)
             browser.wait(HANG_GUARD_SECONDS)
 
 
