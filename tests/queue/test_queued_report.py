@@ -10,7 +10,12 @@ import yaml
 from tests.conftest import default_config_data
 from tests.pipeline import harness
 from tests.pipeline.harness import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING
-from tests.queue.test_queue_pipeline import FIFO, fifo_pipeline, queue_for  # noqa: F401 (a fixture)
+from tests.queue.test_queue_pipeline import (  # noqa: F401 (fifo_pipeline: a fixture)
+    FIFO,
+    fifo_pipeline,
+    queue_for,
+    release_first_job,
+)
 from trainstack.cli import main as trainstack
 from trainstack.report.collect import collect
 from trainstack.runs import latest_execution
@@ -24,13 +29,16 @@ def test_the_report_finds_the_job_batch_started_and_how_long_the_attempt_waited(
     tmp_path,
     capsys,
 ):
-    # The other run holds the queue's 2 instances; this run's first training job loses its capacity.
-    scripts = [[STARTING, TRAINING, TRAINING, COMPLETED], [CAPACITY_FAILURE], [STARTING, TRAINING, COMPLETED]]
+    # The other run holds the queue's 2 instances (training until this run is in the queue: a slow machine
+    # may take longer to submit it than the other job takes to train); this run's first job loses capacity.
+    scripts = [[STARTING, TRAINING], [CAPACITY_FAILURE], [STARTING, TRAINING, COMPLETED]]
     context, queue = queue_for(fifo_pipeline, monkeypatch, scripts)
     try:
         other = queue.start("other", {"runName": "trainstack-other"})
         queue.submitted("trainstack-other-1")
         mine = queue.start(RUN, {"runName": RUN})
+        queue.submitted(f"{RUN}-1")
+        release_first_job(queue)
         outcomes = [harness.wait_for(other), harness.wait_for(mine)]
         assert [outcome.status for outcome in outcomes] == ["SUCCEEDED", "SUCCEEDED"]
         stepfunctions = boto3.client("stepfunctions", region_name=harness.REGION)
