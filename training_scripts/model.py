@@ -103,6 +103,7 @@ def initialize(
     """
     if allocate:
         model.to_empty(device=device)
+        hf_model.tie_weights()  # to_empty gives each module its own tensor: tied ones share one again
     torch.manual_seed(seed)
     for module in hf_model.modules():
         _fill(module, initial_values(module, hf_model.config, device))
