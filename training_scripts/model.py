@@ -11,6 +11,8 @@ plus the largest module.
 
 import hashlib
 import logging
+import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -101,6 +103,7 @@ def initialize(
     """
     if allocate:
         model.to_empty(device=device)
+        hf_model.tie_weights()  # to_empty gives each module its own tensor: tied ones share one again
     torch.manual_seed(seed)
     for module in hf_model.modules():
         _fill(module, initial_values(module, hf_model.config, device))
@@ -179,49 +182,121 @@ def _shard_of(full: torch.Tensor, parameter: DTensor) -> DTensor:
         return distribute_tensor(full, parameter.device_mesh, parameter.placements)
 
 
+# Tensors rank 0 reads and every rank receives at a time: --init-from adds about this to a rank's peak.
+LOAD_CHUNK_BYTES = 256 * 2**20
+
+# What FSDP1 (SMP) inserts into the names of the modules it wraps.
+_WRAPPER_PREFIX = "_fsdp_wrapped_module."
+
+
 def load_pretrained(model: torch.nn.Module, hf_model: torch.nn.Module, init_from: str) -> None:
     """Weights of `init_from` into the materialized (possibly sharded) `model`, whose transformers model is
-    `hf_model`. Rank 0 alone reads the files, in their own dtype, and broadcasts tensor by tensor
-    (set_model_state_dict with broadcast_from_rank0): every other rank holds only its own part of the model,
-    rank 0 that plus the files' tensors, never a second model."""
+    `hf_model`. Rank 0 alone reads the files, in their own dtype, LOAD_CHUNK_BYTES of tensors at a time, and
+    broadcasts each chunk (set_model_state_dict with broadcast_from_rank0 sends the chunk's names and
+    shapes, then its tensors): every rank holds its part of the model plus one chunk, never a second model."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+    from torch.distributed.fsdp import FullyShardedDataParallel
+    from torch.nn.parallel import DistributedDataParallel
 
-    weights, problem = {}, None
+    chunks, problem = [], None
     if dist.get_rank() == 0:
-        weights = _read_weights(Path(init_from))
-        _add_tied_names(weights, hf_model)
-        missing = sorted(_saved_names(hf_model) - weights.keys())
+        stored = _stored_tensors(Path(init_from))
+        names_of = _names_of_stored(hf_model)
+        loadable = {name for stored_name in stored for name in names_of.get(stored_name, [])}
+        missing = sorted(_saved_names(hf_model) - loadable)
         if missing:
             problem = (
                 f"--init-from {init_from} has no weights for {len(missing)} of the model's tensors "
                 f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}): its files must be those "
                 "transformers' save_pretrained writes for the class in its config.json."
             )
-    agreed = [problem]
+        # A partial full state dict would have FSDP1 (SMP) load the model's other tensors, as sharded, as
+        # full ones: it loads in one chunk.
+        limit = None if isinstance(model, FullyShardedDataParallel) else LOAD_CHUNK_BYTES
+        chunks = _chunks(stored, names_of, limit)
+    agreed = [problem, len(chunks)]
     dist.broadcast_object_list(agreed, src=0)
-    if agreed[0]:
-        raise UserError(agreed[0])
-    set_model_state_dict(
-        model, weights, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
-    )
+    problem, chunk_count = agreed
+    if problem:
+        raise UserError(problem)
+    # torch 2.5.1 looks every key of the model up under DDP's "module." prefix in rank 0's dict, so a
+    # partial dict loads into the module DDP wraps (the same tensors).
+    target = model.module if isinstance(model, DistributedDataParallel) else model
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=False)
+    for index in range(chunk_count):
+        weights = _read_chunk(chunks[index], stored, names_of) if dist.get_rank() == 0 else {}
+        set_model_state_dict(target, weights, options=options)
+        del weights  # before the next chunk is read
 
 
-def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
-    """Every tensor in the directory's safetensors files (else its PyTorch .bin files), as saved."""
-    from safetensors.torch import load_file
+def _stored_tensors(directory: Path) -> dict[str, tuple[Path, int]]:
+    """The file and size in bytes of every tensor in the directory's safetensors files (else its PyTorch
+    .bin files), from the files' headers (.bin: memory-mapped, not read)."""
+    from safetensors import safe_open
 
-    files = sorted(directory.glob("*.safetensors"))
-    if files:
-        return {name: tensor for path in files for name, tensor in load_file(path).items()}
-    return {
-        name: tensor
-        for path in sorted(directory.glob("*.bin"))
-        for name, tensor in torch.load(path, map_location="cpu", weights_only=True, mmap=True).items()
-    }
+    stored = {}
+    for path in sorted(directory.glob("*.safetensors")):
+        with safe_open(path, framework="pt") as file:
+            for name in file.keys():
+                tensor = file.get_slice(name)
+                stored[name] = (path, math.prod(tensor.get_shape()) * _element_bytes(tensor.get_dtype()))
+    if stored:
+        return stored
+    for path in sorted(directory.glob("*.bin")):
+        for name, tensor in _mapped_bin(path).items():
+            stored[name] = (path, tensor.numel() * tensor.element_size())
+    return stored
 
 
-# What FSDP1 (SMP) inserts into the names of the modules it wraps.
-_WRAPPER_PREFIX = "_fsdp_wrapped_module."
+def _element_bytes(safetensors_dtype: str) -> int:
+    """safetensors names dtypes by their width in bits (F32, BF16, F8_E4M3, I8); BOOL takes a byte."""
+    width = re.search(r"\d+", safetensors_dtype)
+    return int(width.group()) // 8 if width else 1
+
+
+def _mapped_bin(path: Path) -> dict[str, torch.Tensor]:
+    """A PyTorch .bin file's tensors, memory-mapped: only what is used is read."""
+    return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+
+
+def _chunks(
+    stored: dict[str, tuple[Path, int]], names_of: dict[str, list[str]], limit: int | None
+) -> list[list[str]]:
+    """The stored tensors the model uses, in file order, in chunks of at most `limit` bytes (a larger tensor
+    alone; None: one chunk). A tied tensor counts once per name: each name is broadcast."""
+    chunks, size, covered = [[]], 0, set()
+    for name, (_, nbytes) in stored.items():
+        if name not in names_of or name in covered:  # not the model's, or saved under each tied name
+            continue
+        covered.update(names_of[name])
+        nbytes *= len(names_of[name])
+        if limit is not None and chunks[-1] and size + nbytes > limit:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(name)
+        size += nbytes
+    return chunks if chunks[-1] else []
+
+
+def _read_chunk(
+    names: list[str], stored: dict[str, tuple[Path, int]], names_of: dict[str, list[str]]
+) -> dict[str, torch.Tensor]:
+    """The stored tensors `names`, each under every name the model has for it. Each file is opened for
+    this chunk alone, so its mapped pages leave rank 0's memory with the chunk."""
+    from safetensors import safe_open
+
+    weights = {}
+    for path in dict.fromkeys(stored[name][0] for name in names):
+        in_file = [name for name in names if stored[name][0] == path]
+        if path.suffix == ".safetensors":
+            with safe_open(path, framework="pt") as file:
+                tensors = {name: file.get_tensor(name) for name in in_file}
+        else:
+            mapped = _mapped_bin(path)
+            tensors = {name: mapped[name] for name in in_file}
+        for name, tensor in tensors.items():
+            weights.update(dict.fromkeys(names_of[name], tensor))
+    return weights
 
 
 def _saved_names(hf_model: torch.nn.Module) -> set[str]:
@@ -235,16 +310,16 @@ def _saved_names(hf_model: torch.nn.Module) -> set[str]:
     return {name.replace(_WRAPPER_PREFIX, "") for name in names}
 
 
-def _add_tied_names(weights: dict[str, torch.Tensor], hf_model: torch.nn.Module) -> None:
-    """save_pretrained writes a tied tensor (lm_head.weight = embed_tokens.weight) once: name it again."""
-    names_of: dict[int, list[str]] = {}
+def _names_of_stored(hf_model: torch.nn.Module) -> dict[str, list[str]]:
+    """For each name a saved tensor may have, the model's names for that tensor: save_pretrained writes a
+    tied one (lm_head.weight = embed_tokens.weight) once, under either name."""
+    names_of = {name: [name] for name in _saved_names(hf_model)}
+    tied: dict[int, list[str]] = {}
     for name, parameter in hf_model.named_parameters(remove_duplicate=False):
-        names_of.setdefault(id(parameter), []).append(name.replace(_WRAPPER_PREFIX, ""))
-    for names in names_of.values():
-        saved = next((name for name in names if name in weights), None)
-        for name in names:
-            if saved and name not in weights:
-                weights[name] = weights[saved]
+        tied.setdefault(id(parameter), []).append(name.replace(_WRAPPER_PREFIX, ""))
+    for names in tied.values():
+        names_of.update(dict.fromkeys(names, names))
+    return names_of
 
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
