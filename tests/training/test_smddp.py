@@ -94,7 +94,11 @@ def test_the_stand_in_refuses_what_aws_says_smddp_cannot_do(second_group, tmp_pa
         try:
             {second_group}
         except RuntimeError as error:
-            print(error)
+            print(error, flush=True)
+        # Torn down before exit: torch 2.5.1 may abort ("terminate called without an active exception")
+        # when the interpreter destroys a live gloo group at exit (1 of 3 CI runs).
+        dist.barrier()
+        dist.destroy_process_group()
         """
     )
     result = subprocess.run(
