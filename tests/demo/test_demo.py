@@ -4,17 +4,14 @@ model that loads with AutoModelForCausalLM."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import DEFAULT_CONFIG, REPO_ROOT
 from tests.demo.browser import colour_pixels, load
+from tests.demo.demo_process import run_demo
 from trainstack.report.render import ATTEMPT_COLOURS, BACKOFF_COLOUR
 
 
@@ -30,31 +27,18 @@ def demo(default_app, tmp_path_factory) -> Demo:
     """One run of the demo, read by every test here (it trains twice: minutes on a loaded machine)."""
     _, _, assembly = default_app
     tmp_path = tmp_path_factory.mktemp("demo-run")
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "trainstack.demo",
-            "--config",
-            str(DEFAULT_CONFIG),
-            "--cdk-out",
-            assembly.directory,
-            "--workdir",
-            str(tmp_path / "demo"),
-            "--max-steps",
-            "20",
-            "--checkpoint-interval",
-            "10",
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-        env={key: value for key, value in os.environ.items() if not key.startswith("AWS_")},
+    out = run_demo(
+        "trainstack.demo",
+        "--cdk-out",
+        assembly.directory,
+        "--workdir",
+        str(tmp_path / "demo"),
+        "--max-steps",
+        "20",
+        "--checkpoint-interval",
+        "10",
     )
-    assert result.returncode == 0, result.stdout + result.stderr
-    return Demo(tmp_path / "demo", result.stdout, assembly.directory)
+    return Demo(tmp_path / "demo", out, assembly.directory)
 
 
 def test_a_retraining_survives_a_capacity_loss_and_resumes_from_its_checkpoint(demo):
