@@ -1,4 +1,4 @@
-"""The synthesized state machines, run in the local interpreter (trainstack.emulator: JSONata, AWS's error
+"""The synthesized state machines, run in the local interpreter (localaws.emulator: JSONata, AWS's error
 names, virtual clock) against scripted SageMaker outcomes."""
 
 from __future__ import annotations
