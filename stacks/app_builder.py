@@ -8,7 +8,7 @@ import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
 from stacks.checkov_skips import skip_project_wide_checks
-from stacks.compliance import apply_governance, governed, synthesizer
+from stacks.governed_account import apply_governance, governed, synthesizer
 from stacks.image.image_stack import ImageStack
 from stacks.network.network_stack import NetworkStack
 from stacks.pipeline.pipeline_stack import PipelineStack

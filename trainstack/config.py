@@ -19,10 +19,11 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from trainstack.base import PATTERN_WORDS, StrictModel, matching
-from trainstack.compliance import BOOTSTRAP_QUALIFIER, CONTROL_TOWER, Compliance, IamSettings
-from trainstack.fsx_sizing import FsxPlan, plan_for
+from trainstack.fsx_sizing import FsxPlan, FsxSettings, plan_for
+from trainstack.governance import BOOTSTRAP_QUALIFIER, CONTROL_TOWER, Compliance, IamSettings
+from trainstack.planning.setups import fit_problems
 from trainstack.profiles import Profile
-from trainstack.queue import QueueSettings
+from trainstack.queue_settings import QueueSettings
 
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "config" / "default.yaml"
 
@@ -153,20 +154,6 @@ class DatasetSettings(StrictModel):
         return self
 
 
-class FsxSettings(StrictModel):
-    enabled: bool = True
-    # The need, as a rate or as the time one epoch may take to read the whole dataset: exactly one.
-    throughput_mbps: Annotated[float | None, Field(gt=0)] = None
-    epoch_seconds: Annotated[float | None, Field(gt=0)] = None
-    deployment_type: Literal["SCRATCH_2", "PERSISTENT_2"] | None = None
-
-    @model_validator(mode="after")
-    def _one_need(self) -> FsxSettings:
-        if self.enabled and (self.throughput_mbps is None) == (self.epoch_seconds is None):
-            raise ValueError("set exactly one of throughput_mbps or epoch_seconds")
-        return self
-
-
 class CheckpointSettings(StrictModel):
     retention_days: Annotated[int, Field(ge=1, le=3650)] = 30
 
@@ -214,7 +201,7 @@ class Settings(StrictModel):
     ] = {}
     profiles: list[Profile] = []
     queue: QueueSettings = QueueSettings()
-    # Deploying into a governed account (trainstack/compliance.py; README of the same name).
+    # Deploying into a governed account (trainstack/governance.py; README of the same name).
     compliance: Compliance = "none"
     iam: IamSettings = IamSettings()
     bootstrap_qualifier: Annotated[str | None, BOOTSTRAP_QUALIFIER] = None
@@ -269,6 +256,14 @@ class Settings(StrictModel):
         return self
 
     @model_validator(mode="after")
+    def _models_fit(self) -> Settings:
+        # A fallback type that cannot hold the model fails here, not after hours of waiting for capacity.
+        for index, profile in enumerate(self.profiles):
+            for problem in fit_problems(profile):
+                raise ValueError(f"profiles.{index}: {problem}")
+        return self
+
+    @model_validator(mode="after")
     def _queue_fits(self) -> Settings:
         for index, profile in enumerate(self.profiles):
             if profile.priority is not None and not (self.queue.enabled and self.queue.shares):
@@ -307,7 +302,7 @@ class Settings(StrictModel):
     def fsx_plan(self) -> FsxPlan | None:
         """FSx for Lustre sized for dataset.size_gib and the fsx need; None when fsx.enabled is false."""
         # Recomputed on each use (microseconds): a cached value would go stale in model_copy(update=...).
-        return plan_for(self)
+        return plan_for(self.dataset.size_gib, self.fsx)
 
     @property
     def az_label(self) -> str:

@@ -21,7 +21,7 @@ from localaws.demo.local_sagemaker import LocalSageMaker, serving
 from localaws.demo.run import demo_hyperparameters, prepare_dataset, say
 from localaws.demo.synthesized import load_pipeline
 from trainstack.config import load_settings
-from trainstack.queue import QueueSettings
+from trainstack.queue_settings import QueueSettings
 
 SHARES = {"teamA": 1, "teamB": 1}
 # (share, run) in the order the teams start them.

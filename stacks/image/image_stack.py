@@ -14,7 +14,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from stacks.compliance import (
+from stacks.governed_account import (
     LAMBDA_VPC_ACCESS_POLICY,
     LAMBDA_VPC_ACCESS_REASON,
     governed,

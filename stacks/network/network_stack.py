@@ -10,7 +10,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from stacks.compliance import governed, handler_subnet_parameter_name, place_provider_in_vpc
+from stacks.governed_account import governed, handler_subnet_parameter_name, place_provider_in_vpc
 from stacks.validation import acknowledge
 from trainstack.config import ExistingNetwork, Settings
 

@@ -27,12 +27,12 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from stacks.checkov_skips import skip_checkov
-from stacks.compliance import governed
+from stacks.governed_account import governed
 from stacks.network.network_stack import NetworkStack
 from stacks.validation import acknowledge
-from trainstack.compliance import GOVERNED_NONCURRENT_CHECKPOINT_DAYS
 from trainstack.config import Settings
 from trainstack.fsx_sizing import FsxPlan
+from trainstack.governance import GOVERNED_NONCURRENT_CHECKPOINT_DAYS
 
 ABORT_INCOMPLETE_UPLOADS_AFTER = cdk.Duration.days(7)
 NONCURRENT_VERSIONS_KEPT_FOR = cdk.Duration.days(30)

@@ -91,7 +91,7 @@ def test_a_removed_fix_fails_synth_naming_the_rule(tmp_path):
     import aws_cdk as cdk
     from cdklabs.cdk_validator_cfnguard import CfnGuardValidator
 
-    from stacks.compliance import apply_governance
+    from stacks.governed_account import apply_governance
     from stacks.network.network_stack import NetworkStack
 
     settings = governed_settings()
@@ -154,7 +154,7 @@ def test_governed_templates_pass_cfn_lint_and_cdk_nag(governed_app):
 
 def test_the_stated_cost_counts_what_the_templates_add(governed_app, default_app):
     """governed_fixed_costs (README's table, `make synth`'s line) against the resources control-tower adds."""
-    from trainstack.compliance import governed_fixed_costs
+    from trainstack.governance_costs import governed_fixed_costs
 
     def count(assembly, resource_type: str, **properties) -> int:
         return sum(
@@ -194,7 +194,7 @@ GOVERNED_QUEUE_EXISTING_NAT = {
 
 
 def test_governed_variant_passes_and_costs_what_it_adds(tmp_path, control_tower):
-    from trainstack.compliance import governed_fixed_costs
+    from trainstack.governance_costs import governed_fixed_costs
 
     settings = governed_settings(GOVERNED_QUEUE_EXISTING_NAT)
     _, assembly = synthesize(settings, tmp_path)

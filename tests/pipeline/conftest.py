@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from localaws.emulator import VirtualClock
-from stacks.pipeline.training_state_machine_definition import substitution_names, with_values
+from stacks.pipeline.state_machine_facts import substitution_names, with_values
 from tests.infra.templates import resources
 from tests.pipeline import harness
 from trainstack.config import Settings

@@ -9,7 +9,7 @@ import threading
 import boto3
 import pytest
 
-from stacks.pipeline.training_state_machine_definition import POLL_MIN_SECONDS, poll_seconds
+from stacks.pipeline.state_machine_facts import POLL_MIN_SECONDS, poll_seconds
 from tests.domain.input_cases import MALFORMED_INPUTS
 from tests.pipeline import harness
 from tests.pipeline.harness import (

@@ -1,4 +1,4 @@
-"""Deploying into a governed account, applied to the whole app once it is built (trainstack/compliance.py
+"""Deploying into a governed account, applied to the whole app once it is built (trainstack/governance.py
 holds the settings; README "Deploying into a governed account" the why).
 
 - every IAM role gets the configured permissions boundary and path, those of CDK's own helpers included;
@@ -21,8 +21,8 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from constructs import IConstruct
 
-from trainstack.compliance import CONTROL_TOWER, GOVERNED_LOG_RETENTION_DAYS, IamSettings
 from trainstack.config import Settings
+from trainstack.governance import CONTROL_TOWER, GOVERNED_LOG_RETENTION_DAYS, IamSettings
 
 IAM_ROLE = "AWS::IAM::Role"
 LAMBDA_VPC_ACCESS_POLICY = "service-role/AWSLambdaVPCAccessExecutionRole"
