@@ -12,6 +12,7 @@ import ipaddress
 import json
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -175,6 +176,18 @@ class ImageSettings(StrictModel):
     ] = None
 
 
+@dataclass(frozen=True)
+class TrainingZone:
+    """The one availability zone training runs in, as the config names it: by name or by id (exactly one)."""
+
+    name: str | None
+    zone_id: str | None
+
+    @property
+    def label(self) -> str:
+        return self.name or self.zone_id  # type: ignore[return-value]
+
+
 class Settings(StrictModel):
     project: Annotated[
         str,
@@ -305,9 +318,13 @@ class Settings(StrictModel):
         return plan_for(self.dataset.size_gib, self.fsx)
 
     @property
+    def training_zone(self) -> TrainingZone:
+        return TrainingZone(self.availability_zone, self.availability_zone_id)
+
+    @property
     def az_label(self) -> str:
         """The configured AZ, by name or by id, for messages and descriptions."""
-        return self.availability_zone or self.availability_zone_id  # type: ignore[return-value]
+        return self.training_zone.label
 
     def profile(self, name: str) -> Profile:
         for profile in self.profiles:

@@ -91,18 +91,14 @@ def test_a_removed_fix_fails_synth_naming_the_rule(tmp_path):
     import aws_cdk as cdk
     from cdklabs.cdk_validator_cfnguard import CfnGuardValidator
 
+    from stacks.app_builder import network_stack
     from stacks.governed_account import apply_governance
-    from stacks.network.network_stack import NetworkStack
 
     settings = governed_settings()
     app = cdk.App(outdir=str(tmp_path), context=CDK_CONTEXT)
-    network = NetworkStack(
-        app,
-        "governed-network",
-        settings=settings,
-        env=cdk.Environment(account=settings.account, region=settings.region),
-    )
-    apply_governance([network], settings)
+    env = cdk.Environment(account=settings.account, region=settings.region)
+    network = network_stack(app, settings, env=env)
+    apply_governance([network], settings.iam, governed=True)
     network.node.find_child("FlowLogGroup").node.default_child.add_property_deletion_override("KmsKeyId")
     cdk.Validations.of(app).add_plugins(CfnGuardValidator())
     with pytest.raises(Exception, match="ValidationFailed"):
