@@ -53,14 +53,14 @@ synth: $(SYNTH_DEPS) $(CDK)
 	cdk synth --quiet --no-notices -c config=$(CONFIG)
 
 # One retraining end to end with no AWS: the synthesized state machine in the local emulator, SageMaker
-# simulated by local training processes, a capacity loss, back-off and resume (trainstack/demo/run.py).
+# simulated by local training processes, a capacity loss, back-off and resume (localaws/demo/run.py).
 demo: $(DEV_DEPS) synth
-	python -m trainstack.demo --config $(CONFIG)
+	python -m localaws.demo --config $(CONFIG)
 
 # Queue mode with no AWS: two teams' retrainings through an emulated AWS Batch queue of 2 instances; the
-# output shows the order fair share chose (trainstack/demo/queue_run.py; it synthesizes in queue mode).
+# output shows the order fair share chose (localaws/demo/queue_run.py; it synthesizes in queue mode).
 demo-queue: $(DEV_DEPS) $(CDK)
-	python -m trainstack.demo.queue_run --config $(CONFIG)
+	python -m localaws.demo.queue_run --config $(CONFIG)
 
 # Needs AWS credentials (and Docker, to build the image); `cdk bootstrap` once per account/region first.
 deploy: synth

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import aws_cdk as cdk
 
-from trainstack.compliance import cost_summary
 from trainstack.config import ConfigError, load_settings
 from trainstack.fsx_sizing import quota_warning, summary
+from trainstack.governance_costs import cost_summary
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
 from stacks.checkov_skips import skip_project_wide_checks
-from stacks.compliance import apply_governance, governed, synthesizer
+from stacks.governed_account import apply_governance, governed, synthesizer
 from stacks.image.image_stack import ImageStack
 from stacks.network.network_stack import NetworkStack
 from stacks.pipeline.pipeline_stack import PipelineStack
@@ -31,20 +31,25 @@ class TrainstackStacks:
 def build_app(app: cdk.App, settings: Settings, *, nag: bool = True) -> TrainstackStacks:
     common = {
         "env": cdk.Environment(account=settings.account, region=settings.region),
-        "synthesizer": synthesizer(settings),
+        "synthesizer": synthesizer(settings.bootstrap_qualifier),
     }
-    prefix = settings.project
-    network = NetworkStack(app, f"{prefix}-network", settings=settings, **common)
-    storage = StorageStack(app, f"{prefix}-storage", settings=settings, network=network, **common)
-    image = ImageStack(app, f"{prefix}-image", settings=settings, network=network, **common)
+    network = network_stack(app, settings, **common)
+    storage = storage_stack(app, settings, network, **common)
+    image = image_stack(app, settings, network, **common)
     pipeline = PipelineStack(
-        app, f"{prefix}-pipeline", settings=settings, network=network, storage=storage, image=image, **common
+        app,
+        f"{settings.project}-pipeline",
+        settings=settings,
+        network=network,
+        storage=storage,
+        image=image,
+        **common,
     )
     stacks = TrainstackStacks(network=network, storage=storage, image=image, pipeline=pipeline)
     for stack in stacks.all:
         for key, value in settings.tags.items():
             cdk.Tags.of(stack).add(key, value)
-    apply_governance(stacks.all, settings)
+    apply_governance(stacks.all, settings.iam, governed=governed(settings))
     skip_project_wide_checks(app, governed=governed(settings))
     if nag:
         # cdk-nag 3.x runs as a validation plugin: an unacknowledged AwsSolutions finding fails synth.
@@ -56,3 +61,43 @@ def build_app(app: cdk.App, settings: Settings, *, nag: bool = True) -> Trainsta
 
         cdk.Validations.of(app).add_plugins(CfnGuardValidator())
     return stacks
+
+
+# Each stack gets the slices of the config it reads; this module is the one place that cuts them.
+def network_stack(app: cdk.App, settings: Settings, **kwargs) -> NetworkStack:
+    return NetworkStack(
+        app,
+        f"{settings.project}-network",
+        project=settings.project,
+        zone=settings.training_zone,
+        network=settings.network,
+        governed=governed(settings),
+        **kwargs,
+    )
+
+
+def storage_stack(app: cdk.App, settings: Settings, network: NetworkStack, **kwargs) -> StorageStack:
+    return StorageStack(
+        app,
+        f"{settings.project}-storage",
+        project=settings.project,
+        governed=governed(settings),
+        dataset=settings.dataset,
+        checkpoints=settings.checkpoints,
+        fsx_plan=settings.fsx_plan,
+        access_logs_bucket=settings.access_logs_bucket,
+        network=network,
+        **kwargs,
+    )
+
+
+def image_stack(app: cdk.App, settings: Settings, network: NetworkStack | None, **kwargs) -> ImageStack:
+    """`network` hosts the image copy only with compliance: control-tower (CT.LAMBDA.PR.3)."""
+    return ImageStack(
+        app,
+        f"{settings.project}-image",
+        project=settings.project,
+        image=settings.image,
+        handlers_network=network if governed(settings) else None,
+        **kwargs,
+    )

@@ -12,6 +12,7 @@ import ipaddress
 import json
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -19,10 +20,11 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from trainstack.base import PATTERN_WORDS, StrictModel, matching
-from trainstack.compliance import BOOTSTRAP_QUALIFIER, CONTROL_TOWER, Compliance, IamSettings
-from trainstack.fsx_sizing import FsxPlan, plan_for
+from trainstack.fsx_sizing import FsxPlan, FsxSettings, plan_for
+from trainstack.governance import BOOTSTRAP_QUALIFIER, CONTROL_TOWER, Compliance, IamSettings
+from trainstack.planning.setups import fit_problems
 from trainstack.profiles import Profile
-from trainstack.queue import QueueSettings
+from trainstack.queue_settings import QueueSettings
 
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "config" / "default.yaml"
 
@@ -153,20 +155,6 @@ class DatasetSettings(StrictModel):
         return self
 
 
-class FsxSettings(StrictModel):
-    enabled: bool = True
-    # The need, as a rate or as the time one epoch may take to read the whole dataset: exactly one.
-    throughput_mbps: Annotated[float | None, Field(gt=0)] = None
-    epoch_seconds: Annotated[float | None, Field(gt=0)] = None
-    deployment_type: Literal["SCRATCH_2", "PERSISTENT_2"] | None = None
-
-    @model_validator(mode="after")
-    def _one_need(self) -> FsxSettings:
-        if self.enabled and (self.throughput_mbps is None) == (self.epoch_seconds is None):
-            raise ValueError("set exactly one of throughput_mbps or epoch_seconds")
-        return self
-
-
 class CheckpointSettings(StrictModel):
     retention_days: Annotated[int, Field(ge=1, le=3650)] = 30
 
@@ -186,6 +174,18 @@ class ImageSettings(StrictModel):
     base_digest: Annotated[
         str | None, matching(r"^sha256:[0-9a-f]{64}$", "an image digest: sha256: and 64 hex digits")
     ] = None
+
+
+@dataclass(frozen=True)
+class TrainingZone:
+    """The one availability zone training runs in, as the config names it: by name or by id (exactly one)."""
+
+    name: str | None
+    zone_id: str | None
+
+    @property
+    def label(self) -> str:
+        return self.name or self.zone_id  # type: ignore[return-value]
 
 
 class Settings(StrictModel):
@@ -214,7 +214,7 @@ class Settings(StrictModel):
     ] = {}
     profiles: list[Profile] = []
     queue: QueueSettings = QueueSettings()
-    # Deploying into a governed account (trainstack/compliance.py; README of the same name).
+    # Deploying into a governed account (trainstack/governance.py; README of the same name).
     compliance: Compliance = "none"
     iam: IamSettings = IamSettings()
     bootstrap_qualifier: Annotated[str | None, BOOTSTRAP_QUALIFIER] = None
@@ -269,6 +269,14 @@ class Settings(StrictModel):
         return self
 
     @model_validator(mode="after")
+    def _models_fit(self) -> Settings:
+        # A fallback type that cannot hold the model fails here, not after hours of waiting for capacity.
+        for index, profile in enumerate(self.profiles):
+            for problem in fit_problems(profile):
+                raise ValueError(f"profiles.{index}: {problem}")
+        return self
+
+    @model_validator(mode="after")
     def _queue_fits(self) -> Settings:
         for index, profile in enumerate(self.profiles):
             if profile.priority is not None and not (self.queue.enabled and self.queue.shares):
@@ -307,12 +315,16 @@ class Settings(StrictModel):
     def fsx_plan(self) -> FsxPlan | None:
         """FSx for Lustre sized for dataset.size_gib and the fsx need; None when fsx.enabled is false."""
         # Recomputed on each use (microseconds): a cached value would go stale in model_copy(update=...).
-        return plan_for(self)
+        return plan_for(self.dataset.size_gib, self.fsx)
+
+    @property
+    def training_zone(self) -> TrainingZone:
+        return TrainingZone(self.availability_zone, self.availability_zone_id)
 
     @property
     def az_label(self) -> str:
         """The configured AZ, by name or by id, for messages and descriptions."""
-        return self.availability_zone or self.availability_zone_id  # type: ignore[return-value]
+        return self.training_zone.label
 
     def profile(self, name: str) -> Profile:
         for profile in self.profiles:

@@ -27,6 +27,7 @@ from typing import Any
 
 from trainstack.config import Settings
 from trainstack.job_request import RunRequest
+from trainstack.planning.setups import instance_count_problem
 from trainstack.profiles import (
     MAX_ATTEMPTS_LIMIT,
     MAX_PRIORITY,
@@ -226,7 +227,7 @@ class ProfileRule:
 
 
 def _count_problem(count: int, profile: Profile) -> str | None:
-    problem = profile.instance_count_problem(count)
+    problem = instance_count_problem(profile, count)
     return f"instanceCount {count} does not fit profile {profile.name}: {problem}." if problem else None
 
 

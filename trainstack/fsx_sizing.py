@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, get_args
+from typing import Annotated, Any, Literal, get_args
 
+from pydantic import Field, model_validator
+
+from trainstack.base import StrictModel
 from trainstack.prices import FSX_LUSTRE_PRICES, DeploymentType
-
-if TYPE_CHECKING:
-    from trainstack.config import Settings
 
 BYTES_PER_GIB = 2**30
 BYTES_PER_MB = 10**6
@@ -222,6 +222,20 @@ def quota_warning(plan: FsxPlan, deployment_type: str | None = None) -> str | No
     return f"{warning}, or take the cheapest plan under it: {summary(alternative)}."
 
 
+class FsxSettings(StrictModel):
+    enabled: bool = True
+    # The need, as a rate or as the time one epoch may take to read the whole dataset: exactly one.
+    throughput_mbps: Annotated[float | None, Field(gt=0)] = None
+    epoch_seconds: Annotated[float | None, Field(gt=0)] = None
+    deployment_type: Literal["SCRATCH_2", "PERSISTENT_2"] | None = None
+
+    @model_validator(mode="after")
+    def _one_need(self) -> FsxSettings:
+        if self.enabled and (self.throughput_mbps is None) == (self.epoch_seconds is None):
+            raise ValueError("set exactly one of throughput_mbps or epoch_seconds")
+        return self
+
+
 # Config field that carries each size_fsx parameter, for messages at config load.
 _CONFIG_FIELDS = {
     "dataset_gib": "dataset.size_gib",
@@ -231,14 +245,14 @@ _CONFIG_FIELDS = {
 }
 
 
-def plan_for(settings: Settings) -> FsxPlan | None:
-    """The plan for a config (None when fsx.enabled is false); errors name the config field."""
-    fsx = settings.fsx
+def plan_for(dataset_gib: float, fsx: FsxSettings) -> FsxPlan | None:
+    """The plan for the config's dataset size and `fsx:` section (None when fsx.enabled is false); errors
+    name the config field."""
     if not fsx.enabled:
         return None
     try:
         return size_fsx(
-            settings.dataset.size_gib,
+            dataset_gib,
             throughput_mbps=fsx.throughput_mbps,
             epoch_seconds=fsx.epoch_seconds,
             deployment_type=fsx.deployment_type,

@@ -7,14 +7,12 @@ every field with its meaning and default.
 
 from __future__ import annotations
 
-from itertools import chain
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from trainstack.base import StrictModel, matching
 from trainstack.instances import INSTANCE_TYPES, InstanceType, UnknownInstanceTypeError, instance_type
-from trainstack.planning.setups import fit_problems
 
 Strategy = Literal["smp", "smddp", "torchrun", "mpi"]
 
@@ -269,9 +267,8 @@ class Profile(StrictModel):
             )
         if self.training_plan_arn and self.instance_preferences[0].training_plan_arn:
             yield "training_plan_arn is set twice: keep the one on instance_preferences.0"
+        # Whether the model fits each type is checked once for the whole config (Settings, planning/setups).
         yield from self.placement_problems()
-        # A fallback type that cannot hold the model fails here, not after hours of waiting for capacity.
-        yield from fit_problems(self)
 
     def placement_problems(self):
         """Rules that depend on instance counts: re-checked when an execution overrides the count."""
@@ -346,16 +343,13 @@ class Profile(StrictModel):
             flags["strategy"] = self.strategy
         return flags
 
-    def instance_count_problem(self, count: int) -> str | None:
-        """Why this profile cannot run with every preference at `count` instances (1 to 512), or None when
-        it can. Only placement and fit depend on the count, and the rest held when the profile was validated:
-        re-checking just those keeps the pipeline's table of valid counts (512 per profile) cheap to build."""
+    def with_instance_count(self, count: int) -> Profile:
+        """This profile with every preference at `count` instances (an execution's instanceCount)."""
         preferences = [
             preference.model_copy(update={"instance_count": count})
             for preference in self.instance_preferences
         ]
-        candidate = self.model_copy(update={"instance_preferences": preferences})
-        return next(chain(candidate.placement_problems(), fit_problems(candidate)), None)
+        return self.model_copy(update={"instance_preferences": preferences})
 
 
 def _smddp_types() -> list[str]:

@@ -14,15 +14,13 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from stacks.compliance import (
+from stacks.governed_account import (
     LAMBDA_VPC_ACCESS_POLICY,
     LAMBDA_VPC_ACCESS_REASON,
-    governed,
-    handler_subnet_parameter_name,
 )
 from stacks.network.network_stack import NetworkStack
 from stacks.validation import acknowledge
-from trainstack.config import Settings
+from trainstack.config import ImageSettings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = "container/Dockerfile"
@@ -41,48 +39,50 @@ class ImageStack(cdk.Stack):
         scope: Construct,
         construct_id: str,
         *,
-        settings: Settings,
-        network: NetworkStack | None = None,
+        project: str,
+        image: ImageSettings,
+        handlers_network: NetworkStack | None = None,
         **kwargs,
     ) -> None:
+        """`handlers_network`: where the image copy runs, with compliance: control-tower (CT.LAMBDA.PR.3);
+        None runs it outside any VPC."""
         super().__init__(scope, construct_id, description="trainstack training image (ECR)", **kwargs)
-        # compliance: control-tower runs the image copy in the training VPC (CT.LAMBDA.PR.3).
-        self._network = network if governed(settings) else None
-        if settings.image.uri:
-            self.image_uri = settings.image.uri
-            self.repository = _existing_repository(self, settings.image.uri)
+        self._network = handlers_network
+        if image.uri:
+            self.image_uri = image.uri
+            self.repository = _existing_repository(self, image.uri)
         else:
-            self.repository, self.image_uri = self._build(settings)
+            self.repository, self.image_uri = self._build(project, image)
         # Where people and scripts look up the current image (and the stack is never empty).
         ssm.StringParameter(
             self,
             "ImageUriParameter",
-            parameter_name=f"/{settings.project}/training-image-uri",
+            parameter_name=f"/{project}/training-image-uri",
             string_value=self.image_uri,
             description="Image every trainstack training job runs",
         )
         cdk.CfnOutput(self, "ImageUri", value=self.image_uri, description="Image every training job runs")
 
-    def _build(self, settings: Settings) -> tuple[ecr.IRepository, str]:
+    def _build(self, project: str, image: ImageSettings) -> tuple[ecr.IRepository, str]:
         repository = ecr.Repository(
             self,
             "Repository",
-            repository_name=f"{settings.project}-training",
+            repository_name=f"{project}-training",
             image_scan_on_push=True,
             image_tag_mutability=ecr.TagMutability.IMMUTABLE,
             lifecycle_rules=[
                 ecr.LifecycleRule(
-                    description=f"Keep the {settings.image.keep_images} most recent images",
+                    description=f"Keep the {image.keep_images} most recent images",
                     tag_status=ecr.TagStatus.ANY,
-                    max_image_count=settings.image.keep_images,
+                    max_image_count=image.keep_images,
                 )
             ],
             # Images are what past jobs ran: keep them (and the repository) when the stack goes.
             removal_policy=cdk.RemovalPolicy.RETAIN,
         )
-        build_args = {"SMP_REGION": settings.region}
-        if settings.image.base_digest:
-            build_args["SMP_IMAGE_DIGEST"] = settings.image.base_digest
+        build_args = {"SMP_REGION": self.region}
+        if image.base_digest:
+            build_args["SMP_IMAGE_DIGEST"] = image.base_digest
         else:
             cdk.Annotations.of(self).add_warning_v2(
                 "trainstack:image-base-digest",
@@ -113,25 +113,15 @@ class ImageStack(cdk.Stack):
             memory_limit=COPY_MEMORY_MIB,
             # An immutable view: the construct would otherwise add ecr:* and s3:GetObject on every resource.
             role=role.without_policy_updates(),
-            **self._copy_placement(settings, role),
+            **self._copy_placement(role),
         )
         return repository, image_uri
 
-    def _copy_placement(self, settings: Settings, role: iam.Role) -> dict:
+    def _copy_placement(self, role: iam.Role) -> dict:
         """With compliance: control-tower, the copy runs in the first training subnet (ECR endpoints or NAT,
         S3 gateway) with a security group of its own; otherwise outside any VPC."""
         if self._network is None:
             return {}
-        existing = settings.network.existing
-        # A plain string (a subnet id, or an SSM reference CloudFormation resolves): Control Tower's Lambda
-        # rule accepts a string or a subnet of the same template, not a cross-stack reference.
-        subnet_id = (
-            existing.subnet_ids[0]
-            if existing
-            else cdk.CfnDynamicReference(
-                cdk.CfnDynamicReferenceService.SSM, handler_subnet_parameter_name(settings.project)
-            ).to_string()
-        )
         role.add_managed_policy(iam.ManagedPolicy.from_aws_managed_policy_name(LAMBDA_VPC_ACCESS_POLICY))
         acknowledge(
             role,
@@ -140,7 +130,10 @@ class ImageStack(cdk.Stack):
         )
         self.add_stack_dependency(self._network, "the copy runs in the network stack's subnet")
         subnet = ec2.Subnet.from_subnet_attributes(
-            self, "CopySubnet", subnet_id=subnet_id, availability_zone=settings.az_label
+            self,
+            "CopySubnet",
+            subnet_id=self._network.handler_subnet_id,
+            availability_zone=self._network.availability_zones[0],
         )
         acknowledge(
             subnet,

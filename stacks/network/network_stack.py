@@ -10,9 +10,9 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from stacks.compliance import governed, handler_subnet_parameter_name, place_provider_in_vpc
+from stacks.governed_account import handler_subnet_parameter_name, place_provider_in_vpc
 from stacks.validation import acknowledge
-from trainstack.config import ExistingNetwork, Settings
+from trainstack.config import ExistingNetwork, NetworkSettings, TrainingZone
 
 # Lustre: LNet on TCP 988 plus the 1018-1023 range, between file servers and clients in both directions.
 LUSTRE_PORTS = {"TCP 988": ec2.Port.tcp(988), "TCP 1018-1023": ec2.Port.tcp_range(1018, 1023)}
@@ -35,12 +35,12 @@ PINNED_AZ_REASON = (
 )
 
 
-def pin_subnet_to_az(subnet: ec2.ISubnet, settings: Settings) -> None:
+def pin_subnet_to_az(subnet: ec2.ISubnet, zone: TrainingZone) -> None:
     """Place a created subnet in the configured AZ: by id via the L1 (no lookup), or by name, acknowledged."""
     cfn_subnet = subnet.node.default_child
-    if settings.availability_zone_id is not None:
+    if zone.zone_id is not None:
         cfn_subnet.add_property_deletion_override("AvailabilityZone")
-        cfn_subnet.add_property_override("AvailabilityZoneId", settings.availability_zone_id)
+        cfn_subnet.add_property_override("AvailabilityZoneId", zone.zone_id)
         return
     # A hard-coded AZ name is the point here; both linters flag it as W3010.
     acknowledge(cfn_subnet, "CloudFormation-Validate::W3010", PINNED_AZ_REASON)
@@ -58,18 +58,28 @@ class NetworkStack(cdk.Stack):
     training_security_group: ec2.ISecurityGroup
     fsx_security_group: ec2.ISecurityGroup
 
-    def __init__(self, scope: Construct, construct_id: str, *, settings: Settings, **kwargs) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        project: str,
+        zone: TrainingZone,
+        network: NetworkSettings,
+        governed: bool,
+        **kwargs,
+    ) -> None:
         # Read by the availability_zones override below, which CDK calls while building the VPC.
-        self._az_label = settings.az_label
+        self._az_label = zone.label
         super().__init__(
             scope,
             construct_id,
-            description=f"trainstack network: training in {settings.az_label} ({settings.network.egress})",
+            description=f"trainstack network: training in {zone.label} ({network.egress})",
             **kwargs,
         )
-        self._settings = settings
-        existing = settings.network.existing
-        self._vpc_cidr = existing.vpc_cidr if existing else settings.network.vpc_cidr
+        self._project, self._zone, self._network, self._governed = project, zone, network, governed
+        existing = network.existing
+        self._vpc_cidr = existing.vpc_cidr if existing else network.vpc_cidr
         if existing is None:
             self._create_vpc()
         else:
@@ -78,11 +88,24 @@ class NetworkStack(cdk.Stack):
         self._create_security_groups()
         self.endpoints: dict[str, ec2.InterfaceVpcEndpoint] = {}
         # An existing VPC with egress "nat" reaches AWS on its own; endpoints would collide with its DNS.
-        if settings.network.egress == "endpoints":
+        if network.egress == "endpoints":
             self._create_endpoints()
-        if governed(settings) and existing is None:
+        if governed and existing is None:
             self._handlers_in_vpc()
         self._create_outputs()
+
+    @property
+    def handler_subnet_id(self) -> str:
+        """The subnet where other stacks' deployment handlers run (compliance: control-tower), as a plain
+        string: Control Tower's Lambda rule accepts a string or a subnet of the same template, not a
+        cross-stack reference. An imported VPC's first training subnet, or the SSM parameter that
+        _handlers_in_vpc writes, resolved by CloudFormation."""
+        existing = self._network.existing
+        if existing:
+            return existing.subnet_ids[0]
+        return cdk.CfnDynamicReference(
+            cdk.CfnDynamicReferenceService.SSM, handler_subnet_parameter_name(self._project)
+        ).to_string()
 
     @property
     def availability_zones(self) -> list[str]:
@@ -90,7 +113,7 @@ class NetworkStack(cdk.Stack):
         return [self._az_label]
 
     def _create_vpc(self) -> None:
-        network = self._settings.network
+        network = self._network
         vpc_prefix = ipaddress.IPv4Network(network.vpc_cidr).prefixlen
         # Training gets half the VPC (EFA instances take 5+ private IPs each); the NAT's subnet stays small.
         subnets = [
@@ -120,7 +143,7 @@ class NetworkStack(cdk.Stack):
             restrict_default_security_group=True,
         )
         for subnet in [*vpc.public_subnets, *vpc.private_subnets, *vpc.isolated_subnets]:
-            pin_subnet_to_az(subnet, self._settings)
+            pin_subnet_to_az(subnet, self._zone)
         flow_log_group = logs.LogGroup(
             self,
             "FlowLogGroup",
@@ -212,7 +235,7 @@ class NetworkStack(cdk.Stack):
         # An interface endpoint takes at most one subnet per AZ: the first training subnet serves them all.
         endpoint_subnets = ec2.SubnetSelection(subnets=self.training_subnets[:1])
         services = dict(INTERFACE_ENDPOINT_SERVICES)
-        if governed(self._settings) and self._settings.network.existing is None:
+        if self._governed and self._network.existing is None:
             # CDK's handler that empties the default security group runs in the VPC (_handlers_in_vpc).
             services["Ec2"] = ec2.InterfaceVpcEndpointAwsService.EC2
         for name, service in services.items():
@@ -253,7 +276,7 @@ class NetworkStack(cdk.Stack):
         ssm.StringParameter(
             self,
             "HandlerSubnetParameter",
-            parameter_name=handler_subnet_parameter_name(self._settings.project),
+            parameter_name=handler_subnet_parameter_name(self._project),
             string_value=subnet_ids[0],
             description="Subnet of trainstack's deployment handlers in the VPC",
         )

@@ -30,7 +30,7 @@ from stacks.pipeline.attempt_metrics import (
     metrics_namespace,
 )
 from stacks.pipeline.logged_state_machine import execution_log_group_name
-from stacks.pipeline.training_state_machine_definition import ERROR_INVALID_INPUT
+from stacks.pipeline.state_machine_facts import ERROR_INVALID_INPUT
 
 # Where SageMaker publishes training jobs' metrics (fixed by SageMaker).
 TRAINING_METRICS_NAMESPACE = "/aws/sagemaker/TrainingJobs"

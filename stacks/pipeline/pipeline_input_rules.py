@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from stacks.pipeline.jsonata_text import literal
-from stacks.pipeline.training_state_machine_definition import extra_time_seconds
+from stacks.pipeline.state_machine_facts import extra_time_seconds
 from trainstack.config import Settings
 from trainstack.execution_input import (
     EXECUTION_NAME_MESSAGE,
@@ -31,6 +31,7 @@ from trainstack.execution_input import (
     message_context,
 )
 from trainstack.job_request import PipelineResources, base_request, instance_preferences
+from trainstack.planning.setups import instance_count_problem
 from trainstack.profiles import MAX_PRIORITY, MAX_RUNTIME_HOURS_LIMIT, RESERVED_HYPERPARAMETERS, Profile
 
 # Fraction of each capacity backoff added at random (jitter).
@@ -158,7 +159,7 @@ def _profile_entry(profile: Profile, resources: PipelineResources) -> dict[str, 
     if profile.uses_instance_preferences:
         uncounted["InstancePreferences"] = instance_preferences(profile, counted=False)
     valid_counts = [
-        count for count in range(1, MAX_INSTANCE_COUNT + 1) if profile.instance_count_problem(count) is None
+        count for count in range(1, MAX_INSTANCE_COUNT + 1) if instance_count_problem(profile, count) is None
     ]
     retry = profile.retry
     entry: dict[str, Any] = {

@@ -34,7 +34,7 @@ from stacks.pipeline.pipeline_run_request import (
     request_expression,
 )
 from stacks.pipeline.queue.training_queue import TrainingQueue, batch_training_jobs
-from stacks.pipeline.training_state_machine_definition import (
+from stacks.pipeline.state_machine_facts import (
     ERROR_CAPACITY_EXHAUSTED,
     ERROR_INVALID_INPUT,
     ERROR_QUOTA_EXCEEDED,

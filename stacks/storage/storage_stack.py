@@ -27,12 +27,11 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from stacks.checkov_skips import skip_checkov
-from stacks.compliance import governed
 from stacks.network.network_stack import NetworkStack
 from stacks.validation import acknowledge
-from trainstack.compliance import GOVERNED_NONCURRENT_CHECKPOINT_DAYS
-from trainstack.config import Settings
+from trainstack.config import CheckpointSettings, DatasetSettings
 from trainstack.fsx_sizing import FsxPlan
+from trainstack.governance import GOVERNED_NONCURRENT_CHECKPOINT_DAYS
 
 ABORT_INCOMPLETE_UPLOADS_AFTER = cdk.Duration.days(7)
 NONCURRENT_VERSIONS_KEPT_FOR = cdk.Duration.days(30)
@@ -59,7 +58,18 @@ class StorageStack(cdk.Stack):
     file_system_dataset_path: str | None
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, settings: Settings, network: NetworkStack, **kwargs
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        project: str,
+        governed: bool,
+        dataset: DatasetSettings,
+        checkpoints: CheckpointSettings,
+        fsx_plan: FsxPlan | None,
+        access_logs_bucket: str | None,
+        network: NetworkStack,
+        **kwargs,
     ) -> None:
         super().__init__(
             scope,
@@ -67,24 +77,25 @@ class StorageStack(cdk.Stack):
             description="trainstack storage: dataset, checkpoint and artifact buckets, FSx for Lustre",
             **kwargs,
         )
-        self._governed = governed(settings)
-        self.encryption_key = self._bucket_key(settings) if self._governed else None
-        self.dataset_prefix = settings.dataset.prefix
+        self._governed = governed
+        self.fsx_plan = fsx_plan
+        self.encryption_key = self._bucket_key(project, dataset) if governed else None
+        self.dataset_prefix = dataset.prefix
         self.access_log_bucket = (
-            s3.Bucket.from_bucket_name(self, "AccessLogBucket", settings.access_logs_bucket)
-            if settings.access_logs_bucket
+            s3.Bucket.from_bucket_name(self, "AccessLogBucket", access_logs_bucket)
+            if access_logs_bucket
             else self._access_log_bucket()
         )
-        if settings.dataset.bucket_name is None:
+        if dataset.bucket_name is None:
             # Versioned: an overwritten or deleted training file can be restored for 30 days.
             self.dataset_bucket = self._bucket("DatasetBucket", versioned=True)
         else:
             self.dataset_bucket = s3.Bucket.from_bucket_name(
-                self, "DatasetBucket", settings.dataset.bucket_name
+                self, "DatasetBucket", dataset.bucket_name
             )
         self.dataset_key = (
-            kms.Key.from_key_arn(self, "DatasetKey", settings.dataset.kms_key_arn)
-            if settings.dataset.kms_key_arn
+            kms.Key.from_key_arn(self, "DatasetKey", dataset.kms_key_arn)
+            if dataset.kms_key_arn
             else None
         )
         # Not versioned: checkpoints are rewritten every few minutes, expire anyway, and a job only ever
@@ -92,7 +103,7 @@ class StorageStack(cdk.Stack):
         self.checkpoint_bucket = self._bucket(
             "CheckpointBucket",
             versioned=False,
-            expiration=cdk.Duration.days(settings.checkpoints.retention_days),
+            expiration=cdk.Duration.days(checkpoints.retention_days),
         )
         if not self._governed:
             skip_checkov(
@@ -105,7 +116,6 @@ class StorageStack(cdk.Stack):
         # Versioned: model artifacts are the product of paid training; a bad overwrite must be undoable.
         self.artifact_bucket = self._bucket("ArtifactBucket", versioned=True)
 
-        self.fsx_plan = settings.fsx_plan
         self.file_system = None
         self.file_system_id = self.file_system_mount_name = self.file_system_dataset_path = None
         if self.fsx_plan is not None:
@@ -194,15 +204,15 @@ class StorageStack(cdk.Stack):
             )
         return bucket
 
-    def _bucket_key(self, settings: Settings) -> kms.Key:
+    def _bucket_key(self, project: str, dataset: DatasetSettings) -> kms.Key:
         key = kms.Key(
             self,
             "BucketKey",
-            description=f"{settings.project} buckets: datasets, checkpoints, model artifacts",
+            description=f"{project} buckets: datasets, checkpoints, model artifacts",
             enable_key_rotation=True,
             removal_policy=cdk.RemovalPolicy.RETAIN,  # the buckets are retained: so is what decrypts them
         )
-        if settings.fsx.enabled and settings.dataset.bucket_name is None:
+        if self.fsx_plan is not None and dataset.bucket_name is None:
             # FSx reads the dataset bucket as its service-linked role AWSServiceRoleForFSxS3Access_<file
             # system id>, which exists only once the file system does: matched by name, through S3 only
             # (FSx for Lustre user guide, "Working with server-side encrypted Amazon S3 buckets").

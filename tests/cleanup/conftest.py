@@ -11,10 +11,10 @@ from typing import Any
 import boto3
 import pytest
 
+from localaws.emulator import VirtualClock
 from tests.cleanup.sagemaker import CleanupSageMaker
 from tests.pipeline import harness
 from tests.pipeline.conftest import state_machines
-from trainstack.emulator import VirtualClock
 from trainstack.job_request import EXECUTION_TAG
 
 PIPELINE = "trainstack-pipeline"

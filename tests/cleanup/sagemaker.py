@@ -15,8 +15,8 @@ from typing import Any
 from moto.core.responses import ActionResult
 from moto.sagemaker.responses import SageMakerResponse
 
+from localaws.emulator import Clock
 from tests.pipeline.harness import HANG_GUARD_SECONDS, FakeJob, FakeSageMaker, FakeSageMakerError
-from trainstack.emulator import Clock
 
 
 @dataclass

@@ -6,13 +6,13 @@ import json
 
 import boto3
 
+from localaws.emulator.errors import aws_sdk_error_name
 from stacks.pipeline.monitoring import STOPPED_ORPHAN_PATTERNS
 from tests.cleanup.conftest import World, stand_in_pipeline
 from tests.infra.templates import resources
 from tests.pipeline import harness
 from tests.pipeline.harness import COMPLETED, TRAINING
 from tests.pipeline.metric_filter import published
-from trainstack.emulator.errors import aws_sdk_error_name
 
 IN_FLIGHT_CREATE_SECONDS = 120
 

@@ -207,7 +207,7 @@ def test_governance_settings_are_accepted():
 
 def test_synth_states_what_control_tower_costs_for_the_config(make_settings):
     """The line `make synth` prints: the default config's VPC with endpoints needs 4 keys and 1 endpoint."""
-    from trainstack.compliance import cost_summary
+    from trainstack.governance_costs import cost_summary
 
     assert cost_summary(make_settings()).startswith("compliance: none; control-tower would add $11.30/month")
     governed = make_settings(

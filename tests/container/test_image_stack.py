@@ -30,14 +30,14 @@ def synthesize_image(overrides: dict[str, Any], outdir: Path) -> Synthesized:
     import aws_cdk as cdk
     from cdk_nag import AwsSolutionsChecks
 
-    from stacks.image.image_stack import ImageStack
+    from stacks.app_builder import image_stack
     from trainstack.config import parse_settings
 
     data = deep_merge(default_config_data(), overrides)
     settings = parse_settings(data, NO_ENV, source=str(DEFAULT_CONFIG))
     app = cdk.App(outdir=str(outdir), context=CDK_CONTEXT)
     env = cdk.Environment(account=settings.account, region=settings.region)
-    stack = ImageStack(app, f"{settings.project}-image", settings=settings, env=env)
+    stack = image_stack(app, settings, None, env=env)
     # An unacknowledged AwsSolutions finding makes synth raise, so every test here also checks cdk-nag.
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     artifact = app.synth().get_stack_by_name(stack.stack_name)

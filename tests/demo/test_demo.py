@@ -28,7 +28,7 @@ def demo(default_app, tmp_path_factory) -> Demo:
     _, _, assembly = default_app
     tmp_path = tmp_path_factory.mktemp("demo-run")
     out = run_demo(
-        "trainstack.demo",
+        "localaws.demo",
         "--cdk-out",
         assembly.directory,
         "--workdir",

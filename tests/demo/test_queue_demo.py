@@ -8,7 +8,7 @@ from tests.demo.demo_process import run_demo
 
 
 def test_two_teams_share_the_queue_and_fair_share_orders_the_waiting_runs(tmp_path):
-    out = run_demo("trainstack.demo.queue_run", "--workdir", str(tmp_path / "demo"), "--max-steps", "10")
+    out = run_demo("localaws.demo.queue_run", "--workdir", str(tmp_path / "demo"), "--max-steps", "10")
     # teamA's first two runs take both instances; its third and teamB's wait.
     for waiting in ("trainstack-a3-1", "trainstack-b1-1"):
         assert f"{waiting}: RUNNABLE" in out

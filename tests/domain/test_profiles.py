@@ -9,6 +9,7 @@ import pytest
 from tests.conftest import NO_ENV, default_config_data
 from trainstack.cli import main
 from trainstack.config import ConfigError, parse_settings
+from trainstack.planning.setups import instance_count_problem
 from trainstack.profiles import Profile, RetryPolicy
 
 P5 = {"instance_type": "ml.p5.48xlarge", "instance_count": 2}
@@ -199,10 +200,10 @@ def test_backoff_schedule_grows_by_the_multiplier_and_stops_at_the_cap():
 
 def test_instance_count_problem_rechecks_placement_rules_at_another_count():
     smp = Profile.model_validate(profile(strategy="smp", smp={"hybrid_shard_degree": 16}))
-    assert smp.instance_count_problem(4) is None
-    assert "smp.hybrid_shard_degree (16) must divide the world size" in smp.instance_count_problem(1)
+    assert instance_count_problem(smp, 4) is None
+    assert "smp.hybrid_shard_degree (16) must divide the world size" in instance_count_problem(smp, 1)
     single = Profile.model_validate(profile(instance_preferences=[{"instance_type": "ml.p3.16xlarge"}]))
-    assert "need EFA" in single.instance_count_problem(2)
+    assert "need EFA" in instance_count_problem(single, 2)
 
 
 def test_check_config_command_prints_the_profile_error(tmp_path, capsys):

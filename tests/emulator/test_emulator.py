@@ -12,7 +12,7 @@ import pytest
 from moto import mock_aws
 from moto.sagemaker.responses import SageMakerResponse
 
-from trainstack.emulator import (
+from localaws.emulator import (
     ScaledClock,
     VirtualClock,
     aws_sdk_error_name,

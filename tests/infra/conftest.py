@@ -47,13 +47,12 @@ def synthesize_infra(settings, outdir: Path) -> InfraApp:
     import aws_cdk as cdk
     from cdk_nag import AwsSolutionsChecks
 
-    from stacks.network.network_stack import NetworkStack
-    from stacks.storage.storage_stack import StorageStack
+    from stacks.app_builder import network_stack, storage_stack
 
     app = cdk.App(outdir=str(outdir), context=CDK_CONTEXT)
     env = cdk.Environment(account=settings.account, region=settings.region)
-    network = NetworkStack(app, f"{settings.project}-network", settings=settings, env=env)
-    storage = StorageStack(app, f"{settings.project}-storage", settings=settings, network=network, env=env)
+    network = network_stack(app, settings, env=env)
+    storage = storage_stack(app, settings, network, env=env)
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     app.synth()
     return InfraApp(settings, network, storage, outdir)

@@ -91,18 +91,14 @@ def test_a_removed_fix_fails_synth_naming_the_rule(tmp_path):
     import aws_cdk as cdk
     from cdklabs.cdk_validator_cfnguard import CfnGuardValidator
 
-    from stacks.compliance import apply_governance
-    from stacks.network.network_stack import NetworkStack
+    from stacks.app_builder import network_stack
+    from stacks.governed_account import apply_governance
 
     settings = governed_settings()
     app = cdk.App(outdir=str(tmp_path), context=CDK_CONTEXT)
-    network = NetworkStack(
-        app,
-        "governed-network",
-        settings=settings,
-        env=cdk.Environment(account=settings.account, region=settings.region),
-    )
-    apply_governance([network], settings)
+    env = cdk.Environment(account=settings.account, region=settings.region)
+    network = network_stack(app, settings, env=env)
+    apply_governance([network], settings.iam, governed=True)
     network.node.find_child("FlowLogGroup").node.default_child.add_property_deletion_override("KmsKeyId")
     cdk.Validations.of(app).add_plugins(CfnGuardValidator())
     with pytest.raises(Exception, match="ValidationFailed"):
@@ -154,7 +150,7 @@ def test_governed_templates_pass_cfn_lint_and_cdk_nag(governed_app):
 
 def test_the_stated_cost_counts_what_the_templates_add(governed_app, default_app):
     """governed_fixed_costs (README's table, `make synth`'s line) against the resources control-tower adds."""
-    from trainstack.compliance import governed_fixed_costs
+    from trainstack.governance_costs import governed_fixed_costs
 
     def count(assembly, resource_type: str, **properties) -> int:
         return sum(
@@ -194,7 +190,7 @@ GOVERNED_QUEUE_EXISTING_NAT = {
 
 
 def test_governed_variant_passes_and_costs_what_it_adds(tmp_path, control_tower):
-    from trainstack.compliance import governed_fixed_costs
+    from trainstack.governance_costs import governed_fixed_costs
 
     settings = governed_settings(GOVERNED_QUEUE_EXISTING_NAT)
     _, assembly = synthesize(settings, tmp_path)

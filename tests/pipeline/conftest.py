@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from stacks.pipeline.training_state_machine_definition import substitution_names, with_values
+from localaws.emulator import VirtualClock
+from stacks.pipeline.state_machine_facts import substitution_names, with_values
 from tests.infra.templates import resources
 from tests.pipeline import harness
 from trainstack.config import Settings
-from trainstack.emulator import VirtualClock
 from trainstack.job_request import PipelineResources
 
 # Realistic values (botocore's model checks lengths and patterns of some of them).

@@ -8,7 +8,7 @@ checks are applied (botocore's model for types/required/ranges, the job-name pat
 StopTrainingJob, Search (by tag, Equals and Exists) and ListTags exist. `refuse_start_executions` makes
 Step Functions refuse StartExecution of a state machine (ExecutionLimitExceeded) a given number of times.
 
-The interpreter itself runs as trainstack.emulator makes it run: JSONata through jsonata-python, AWS's
+The interpreter itself runs as localaws.emulator makes it run: JSONata through jsonata-python, AWS's
 error names (`SageMaker.<Code>Exception` for codes SageMaker's model declares, SageMakerException for
 the rest) and a virtual clock, so that no test waits on the wall clock for a Wait or a Retry.
 """
@@ -33,7 +33,7 @@ from moto.core.responses import ActionResult, EmptyResult
 from moto.sagemaker.responses import SageMakerResponse
 from moto.stepfunctions.responses import StepFunctionResponse
 
-from trainstack.emulator import VirtualClock, local_stepfunctions, service_error
+from localaws.emulator import VirtualClock, local_stepfunctions, service_error
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
@@ -180,7 +180,7 @@ class FakeSageMaker:
                 "TrainingJobArn": _job_arn(job.name),
                 "ModelArtifacts": {
                     # CompressionType NONE: the model dir's files under output/model/ (see
-                    # trainstack/demo/local_sagemaker.py for the source; the trailing slash is assumed).
+                    # localaws/demo/local_sagemaker.py for the source; the trailing slash is assumed).
                     "S3ModelArtifacts": (
                         f"{request['OutputDataConfig']['S3OutputPath']}{job.name}/output/model/"
                     )

@@ -13,7 +13,7 @@ import json
 import pytest
 
 from stacks.pipeline.attempt.training_attempt import CREATE_THROTTLE_LOOPS
-from stacks.pipeline.training_state_machine_definition import HISTORY_EVENT_BUDGET, worst_case_history
+from stacks.pipeline.state_machine_facts import HISTORY_EVENT_BUDGET, worst_case_history
 from tests.pipeline.harness import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING
 from trainstack.profiles import MAX_ATTEMPTS_LIMIT, RetryPolicy
 

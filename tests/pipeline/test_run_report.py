@@ -8,11 +8,11 @@ from datetime import UTC, datetime
 import boto3
 import pytest
 
+from localaws.demo.local_logs import stream_prefix_filter
 from tests.pipeline import harness
 from tests.pipeline.harness import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING
 from training_scripts.metrics import format_train_line, format_val_line
 from trainstack.cli import main as trainstack
-from trainstack.demo.local_logs import stream_prefix_filter
 from trainstack.report.collect import collect
 from trainstack.runs import TRAINING_LOG_GROUP, latest_execution
 

@@ -1,4 +1,4 @@
-"""The synthesized state machines, run in the local interpreter (trainstack.emulator: JSONata, AWS's error
+"""The synthesized state machines, run in the local interpreter (localaws.emulator: JSONata, AWS's error
 names, virtual clock) against scripted SageMaker outcomes."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import threading
 import boto3
 import pytest
 
-from stacks.pipeline.training_state_machine_definition import POLL_MIN_SECONDS, poll_seconds
+from stacks.pipeline.state_machine_facts import POLL_MIN_SECONDS, poll_seconds
 from tests.domain.input_cases import MALFORMED_INPUTS
 from tests.pipeline import harness
 from tests.pipeline.harness import (

@@ -11,7 +11,13 @@ from trainstack.cli import main
 from trainstack.config import load_settings
 from trainstack.instances import instance_type
 from trainstack.planning.plans import plan, recommend
-from trainstack.planning.setups import TRAIN_DEFAULTS, fit_problems, preset_shape, setup_for_profile
+from trainstack.planning.setups import (
+    TRAIN_DEFAULTS,
+    fit_problems,
+    instance_count_problem,
+    preset_shape,
+    setup_for_profile,
+)
 from trainstack.profiles import Profile
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "training_scripts"
@@ -149,7 +155,7 @@ def test_defaults_are_train_py_defaults():
 
 
 def test_an_instance_count_override_that_cannot_fit_is_refused():
-    """The pipeline's instanceCount rule comes from Profile.instance_count_problem: fewer instances
+    """The pipeline's instanceCount rule comes from instance_count_problem: fewer instances
     shard FSDP over fewer GPUs, so the same 13b profile fits on 2 p4d but not on 1."""
     profile = Profile.model_validate(
         {
@@ -164,8 +170,8 @@ def test_an_instance_count_override_that_cannot_fit_is_refused():
             },
         }
     )
-    assert profile.instance_count_problem(2) is None
-    assert profile.instance_count_problem(1).startswith(
+    assert instance_count_problem(profile, 2) is None
+    assert instance_count_problem(profile, 1).startswith(
         "profile llama-13b-fsdp cannot fit model 13b on instance_preferences.0 (ml.p4d.24xlarge): it needs "
     )
 

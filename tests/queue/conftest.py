@@ -10,10 +10,10 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from localaws.emulator import VirtualClock, local_stepfunctions
+from localaws.emulator.batch_routes import install_fake_batch
+from localaws.emulator.fake_batch import FakeBatch
 from tests.pipeline.harness import COMPLETED, STARTING, TRAINING, FakeSageMaker
-from trainstack.emulator import VirtualClock, local_stepfunctions
-from trainstack.emulator.batch_routes import install_fake_batch
-from trainstack.emulator.fake_batch import FakeBatch
 
 REGION, ACCOUNT = "us-east-1", "123456789012"
 QUEUE_ARN = f"arn:aws:batch:{REGION}:{ACCOUNT}:job-queue/trainstack-training"

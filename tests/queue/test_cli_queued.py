@@ -10,14 +10,14 @@ import boto3
 import pytest
 import yaml
 
+from localaws.emulator.batch_routes import install_fake_batch
+from localaws.emulator.fake_batch import FakeBatch
 from tests.aws_fixtures import KEEPS_RUNNING, REGION, pipeline
 from tests.conftest import default_config_data
 from tests.pipeline.harness import STARTING, TRAINING, FakeSageMaker
 from tests.queue.conftest import install_fake_sagemaker
 from tests.queue.test_fake_batch import payload
 from trainstack.cli import main
-from trainstack.emulator.batch_routes import install_fake_batch
-from trainstack.emulator.fake_batch import FakeBatch
 
 
 @pytest.fixture

@@ -9,10 +9,10 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from localaws.emulator.batch_jobs import TRAINING_JOB_NAMES
+from localaws.emulator.batch_routes import install_fake_batch
+from localaws.emulator.fake_batch import CAPACITY_TERMINATED, CAPACITY_WAITING, FakeBatch, FakeBatchError
 from tests.pipeline.harness import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING, FakeSageMaker, Phase
-from trainstack.emulator.batch_jobs import TRAINING_JOB_NAMES
-from trainstack.emulator.batch_routes import install_fake_batch
-from trainstack.emulator.fake_batch import CAPACITY_TERMINATED, CAPACITY_WAITING, FakeBatch, FakeBatchError
 
 ROLE = "arn:aws:iam::123456789012:role/trainstack-sagemaker"
 

@@ -13,15 +13,15 @@ from typing import Any
 
 import pytest
 
+from localaws.emulator.batch_jobs import TRAINING_JOB_NAMES
+from localaws.emulator.batch_routes import install_fake_batch
+from localaws.emulator.fake_batch import FakeBatch
 from stacks.pipeline.queue.training_queue import weight_factor
 from tests.conftest import synthesize
 from tests.pipeline import harness
 from tests.pipeline.conftest import fake_value, state_machine_arn, state_machines
 from tests.pipeline.harness import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING, FakeSageMaker
 from tests.queue.test_queue_config import settings_with
-from trainstack.emulator.batch_jobs import TRAINING_JOB_NAMES
-from trainstack.emulator.batch_routes import install_fake_batch
-from trainstack.emulator.fake_batch import FakeBatch
 
 FIFO = {"enabled": True, "max_instances": 2, "capacity_wait_hours": 1}
 FAIR = {"enabled": True, "max_instances": 3, "shares": {"teamA": 2, "teamB": 1}, "capacity_wait_hours": 1}

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from localaws.emulator.fake_batch import FakeBatch
 from tests.domain.conftest import FSX_RESOURCES
 from tests.pipeline.harness import (
     CAPACITY_FAILURE,
@@ -28,7 +29,6 @@ from tests.queue.conftest import (
     definition_of,
 )
 from trainstack.config import load_settings
-from trainstack.emulator.fake_batch import FakeBatch
 from trainstack.job_request import RunRequest, build_create_training_job_request
 
 

@@ -21,7 +21,7 @@ def test_default_config_plan(make_settings):
     )
     assert plan.required_mbps == settings.fsx.throughput_mbps
     assert plan.dataset_gib == settings.dataset.size_gib
-    assert plan_for(settings) == plan
+    assert plan_for(settings.dataset.size_gib, settings.fsx) == plan
 
 
 def test_plan_follows_a_copied_settings(make_settings):
@@ -44,7 +44,7 @@ def test_epoch_seconds_and_deployment_type_reach_the_plan(make_settings):
 
 def test_disabled_fsx_has_no_plan(make_settings):
     settings = make_settings({"fsx": {"enabled": False, "throughput_mbps": None}})
-    assert settings.fsx_plan is None and plan_for(settings) is None
+    assert settings.fsx_plan is None and plan_for(settings.dataset.size_gib, settings.fsx) is None
 
 
 @pytest.mark.parametrize(

@@ -6,9 +6,9 @@ import argparse
 import os
 import sys
 
-from trainstack.compliance import cost_summary
 from trainstack.config import ConfigError, load_settings
 from trainstack.fsx_sizing import quota_warning, summary
+from trainstack.governance_costs import cost_summary
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

@@ -19,7 +19,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from trainstack.cli import COMMANDS
 from trainstack.config import ConfigError, Settings, load_settings
-from trainstack.queue import training_queue_name
+from trainstack.queue_settings import training_queue_name
 from trainstack.runs import (
     Job,
     QueuedJob,

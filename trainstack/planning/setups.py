@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
+from itertools import chain
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from training_scripts.model_shapes import PRESETS
 from trainstack.planning.plans import Plan, Setup, fits, plan
-
-if TYPE_CHECKING:
-    from trainstack.profiles import Profile
+from trainstack.profiles import Profile
 
 # train.py's defaults for the flags the planner reads (a test holds them equal to train.py's parser).
 TRAIN_DEFAULTS = {
@@ -130,6 +128,14 @@ def fit_problems(profile: Profile) -> Iterator[str]:
             f"{spec.gpu_memory_gib:.1f} GiB (short {result.shortfall / 2**30:.1f} GiB); "
             f"smallest change that fits: {result.fix}"
         )
+
+
+def instance_count_problem(profile: Profile, count: int) -> str | None:
+    """Why `profile` cannot run with every preference at `count` instances (1 to 512), or None when it can.
+    Only placement and fit depend on the count, and the rest held when the profile was validated:
+    re-checking just those keeps the pipeline's table of valid counts (512 per profile) cheap to build."""
+    candidate = profile.with_instance_count(count)
+    return next(chain(candidate.placement_problems(), fit_problems(candidate)), None)
 
 
 def plan_lines(

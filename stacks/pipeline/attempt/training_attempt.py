@@ -27,7 +27,7 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from stacks.pipeline.jsonata_text import expression, literal
-from stacks.pipeline.training_state_machine_definition import poll_seconds_expression
+from stacks.pipeline.state_machine_facts import poll_seconds_expression
 
 SAGEMAKER_ERROR = "SageMaker.SageMakerException"
 QUOTA_ERROR = "SageMaker.ResourceLimitExceededException"

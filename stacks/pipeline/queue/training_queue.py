@@ -16,7 +16,7 @@ from constructs import Construct
 
 from stacks.validation import acknowledge
 from trainstack.job_request import RUN_TAG
-from trainstack.queue import QueueSettings, training_queue_name
+from trainstack.queue_settings import QueueSettings, training_queue_name
 
 SERVICE_TYPE = "SAGEMAKER_TRAINING"
 # statusReason Batch gives a job waiting after capacity errors (Batch user guide, "Jobs stuck in RUNNABLE").

@@ -40,7 +40,7 @@ from typing import Any
 
 from moto.core.exceptions import ServiceException
 
-from trainstack.emulator.batch_jobs import (
+from localaws.emulator.batch_jobs import (
     ACCOUNT,
     ACTIVE,
     BATCH_STATUS_OF_SECONDARY,

@@ -1,11 +1,11 @@
-"""`make demo-queue` (python -m trainstack.demo.queue_run): queue mode on this machine, no AWS.
+"""`make demo-queue` (python -m localaws.demo.queue_run): queue mode on this machine, no AWS.
 
 Two teams share a queue of 2 instances with equal fair-share weights. teamA starts three 1-instance
 retrainings, then teamB one. The pipeline (synthesized in queue mode) submits each to the emulated AWS
-Batch queue (trainstack.emulator.fake_batch); teamA's first two take both instances, its third and
+Batch queue (localaws.emulator.fake_batch); teamA's first two take both instances, its third and
 teamB's wait RUNNABLE. When an instance frees up, fair share starts teamB's run before teamA's third,
 although teamA's was submitted first: teamA already uses an instance, teamB none. Every run trains a
-tiny model in a real local process (trainstack.demo.local_sagemaker) and finishes.
+tiny model in a real local process (localaws.demo.local_sagemaker) and finishes.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import shutil
 import time
 from pathlib import Path
 
+from localaws.demo.local_sagemaker import LocalSageMaker, serving
+from localaws.demo.run import demo_hyperparameters, prepare_dataset, say
+from localaws.demo.synthesized import load_pipeline
 from trainstack.config import load_settings
-from trainstack.demo.local_sagemaker import LocalSageMaker, serving
-from trainstack.demo.run import demo_hyperparameters, prepare_dataset, say
-from trainstack.demo.synthesized import load_pipeline
-from trainstack.queue import QueueSettings
+from trainstack.queue_settings import QueueSettings
 
 SHARES = {"teamA": 1, "teamB": 1}
 # (share, run) in the order the teams start them.
@@ -31,7 +31,7 @@ ENDED = ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED")
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m trainstack.demo.queue_run", description=__doc__.splitlines()[0]
+        prog="python -m localaws.demo.queue_run", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--config", default="config/default.yaml", help="the config to run in queue mode")
     parser.add_argument("--workdir", default="demo-queue-run", type=Path, help="emptied first")
@@ -100,10 +100,10 @@ def run_queue(args, settings, pipeline, sagemaker: LocalSageMaker):
     import pytest
     from moto import mock_aws
 
+    from localaws.emulator import ScaledClock, local_stepfunctions
+    from localaws.emulator.batch_routes import install_fake_batch
+    from localaws.emulator.fake_batch import FakeBatch
     from stacks.pipeline.queue.training_queue import weight_factor
-    from trainstack.emulator import ScaledClock, local_stepfunctions
-    from trainstack.emulator.batch_routes import install_fake_batch
-    from trainstack.emulator.fake_batch import FakeBatch
 
     role = f"arn:aws:iam::123456789012:role/{settings.project}-pipeline"
     with (

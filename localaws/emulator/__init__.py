@@ -6,9 +6,9 @@ AWS's error names on a virtual or scaled clock. Needs the dev dependencies (moto
             ...  # create state machines, start executions; clock.waits lists the Wait states
 """
 
-from trainstack.emulator.clock import Clock, ScaledClock, VirtualClock
-from trainstack.emulator.errors import aws_sdk_error_name, modelled_error_codes, service_error
-from trainstack.emulator.session import local_stepfunctions
+from localaws.emulator.clock import Clock, ScaledClock, VirtualClock
+from localaws.emulator.errors import aws_sdk_error_name, modelled_error_codes, service_error
+from localaws.emulator.session import local_stepfunctions
 
 __all__ = [
     "Clock",

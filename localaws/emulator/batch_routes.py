@@ -5,7 +5,7 @@ the last path segment (`/v1/submitservicejob` -> `submitservicejob`). moto has n
 this adds them and answers them from FakeBatch, with errors serialized as Batch's REST-JSON errors
 (HTTP 400, `x-amzn-ErrorType: <code>`), so botocore raises ClientError with that code.
 
-The PascalCase member names of aws-sdk tasks (Batch's API is camelCase) are trainstack.emulator's
+The PascalCase member names of aws-sdk tasks (Batch's API is camelCase) are localaws.emulator's
 conversion, as for every service.
 """
 
@@ -19,7 +19,7 @@ from moto.batch.responses import BatchResponse
 from moto.core.exceptions import ServiceException
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import state_task_service_aws_sdk
 
-from trainstack.emulator.fake_batch import FakeBatch
+from localaws.emulator.fake_batch import FakeBatch
 
 # REST path segment -> FakeBatch method.
 SERVICE_JOB_PATHS = {

@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from trainstack.emulator.clock import Clock
+from localaws.emulator.clock import Clock
 
 HASH_ALGORITHMS = {
     "MD5": "md5",

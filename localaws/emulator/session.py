@@ -33,10 +33,10 @@ from unittest import mock
 
 import botocore.session
 
-from trainstack.emulator import nested_executions
-from trainstack.emulator.clock import Clock, VirtualClock
-from trainstack.emulator.errors import SERVICE_ERROR_NAMES, aws_sdk_error_name
-from trainstack.emulator.functions import jsonata_evaluator
+from localaws.emulator import nested_executions
+from localaws.emulator.clock import Clock, VirtualClock
+from localaws.emulator.errors import SERVICE_ERROR_NAMES, aws_sdk_error_name
+from localaws.emulator.functions import jsonata_evaluator
 
 # moto modules that read the wall clock for what the emulator's clock should decide.
 _CLOCK_READERS = (

@@ -1,10 +1,10 @@
-"""`make demo` (python -m trainstack.demo): one retraining end to end on this machine, no AWS.
+"""`make demo` (python -m localaws.demo): one retraining end to end on this machine, no AWS.
 
 1. The training state machine exactly as `make synth` wrote it to cdk.out.
 2. A small dataset (the Python standard library's sources, byte tokens) stands for the dataset bucket.
-3. moto's Step Functions runs the state machine (trainstack.emulator: AWS's JSONata and error names,
+3. moto's Step Functions runs the state machine (localaws.emulator: AWS's JSONata and error names,
    a clock running --speedup times faster so that back-offs and polls are short); SageMaker is
-   simulated by real local training processes (trainstack.demo.local_sagemaker).
+   simulated by real local training processes (localaws.demo.local_sagemaker).
 4. `trainstack start --wait` starts the retraining and follows it. The first attempt loses its
    capacity after its first checkpoint (CapacityError); the pipeline backs off and creates the next
    attempt on the same checkpoint prefix, which resumes from that checkpoint and finishes.
@@ -27,9 +27,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from unittest import mock
 
+from localaws.demo.local_sagemaker import TRAINING_SCRIPTS, LocalSageMaker, serving
+from localaws.demo.synthesized import load_pipeline
 from trainstack.config import load_settings
-from trainstack.demo.local_sagemaker import TRAINING_SCRIPTS, LocalSageMaker, serving
-from trainstack.demo.synthesized import load_pipeline
 
 CORPUS_MODULES = (
     "argparse",
@@ -46,7 +46,7 @@ CORPUS_MODULES = (
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m trainstack.demo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m localaws.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="config/default.yaml", help="the config `make synth` used")
     parser.add_argument(
         "--cdk-out", default="cdk.out", type=Path, help="where `make synth` wrote the templates"
@@ -132,8 +132,8 @@ def run_pipeline(args, settings, pipeline, sagemaker: LocalSageMaker, run_name: 
     import boto3
     from moto import mock_aws
 
+    from localaws.emulator import ScaledClock, local_stepfunctions
     from trainstack.cli import main as trainstack
-    from trainstack.emulator import ScaledClock, local_stepfunctions
 
     hyperparameters = demo_hyperparameters(args.max_steps, args.checkpoint_interval)
     with (

@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from trainstack.demo import local_logs
-from trainstack.demo.synthesized import ACCOUNT
+from localaws.demo import local_logs
+from localaws.demo.synthesized import ACCOUNT
 
 TRAINING_SCRIPTS = Path(__file__).resolve().parents[2] / "training_scripts"
 CAPACITY_ERROR = (
@@ -340,7 +340,7 @@ def serving(sagemaker: LocalSageMaker) -> Iterator[LocalSageMaker]:
     from moto.core.responses import ActionResult, EmptyResult
     from moto.sagemaker.responses import SageMakerResponse
 
-    from trainstack.emulator import service_error
+    from localaws.emulator import service_error
 
     def handler(action):
         def respond(response: SageMakerResponse):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainstack.queue import training_queue_name
+from trainstack.queue_settings import training_queue_name
 
 ACCOUNT = "123456789012"  # moto's default account
 

@@ -1,4 +1,4 @@
-"""Deploying into a governed account, applied to the whole app once it is built (trainstack/compliance.py
+"""Deploying into a governed account, applied to the whole app once it is built (trainstack/governance.py
 holds the settings; README "Deploying into a governed account" the why).
 
 - every IAM role gets the configured permissions boundary and path, those of CDK's own helpers included;
@@ -21,8 +21,8 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from constructs import IConstruct
 
-from trainstack.compliance import CONTROL_TOWER, GOVERNED_LOG_RETENTION_DAYS, IamSettings
 from trainstack.config import Settings
+from trainstack.governance import CONTROL_TOWER, GOVERNED_LOG_RETENTION_DAYS, IamSettings
 
 IAM_ROLE = "AWS::IAM::Role"
 LAMBDA_VPC_ACCESS_POLICY = "service-role/AWSLambdaVPCAccessExecutionRole"
@@ -41,21 +41,21 @@ def governed(settings: Settings) -> bool:
     return settings.compliance == CONTROL_TOWER
 
 
-def synthesizer(settings: Settings) -> cdk.IStackSynthesizer | None:
+def synthesizer(bootstrap_qualifier: str | None) -> cdk.IStackSynthesizer | None:
     """The stack synthesizer for the configured bootstrap qualifier (None: CDK's default bootstrap)."""
-    if settings.bootstrap_qualifier is None:
+    if bootstrap_qualifier is None:
         return None
-    return cdk.DefaultStackSynthesizer(qualifier=settings.bootstrap_qualifier)
+    return cdk.DefaultStackSynthesizer(qualifier=bootstrap_qualifier)
 
 
-def apply_governance(stacks: Sequence[cdk.Stack], settings: Settings) -> None:
+def apply_governance(stacks: Sequence[cdk.Stack], iam_settings: IamSettings, *, governed: bool) -> None:
     for stack in stacks:
         constructs = stack.node.find_all()
         resources = [node for node in constructs if isinstance(node, cdk.CfnResource)]
-        _constrain_roles(stack, resources, settings.iam)
+        _constrain_roles(stack, resources, iam_settings)
         for key in (node for node in constructs if isinstance(node, kms.Key)):
             deny_grants_not_for_aws_services(key)
-        if governed(settings):
+        if governed:
             log_groups = [node for node in resources if isinstance(node, logs.CfnLogGroup)]
             if log_groups:
                 _encrypt_and_keep(stack, log_groups)

@@ -1,0 +1,5 @@
+import sys
+
+from localaws.demo.run import main
+
+sys.exit(main())

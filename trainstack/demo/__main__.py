@@ -1,5 +1,0 @@
-import sys
-
-from trainstack.demo.run import main
-
-sys.exit(main())

@@ -1,0 +1,56 @@
+"""What `compliance: control-tower` costs on top of `none` for a given app (README, "Deploying into a
+governed account"; `make synth` and `check-config` print cost_summary's line)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainstack.config import Settings
+from trainstack.governance import CONTROL_TOWER
+from trainstack.prices import GOVERNANCE_PRICES
+
+
+@dataclass(frozen=True)
+class CostItem:
+    what: str
+    count: int
+    monthly_usd: float
+
+    @property
+    def total_usd(self) -> float:
+        return round(self.count * self.monthly_usd, 2)
+
+
+def governed_fixed_costs(settings: Settings) -> list[CostItem]:
+    """The fixed monthly charges control-tower adds to `settings`' app (compared with compliance: none)."""
+    prices = GOVERNANCE_PRICES
+    log_keys = [
+        settings.network.existing is None,  # network: VPC flow logs
+        settings.image.uri is None,  # image: the image-copy function's logs
+        True,  # pipeline: state-machine logs
+    ]
+    items = [
+        CostItem("KMS key for the buckets", 1, prices.kms_key_month),
+        CostItem("KMS keys for log groups (one per stack with logs)", sum(log_keys), prices.kms_key_month),
+    ]
+    if settings.network.existing is None and settings.network.egress == "endpoints":
+        # The default security group's CDK handler runs in the VPC and calls the EC2 API.
+        items.append(CostItem("EC2 interface endpoint", 1, prices.interface_endpoint_month))
+    return items
+
+
+def cost_summary(settings: Settings) -> str:
+    """One line for `make synth`: what control-tower adds (or would add) per month, and what grows by use."""
+    prices = GOVERNANCE_PRICES
+    items = governed_fixed_costs(settings)
+    total = sum(item.total_usd for item in items)
+    parts = ", ".join(f"{item.count} x {item.what} ${item.monthly_usd:.2f}" for item in items if item.count)
+    by_use = (
+        f"plus by use: log storage kept 365 days ${prices.logs_storage_gb_month}/GB-month, "
+        f"KMS requests ${prices.kms_requests_per_10k}/10,000"
+    )
+    if settings.compliance == CONTROL_TOWER:
+        head = f"compliance: control-tower adds ${total:.2f}/month over none"
+    else:
+        head = f"compliance: none; control-tower would add ${total:.2f}/month"
+    return f"{head} ({parts}; {by_use}; {prices.region} prices of {prices.as_of})"
