@@ -13,7 +13,7 @@
 #     all_reduce_perf runs too where it is on PATH.
 # Built for one H200 with torch 2.5.1 from PyPI (FSDP2 and NCCL; SMP and SMDDP are not there); not yet
 # run on a GPU. Time limits keep it under 8 minutes: train.py 150 s, the measurements 270 s (part (b)
-# writes the 1b preset's whole training state, about 13 GB, twice: a disk slower than about 250 MB/s
+# writes the 1b preset's whole training state, about 13 GB, twice: a disk slower than about 150 MB/s
 # makes it run past its limit), nccl-tests 30 s.
 # --dry-run: every part on the CPU with tiny sizes (gloo, 2 processes, tiny preset, DDP because torch
 # 2.5.1's FSDP2 needs CUDA), same report, well under a minute on an idle machine.
