@@ -226,7 +226,7 @@ def train_py_tokens_per_sec(
         str(out / "checkpoints"),
     )
     intervals = [float(value) for value in re.findall(r"tokens_per_sec=([0-9.]+)", output)]
-    steady = intervals[1:]  # the first interval holds the warm-up steps
+    steady = intervals[1:]  # the first interval holds the minimal loop's warm-up (WARMUP_STEPS = 10 here)
     # Interval rates over equal step counts: the harmonic mean is the rate over all of them.
     return len(steady) / sum(1 / rate for rate in steady)
 

@@ -1,11 +1,21 @@
 """Rank-0 metric log lines and the SageMaker MetricDefinitions that parse them.
 
-The format and the regexes live here together so they cannot drift apart. The
-pipeline imports this module (`from training_scripts.metrics import
-METRIC_DEFINITIONS`), so it uses the standard library only and no sibling modules.
+The format and the regexes live here together so they cannot drift apart, with the
+step timer that tokens/s and MFU are computed from. The pipeline imports this module
+(`from training_scripts.metrics import METRIC_DEFINITIONS`), so it uses the standard
+library only and no sibling modules.
 """
 
+import contextlib
 import re
+import time
+from collections.abc import Callable, Iterator
+
+# Steps after each start or resume that tokens/s and MFU leave out. The first step creates the NCCL
+# communicators, compiles the blocks (--compile) and fills the CUDA allocator's cache; the second is the
+# first with AdamW's moments (created lazily by the first optimizer step) and, with --compile, may compile
+# again; the third is the first with every cache warm, kept out as a margin.
+WARMUP_STEPS = 3
 
 # A number as Python prints floats, including nan and inf: a diverging run must show in the charts.
 _NUMBER = r"([-+]?(?:[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?|nan|inf))"
@@ -19,21 +29,61 @@ METRIC_DEFINITIONS: list[dict] = [
 ]
 
 
+class StepTimer:
+    """Seconds spent inside training steps since the last `take`, the first `warmup_steps` steps of this
+    process (a start or a resume) left out. Only what runs inside `timed()` counts, so validation,
+    checkpoint saves (a synchronous one, or the blocking part of an async one) and logging between steps
+    never lower tokens/s. `clock` is injectable: tests drive a virtual one."""
+
+    def __init__(self, warmup_steps: int = WARMUP_STEPS, clock: Callable[[], float] = time.perf_counter):
+        self.warmup_steps, self.clock = warmup_steps, clock
+        self._finished = 0  # steps timed by this process, warm-up included
+        self._steps, self._seconds = 0, 0.0
+
+    @contextlib.contextmanager
+    def timed(self) -> Iterator[None]:
+        """Time one training step."""
+        start = self.clock()
+        yield
+        elapsed = self.clock() - start
+        self._finished += 1
+        if self._finished > self.warmup_steps:
+            self._steps += 1
+            self._seconds += elapsed
+
+    def take(self) -> tuple[int, float]:
+        """(timed steps, their seconds) since the last call; (0, 0.0) while every step was warm-up."""
+        window = self._steps, self._seconds
+        self._steps, self._seconds = 0, 0.0
+        return window
+
+
+def throughput(
+    tokens_per_step: int, steps: int, seconds: float, flops_per_token: float, peak_flops: float | None
+) -> tuple[float | None, float | None]:
+    """tokens/s over `steps` timed steps and MFU as a fraction of `peak_flops` (every GPU's together; None:
+    unknown, so no MFU). Both None for a window without a timed step (warm-up only)."""
+    if steps == 0 or seconds <= 0:
+        return None, None
+    tokens_per_sec = tokens_per_step * steps / seconds
+    mfu = flops_per_token * tokens_per_sec / peak_flops if peak_flops else None
+    return tokens_per_sec, mfu
+
+
 def format_train_line(
     step: int,
     max_steps: int,
     loss: float,
     grad_norm: float,
     lr: float,
-    tokens_per_sec: float,
+    tokens_per_sec: float | None,
     mfu: float | None,
 ) -> str:
-    """One line per logging interval (loss and gradient norm: means over it); `mfu` is a fraction, or
-    None where it is unknown (CPU)."""
-    line = (
-        f"step={step}/{max_steps} train_loss={loss:.4f} grad_norm={grad_norm:.4f} lr={lr:.3e} "
-        f"tokens_per_sec={tokens_per_sec:.1f}"
-    )
+    """One line per logging interval (loss and gradient norm: means over it); `tokens_per_sec` None while
+    every step of the interval was warm-up; `mfu` is a fraction, or None where it is unknown (CPU)."""
+    line = f"step={step}/{max_steps} train_loss={loss:.4f} grad_norm={grad_norm:.4f} lr={lr:.3e}"
+    if tokens_per_sec is not None:
+        line += f" tokens_per_sec={tokens_per_sec:.1f}"
     if mfu is not None:
         line += f" mfu_pct={100 * mfu:.2f}"
     return line

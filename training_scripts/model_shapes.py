@@ -36,6 +36,11 @@ PEAK_BF16_FLOPS = {
 }
 
 
+def peak_bf16_flops(device_name: str) -> float | None:
+    """PEAK_BF16_FLOPS of the GPU `device_name` (torch.cuda.get_device_name()) names; None if unknown."""
+    return next((flops for gpu, flops in PEAK_BF16_FLOPS.items() if gpu in device_name), None)
+
+
 def head_dim(shape: Mapping) -> int:
     return shape.get("head_dim") or shape["hidden_size"] // shape["num_attention_heads"]
 

@@ -15,7 +15,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from pathlib import Path
 
 import torch
@@ -25,9 +24,9 @@ from checkpoint import CheckpointManager, TrainState
 from data import TokenDataset, UserError, validation_batches
 from distributed import Runtime, autocast_enabled, gradient_sync, local_part, reduce_max, setup, teardown
 from flags import parse_args, resume_source
-from metrics import format_train_line, format_val_line
+from metrics import StepTimer, format_train_line, format_val_line, throughput
 from model import model_config
-from model_shapes import PEAK_BF16_FLOPS, flops_per_token
+from model_shapes import flops_per_token, peak_bf16_flops
 from startup import build_parallel_model, check_writable, dry_run, open_datasets, sample_order
 from tensorboard_scalars import (
     GRAD_NORM,
@@ -234,10 +233,11 @@ class Trainer:
             )
         self.scalars = Scalars(args.tensorboard_dir if self.runtime.is_main else None)
         self.model.train()
-        window_start, window, window_steps = time.perf_counter(), torch.zeros(2), 0
+        window, window_steps = torch.zeros(2), 0
+        timer = StepTimer()  # tokens/s and MFU: time inside training steps only, warm-up left out
         profiler = StepProfiler(args.profile_steps, args.profile_dir, self.runtime)
         while state.step < args.max_steps:
-            with profiler.step(state.step + 1):
+            with profiler.step(state.step + 1), timer.timed():
                 loss, grad_norm, stop = self.train_step(state.step)
             window += torch.stack([loss.detach().cpu(), grad_norm.detach().cpu().float()])
             window_steps += 1
@@ -245,13 +245,8 @@ class Trainer:
             self.checkpoints.poll()
             if state.step % args.log_interval == 0 or state.step == args.max_steps:
                 mean_loss = self._mean_over_ranks((window[0] / window_steps).to(self.runtime.device))
-                self._log_progress(
-                    mean_loss,
-                    (window[1] / window_steps).item(),
-                    window_steps,
-                    time.perf_counter() - window_start,
-                )
-                window_start, window, window_steps = time.perf_counter(), torch.zeros(2), 0
+                self._log_progress(mean_loss, (window[1] / window_steps).item(), *timer.take())
+                window, window_steps = torch.zeros(2), 0
             if self.val_data and (state.step % args.val_interval == 0 or state.step == args.max_steps):
                 val_loss = self.validation_loss()
                 if self.runtime.is_main:
@@ -269,16 +264,14 @@ class Trainer:
         self.save_model()
         self.scalars.close()
 
-    def _log_progress(self, loss: float, grad_norm: float, steps: int, seconds: float) -> None:
+    def _log_progress(self, loss: float, grad_norm: float, timed_steps: int, seconds: float) -> None:
         if not self.runtime.is_main:
             return
-        tokens_per_sec = self.tokens_per_step * steps / seconds
-        mfu = None
-        if self.runtime.device.type == "cuda":
-            name = torch.cuda.get_device_name()
-            peak = next((flops for gpu, flops in PEAK_BF16_FLOPS.items() if gpu in name), None)
-            if peak:
-                mfu = self.flops_per_token * tokens_per_sec / (peak * self.runtime.world_size)
+        peak = peak_bf16_flops(torch.cuda.get_device_name()) if self.runtime.device.type == "cuda" else None
+        every_gpu = peak and peak * self.runtime.world_size
+        tokens_per_sec, mfu = throughput(
+            self.tokens_per_step, timed_steps, seconds, self.flops_per_token, every_gpu
+        )
         lr = self.lr_at(self.state.step - 1)
         log.info(
             format_train_line(self.state.step, self.args.max_steps, loss, grad_norm, lr, tokens_per_sec, mfu)
