@@ -141,7 +141,8 @@ class TrainingStateMachine(Construct):
                 "their names are generated at run time under the attempt machine's name."
             },
         )
-        self._grant(self.attempt_machine, job_arn, sagemaker_role)
+        plans = sorted({plan for profile in settings.profiles for plan in profile.training_plan_arns if plan})
+        self._grant(self.attempt_machine, job_arn, sagemaker_role, plans)
         grant_publish(self.state_machine.role, project)
         for machine in (self.state_machine, self.attempt_machine):
             acknowledge(
@@ -157,7 +158,9 @@ class TrainingStateMachine(Construct):
         assert isinstance(resource, sfn.CfnStateMachine)
         resource.definition_substitutions = dict(self.substitutions)
 
-    def _grant(self, attempt_machine: sfn.StateMachine, job_arn: str, sagemaker_role: iam.IRole) -> None:
+    def _grant(
+        self, attempt_machine: sfn.StateMachine, job_arn: str, sagemaker_role: iam.IRole, plans: list[str]
+    ) -> None:
         """What the constructs cannot add: the custom create (or submit) task's actions and passing the
         job's role (to SageMaker, or to Batch, which creates the job with it)."""
         if self.queue is not None:
@@ -166,6 +169,15 @@ class TrainingStateMachine(Construct):
             attempt_machine.add_to_role_policy(
                 iam.PolicyStatement(
                     sid="CreateOwnTrainingJobs", actions=list(CREATE_ACTIONS), resources=[job_arn]
+                )
+            )
+        if plans and self.queue is None:
+            # A request naming a training plan is authorized on the plan too (training-plan: an optional
+            # resource type of CreateTrainingJob in the Service Authorization Reference; SageMaker's "IAM
+            # for SageMaker training plans" asks plan users for it).
+            attempt_machine.add_to_role_policy(
+                iam.PolicyStatement(
+                    sid="UseConfiguredTrainingPlans", actions=["sagemaker:CreateTrainingJob"], resources=plans
                 )
             )
         attempt_machine.add_to_role_policy(

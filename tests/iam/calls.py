@@ -7,6 +7,7 @@ Authorization Reference, "Resource types" column)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -115,17 +116,28 @@ class CallCatalog:
         if job_arn.split("/")[-1].startswith("awsbatch"):
             return {}
         execution = self.arn("states", f"execution:{self.pipeline_name}:{EXECUTION_NAME}")
-        return {"aws:ResourceTag/trainstack:run": self.run_name, "aws:ResourceTag/trainstack:execution": execution}
+        return {
+            "aws:ResourceTag/trainstack:run": self.run_name,
+            "aws:ResourceTag/trainstack:execution": execution,
+        }
 
     # --- all of them ------------------------------------------------------------------------------------
 
     def calls(self) -> list[Call]:
-        return [
+        """Each distinct authorization once (profiles share most of them)."""
+        unique: dict[str, Call] = {}
+        for call in (
             *self.state_machine_calls(),
             *self.training_job_calls(),
             *self.rule_and_schedule_calls(),
             *self.handler_calls(),
-        ]
+        ):
+            key = json.dumps(
+                [call.caller.split(" (")[0], call.role.arn, call.action, call.resource, call.context],
+                sort_keys=True,
+            )
+            unique.setdefault(key, call)
+        return list(unique.values())
 
     # --- state machines ---------------------------------------------------------------------------------
 
@@ -151,14 +163,19 @@ class CallCatalog:
                 ("states:StartExecution", target, {}),
                 ("states:DescribeExecution", execution, {}),
                 ("states:StopExecution", execution, {}),
-                *((action, rule, {}) for action in ("events:PutTargets", "events:PutRule", "events:DescribeRule")),
+                *(
+                    (action, rule, {})
+                    for action in ("events:PutTargets", "events:PutRule", "events:DescribeRule")
+                ),
             ]
         service, action = integration.removeprefix("aws-sdk:").split(":")
         iam_action = f"{_IAM_SERVICE.get(service, service)}:{action[0].upper()}{action[1:]}"
         builder = getattr(self, f"_{service}_{action}", None)
         if builder is None:
             raise AssertionError(f"no representative call for {integration}: add one to CallCatalog")
-        return [(iam_action if entry[0] is None else entry[0], entry[1], entry[2]) for entry in builder(arguments)]
+        return [
+            (iam_action if entry[0] is None else entry[0], entry[1], entry[2]) for entry in builder(arguments)
+        ]
 
     def _pipeline_execution(self) -> str:
         return self.arn("states", f"execution:{self.pipeline_name}:{EXECUTION_NAME}")
@@ -193,7 +210,9 @@ class CallCatalog:
 
         value = arguments[name]
         if isinstance(value, str) and value.startswith("{%"):
-            return jsonata.Jsonata(value.removeprefix("{%").removesuffix("%}")).evaluate(None, self.bindings())
+            return jsonata.Jsonata(value.removeprefix("{%").removesuffix("%}")).evaluate(
+                None, self.bindings()
+            )
         return value
 
     def _training_job(self, name: str) -> str:
@@ -302,7 +321,9 @@ class CallCatalog:
 
     def request(self, profile, resume_from: str | None = None) -> dict[str, Any]:
         run = RunRequest(profile=profile.name, run_name=self.run_name, resume_from=resume_from)
-        return build_create_training_job_request(profile, self.resources(), run, 1, self._pipeline_execution())
+        return build_create_training_job_request(
+            profile, self.resources(), run, 1, self._pipeline_execution()
+        )
 
     def training_job_calls(self) -> Iterator[Call]:
         resources = self.resources()
@@ -358,7 +379,11 @@ class CallCatalog:
             "ec2:DeleteNetworkInterface",
             "ec2:DeleteNetworkInterfacePermission",
         ):
-            yield (action, interface, {"ec2:Vpc": vpc, "ec2:Subnet": self.arn("ec2", f"subnet/{vpc_config['Subnets'][0]}")})
+            yield (
+                action,
+                interface,
+                {"ec2:Vpc": vpc, "ec2:Subnet": self.arn("ec2", f"subnet/{vpc_config['Subnets'][0]}")},
+            )
 
     def vpc_id(self) -> str:
         existing = self.settings.network.existing
@@ -378,7 +403,9 @@ class CallCatalog:
         key_arn = self.bucket_key(bucket)
         if key_arn is not None:  # SSE-KMS: S3 uses the key on the caller's behalf
             via = {"kms:ViaService": f"s3.{self.app.region}.amazonaws.com"}
-            kms_actions = ("kms:Decrypt",) if action == "s3:GetObject" else ("kms:GenerateDataKey", "kms:Decrypt")
+            kms_actions = (
+                ("kms:Decrypt",) if action == "s3:GetObject" else ("kms:GenerateDataKey", "kms:Decrypt")
+            )
             for kms_action in kms_actions:
                 yield (kms_action, key_arn, via)
 
@@ -407,7 +434,9 @@ class CallCatalog:
                     if "RoleArn" not in target:
                         continue
                     role = self.app.role_by_arn(target["RoleArn"])
-                    assert ":stateMachine:" in target["Arn"], f"{logical_id}: unexpected target {target['Arn']}"
+                    assert ":stateMachine:" in target["Arn"], (
+                        f"{logical_id}: unexpected target {target['Arn']}"
+                    )
                     yield Call(f"{label} {logical_id}", role, "states:StartExecution", target["Arn"])
 
     # --- Lambda handlers and other service roles ----------------------------------------------------------
@@ -416,7 +445,9 @@ class CallCatalog:
         for stack, logical_id, properties in self.app.resources_of_type("AWS::Lambda::Function"):
             role = self.app.role_by_arn(properties["Role"])
             caller = f"function {logical_id}"
-            log_group = self.arn("logs", f"log-group:/aws/lambda/{self.app.resolve({'Ref': logical_id}, stack)}")
+            log_group = self.arn(
+                "logs", f"log-group:/aws/lambda/{self.app.resolve({'Ref': logical_id}, stack)}"
+            )
             for action, resource in (
                 ("logs:CreateLogGroup", log_group),
                 ("logs:CreateLogStream", f"{log_group}:log-stream:2026/12/01/[$LATEST]0123"),
@@ -429,7 +460,9 @@ class CallCatalog:
             role = self.app.role_by_arn(properties["DeliverLogsPermissionArn"])
             group = self.arn("logs", f"log-group:{properties['LogGroupName']}")
             for action in ("logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"):
-                yield Call(f"flow log {logical_id}", role, action, f"{group}:log-stream:eni-0123456789abcdef0-all")
+                yield Call(
+                    f"flow log {logical_id}", role, action, f"{group}:log-stream:eni-0123456789abcdef0-all"
+                )
 
     def _handler_work(self, stack: str, function_id: str) -> Iterator[tuple[str, str]]:
         """What each custom-resource handler calls: the resources that invoke it say on what."""
@@ -437,7 +470,10 @@ class CallCatalog:
             if properties["ServiceToken"].endswith(f":{self.app.resolve({'Ref': function_id}, stack)}"):
                 # cdk-ecr-deployment copies with the registry API: pull from SrcImage, push to DestImage.
                 yield ("ecr:GetAuthorizationToken", "*")
-                for image, actions in ((properties["SrcImage"], ECR_PULL_ACTIONS), (properties["DestImage"], ECR_PUSH_ACTIONS)):
+                for image, actions in (
+                    (properties["SrcImage"], ECR_PULL_ACTIONS),
+                    (properties["DestImage"], ECR_PUSH_ACTIONS),
+                ):
                     repository = image.removeprefix("docker://").partition("/")[2].rsplit(":", 1)[0]
                     for action in actions:
                         yield (action, self.arn("ecr", f"repository/{repository}"))

@@ -1,5 +1,5 @@
-"""The synthesized app as it would stand deployed: every intrinsic resolved to a concrete value (names and ARNs
-CloudFormation would generate, in the config's account and Region), each role with its effective policies.
+"""The synthesized app as it would stand deployed: every intrinsic resolved to a concrete value (names and
+ARNs CloudFormation would generate, in the config's account and Region); each role with its policies.
 
 Physical names of resources without an explicit name follow CloudFormation's own scheme closely enough for
 matching (`<stack>-<logical id>`); what matters for IAM is that a policy and the call it allows name the same
@@ -17,7 +17,12 @@ from typing import Any
 from tests.infra.templates import load_templates
 
 # Service of an ARN by CloudFormation type prefix, for GetAtt Arn of types without a rule of their own.
-_SERVICE = {"AWS::Events::": "events", "AWS::Lambda::": "lambda", "AWS::SNS::": "sns", "AWS::Batch::": "batch"}
+_SERVICE = {
+    "AWS::Events::": "events",
+    "AWS::Lambda::": "lambda",
+    "AWS::SNS::": "sns",
+    "AWS::Batch::": "batch",
+}
 # AWS managed policies the templates attach, as AWS publishes them (AWS Managed Policy Reference:
 # AWSLambdaBasicExecutionRole v1, AWSLambdaVPCAccessExecutionRole v3).
 AWS_MANAGED_POLICIES = {
@@ -148,18 +153,23 @@ class DeployedApp:
             "AWS::IAM::Role": lambda: self._name(stack, name, "RoleName"),
             "AWS::IAM::ManagedPolicy": lambda: self._attribute(stack, name, "PolicyArn"),
             "AWS::S3::Bucket": lambda: self._name(stack, name, "BucketName").lower(),
-            "AWS::StepFunctions::StateMachine": lambda: arn
-            % ("states", "stateMachine:" + self._name(stack, name, "StateMachineName")),
+            "AWS::StepFunctions::StateMachine": lambda: (
+                arn % ("states", "stateMachine:" + self._name(stack, name, "StateMachineName"))
+            ),
             "AWS::ECR::Repository": lambda: self._name(stack, name, "RepositoryName").lower(),
             "AWS::Logs::LogGroup": lambda: self._name(stack, name, "LogGroupName"),
             "AWS::Lambda::Function": lambda: self._name(stack, name, "FunctionName"),
             "AWS::SNS::Topic": lambda: arn % ("sns", self._name(stack, name, "TopicName")),
             "AWS::KMS::Key": lambda: f"{name.lower()}-0000-0000-0000-000000000000"[:36],
-            "AWS::Batch::JobQueue": lambda: arn % ("batch", "job-queue/" + self._name(stack, name, "JobQueueName")),
-            "AWS::Batch::ServiceEnvironment": lambda: arn
-            % ("batch", "service-environment/" + self._name(stack, name, "ServiceEnvironmentName")),
-            "AWS::Batch::SchedulingPolicy": lambda: arn
-            % ("batch", "scheduling-policy/" + self._name(stack, name, "Name")),
+            "AWS::Batch::JobQueue": lambda: (
+                arn % ("batch", "job-queue/" + self._name(stack, name, "JobQueueName"))
+            ),
+            "AWS::Batch::ServiceEnvironment": lambda: (
+                arn % ("batch", "service-environment/" + self._name(stack, name, "ServiceEnvironmentName"))
+            ),
+            "AWS::Batch::SchedulingPolicy": lambda: (
+                arn % ("batch", "scheduling-policy/" + self._name(stack, name, "Name"))
+            ),
             "AWS::EC2::VPC": lambda: f"vpc-{_hex(lower)}",
             "AWS::EC2::Subnet": lambda: f"subnet-{_hex(lower)}",
             "AWS::EC2::SecurityGroup": lambda: f"sg-{_hex(lower)}",
@@ -174,12 +184,14 @@ class DeployedApp:
         ref = self._ref(stack, name)
         region_arn = f"arn:aws:%s:{self.region}:{self.account}:%s"
         attributes = {
-            ("AWS::IAM::Role", "Arn"): lambda: f"arn:aws:iam::{self.account}:role"
-            f"{self.resolve(properties.get('Path', '/'), stack)}{ref}",
+            ("AWS::IAM::Role", "Arn"): lambda: (
+                f"arn:aws:iam::{self.account}:role{self.resolve(properties.get('Path', '/'), stack)}{ref}"
+            ),
             ("AWS::S3::Bucket", "Arn"): lambda: f"arn:aws:s3:::{ref}",
             ("AWS::ECR::Repository", "Arn"): lambda: region_arn % ("ecr", f"repository/{ref}"),
-            ("AWS::ECR::Repository", "RepositoryUri"): lambda: f"{self.account}.dkr.ecr.{self.region}"
-            f".amazonaws.com/{ref}",
+            ("AWS::ECR::Repository", "RepositoryUri"): lambda: (
+                f"{self.account}.dkr.ecr.{self.region}.amazonaws.com/{ref}"
+            ),
             ("AWS::Logs::LogGroup", "Arn"): lambda: region_arn % ("logs", f"log-group:{ref}:*"),
             ("AWS::KMS::Key", "Arn"): lambda: region_arn % ("kms", f"key/{ref}"),
             ("AWS::StepFunctions::StateMachine", "Name"): lambda: ref.rsplit(":", 1)[1],
@@ -235,7 +247,7 @@ class DeployedApp:
         return roles
 
     def managed_policy(self, arn: str) -> dict[str, Any]:
-        """An attached managed policy's document: AWS's own from AWS_MANAGED_POLICIES, or one in a template."""
+        """An attached managed policy's document: AWS's (AWS_MANAGED_POLICIES) or one in a template."""
         prefix = "arn:aws:iam::aws:policy/"
         if arn.startswith(prefix):
             return {"Version": "2012-10-17", "Statement": AWS_MANAGED_POLICIES[arn.removeprefix(prefix)]}

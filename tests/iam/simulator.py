@@ -1,5 +1,5 @@
-"""IAM decisions for a batch of calls, from @cloud-copilot/iam-simulate run once per batch (tests/iam/simulate.js):
-node starts slowly on a loaded machine, so every call of a test goes in one run."""
+"""IAM decisions for a batch of calls, from @cloud-copilot/iam-simulate run once per batch
+(tests/iam/simulate.js): node starts slowly on a loaded machine, so every call of a test goes in one run."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ class Decision:
         if self.decision == "Error":
             message = self.errors.get("message") if isinstance(self.errors, dict) else self.errors
             if message == "must.use.wildcard":
-                missing = f"{call.action} supports no resource types: call it on \"*\""
+                missing = f'{call.action} supports no resource types: call it on "*"'
             else:
                 missing = f"the simulator rejected the request: {json.dumps(self.errors)[:300]}"
         elif "pb" in self.blocked_by:
@@ -47,7 +47,8 @@ class Decision:
             missing = f"blocked by {', '.join(self.blocked_by)}"
         else:
             missing = f"no statement allows {call.action} on {call.resource}{context}"
-        return f"DENIED {call.caller}: {call.action} on {call.resource} by role {call.role.logical_id}: {missing}"
+        role = call.role.logical_id
+        return f"DENIED {call.caller}: {call.action} on {call.resource} by role {role}: {missing}"
 
 
 def simulate(
@@ -84,7 +85,9 @@ def _request(call: Call, boundaries: dict[str, dict[str, Any]], account: str) ->
         "account": account or role.arn.split(":")[4],
         "context": call.context,
         "identityPolicies": role.policies,
-        "boundaryPolicies": [{"name": role.boundary, "policy": boundaries[role.boundary]}] if role.boundary else [],
+        "boundaryPolicies": [{"name": role.boundary, "policy": boundaries[role.boundary]}]
+        if role.boundary
+        else [],
     }
     if call.resource_policy is not None:
         request["resourcePolicy"] = call.resource_policy
