@@ -116,6 +116,7 @@ class TrainingStateMachine(Construct):
                 "Attempt",
                 partition=literal_partition(self),
                 job_queue_arn=queue.job_queue_arn,
+                queue_name=queue.queue_name,
                 job_arns=[job_arn],
                 service_job_arn=queue.service_job_arn,
                 batch_job_permissions=[
@@ -186,8 +187,8 @@ class TrainingStateMachine(Construct):
                 attempt_machine.role,
                 {
                     DESCRIBE_BATCH_JOBS: "Batch names the training jobs it starts "
-                    "AWSBatch<jobName><attemptId> at run time; the run tag condition keeps them to this "
-                    "project's runs."
+                    "AWSBatch<jobName><attemptId> at run time; every jobName we submit starts with this "
+                    "queue's key, which keeps them to this project's runs."
                 },
             )
             return
