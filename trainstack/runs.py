@@ -181,9 +181,10 @@ def clock() -> datetime:
 def service_jobs_of(batch: Any, queue_name: str, run_name: str) -> list[tuple[int, dict[str, Any]]]:
     """Queue mode: the run's service jobs (`<queue key><run key>-<attempt>`, trainstack.queue) as (attempt,
     ListServiceJobs summary), newest first (ListServiceJobs sorts by createdAt when filtering by name), every
-    page read."""
+    page read. Case-insensitive: the run key is Step Functions' $hash, lower-case hex as far as AWS's
+    examples show (ListServiceJobs' JOB_NAME filter ignores case too)."""
     prefix = run_job_prefix(queue_name, run_name)
-    pattern = re.compile(rf"^{re.escape(prefix)}(\d+)$")
+    pattern = re.compile(rf"^{re.escape(prefix)}(\d+)$", re.IGNORECASE)
     found = []
     pages = batch.get_paginator("list_service_jobs").paginate(
         jobQueue=queue_name, filters=[{"name": "JOB_NAME", "values": [f"{prefix}*"]}]
