@@ -17,6 +17,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from trainstack.queue import run_job_prefix
+
 STATE_MACHINE_OUTPUT = "StateMachineArn"
 TRAINING_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 EXECUTION_ARN_PATTERN = r"^arn:aws[a-z-]*:states:[a-z0-9-]+:\d{12}:execution:[^:]+:[^:]+$"
@@ -177,12 +179,15 @@ def clock() -> datetime:
 
 
 def service_jobs_of(batch: Any, queue_name: str, run_name: str) -> list[tuple[int, dict[str, Any]]]:
-    """Queue mode: the run's service jobs `<run>-<attempt>` as (attempt, ListServiceJobs summary), newest
-    first (ListServiceJobs sorts by createdAt when filtering by name), every page read."""
-    pattern = re.compile(rf"^{re.escape(run_name)}-(\d+)$", re.IGNORECASE)
+    """Queue mode: the run's service jobs (`<queue key><run key>-<attempt>`, trainstack.queue) as (attempt,
+    ListServiceJobs summary), newest first (ListServiceJobs sorts by createdAt when filtering by name), every
+    page read. Case-insensitive: the run key is Step Functions' $hash, lower-case hex as far as AWS's
+    examples show (ListServiceJobs' JOB_NAME filter ignores case too)."""
+    prefix = run_job_prefix(queue_name, run_name)
+    pattern = re.compile(rf"^{re.escape(prefix)}(\d+)$", re.IGNORECASE)
     found = []
     pages = batch.get_paginator("list_service_jobs").paginate(
-        jobQueue=queue_name, filters=[{"name": "JOB_NAME", "values": [f"{run_name}-*"]}]
+        jobQueue=queue_name, filters=[{"name": "JOB_NAME", "values": [f"{prefix}*"]}]
     )
     for page in pages:
         for summary in page["jobSummaryList"]:

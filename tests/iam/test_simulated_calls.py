@@ -101,7 +101,11 @@ def test_a_boundary_that_lacks_a_service_denies_its_calls(simulated_mode):
     simulated = simulated_mode("control-tower-imported-vpc-no-fsx-queue")
     boundary = copy.deepcopy(PLATFORM_BOUNDARY)
     boundary["Statement"][0]["Action"].remove("batch:*")
-    batch_calls = [call for call in simulated.calls if call.action.startswith("batch:")]
+    batch_calls = [
+        decision.call
+        for decision in simulated.decisions
+        if decision.allowed and decision.call.action.startswith("batch:")
+    ]
     decisions, _ = simulate(batch_calls, {call.role.boundary: boundary for call in batch_calls})
     assert batch_calls and not any(decision.allowed for decision in decisions)
     assert all(
