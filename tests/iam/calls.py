@@ -19,6 +19,7 @@ from trainstack.job_request import (
     RunRequest,
     build_create_training_job_request,
 )
+from trainstack.queue import BATCH_TRAINING_JOB_PREFIX, service_job_name, training_queue_name
 
 # The representative run: its name, the execution that runs it, Batch's ids for its service job.
 RUN_NAME_SUFFIX = "nightly-20261201"
@@ -104,16 +105,18 @@ class CallCatalog:
 
     def job_name(self, attempt: int = 1) -> str:
         """The training job SageMaker runs: ours, or the one Batch creates for the service job."""
-        name = f"{self.run_name}-{attempt}"
-        return f"AWSBatch{name}{BATCH_ATTEMPT_ID}" if self.queued else name
+        if not self.queued:
+            return f"{self.run_name}-{attempt}"
+        service_job = service_job_name(training_queue_name(self.project), self.run_name, attempt)
+        return f"{BATCH_TRAINING_JOB_PREFIX}{service_job}{BATCH_ATTEMPT_ID}"
 
     def job_arn(self, attempt: int = 1) -> str:
-        return self.arn("sagemaker", f"training-job/{self.job_name(attempt).lower()}")
+        return self._training_job(self.job_name(attempt))
 
     def job_tags(self, job_arn: str) -> dict[str, str]:
         """The tags IAM sees on a training job: none on one Batch created, since no source shows that the
         service job's tags reach it (docs/queue.md)."""
-        if job_arn.split("/")[-1].startswith("awsbatch"):
+        if job_arn.split("/")[-1].lower().startswith(BATCH_TRAINING_JOB_PREFIX.lower()):
             return {}
         execution = self.arn("states", f"execution:{self.pipeline_name}:{EXECUTION_NAME}")
         return {
@@ -174,7 +177,9 @@ class CallCatalog:
         if builder is None:
             raise AssertionError(f"no representative call for {integration}: add one to CallCatalog")
         return [
-            (iam_action if entry[0] is None else entry[0], entry[1], entry[2]) for entry in builder(arguments)
+            (iam_action if action is None else action, casing, context)
+            for action, resource, context in builder(arguments)
+            for casing in arn_casings(resource)
         ]
 
     def _pipeline_execution(self) -> str:
@@ -216,7 +221,7 @@ class CallCatalog:
         return value
 
     def _training_job(self, name: str) -> str:
-        return self.arn("sagemaker", f"training-job/{name.lower()}")
+        return self.arn("sagemaker", f"training-job/{name}")
 
     def _sfn_describeExecution(self, arguments):  # noqa: N802 (named after the integration)
         return [(None, self.argument(arguments, "ExecutionArn"), {})]
@@ -246,7 +251,7 @@ class CallCatalog:
         found = []
         for candidate in [profile] if profile else self.settings.profiles:
             request = self.request(candidate)
-            job = self.arn("sagemaker", f"training-job/{request['TrainingJobName'].lower()}")
+            job = self._training_job(request["TrainingJobName"])
             tags = {tag["Key"]: tag["Value"] for tag in request["Tags"]}
             context = {
                 "sagemaker:VpcSubnets": request["VpcConfig"]["Subnets"],
@@ -486,6 +491,14 @@ class CallCatalog:
 
 
 _IAM_SERVICE = {"sfn": "states"}
+
+
+def arn_casings(resource: str) -> list[str]:
+    """A training job's ARN as named and, if that differs, lower-cased: SageMaker reports ARNs in lower case
+    (boto/boto3#4606) and no source says which casing IAM authorizes, so a grant must match both (assumed)."""
+    if ":training-job/" not in resource or resource == resource.lower():
+        return [resource]
+    return [resource, resource.lower()]
 
 
 def _task_states(states: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
