@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -55,6 +56,7 @@ class QueuedPipeline:
     pipeline: str
     attempt: str
     queue_cleanup: str
+    outdir: Path  # the synthesized cloud assembly
 
 
 def queued_pipeline(
@@ -64,7 +66,8 @@ def queued_pipeline(
     if profiles is not None:
         overrides["profiles"] = profiles
     settings = settings_with(overrides)
-    stacks, assembly = synthesize(settings, tmp_path_factory.mktemp("queued.cdk.out"))
+    outdir = tmp_path_factory.mktemp("queued.cdk.out")
+    stacks, assembly = synthesize(settings, outdir)
     template = assembly.get_stack_by_name(stacks.pipeline.stack_name).template
     machines = state_machines(template)
     return QueuedPipeline(
@@ -72,6 +75,7 @@ def queued_pipeline(
         filled(machines["trainstack-pipeline"], template),
         filled(machines["trainstack-pipeline-attempt"], template),
         filled(machines["trainstack-queue-cleanup"], template),
+        outdir,
     )
 
 

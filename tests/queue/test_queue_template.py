@@ -115,7 +115,11 @@ def test_attempt_machine_may_submit_to_this_queue_only_and_follow_service_jobs(q
 
 
 QUEUE_KEY = queue_job_prefix("trainstack-training")
-BATCH_JOBS = f"arn:aws:sagemaker:us-east-1:111111111111:training-job/AWSBatch{QUEUE_KEY}*"
+# Both casings: which one IAM authorizes is unsourced (docs/iam.md).
+BATCH_JOBS = [
+    f"arn:aws:sagemaker:us-east-1:111111111111:training-job/{prefix}{QUEUE_KEY}*"
+    for prefix in ("AWSBatch", "awsbatch")
+]
 
 
 def test_the_job_sweeper_may_stop_and_the_training_role_may_log_as_batchs_jobs(queued_app):
