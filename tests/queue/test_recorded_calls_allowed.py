@@ -14,6 +14,10 @@ from tests.iam.calls import Call, arn_casings
 from tests.iam.deployed import DeployedApp, Role
 from tests.iam.simulator import simulate
 from tests.pipeline import harness
+from tests.queue import test_queue_pipeline as scenario
+
+# The scenario's fixtures: the FIFO queue's synthesized app, and the emulator running it under each naming.
+fifo_pipeline, fifo = scenario.fifo_pipeline, scenario.fifo
 
 
 def recorded_calls(operations, described: list[str], app: DeployedApp, attempt: Role, jobs) -> Iterator[Call]:
