@@ -94,8 +94,7 @@ class QueueSettings(StrictModel):
         low, high = CAPACITY_WAIT_HOURS_RANGE
         if not low <= value <= high:
             raise ValueError(
-                f"{value:g} is outside AWS Batch's job state time limit; "
-                "use 0.17 (10 minutes) to 24 hours"
+                f"{value:g} is outside AWS Batch's job state time limit; use 0.17 (10 minutes) to 24 hours"
             )
         return value
 

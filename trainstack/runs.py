@@ -17,6 +17,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from trainstack.job_request import job_name
 from trainstack.queue import run_job_prefix
 
 STATE_MACHINE_OUTPUT = "StateMachineArn"
@@ -196,13 +197,16 @@ def service_jobs_of(batch: Any, queue_name: str, run_name: str) -> list[tuple[in
     return found
 
 
-def queued_job(batch: Any, queue_name: str, attempt: int, summary: dict[str, Any]) -> QueuedJob:
-    """The run's service job while it waits in the queue; its position comes from GetJobQueueSnapshot, which
-    lists the queue's front in order."""
+def queued_job(
+    batch: Any, queue_name: str, run_name: str, attempt: int, summary: dict[str, Any]
+) -> QueuedJob:
+    """The run's service job while it waits in the queue, under the training job name its request asks for
+    (the service job's own name is a hash); its position comes from GetJobQueueSnapshot, which lists the
+    queue's front in order."""
     front = batch.get_job_queue_snapshot(jobQueue=queue_name).get("frontOfQueue", {}).get("jobs", [])
     arns = [job["jobArn"] for job in front]
     position = arns.index(summary["jobArn"]) + 1 if summary.get("jobArn") in arns else None
-    return QueuedJob(attempt, summary["jobName"], position)
+    return QueuedJob(attempt, job_name(run_name, attempt), position)
 
 
 def batch_started_job(sagemaker: Any, attempt: int, summary: dict[str, Any]) -> Job | None:
@@ -226,7 +230,7 @@ def run_job(
         return current_job(sagemaker, run_name)
     attempt, summary = service_jobs[0]
     if summary.get("status") in SERVICE_JOB_WAITING:
-        return queued_job(batch, queue_name, attempt, summary)
+        return queued_job(batch, queue_name, run_name, attempt, summary)
     return batch_started_job(sagemaker, attempt, summary) or current_job(sagemaker, run_name)
 
 

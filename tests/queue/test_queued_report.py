@@ -76,7 +76,7 @@ def test_the_report_finds_the_job_batch_started_and_how_long_the_attempt_waited(
         assert trainstack([*command, "--state-machine-arn", queue.pipeline_arn]) == 0
         assert capsys.readouterr().out == f"wrote {out}: run {RUN}, 1 attempt(s), execution SUCCEEDED\n"
         page = out.read_text()
-        assert f"{finished} (service job {RUN}-1)" in page and lost not in page
+        assert f"{finished} (service job {service_job(f'{RUN}-1')})" in page and lost not in page
         assert "back in the queue: CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY" in page
     finally:
         context.__exit__(None, None, None)
