@@ -100,7 +100,9 @@ def _encrypt_and_keep(stack: cdk.Stack, log_groups: list[logs.CfnLogGroup]) -> N
         removal_policy=cdk.RemovalPolicy.RETAIN,  # logs kept a year stay readable after the stack goes
     )
     # CloudWatch Logs encrypts with the key itself, limited to this account's log groups (Logs user guide,
-    # "Encrypt log data in CloudWatch Logs using AWS KMS").
+    # "Encrypt log data in CloudWatch Logs using AWS KMS"). The guide's statement also lists kms:Describe*
+    # under the same condition, which never allows anything: DescribeKey has no encryption context
+    # condition key (Service Authorization Reference, AWS KMS), and a condition on an absent key fails.
     key.add_to_resource_policy(
         iam.PolicyStatement(
             sid="CloudWatchLogsOfThisAccount",
@@ -110,7 +112,6 @@ def _encrypt_and_keep(stack: cdk.Stack, log_groups: list[logs.CfnLogGroup]) -> N
                 "kms:Decrypt*",
                 "kms:ReEncrypt*",
                 "kms:GenerateDataKey*",
-                "kms:Describe*",
             ],
             resources=["*"],
             conditions={

@@ -3,12 +3,14 @@ Training that holds training jobs until instances are free (docs/queue.md)."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Annotated
 
 from pydantic import Field, field_validator
 
 from trainstack.base import StrictModel
+from trainstack.profiles import MAX_ATTEMPTS_LIMIT
 
 # AWS Batch share identifiers: letters and digits only (the API reference says alphanumeric).
 _SHARE_NAME = re.compile(r"[A-Za-z0-9]{1,255}")
@@ -20,6 +22,41 @@ MAX_SHARES = 500  # share identifiers active in one Batch job queue
 def training_queue_name(project: str) -> str:
     """The AWS Batch job queue (and service environment) of queue mode; the CLI finds the queue by it."""
     return f"{project}-training"
+
+
+# Batch names the training job of a service job `AWSBatch<jobName><attemptId>` (Batch user guide's
+# example ARNs; the service-linked role may touch only `training-job/AWSBatch*`), the attempt id 32 hex
+# digits there, and SageMaker allows 63 characters in a training job name (botocore's sagemaker model,
+# TrainingJobName). Whether Batch cuts a longer name or SageMaker refuses it is not documented: the
+# service jobs we submit are named within the 23 characters left.
+BATCH_TRAINING_JOB_PREFIX = "AWSBatch"
+BATCH_ATTEMPT_ID_LENGTH = 32
+SERVICE_JOB_NAME_MAX_LENGTH = 63 - len(BATCH_TRAINING_JOB_PREFIX) - BATCH_ATTEMPT_ID_LENGTH
+# Service job names: <queue key><run key>-<attempt>. Hex digits of SHA-256, which Step Functions' JSONata
+# $hash computes as Python's hashlib does, so the state machines name and find the same jobs.
+QUEUE_KEY_LENGTH = 6
+RUN_KEY_LENGTH = SERVICE_JOB_NAME_MAX_LENGTH - QUEUE_KEY_LENGTH - 1 - len(str(MAX_ATTEMPTS_LIMIT))
+
+
+def _key(text: str, length: int) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+def queue_job_prefix(queue_name: str) -> str:
+    """What every service job of this queue is named with first; the training jobs Batch starts for them
+    are `AWSBatch<this>...`, which is how IAM grants name them."""
+    return _key(queue_name, QUEUE_KEY_LENGTH)
+
+
+def run_job_prefix(queue_name: str, run_name: str) -> str:
+    """The names of a run's service jobs up to the attempt number: `<queue key><run key>-`."""
+    return f"{queue_job_prefix(queue_name)}{_key(run_name, RUN_KEY_LENGTH)}-"
+
+
+def service_job_name(queue_name: str, run_name: str, attempt: int) -> str:
+    """The service job of a run's attempt: short enough that Batch's training job name fits SageMaker's
+    63 characters, unique per run (48 bits of the run name's hash) and attempt."""
+    return f"{run_job_prefix(queue_name, run_name)}{attempt}"
 
 
 class QueueSettings(StrictModel):
@@ -57,8 +94,7 @@ class QueueSettings(StrictModel):
         low, high = CAPACITY_WAIT_HOURS_RANGE
         if not low <= value <= high:
             raise ValueError(
-                f"{value:g} is outside AWS Batch's job state time limit; "
-                "use 0.17 (10 minutes) to 24 hours"
+                f"{value:g} is outside AWS Batch's job state time limit; use 0.17 (10 minutes) to 24 hours"
             )
         return value
 

@@ -17,6 +17,9 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from trainstack.job_request import job_name
+from trainstack.queue_settings import run_job_prefix
+
 STATE_MACHINE_OUTPUT = "StateMachineArn"
 TRAINING_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 EXECUTION_ARN_PATTERN = r"^arn:aws[a-z-]*:states:[a-z0-9-]+:\d{12}:execution:[^:]+:[^:]+$"
@@ -177,12 +180,15 @@ def clock() -> datetime:
 
 
 def service_jobs_of(batch: Any, queue_name: str, run_name: str) -> list[tuple[int, dict[str, Any]]]:
-    """Queue mode: the run's service jobs `<run>-<attempt>` as (attempt, ListServiceJobs summary), newest
-    first (ListServiceJobs sorts by createdAt when filtering by name), every page read."""
-    pattern = re.compile(rf"^{re.escape(run_name)}-(\d+)$", re.IGNORECASE)
+    """Queue mode: the run's service jobs (`<queue key><run key>-<attempt>`, queue_settings.py) as (attempt,
+    ListServiceJobs summary), newest first (ListServiceJobs sorts by createdAt when filtering by name), every
+    page read. Case-insensitive: the run key is Step Functions' $hash, lower-case hex as far as AWS's
+    examples show (ListServiceJobs' JOB_NAME filter ignores case too)."""
+    prefix = run_job_prefix(queue_name, run_name)
+    pattern = re.compile(rf"^{re.escape(prefix)}(\d+)$", re.IGNORECASE)
     found = []
     pages = batch.get_paginator("list_service_jobs").paginate(
-        jobQueue=queue_name, filters=[{"name": "JOB_NAME", "values": [f"{run_name}-*"]}]
+        jobQueue=queue_name, filters=[{"name": "JOB_NAME", "values": [f"{prefix}*"]}]
     )
     for page in pages:
         for summary in page["jobSummaryList"]:
@@ -191,13 +197,16 @@ def service_jobs_of(batch: Any, queue_name: str, run_name: str) -> list[tuple[in
     return found
 
 
-def queued_job(batch: Any, queue_name: str, attempt: int, summary: dict[str, Any]) -> QueuedJob:
-    """The run's service job while it waits in the queue; its position comes from GetJobQueueSnapshot, which
-    lists the queue's front in order."""
+def queued_job(
+    batch: Any, queue_name: str, run_name: str, attempt: int, summary: dict[str, Any]
+) -> QueuedJob:
+    """The run's service job while it waits in the queue, under the training job name its request asks for
+    (the service job's own name is a hash); its position comes from GetJobQueueSnapshot, which lists the
+    queue's front in order."""
     front = batch.get_job_queue_snapshot(jobQueue=queue_name).get("frontOfQueue", {}).get("jobs", [])
     arns = [job["jobArn"] for job in front]
     position = arns.index(summary["jobArn"]) + 1 if summary.get("jobArn") in arns else None
-    return QueuedJob(attempt, summary["jobName"], position)
+    return QueuedJob(attempt, job_name(run_name, attempt), position)
 
 
 def batch_started_job(sagemaker: Any, attempt: int, summary: dict[str, Any]) -> Job | None:
@@ -221,7 +230,7 @@ def run_job(
         return current_job(sagemaker, run_name)
     attempt, summary = service_jobs[0]
     if summary.get("status") in SERVICE_JOB_WAITING:
-        return queued_job(batch, queue_name, attempt, summary)
+        return queued_job(batch, queue_name, run_name, attempt, summary)
     return batch_started_job(sagemaker, attempt, summary) or current_job(sagemaker, run_name)
 
 

@@ -138,13 +138,13 @@ def run_queue(args, settings, pipeline, sagemaker: LocalSageMaker):
             executions[name] = stepfunctions.start_execution(
                 stateMachineArn=arn, name=run, input=json.dumps(execution_input)
             )["executionArn"]
-            while not any(job.name == f"{name}-1" for job in list(batch.jobs.values())):
+            while not any(requested(job) == f"{name}-1" for job in list(batch.jobs.values())):
                 time.sleep(0.05)  # the next run's place in the queue depends on this one's submission
             say(f"   {share} started {name}")
         seen = 0
         while True:
             for job, status in batch.transitions[seen:]:
-                say(f"   {job}: {status}")
+                say(f"   {request_names(batch).get(job, job)}: {status}")
             seen = len(batch.transitions)
             described = {
                 name: stepfunctions.describe_execution(executionArn=arn) for name, arn in executions.items()
@@ -154,12 +154,22 @@ def run_queue(args, settings, pipeline, sagemaker: LocalSageMaker):
             time.sleep(0.5)
         started = []
         for job, status in batch.transitions:
-            if status == "SCHEDULED" and job not in started:
-                started.append(job)
+            if status == "SCHEDULED" and request_names(batch)[job] not in started:
+                started.append(request_names(batch)[job])
         outcomes = {
             name: (item["status"], json.loads(item.get("output") or "{}")) for name, item in described.items()
         }
     return outcomes, started
+
+
+def requested(job) -> str:
+    """The training job name a service job's request asked for (`<run>-<attempt>`): the service job itself
+    is named by its hash (trainstack.queue_settings.service_job_name)."""
+    return job.payload["TrainingJobName"]
+
+
+def request_names(batch) -> dict[str, str]:
+    return {job.name: requested(job) for job in list(batch.jobs.values())}
 
 
 if __name__ == "__main__":

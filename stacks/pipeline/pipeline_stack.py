@@ -16,13 +16,14 @@ from stacks.pipeline.cleanup.job_cleanup import JobCleanup
 from stacks.pipeline.cleanup.queue_cleanup import QueueCleanup
 from stacks.pipeline.monitoring import TRAINING_METRICS_NAMESPACE, PipelineMonitoring
 from stacks.pipeline.pipeline_notifications import PipelineNotifications
-from stacks.pipeline.queue.training_queue import BATCH_TRAINING_JOB_PREFIX, TrainingQueue
+from stacks.pipeline.queue.training_queue import TrainingQueue
 from stacks.pipeline.training_state_machine import TrainingStateMachine
 from stacks.storage.storage_stack import StorageStack
 from stacks.validation import acknowledge
 from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements
 from trainstack.config import Settings
 from trainstack.job_request import PipelineResources
+from trainstack.queue_settings import BATCH_TRAINING_JOB_PREFIX, queue_job_prefix, training_queue_name
 
 # Where SageMaker training jobs write their logs (fixed by SageMaker).
 TRAINING_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
@@ -200,12 +201,14 @@ class PipelineStack(cdk.Stack):
                 resources=[log_group_arn, f"{log_group_arn}:*"],
             )
         )
-        job_name_prefixes = [f"{project}-", *([BATCH_TRAINING_JOB_PREFIX] if settings.queue.enabled else [])]
+        batch_jobs = BATCH_TRAINING_JOB_PREFIX + queue_job_prefix(training_queue_name(project))
+        job_name_prefixes = [f"{project}-", *([batch_jobs] if settings.queue.enabled else [])]
         role.add_to_policy(
             iam.PolicyStatement(
                 sid="TrainingLogStreams",
                 actions=["logs:CreateLogStream", "logs:PutLogEvents"],
-                # Streams are named <job name>/algo-<n>-<id>; in queue mode Batch names the jobs AWSBatch...
+                # Streams are named <job name>/algo-<n>-<id>; in queue mode Batch names the jobs
+                # AWSBatch<jobName>..., our jobNames starting with the queue's key (trainstack.queue_settings)
                 # (log streams carry no tags, so only the name narrows them; only this role's jobs write).
                 resources=[f"{log_group_arn}:log-stream:{prefix}*" for prefix in job_name_prefixes],
             )

@@ -83,6 +83,12 @@ def training_job_arn(scope: Construct, job_name_pattern: str) -> str:
     )
 
 
+def training_plans(settings: Settings) -> list[str]:
+    """The training plans the profiles' requests name, each once, in config order."""
+    plans = (plan for profile in settings.profiles for plan in profile.training_plan_arns if plan)
+    return list(dict.fromkeys(plans))
+
+
 class TrainingStateMachine(Construct):
     """The pipeline (`state_machine`) and its attempt machine (`attempt_machine`), both STANDARD."""
 
@@ -116,6 +122,7 @@ class TrainingStateMachine(Construct):
                 "Attempt",
                 partition=literal_partition(self),
                 job_queue_arn=queue.job_queue_arn,
+                queue_name=queue.queue_name,
                 job_arns=[job_arn],
                 service_job_arn=queue.service_job_arn,
                 batch_job_permissions=[
@@ -141,7 +148,7 @@ class TrainingStateMachine(Construct):
                 "their names are generated at run time under the attempt machine's name."
             },
         )
-        self._grant(self.attempt_machine, job_arn, sagemaker_role)
+        self._grant(self.attempt_machine, job_arn, sagemaker_role, training_plans(settings))
         grant_publish(self.state_machine.role, project)
         for machine in (self.state_machine, self.attempt_machine):
             acknowledge(
@@ -157,7 +164,9 @@ class TrainingStateMachine(Construct):
         assert isinstance(resource, sfn.CfnStateMachine)
         resource.definition_substitutions = dict(self.substitutions)
 
-    def _grant(self, attempt_machine: sfn.StateMachine, job_arn: str, sagemaker_role: iam.IRole) -> None:
+    def _grant(
+        self, attempt_machine: sfn.StateMachine, job_arn: str, sagemaker_role: iam.IRole, plans: list[str]
+    ) -> None:
         """What the constructs cannot add: the custom create (or submit) task's actions and passing the
         job's role (to SageMaker, or to Batch, which creates the job with it)."""
         if self.queue is not None:
@@ -166,6 +175,16 @@ class TrainingStateMachine(Construct):
             attempt_machine.add_to_role_policy(
                 iam.PolicyStatement(
                     sid="CreateOwnTrainingJobs", actions=list(CREATE_ACTIONS), resources=[job_arn]
+                )
+            )
+        if self.queue is None and plans:
+            # A request naming a training plan (InstancePreferences[].TrainingPlanArns) is authorized on the
+            # plan too: `training-plan` is a resource type of CreateTrainingJob (Service Authorization
+            # Reference, SageMaker), and plan users need permission to use the plan in training jobs
+            # (SageMaker Developer Guide, "IAM for SageMaker training plans").
+            attempt_machine.add_to_role_policy(
+                iam.PolicyStatement(
+                    sid="UseTrainingPlans", actions=["sagemaker:CreateTrainingJob"], resources=plans
                 )
             )
         attempt_machine.add_to_role_policy(
@@ -186,8 +205,8 @@ class TrainingStateMachine(Construct):
                 attempt_machine.role,
                 {
                     DESCRIBE_BATCH_JOBS: "Batch names the training jobs it starts "
-                    "AWSBatch<jobName><attemptId> at run time; the run tag condition keeps them to this "
-                    "project's runs."
+                    "AWSBatch<jobName><attemptId> at run time; every jobName we submit starts with this "
+                    "queue's key, which keeps them to this project's runs."
                 },
             )
             return

@@ -14,9 +14,11 @@ from localaws.emulator import VirtualClock, local_stepfunctions
 from localaws.emulator.batch_routes import install_fake_batch
 from localaws.emulator.fake_batch import FakeBatch
 from tests.pipeline.harness import COMPLETED, STARTING, TRAINING, FakeSageMaker
+from trainstack.queue_settings import service_job_name, training_queue_name
 
 REGION, ACCOUNT = "us-east-1", "123456789012"
-QUEUE_ARN = f"arn:aws:batch:{REGION}:{ACCOUNT}:job-queue/trainstack-training"
+QUEUE_NAME = training_queue_name("trainstack")
+QUEUE_ARN = f"arn:aws:batch:{REGION}:{ACCOUNT}:job-queue/{QUEUE_NAME}"
 SERVICE_JOB_ARN = f"arn:aws:batch:{REGION}:{ACCOUNT}:service-job/*"
 JOB_ARN = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-job/trainstack-*"
 PSEUDO = {
@@ -25,6 +27,12 @@ PSEUDO = {
     "AWS::AccountId": ACCOUNT,
     "AWS::URLSuffix": "amazonaws.com",
 }
+
+
+def service_job(training_job_name: str) -> str:
+    """The service job the pipeline submits for training job `<run>-<attempt>` (trainstack.queue_settings)."""
+    run, _, attempt = training_job_name.rpartition("-")
+    return service_job_name(QUEUE_NAME, run, int(attempt))
 
 
 def definition_of(build: Callable[[object], object]) -> str:

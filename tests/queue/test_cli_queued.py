@@ -15,7 +15,7 @@ from localaws.emulator.fake_batch import FakeBatch
 from tests.aws_fixtures import KEEPS_RUNNING, REGION, pipeline
 from tests.conftest import default_config_data
 from tests.pipeline.harness import STARTING, TRAINING, FakeSageMaker
-from tests.queue.conftest import install_fake_sagemaker
+from tests.queue.conftest import install_fake_sagemaker, service_job
 from tests.queue.test_fake_batch import payload
 from trainstack.cli import main
 
@@ -33,7 +33,11 @@ def queued_world(aws, monkeypatch, tmp_path):
     install_fake_batch(batch, monkeypatch)
     install_fake_sagemaker(sagemaker, monkeypatch)
     client = boto3.client("batch", region_name=REGION)
-    for name in ("trainstack-other-1", "trainstack-next-1", "trainstack-mine-1"):
+    for name in (
+        service_job("trainstack-other-1"),
+        service_job("trainstack-next-1"),
+        service_job("trainstack-mine-1"),
+    ):
         client.submit_service_job(
             jobName=name,
             jobQueue="trainstack-training",
@@ -63,8 +67,8 @@ def test_once_batch_starts_the_job_the_training_job_is_shown(queued_world, capsy
     batch = queued_world
     batch.max_instances = 6  # room for every job: Batch starts them on its next pass
     batch.describe({"jobId": next(iter(batch.jobs))})
-    [name] = batch.training_jobs_of("trainstack-mine-1")
-    assert name.startswith("AWSBatchtrainstack-mine-1")  # Batch's name, not the request's
+    [name] = batch.training_jobs_of(service_job("trainstack-mine-1"))
+    assert name.startswith("AWSBatch" + service_job("trainstack-mine-1"))  # Batch's name, not the request's
     assert main(["status", "trainstack-mine"]) == 0
     out = capsys.readouterr().out
     assert "queued" not in out and f"attempt 1 | {name} | InProgress" in out
@@ -74,7 +78,7 @@ def test_logs_and_stop_find_the_training_job_batch_started(queued_world, capsys)
     batch = queued_world
     batch.max_instances = 6
     batch.describe({"jobId": next(iter(batch.jobs))})
-    [name] = batch.training_jobs_of("trainstack-mine-1")
+    [name] = batch.training_jobs_of(service_job("trainstack-mine-1"))
     logs = boto3.client("logs", region_name=REGION)
     logs.create_log_group(logGroupName="/aws/sagemaker/TrainingJobs")
     logs.create_log_stream(logGroupName="/aws/sagemaker/TrainingJobs", logStreamName=f"{name}/algo-1-1")

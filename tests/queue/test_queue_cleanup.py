@@ -10,7 +10,16 @@ import boto3
 from stacks.pipeline.monitoring import STOPPED_ORPHAN_PATTERNS
 from tests.pipeline.harness import STARTING, TRAINING, wait_for
 from tests.pipeline.metric_filter import published
-from tests.queue.conftest import ACCOUNT, QUEUE_ARN, REGION, SERVICE_JOB_ARN, create_machine, definition_of
+from tests.queue.conftest import (
+    ACCOUNT,
+    QUEUE_ARN,
+    QUEUE_NAME,
+    REGION,
+    SERVICE_JOB_ARN,
+    create_machine,
+    definition_of,
+    service_job,
+)
 from tests.queue.test_fake_batch import payload
 
 PIPELINE = f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:trainstack-pipeline"
@@ -34,6 +43,7 @@ def cleanup_definition() -> str:
         first = terminate_run_service_jobs(
             stack,
             job_queue_arn=QUEUE_ARN,
+            queue_name=QUEUE_NAME,
             service_job_arn=SERVICE_JOB_ARN,
             run_name="$runName",
             execution_arn="$executionArn",
@@ -77,9 +87,10 @@ def test_cleanup_terminates_the_ended_runs_jobs_and_leaves_other_runs_alone(queu
     client, batch, sagemaker, _ = queue_world
     batch.page_size = 1  # every job on a page of its own: the cleanup must follow nextToken
     sagemaker.script([[STARTING, TRAINING]])  # every job runs until stopped
-    running = submit("trainstack-a-1", f"{EXECUTION_PREFIX}trainstack-a")  # started: takes the 2 instances
-    waiting = submit("trainstack-a-2", f"{EXECUTION_PREFIX}trainstack-a")
-    other = submit("trainstack-a-b-1", f"{EXECUTION_PREFIX}trainstack-a-b")  # shares the name prefix
+    # started: takes the 2 instances
+    running = submit(service_job("trainstack-a-1"), f"{EXECUTION_PREFIX}trainstack-a")
+    waiting = submit(service_job("trainstack-a-2"), f"{EXECUTION_PREFIX}trainstack-a")
+    other = submit(service_job("trainstack-a-b-1"), f"{EXECUTION_PREFIX}trainstack-a-b")
     arn = create_machine(client, "cleanup", cleanup_definition())
     execution = client.start_execution(
         stateMachineArn=arn,
@@ -92,9 +103,10 @@ def test_cleanup_terminates_the_ended_runs_jobs_and_leaves_other_runs_alone(queu
     # The other run's job stays in the queue (and starts on the freed instances).
     assert not status[other].terminated and status[other].status == "SCHEDULED"
     # Batch stopped the started job's training job.
-    assert batch.training_jobs_of("trainstack-a-1")[0] in sagemaker.stop_requests
+    assert batch.training_jobs_of(service_job("trainstack-a-1"))[0] in sagemaker.stop_requests
     pages = [call for operation, call in batch.calls if operation == "ListServiceJobs"]
-    assert len(pages) == 3 and pages[0].get("nextToken") is None
+    # The name filter leaves the other run's job out: one page per job of this run.
+    assert len(pages) == 2 and pages[0].get("nextToken") is None
 
 
 def test_sweeper_terminates_waiting_jobs_of_executions_that_ended(queue_world):
@@ -128,14 +140,14 @@ def test_sweeper_terminates_waiting_jobs_of_executions_that_ended(queue_world):
         "executionArn"
     ]
     assert wait_for(gone).status == "SUCCEEDED"
-    submit("trainstack-blocker-1", alive)
-    orphan = submit("trainstack-gone-1", gone)
-    kept = submit("trainstack-alive-1", alive)
+    submit(service_job("trainstack-blocker-1"), alive)
+    orphan = submit(service_job("trainstack-gone-1"), gone)
+    kept = submit(service_job("trainstack-alive-1"), alive)
     foreign = submit("other-pipeline-1", f"arn:aws:states:{REGION}:{ACCOUNT}:execution:other:gone")
     # A job submitted by hand, without the tag: its $lookup is undefined, which AWS fails the state for
     # unless the expression guards it (States.QueryEvaluationError).
     untagged = submit("by-hand-1", None)
-    late_orphan = submit("trainstack-gone-2", gone)
+    late_orphan = submit(service_job("trainstack-gone-2"), gone)
     arn = create_machine(client, "sweeper", sweeper_definition())
     sweep = wait_for(client.start_execution(stateMachineArn=arn)["executionArn"])
     assert sweep.status == "SUCCEEDED"

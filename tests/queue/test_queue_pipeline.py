@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from tests.conftest import synthesize
 from tests.pipeline import harness
 from tests.pipeline.conftest import fake_value, state_machine_arn, state_machines
 from tests.pipeline.harness import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING, FakeSageMaker
+from tests.queue.conftest import service_job
 from tests.queue.test_queue_config import settings_with
 
 FIFO = {"enabled": True, "max_instances": 2, "capacity_wait_hours": 1}
@@ -54,6 +56,7 @@ class QueuedPipeline:
     pipeline: str
     attempt: str
     queue_cleanup: str
+    outdir: Path  # the synthesized cloud assembly
 
 
 def queued_pipeline(
@@ -63,7 +66,8 @@ def queued_pipeline(
     if profiles is not None:
         overrides["profiles"] = profiles
     settings = settings_with(overrides)
-    stacks, assembly = synthesize(settings, tmp_path_factory.mktemp("queued.cdk.out"))
+    outdir = tmp_path_factory.mktemp("queued.cdk.out")
+    stacks, assembly = synthesize(settings, outdir)
     template = assembly.get_stack_by_name(stacks.pipeline.stack_name).template
     machines = state_machines(template)
     return QueuedPipeline(
@@ -71,6 +75,7 @@ def queued_pipeline(
         filled(machines["trainstack-pipeline"], template),
         filled(machines["trainstack-pipeline-attempt"], template),
         filled(machines["trainstack-queue-cleanup"], template),
+        outdir,
     )
 
 
@@ -160,23 +165,26 @@ def release_first_job(queue: Queue) -> None:
 
 def test_second_run_waits_runnable_while_the_first_uses_the_instances_then_runs(fifo):
     first = fifo.start("first", {"runName": "trainstack-first"})
-    fifo.submitted("trainstack-first-1")
+    fifo.submitted(service_job("trainstack-first-1"))
     second = fifo.start("second", {"runName": "trainstack-second"})
     outcomes = [harness.wait_for(first), harness.wait_for(second)]
     assert [outcome.status for outcome in outcomes] == ["SUCCEEDED", "SUCCEEDED"], [o.cause for o in outcomes]
     # The training job Batch started, under Batch's name for it.
-    assert outcomes[1].output["trainingJobName"] == fifo.batch.training_jobs_of("trainstack-second-1")[0]
+    assert (
+        outcomes[1].output["trainingJobName"]
+        == fifo.batch.training_jobs_of(service_job("trainstack-second-1"))[0]
+    )
     assert outcomes[1].output["checkpointUri"] == "s3://trainstack-checkpoints-test/trainstack-second/"
     transitions = fifo.batch.transitions
-    assert ("trainstack-second-1", "RUNNABLE") in transitions
-    assert transitions.index(("trainstack-second-1", "SCHEDULED")) > transitions.index(
-        ("trainstack-first-1", "SUCCEEDED")
+    assert (service_job("trainstack-second-1"), "RUNNABLE") in transitions
+    assert transitions.index((service_job("trainstack-second-1"), "SCHEDULED")) > transitions.index(
+        (service_job("trainstack-first-1"), "SUCCEEDED")
     )
     # The same CreateTrainingJob request the direct pipeline sends, as the service job's payload.
     [payload] = [
         json.loads(call["serviceRequestPayload"])
         for operation, call in fifo.batch.calls
-        if operation == "SubmitServiceJob" and call["jobName"] == "trainstack-second-1"
+        if operation == "SubmitServiceJob" and call["jobName"] == service_job("trainstack-second-1")
     ]
     assert payload["TrainingJobName"] == "trainstack-second-1"
     assert [p["InstanceType"] for p in payload["ResourceConfig"]["InstancePreferences"]] == [
@@ -194,7 +202,10 @@ def test_capacity_error_is_retried_by_batch_and_resumes_from_the_same_checkpoint
         "s3://trainstack-checkpoints-test/trainstack-retry/"
     }
     assert len(fifo.sagemaker.created) == 2
-    assert outcome.output["trainingJobName"] == fifo.batch.training_jobs_of("trainstack-retry-1")[-1]
+    assert (
+        outcome.output["trainingJobName"]
+        == fifo.batch.training_jobs_of(service_job("trainstack-retry-1"))[-1]
+    )
 
 
 def test_a_refused_start_of_the_attempt_is_retried_in_queue_mode_too(fifo, monkeypatch):
@@ -207,7 +218,7 @@ def test_a_refused_start_of_the_attempt_is_retried_in_queue_mode_too(fifo, monke
     assert [event["taskFailedEventDetails"]["error"] for event in outcome.events("TaskFailed")] == [
         "StepFunctions.ExecutionLimitExceeded"
     ]
-    assert [job.name for job in fifo.batch.jobs.values()] == ["trainstack-refused-1"]
+    assert [job.name for job in fifo.batch.jobs.values()] == [service_job("trainstack-refused-1")]
 
 
 def test_capacity_never_coming_ends_as_capacity_exhausted(fifo):
@@ -250,7 +261,7 @@ def test_a_user_stop_ends_the_run_and_the_cleanup_takes_its_started_job_down(fif
 
     fifo.sagemaker.script([[STARTING, TRAINING]])  # runs until stopped
     running = fifo.start("running", {"runName": "trainstack-running"})
-    harness.wait_until(lambda: fifo.batch.training_jobs_of("trainstack-running-1"))
+    harness.wait_until(lambda: fifo.batch.training_jobs_of(service_job("trainstack-running-1")))
     stepfunctions = boto3.client("stepfunctions", region_name=harness.REGION)
     stepfunctions.stop_execution(executionArn=running)
     assert harness.wait_for(running).status == "ABORTED"
@@ -259,7 +270,7 @@ def test_a_user_stop_ends_the_run_and_the_cleanup_takes_its_started_job_down(fif
     [job] = fifo.batch.jobs.values()
     assert (job.status, job.terminated) == ("FAILED", True)
     # Batch stopped the training job it had started, under its own name.
-    assert fifo.sagemaker.stop_requests == fifo.batch.training_jobs_of("trainstack-running-1")
+    assert fifo.sagemaker.stop_requests == fifo.batch.training_jobs_of(service_job("trainstack-running-1"))
 
 
 def ended_event(execution_arn: str) -> dict[str, Any]:
@@ -296,17 +307,25 @@ def test_priorities_order_the_waiting_jobs(fair):
     executions = [
         fair.start("blocker", {"runName": "trainstack-blocker", "instanceCount": 3, "share": "teamA"})
     ]
-    fair.submitted("trainstack-blocker-1")
+    fair.submitted(service_job("trainstack-blocker-1"))
     for name, priority in (("low", 1), ("high", 500)):
         executions.append(
             fair.start(name, {"runName": f"trainstack-{name}", "priority": priority, "share": "teamA"})
         )
-        fair.submitted(f"trainstack-{name}-1")
+        fair.submitted(service_job(f"trainstack-{name}-1"))
     release_first_job(fair)
     assert [harness.wait_for(execution).status for execution in executions] == ["SUCCEEDED"] * 3
-    assert fair.started() == ["trainstack-blocker-1", "trainstack-high-1", "trainstack-low-1"]
+    assert fair.started() == [
+        service_job("trainstack-blocker-1"),
+        service_job("trainstack-high-1"),
+        service_job("trainstack-low-1"),
+    ]
     schedule = {job.name: job.request.get("schedulingPriority") for job in fair.batch.jobs.values()}
-    assert schedule == {"trainstack-blocker-1": 10, "trainstack-low-1": 1, "trainstack-high-1": 500}
+    assert schedule == {
+        service_job("trainstack-blocker-1"): 10,
+        service_job("trainstack-low-1"): 1,
+        service_job("trainstack-high-1"): 500,
+    }
 
 
 def test_fair_share_gives_the_heavier_share_more_instances(fair):
@@ -320,11 +339,15 @@ def test_fair_share_gives_the_heavier_share_more_instances(fair):
         executions.append(
             fair.start(name, {"runName": f"trainstack-{name}", "instanceCount": count, "share": share})
         )
-        fair.submitted(f"trainstack-{name}-1")
+        fair.submitted(service_job(f"trainstack-{name}-1"))
     release_first_job(fair)
     assert all(harness.wait_for(execution).status == "SUCCEEDED" for execution in executions)
     # Three 1-instance jobs fit once the blocker ended: teamA (weight 2) got two, teamB one.
-    assert fair.started()[1:4] == ["trainstack-a0-1", "trainstack-b0-1", "trainstack-a1-1"]
+    assert fair.started()[1:4] == [
+        service_job("trainstack-a0-1"),
+        service_job("trainstack-b0-1"),
+        service_job("trainstack-a1-1"),
+    ]
 
 
 def test_share_defaults_to_the_first_and_priority_to_the_profile_and_unknown_shares_are_invalid(fair):
@@ -334,7 +357,7 @@ def test_share_defaults_to_the_first_and_priority_to_the_profile_and_unknown_sha
         "share must be one of the queue's shares: teamA, teamB.",
     )
     plain = fair.start("plain", {"runName": "trainstack-plain"})
-    fair.submitted("trainstack-plain-1")
+    fair.submitted(service_job("trainstack-plain-1"))
     release_first_job(fair)
     assert harness.wait_for(plain).status == "SUCCEEDED"
     [job] = fair.batch.jobs.values()
@@ -349,19 +372,21 @@ def test_aborting_a_run_while_it_waits_takes_its_job_out_of_the_queue(fifo):
     # Another team's job holds both instances (submitted outside the pipeline, so nothing polls it and the
     # virtual clock only moves for the run under test).
     boto3.client("batch", region_name=harness.REGION).submit_service_job(
-        jobName="trainstack-other-1",
+        jobName=service_job("trainstack-other-1"),
         jobQueue="trainstack-training",
         serviceJobType="SAGEMAKER_TRAINING",
         serviceRequestPayload=payload("trainstack-other-1"),
     )
     waiting = fifo.start("waiting", {"runName": "trainstack-waiting"})
-    fifo.submitted("trainstack-waiting-1")
+    fifo.submitted(service_job("trainstack-waiting-1"))
     stepfunctions = boto3.client("stepfunctions", region_name=harness.REGION)
     stepfunctions.stop_execution(executionArn=waiting)
     assert harness.wait_for(waiting).status == "ABORTED"  # moto reflects a stop on the execution's thread
     cleanup = harness.wait_for(harness.start(fifo.cleanup_arn, ended_event(waiting), "cleanup-waiting"))
     assert cleanup.status == "SUCCEEDED", cleanup.cause
-    [job] = [job for job in fifo.batch.jobs.values() if job.name == "trainstack-waiting-1"]
+    [job] = [job for job in fifo.batch.jobs.values() if job.name == service_job("trainstack-waiting-1")]
     assert (job.status, job.terminated) == ("FAILED", True)
     assert job.status_reason == f"trainstack cleanup: execution {waiting} ended"
-    assert fifo.batch.training_jobs_of("trainstack-waiting-1") == []  # the aborted run's job never started
+    assert (
+        fifo.batch.training_jobs_of(service_job("trainstack-waiting-1")) == []
+    )  # the aborted run's job never started

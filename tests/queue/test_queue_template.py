@@ -18,6 +18,7 @@ from tests.infra.templates import only, resources
 from tests.infra.test_app_quality import LINT_PLUGINS, run_cfn_lint, validation_report
 from tests.pipeline.test_monitoring import assert_alarms
 from tests.queue.test_queue_config import QUEUE, settings_with
+from trainstack.queue_settings import queue_job_prefix
 
 BATCH_TYPES = ("AWS::Batch::ServiceEnvironment", "AWS::Batch::JobQueue", "AWS::Batch::SchedulingPolicy")
 
@@ -89,15 +90,17 @@ def test_attempt_machine_may_submit_to_this_queue_only_and_follow_service_jobs(q
                 )
     service_jobs = "arn:aws:batch:us-east-1:111111111111:service-job/*"
     assert by_action == {
-        "batch:submitservicejob": [({"Fn::GetAtt": [queue_id, "JobQueueArn"]}, None)],
+        # SubmitServiceJob authorizes the queue and the new service job (both required resource types).
+        "batch:submitservicejob": [([service_jobs, {"Fn::GetAtt": [queue_id, "JobQueueArn"]}], None)],
         "batch:tagresource": [(service_jobs, None)],
-        "batch:describeservicejob": [(service_jobs, None)],
+        # DescribeServiceJob supports no resource types.
+        "batch:describeservicejob": [("*", None)],
         "batch:terminateservicejob": [(service_jobs, None)],
-        # The attempt reads the training job Batch started (AWSBatch<jobName><attemptId>, this project's
-        # by its run tag); it creates none itself.
+        # The attempt reads the training job Batch started (AWSBatch<jobName><attemptId>, this project's by
+        # the queue key every jobName we submit starts with); it creates none itself.
         "sagemaker:describetrainingjob": [
             ("arn:aws:sagemaker:us-east-1:111111111111:training-job/trainstack-*", None),
-            (BATCH_JOBS, PROJECT_RUNS),
+            (BATCH_JOBS, None),
         ],
     }
     pipeline = statements_of(template, "TrainingStateMachineRole")
@@ -111,8 +114,12 @@ def test_attempt_machine_may_submit_to_this_queue_only_and_follow_service_jobs(q
     }
 
 
-BATCH_JOBS = "arn:aws:sagemaker:us-east-1:111111111111:training-job/AWSBatch*"
-PROJECT_RUNS = {"StringLike": {"aws:ResourceTag/trainstack:run": "trainstack-*"}}
+QUEUE_KEY = queue_job_prefix("trainstack-training")
+# Both casings: which one IAM authorizes is unsourced (docs/iam.md).
+BATCH_JOBS = [
+    f"arn:aws:sagemaker:us-east-1:111111111111:training-job/{prefix}{QUEUE_KEY}*"
+    for prefix in ("AWSBatch", "awsbatch")
+]
 
 
 def test_the_job_sweeper_may_stop_and_the_training_role_may_log_as_batchs_jobs(queued_app):
@@ -121,12 +128,12 @@ def test_the_job_sweeper_may_stop_and_the_training_role_may_log_as_batchs_jobs(q
     stops = [
         (s["Resource"], s.get("Condition")) for s in sweeper if "sagemaker:StopTrainingJob" in _actions(s)
     ]
-    assert (BATCH_JOBS, PROJECT_RUNS) in stops
+    assert (BATCH_JOBS, None) in stops
     role = statements_of(template, "SageMakerExecutionRole")
     [streams] = [s for s in role if s.get("Sid") == "TrainingLogStreams"]
     group = "arn:aws:logs:us-east-1:111111111111:log-group:/aws/sagemaker/TrainingJobs"
     assert sorted(streams["Resource"]) == [
-        f"{group}:log-stream:AWSBatch*",
+        f"{group}:log-stream:AWSBatch{QUEUE_KEY}*",
         f"{group}:log-stream:trainstack-*",
     ]
 

@@ -23,10 +23,12 @@ from tests.queue.conftest import (
     ACCOUNT,
     JOB_ARN,
     QUEUE_ARN,
+    QUEUE_NAME,
     REGION,
     SERVICE_JOB_ARN,
     create_machine,
     definition_of,
+    service_job,
 )
 from trainstack.config import load_settings
 from trainstack.job_request import RunRequest, build_create_training_job_request
@@ -41,6 +43,7 @@ def attempt_definition() -> str:
             "Attempt",
             partition="aws",
             job_queue_arn=QUEUE_ARN,
+            queue_name=QUEUE_NAME,
             job_arns=[JOB_ARN],
             service_job_arn=SERVICE_JOB_ARN,
             batch_job_permissions=[],
@@ -92,8 +95,8 @@ def test_one_attempt_completes_through_the_queue(world):
     assert outcome.status == "SUCCEEDED", outcome.cause
     assert outcome.output["status"] == "Completed"
     # Batch's name for the training job, learnt from DescribeServiceJob's latestAttempt.
-    assert outcome.output["job"]["name"] == batch.training_jobs_of("trainstack-a-1")[-1]
-    assert outcome.output["job"]["name"].startswith("AWSBatchtrainstack-a-1")
+    assert outcome.output["job"]["name"] == batch.training_jobs_of(service_job("trainstack-a-1"))[-1]
+    assert outcome.output["job"]["name"].startswith("AWSBatch" + service_job("trainstack-a-1"))
     [(operation, submitted)] = [call for call in batch.calls if call[0] == "SubmitServiceJob"]
     assert json.loads(submitted["serviceRequestPayload"]) == attempt_input("trainstack-a")["request"]
     assert "schedulingPriority" not in submitted and "shareIdentifier" not in submitted
@@ -129,15 +132,17 @@ def release(sagemaker: FakeSageMaker, batch: FakeBatch, name: str) -> None:
 def test_second_run_waits_runnable_while_the_environment_is_full_then_runs(world):
     client, arn, batch, sagemaker, _ = world
     first = start(client, arn, "first", attempt_input("trainstack-first"))
-    wait_until(lambda: submitted(batch, "trainstack-first-1"))
+    wait_until(lambda: submitted(batch, service_job("trainstack-first-1")))
     second = start(client, arn, "second", attempt_input("trainstack-second"))
     outcomes = [wait_for(first), wait_for(second)]
     assert [outcome.output["status"] for outcome in outcomes] == ["Completed", "Completed"]
-    second_history = [status for name, status in batch.transitions if name == "trainstack-second-1"]
+    second_history = [
+        status for name, status in batch.transitions if name == service_job("trainstack-second-1")
+    ]
     assert second_history[0] == "RUNNABLE" and second_history[-1] == "SUCCEEDED"
     # The second training job was created only after the first one had ended.
-    first_end = batch.transitions.index(("trainstack-first-1", "SUCCEEDED"))
-    assert batch.transitions.index(("trainstack-second-1", "SCHEDULED")) > first_end
+    first_end = batch.transitions.index((service_job("trainstack-first-1"), "SUCCEEDED"))
+    assert batch.transitions.index((service_job("trainstack-second-1"), "SCHEDULED")) > first_end
 
 
 def test_priorities_order_the_waiting_jobs(world):
@@ -150,11 +155,15 @@ def test_priorities_order_the_waiting_jobs(world):
         executions.append(
             start(client, arn, name, attempt_input(f"trainstack-{name}", priority=priority, share="research"))
         )
-        wait_until(lambda name=name: submitted(batch, f"trainstack-{name}-1"))
-    release(sagemaker, batch, "trainstack-blocker-1")
+        wait_until(lambda name=name: submitted(batch, service_job(f"trainstack-{name}-1")))
+    release(sagemaker, batch, service_job("trainstack-blocker-1"))
     assert [wait_for(execution).output["status"] for execution in executions] == ["Completed"] * 3
-    assert started(batch) == ["trainstack-blocker-1", "trainstack-high-1", "trainstack-low-1"]
-    [high] = [job for job in batch.jobs.values() if job.name == "trainstack-high-1"]
+    assert started(batch) == [
+        service_job("trainstack-blocker-1"),
+        service_job("trainstack-high-1"),
+        service_job("trainstack-low-1"),
+    ]
+    [high] = [job for job in batch.jobs.values() if job.name == service_job("trainstack-high-1")]
     assert (high.request["schedulingPriority"], high.request["shareIdentifier"]) == (500, "research")
 
 
@@ -172,12 +181,16 @@ def test_fair_share_gives_the_heavier_share_more_instances(world):
     for name, instances, share in plan:
         value = attempt_input(f"trainstack-{name}", instances=instances, share=share)
         executions.append(start(client, arn, name, value))
-        wait_until(lambda name=name: submitted(batch, f"trainstack-{name}-1"))
-    release(sagemaker, batch, "trainstack-blocker-1")
+        wait_until(lambda name=name: submitted(batch, service_job(f"trainstack-{name}-1")))
+    release(sagemaker, batch, service_job("trainstack-blocker-1"))
     for execution in executions:
         assert wait_for(execution).output["status"] == "Completed"
     # Once the blocker ended, three 1-instance jobs fit: teamA got two of them, teamB one.
-    assert started(batch)[1:4] == ["trainstack-a0-1", "trainstack-b0-1", "trainstack-a1-1"]
+    assert started(batch)[1:4] == [
+        service_job("trainstack-a0-1"),
+        service_job("trainstack-b0-1"),
+        service_job("trainstack-a1-1"),
+    ]
 
 
 def test_capacity_error_is_retried_by_batch_with_the_same_checkpoint_prefix(world):
@@ -212,5 +225,5 @@ def test_training_failure_is_reported_with_its_reason(world):
     sagemaker.script([[STARTING, failed("AlgorithmError: loss is nan")]])
     outcome = wait_for(start(client, arn, "run", attempt_input("trainstack-run")))
     assert outcome.output["status"] == "Failed"
-    [name] = batch.training_jobs_of("trainstack-run-1")
+    [name] = batch.training_jobs_of(service_job("trainstack-run-1"))
     assert outcome.output["cause"] == f"Training job {name} failed: AlgorithmError: loss is nan"

@@ -10,6 +10,7 @@ import yaml
 from tests.conftest import default_config_data
 from tests.pipeline import harness
 from tests.pipeline.harness import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING
+from tests.queue.conftest import service_job
 from tests.queue.test_queue_pipeline import (  # noqa: F401 (fifo_pipeline: a fixture)
     FIFO,
     fifo_pipeline,
@@ -35,9 +36,9 @@ def test_the_report_finds_the_job_batch_started_and_how_long_the_attempt_waited(
     context, queue = queue_for(fifo_pipeline, monkeypatch, scripts)
     try:
         other = queue.start("other", {"runName": "trainstack-other"})
-        queue.submitted("trainstack-other-1")
+        queue.submitted(service_job("trainstack-other-1"))
         mine = queue.start(RUN, {"runName": RUN})
-        queue.submitted(f"{RUN}-1")
+        queue.submitted(service_job(f"{RUN}-1"))
         release_first_job(queue)
         outcomes = [harness.wait_for(other), harness.wait_for(mine)]
         assert [outcome.status for outcome in outcomes] == ["SUCCEEDED", "SUCCEEDED"]
@@ -53,9 +54,10 @@ def test_the_report_finds_the_job_batch_started_and_how_long_the_attempt_waited(
         )
 
         [attempt] = report.attempts  # one submission: Batch started the training job twice
-        lost, finished = queue.batch.training_jobs_of(f"{RUN}-1")
+        lost, finished = queue.batch.training_jobs_of(service_job(f"{RUN}-1"))
         assert (attempt.job_name, attempt.status) == (finished, "Completed")
-        assert finished.startswith(f"AWSBatch{RUN}-1") and attempt.service_job["jobName"] == f"{RUN}-1"
+        assert finished.startswith("AWSBatch" + service_job(f"{RUN}-1"))
+        assert attempt.service_job["jobName"] == service_job(f"{RUN}-1")
         assert attempt.instance_type == "ml.p5.48xlarge"
         waited, requeued = attempt.queue_waits
         assert waited.label == "waiting in the queue"
@@ -74,7 +76,7 @@ def test_the_report_finds_the_job_batch_started_and_how_long_the_attempt_waited(
         assert trainstack([*command, "--state-machine-arn", queue.pipeline_arn]) == 0
         assert capsys.readouterr().out == f"wrote {out}: run {RUN}, 1 attempt(s), execution SUCCEEDED\n"
         page = out.read_text()
-        assert f"{finished} (service job {RUN}-1)" in page and lost not in page
+        assert f"{finished} (service job {service_job(f'{RUN}-1')})" in page and lost not in page
         assert "back in the queue: CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY" in page
     finally:
         context.__exit__(None, None, None)

@@ -8,9 +8,11 @@ Batch holds the job RUNNABLE until the service environment has room, starts the 
 (SCHEDULED, STARTING, RUNNING) and re-submits it by itself after capacity errors until it runs or has
 waited the queue's capacity time limit. So this attempt:
 - submits once (batch:SubmitServiceJob, no retryStrategy: Batch's capacity retries need none, and any
-  other failure is the pipeline's to report), the service job named like the training job and tagged
-  like it, so the cleanup machine can find an execution's service jobs;
-- polls DescribeServiceJob; the time limit (timeLimitSeconds) counts from when the latest training job
+  other failure is the pipeline's to report), the service job named `<queue key><run key>-<attempt>`
+  (queue_settings.service_job_name: short enough for Batch's training job name to fit SageMaker's 63
+  characters, found again by the cleanup machine and the CLI) and tagged like the training job;
+- polls DescribeServiceJob (an action without resource types, granted on "*"); the time limit
+  (timeLimitSeconds) counts from when the latest training job
   Batch started got its instances (STARTING or RUNNING), never while the job waits RUNNABLE nor while it
   is SCHEDULED: that is capacity wait, which Batch itself limits (only time in SCHEDULED counts toward
   the queue's capacity time limit, and a capacity failure sends the job back to RUNNABLE: Batch user
@@ -38,7 +40,7 @@ from stacks.pipeline.attempt.training_attempt import (
     poll_wait,
 )
 from stacks.pipeline.jsonata_text import expression
-from stacks.pipeline.queue.training_queue import CAPACITY_REASON
+from stacks.pipeline.queue.training_queue import CAPACITY_REASON, service_job_name
 from trainstack.config import Settings
 
 # aws-sdk:batch:* error names (botocore's batch model declares ClientException and ServerException;
@@ -78,6 +80,7 @@ class QueuedTrainingAttempt(Construct):
         *,
         partition: str,
         job_queue_arn: str,
+        queue_name: str,
         job_arns: list[str],
         service_job_arn: str,
         batch_job_permissions: list[iam.PolicyStatement],
@@ -87,6 +90,8 @@ class QueuedTrainingAttempt(Construct):
         super().__init__(scope, construct_id)
         report = sfn.Succeed.jsonata(self, "ReportOutcome", outputs=expression("$outcome"))
         request = "$states.input.request"
+        attempt = f"$substring({request}.TrainingJobName, $length($states.input.runName) + 1)"
+        job_name = service_job_name(queue_name, "$states.input.runName", attempt)
         submit = sfn.CustomState(
             self,
             "SubmitServiceJob",
@@ -96,7 +101,7 @@ class QueuedTrainingAttempt(Construct):
                 # One JSONata value: schedulingPriority and shareIdentifier only when the run has them.
                 "Arguments": expression(
                     f"$merge([{{"
-                    f'"JobName": {request}.TrainingJobName, "JobQueue": "{job_queue_arn}", '
+                    f'"JobName": {job_name}, "JobQueue": "{job_queue_arn}", '
                     '"ServiceJobType": "SAGEMAKER_TRAINING", '
                     f'"ServiceRequestPayload": $string({request}), '
                     f'"Tags": $merge({request}.Tags.{{Key: Value}})}}, '
@@ -141,7 +146,8 @@ class QueuedTrainingAttempt(Construct):
             service="batch",
             action="describeServiceJob",
             parameters={"JobId": expression("$service.id")},
-            iam_resources=[service_job_arn],
+            # DescribeServiceJob supports no resource types (Service Authorization Reference, AWS Batch).
+            iam_resources=["*"],
             assign={
                 "service": expression(
                     '{"id": $service.id, "status": $states.result.Status, '

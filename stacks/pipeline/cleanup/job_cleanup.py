@@ -137,7 +137,8 @@ class JobCleanup(Construct):
                 self.sweeper.role,
                 {
                     STOP_BATCH_JOBS: "Batch names the training jobs it starts AWSBatch<jobName><attemptId> "
-                    "at run time; the run tag condition keeps them to this project's runs."
+                    "at run time; every jobName we submit starts with this queue's key, which keeps them to "
+                    "this project's runs."
                 },
             )
 

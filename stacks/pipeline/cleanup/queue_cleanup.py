@@ -7,8 +7,9 @@ take its service jobs out of the queue. QueueCleanup builds two JSONata state ma
 - `<project>-queue-sweeper`, every 15 minutes, for a missed event or a failed cleanup.
 
 - `terminate_run_service_jobs`: the cleanup machine knows the ended execution's run name; the run's service
-  jobs are named `<runName>-<attempt>` (like its training jobs): list them by name and terminate those
-  Batch has not finished. Batch stops the training job of a service job it already started.
+  jobs are named `<queue key><run key>-<attempt>` (queue_settings.service_job_name): list them by name
+  and terminate those Batch has not finished. Batch stops the training job of a service job it already
+  started.
 - `terminate_orphaned_service_jobs`: the sweeper lists the queue's RUNNABLE jobs and terminates those whose
   `trainstack:execution` tag names an execution of this pipeline that is no longer RUNNING.
 
@@ -32,7 +33,7 @@ from stacks.pipeline.attempt.queued_training_attempt import CLIENT_ERROR, TRANSI
 from stacks.pipeline.cleanup.job_cleanup import ENDED_UNSUCCESSFULLY, execution_status_pattern
 from stacks.pipeline.jsonata_text import expression
 from stacks.pipeline.logged_state_machine import logged_state_machine
-from stacks.pipeline.queue.training_queue import TrainingQueue
+from stacks.pipeline.queue.training_queue import TrainingQueue, run_job_prefix_of
 from stacks.validation import acknowledge
 from trainstack.job_request import EXECUTION_TAG
 
@@ -126,24 +127,25 @@ def terminate_run_service_jobs(
     scope: Construct,
     *,
     job_queue_arn: str,
+    queue_name: str,
     service_job_arn: str,
     run_name: str,
     execution_arn: str,
     done: sfn.IChainable,
 ) -> sfn.TaskStateBase:
-    """First state: terminate the unfinished service jobs `<runName>-<attempt>` of the ended execution,
-    then `done`. run_name and execution_arn are JSONata expressions."""
-    run = f"({run_name})"
+    """First state: terminate the unfinished service jobs of the ended execution's run (`<prefix><attempt>`,
+    prefix run_job_prefix_of), then `done`. run_name and execution_arn are JSONata expressions."""
+    prefix = f"({run_job_prefix_of(queue_name, f'({run_name})')})"
     ours = (
-        f"JobName = {run} or ($substring(JobName, 0, $length({run}) + 1) = {run} & '-' and "
-        f"$exists($match($substring(JobName, $length({run}) + 1), /^[0-9]+$/)))"
+        f"$substring(JobName, 0, $length({prefix})) = {prefix} and "
+        f"$exists($match($substring(JobName, $length({prefix})), /^[0-9]+$/))"
     )
     return each_service_job(
         scope,
         "QueuedJobs",
         job_queue_arn=job_queue_arn,
         # ListServiceJobs' JOB_NAME filter takes a prefix.
-        filters={"Filters": [{"Name": "JOB_NAME", "Values": [expression(f"{run} & '-*'")]}]},
+        filters={"Filters": [{"Name": "JOB_NAME", "Values": [expression(f"{prefix} & '*'")]}]},
         select=f"({ours}) and Status in {json.dumps(UNFINISHED)}",
         assign={"endedExecution": expression(execution_arn)},
         processor=_terminate(
@@ -177,7 +179,8 @@ def terminate_orphaned_service_jobs(
             service="batch",
             action="describeServiceJob",
             parameters={"JobId": expression("$states.input")},
-            iam_resources=[service_job_arn],
+            # DescribeServiceJob supports no resource types (Service Authorization Reference, AWS Batch).
+            iam_resources=["*"],
             assign={
                 "jobId": expression("$states.result.JobId"),
                 "owner": expression(
@@ -273,6 +276,7 @@ class QueueCleanup(Construct):
         first = terminate_run_service_jobs(
             self,
             job_queue_arn=queue.job_queue_arn,
+            queue_name=queue.queue_name,
             service_job_arn=queue.service_job_arn,
             run_name=run_name_of_event(project),
             execution_arn="$states.input.detail.executionArn",
@@ -316,7 +320,8 @@ class QueueCleanup(Construct):
         acknowledge(
             machine.role,
             "AwsSolutions-IAM5[Resource::*]",
-            "batch:ListServiceJobs and the CloudWatch Logs delivery and X-Ray actions support no "
+            "batch:ListServiceJobs, batch:DescribeServiceJob and the CloudWatch Logs delivery and X-Ray "
+            "actions support no "
             "resource-level permissions.",
         )
         acknowledge(

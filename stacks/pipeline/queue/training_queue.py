@@ -15,8 +15,13 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from stacks.validation import acknowledge
-from trainstack.job_request import RUN_TAG
-from trainstack.queue_settings import QueueSettings, training_queue_name
+from trainstack.queue_settings import (
+    BATCH_TRAINING_JOB_PREFIX,
+    RUN_KEY_LENGTH,
+    QueueSettings,
+    queue_job_prefix,
+    training_queue_name,
+)
 
 SERVICE_TYPE = "SAGEMAKER_TRAINING"
 # statusReason Batch gives a job waiting after capacity errors (Batch user guide, "Jobs stuck in RUNNABLE").
@@ -24,29 +29,37 @@ CAPACITY_REASON = "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"
 # A job larger than the service environment; the pipeline rejects those up front, this is the backstop.
 MAX_RESOURCE_REASON = "MISCONFIGURATION:SERVICE_ENVIRONMENT_MAX_RESOURCE"
 MIN_TIME_LIMIT_SECONDS = 600
-SERVICE_JOB_ACTIONS = ("batch:DescribeServiceJob", "batch:TerminateServiceJob")
-# Batch creates a service job's training job under its own name: the service-linked role's managed policy
-# AWSBatchServiceRolePolicyForSageMaker allows Create/Describe/StopTrainingJob only on
-# `training-job/AWSBatch*`, and Batch's guide shows ARNs `training-job/AWSBatch<jobName><attemptId>`.
-BATCH_TRAINING_JOB_PREFIX = "AWSBatch"
 
 
-def batch_training_job_arns(scope: Construct) -> str:
-    return cdk.Stack.of(scope).format_arn(
-        service="sagemaker", resource="training-job", resource_name=f"{BATCH_TRAINING_JOB_PREFIX}*"
-    )
+def batch_training_job_arns(scope: Construct, project: str) -> list[str]:
+    """The training jobs Batch starts for this project's service jobs: `AWSBatch<jobName><attemptId>`
+    (queue_settings.py), and every jobName we submit starts with the queue's key. In both casings: SageMaker
+    reports its ARNs lower-cased (boto/boto3#4606) and no source says which one IAM authorizes."""
+    prefix = BATCH_TRAINING_JOB_PREFIX + queue_job_prefix(training_queue_name(project))
+    return [
+        cdk.Stack.of(scope).format_arn(service="sagemaker", resource="training-job", resource_name=f"{name}*")
+        for name in (prefix, prefix.lower())
+    ]
 
 
 def batch_training_jobs(scope: Construct, project: str, sid: str, actions: list[str]) -> iam.PolicyStatement:
-    """`actions` on the training jobs Batch starts, narrowed to this project's runs by their run tag (run
-    names start with `<project>-`): the training-job resource type supports `aws:ResourceTag/${TagKey}`
-    (Service Authorization Reference, Amazon SageMaker, resource types), and the job carries the
-    request's Tags from creation."""
-    return iam.PolicyStatement(
-        sid=sid,
-        actions=actions,
-        resources=[batch_training_job_arns(scope)],
-        conditions={"StringLike": {f"aws:ResourceTag/{RUN_TAG}": f"{project}-*"}},
+    """`actions` on the training jobs Batch starts for this project, by the name we give their service
+    jobs. No tag condition: no source says the training job carries the payload's Tags (AWS's SDK sends
+    a run's tags as the service job's own `tags`: sagemaker-python-sdk, aws_batch/batch_api_helper.py)."""
+    return iam.PolicyStatement(sid=sid, actions=actions, resources=batch_training_job_arns(scope, project))
+
+
+def service_job_name(queue_name: str, run_name: str, attempt: str) -> str:
+    """JSONata for queue_settings.service_job_name of a run (`run_name`) and attempt (`attempt`, digits),
+    both JSONata strings: Step Functions' $hash gives SHA-256 in lower-case hex, as hashlib does."""
+    return f"{run_job_prefix_of(queue_name, run_name)} & {attempt}"
+
+
+def run_job_prefix_of(queue_name: str, run_name: str) -> str:
+    """JSONata for trainstack.queue_settings.run_job_prefix: `<queue key><run key>-`."""
+    return (
+        f'"{queue_job_prefix(queue_name)}" & $substring($hash({run_name}, "SHA-256"), 0, {RUN_KEY_LENGTH})'
+        ' & "-"'
     )
 
 
@@ -59,6 +72,7 @@ class TrainingQueue(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, project: str, queue: QueueSettings) -> None:
         super().__init__(scope, construct_id)
         self.project = project
+        self.queue_name = training_queue_name(project)
         self.environment = batch.CfnServiceEnvironment(
             self,
             "ServiceEnvironment",
@@ -111,26 +125,22 @@ class TrainingQueue(Construct):
         """Every service job of this account and region: Batch chooses their ids at submit time."""
         return cdk.Stack.of(self).format_arn(service="batch", resource="service-job", resource_name="*")
 
-    def grant_submit(self, role: iam.Role) -> None:
-        """Submit (and tag) service jobs to this queue. Describe/TerminateServiceJob act on service-job ARNs;
-        the tasks that call them add those statements, acknowledged here."""
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="SubmitToTrainingQueue",
-                actions=["batch:SubmitServiceJob"],
-                resources=[self.job_queue_arn],
-            )
-        )
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="TagNewServiceJobs", actions=["batch:TagResource"], resources=[self.service_job_arn]
-            )
-        )
+    def grant_submit(self, role: iam.Role) -> iam.Grant:
+        """Submit (and tag) service jobs to this queue: SubmitServiceJob authorizes the job queue and the new
+        service job, both required resource types (Service Authorization Reference, AWS Batch)."""
         acknowledge(
             role,
             f"AwsSolutions-IAM5[Resource::{self.service_job_arn}]",
             "Batch chooses service job ids at submit time; jobs can only be submitted to this project's "
             "queue.",
+        )
+        iam.Grant.add_to_principal(
+            grantee=role, actions=["batch:TagResource"], resource_arns=[self.service_job_arn]
+        )
+        return iam.Grant.add_to_principal(
+            grantee=role,
+            actions=["batch:SubmitServiceJob"],
+            resource_arns=[self.job_queue_arn, self.service_job_arn],
         )
 
 

@@ -1,0 +1,89 @@
+"""The app synthesized in each config mode whose IAM differs, and every call it makes, simulated once
+per mode."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import NO_ENV, deep_merge, default_config_data, synthesize
+from tests.iam.calls import Call, CallCatalog
+from tests.iam.deployed import DeployedApp
+from tests.iam.simulator import Decision, simulate
+from tests.infra.test_governed import GOVERNED, GOVERNED_QUEUE_EXISTING_NAT
+
+# The boundary a platform team might set (the boundary is theirs, not in any template): the services
+# trainstack uses, no role changes. Every call must be allowed by it too.
+PLATFORM_BOUNDARY = json.loads(Path(__file__).with_name("platform_boundary.json").read_text())
+PLAN = "arn:aws:sagemaker:us-east-1:111111111111:training-plan/p5-reserved"
+SHARES = {"queue": {"enabled": True, "shares": {"teamA": 2, "teamB": 1}}}
+
+
+def with_plan_and_schedule(data: dict[str, Any]) -> dict[str, Any]:
+    """The first profile's first instance type on a training plan, the second profile on a schedule."""
+    profiles = [dict(profile) for profile in data["profiles"]]
+    first = dict(profiles[0]["instance_preferences"][0], training_plan_arn=PLAN)
+    profiles[0]["instance_preferences"] = [first, *profiles[0]["instance_preferences"][1:]]
+    profiles[1]["schedule"] = "rate(1 day)"
+    return {**data, "profiles": profiles}
+
+
+# Mode -> the config data. The default config already has a spot profile, FSx and a created VPC.
+MODES = {
+    "plans-and-schedules": lambda data: with_plan_and_schedule(data),
+    "queue-with-plans": lambda data: with_plan_and_schedule(deep_merge(data, SHARES)),
+    # control-tower (KMS, boundary, role path) with an imported VPC, FSx off and the queue.
+    "control-tower-imported-vpc-no-fsx-queue": lambda data: deep_merge(
+        data, deep_merge(GOVERNED, GOVERNED_QUEUE_EXISTING_NAT)
+    ),
+}
+
+
+@dataclass
+class SimulatedMode:
+    settings: Any
+    app: DeployedApp
+    calls: list[Call]
+    decisions: list[Decision]
+    node_seconds: float
+
+    @property
+    def denials(self) -> list[Decision]:
+        return [decision for decision in self.decisions if not decision.allowed]
+
+
+def simulate_app(settings, outdir: Path) -> SimulatedMode:
+    app = DeployedApp(outdir, settings.account, settings.region)
+    calls = CallCatalog(app, settings).calls()
+    boundaries = {role.boundary: PLATFORM_BOUNDARY for role in app.roles.values() if role.boundary}
+    decisions, seconds = simulate(calls, boundaries)
+    return SimulatedMode(settings, app, calls, decisions, seconds)
+
+
+@pytest.fixture(scope="session")
+def simulated_default(default_app) -> SimulatedMode:
+    settings, _, assembly = default_app
+    return simulate_app(settings, Path(assembly.directory))
+
+
+@pytest.fixture(scope="session")
+def simulated_mode(tmp_path_factory):
+    """mode name -> its app synthesized and simulated, once per test process."""
+    from trainstack.config import parse_settings
+
+    done: dict[str, SimulatedMode] = {}
+
+    def get(mode: str) -> SimulatedMode:
+        if mode not in done:
+            data = MODES[mode](default_config_data())
+            settings = parse_settings(data, NO_ENV, source=f"mode {mode}")
+            outdir = tmp_path_factory.mktemp(f"{mode}.cdk.out")
+            synthesize(settings, outdir)
+            done[mode] = simulate_app(settings, outdir)
+        return done[mode]
+
+    return get

@@ -1,0 +1,115 @@
+"""Every call the product makes, simulated offline against the synthesized roles (docs/iam.md, "Simulated
+calls"): each state machine's tasks as they evaluate for a representative run, the training job's own reads
+and writes with the SageMaker execution role, EventBridge's and Scheduler's roles, the Lambda handlers."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+
+import pytest
+
+from tests.iam.calls import CallCatalog
+from tests.iam.conftest import MODES, PLAN, PLATFORM_BOUNDARY
+from tests.iam.simulator import simulate
+
+
+def denial_report(mode) -> str:
+    return "\n".join(decision.explain() for decision in mode.denials)
+
+
+def test_default_mode_calls_are_all_allowed(simulated_default):
+    assert simulated_default.denials == [], denial_report(simulated_default)
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_every_call_is_allowed(simulated_mode, mode):
+    simulated = simulated_mode(mode)
+    assert simulated.denials == [], denial_report(simulated)
+
+
+def test_every_task_of_every_state_machine_is_simulated(simulated_mode):
+    """Each Task state of every machine (queue machines included) contributes at least one call."""
+    simulated = simulated_mode("queue-with-plans")
+    machines = simulated.app.state_machines()
+    assert {
+        "trainstack-pipeline",
+        "trainstack-pipeline-attempt",
+        "trainstack-job-cleanup",
+        "trainstack-queue-cleanup",
+        "trainstack-queue-sweeper",
+    } <= set(machines)
+    callers = {call.caller for call in simulated.calls}
+    from tests.iam.calls import _task_states
+
+    missing = [
+        f"{name}/{state}"
+        for name, (definition, _) in machines.items()
+        for state, _ in _task_states(definition["States"])
+        if f"{name}/{state}" not in callers
+    ]
+    assert missing == []
+
+
+def test_the_modes_exercise_what_they_claim(simulated_default, simulated_mode):
+    """Spot, FSx and the created VPC in the default config; the training plan's own authorization; the
+    schedule's role; the boundary and the role path; S3 dataset reads through KMS with FSx off."""
+    default = {
+        (call.action, call.resource.split(":")[2] if ":" in call.resource else "*")
+        for call in simulated_default.calls
+    }
+    assert ("ec2:CreateNetworkInterface", "ec2") in default
+    plans = simulated_mode("plans-and-schedules")
+    assert any(call.resource == PLAN for call in plans.calls)
+    assert any(call.caller.startswith("schedule ") for call in plans.calls)
+    governed = simulated_mode("control-tower-imported-vpc-no-fsx-queue")
+    training = [call for call in governed.calls if call.caller.startswith("training job")]
+    assert all(call.role.boundary and "/trainstack/" in call.role.arn for call in training)
+    assert {"s3:ListBucket", "kms:Decrypt", "kms:GenerateDataKey"} <= {call.action for call in training}
+    assert any("vpc-0a1b2c3d4e5f60718" in str(call.context) for call in training)
+
+
+def test_a_removed_grant_is_reported_naming_the_call_the_role_and_what_is_missing(simulated_default):
+    """Drop the pass-role statement of the attempt machine's role: CreateTrainingJob's role hand-over is
+    denied, and the report says which call, which role and what no statement allows."""
+    app = simulated_default.app
+    [role] = [
+        role for role in app.roles.values() if role.logical_id.startswith("TrainingAttemptStateMachineRole")
+    ]
+    narrowed = copy.deepcopy(role.policies)
+    for policy in narrowed:
+        policy["policy"]["Statement"] = [
+            statement for statement in policy["policy"]["Statement"] if statement["Action"] != "iam:PassRole"
+        ]
+    narrowed_role = replace(role, policies=narrowed)
+    calls = [
+        replace(call, role=narrowed_role) if call.role is role else call for call in simulated_default.calls
+    ]
+    decisions, _ = simulate(calls)
+    denied = [decision.explain() for decision in decisions if not decision.allowed]
+    sagemaker_role = CallCatalog(app, simulated_default.settings).resources().role_arn
+    assert denied == [
+        f"DENIED trainstack-pipeline-attempt/CreateTrainingJob: iam:PassRole on {sagemaker_role} by role "
+        f"{role.logical_id}: no statement allows iam:PassRole on {sagemaker_role} with "
+        '{"iam:PassedToService": "sagemaker.amazonaws.com"}'
+    ]
+
+
+def test_a_boundary_that_lacks_a_service_denies_its_calls(simulated_mode):
+    """A call must be allowed by the role's policies and by its permissions boundary: a boundary without
+    Batch denies every Batch call, and the report names the boundary."""
+    simulated = simulated_mode("control-tower-imported-vpc-no-fsx-queue")
+    boundary = copy.deepcopy(PLATFORM_BOUNDARY)
+    boundary["Statement"][0]["Action"].remove("batch:*")
+    batch_calls = [
+        decision.call
+        for decision in simulated.decisions
+        if decision.allowed and decision.call.action.startswith("batch:")
+    ]
+    decisions, _ = simulate(batch_calls, {call.role.boundary: boundary for call in batch_calls})
+    assert batch_calls and not any(decision.allowed for decision in decisions)
+    assert all(
+        "its permissions boundary arn:aws:iam::111111111111:policy/PlatformBoundary does not allow it"
+        in decision.explain()
+        for decision in decisions
+    )
