@@ -11,6 +11,7 @@ from html import escape
 
 from trainstack.prices import SAGEMAKER_TRAINING_PRICES
 from trainstack.report.collect import Attempt, RunReport
+from trainstack.runs import hms
 
 # One colour per attempt, everywhere on the page (the browser test looks for them in the screenshot).
 ATTEMPT_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
@@ -103,7 +104,7 @@ def attempt_table(attempts: Sequence[Attempt]) -> str:
         cells = [
             f'<span class="swatch" style="background:{attempt_colour(attempt)}"></span> {attempt.number}',
             escape(attempt.job_name + (f" (service job {service_job})" if service_job else "")),
-            _duration(waited) if waited is not None else "-",
+            hms(waited) if waited is not None else "-",
             escape(f"{attempt.instance_count} x {attempt.instance_type}" if attempt.instance_type else "-"),
             escape(attempt.status + (f": {reason}" if reason else "")),
             escape(resumed),
@@ -150,7 +151,7 @@ def timeline(report: RunReport) -> str:
                     _bar(axis, start, backoff.start, backoff.end, y + 2, 14, BACKOFF_COLOUR, backoff.label)
                 )
                 left = axis.to_x((backoff.start - start).total_seconds())
-                parts.append(f'<text x="{left:.1f}" y="{y + 30}">{escape(_duration(seconds))}</text>')
+                parts.append(f'<text x="{left:.1f}" y="{y + 30}">{escape(hms(seconds))}</text>')
             continue
         colour = attempt_colour(attempt)
         finish = attempt.ended or end
@@ -176,7 +177,7 @@ def timeline(report: RunReport) -> str:
     for tick in ticks:
         x = axis.to_x(tick)
         parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{axis_y}" y2="{axis_y + 4}" stroke="#999"/>')
-        parts.append(f'<text x="{x:.1f}" y="{axis_y + 16}" text-anchor="middle">{_duration(tick)}</text>')
+        parts.append(f'<text x="{x:.1f}" y="{axis_y + 16}" text-anchor="middle">{hms(tick)}</text>')
     parts.append(
         f'<text x="{axis.right}" y="{height - 1}" text-anchor="end">time since the run started</text>'
     )
@@ -292,11 +293,6 @@ def _svg(element_id: str, height: int, parts: list[str]) -> str:
         f'<svg id="{element_id}" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
         f'viewBox="0 0 {WIDTH} {height}">{"".join(parts)}</svg>'
     )
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
 def _stamp(when: datetime) -> str:
