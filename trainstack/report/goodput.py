@@ -75,9 +75,10 @@ class RunLedger:
 
     def instance_seconds(self, part: str | None = None) -> float:
         """Billed instance-seconds of one part, or of all (None)."""
-        return sum(
-            (a.billed_ms if part is None else a.parts_ms[part]) * a.instance_count for a in self.attempts
-        ) / 1000
+        return (
+            sum((a.billed_ms if part is None else a.parts_ms[part]) * a.instance_count for a in self.attempts)
+            / 1000
+        )
 
     @property
     def goodput_percent(self) -> float | None:
