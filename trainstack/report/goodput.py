@@ -114,9 +114,9 @@ class RunLedger:
 def ledger_of(report: RunReport, now: datetime) -> RunLedger:
     """The ledger of a collected run; `now` ends the billed time of a job still running."""
     attempts = report.attempts
-    nexts = [*attempts[1:], None]
+    followers = [*attempts[1:], None][: len(attempts)]
     return RunLedger(
-        [attempt_ledger(attempt, following, now) for attempt, following in zip(attempts, nexts, strict=True)],
+        [attempt_ledger(attempt, after, now) for attempt, after in zip(attempts, followers, strict=True)],
         sum((backoff.end - backoff.start).total_seconds() for backoff in report.backoffs),
     )
 
