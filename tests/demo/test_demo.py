@@ -12,7 +12,8 @@ import pytest
 
 from tests.demo.browser import colour_pixels, load
 from tests.demo.demo_process import run_demo
-from trainstack.report.render import ATTEMPT_COLOURS, BACKOFF_COLOUR
+from trainstack.report.goodput import KEPT, STARTING
+from trainstack.report.render import ATTEMPT_COLOURS, BACKOFF_COLOUR, PART_COLOURS
 
 
 @dataclass
@@ -77,7 +78,7 @@ def test_a_retraining_survives_a_capacity_loss_and_resumes_from_its_checkpoint(d
 def test_the_report_shows_both_attempts_in_a_browser(demo):
     report = demo.workdir / "report.html"
     assert f"wrote {report}: run " in demo.out and ", 2 attempt(s), execution SUCCEEDED" in demo.out
-    page = load(report.resolve().as_uri(), ["timeline", "loss", "throughput"])
+    page = load(report.resolve().as_uri(), ["timeline", "loss", "throughput", "goodput"])
     assert page.errors == []
     first, second = ATTEMPT_COLOURS[:2]
     for chart in ("timeline", "loss", "throughput"):
@@ -89,6 +90,12 @@ def test_the_report_shows_both_attempts_in_a_browser(demo):
         assert colour_pixels(page.screenshot, box, first) > 150, (chart, first)
         assert colour_pixels(page.screenshot, box, second) > 15, (chart, second)
     assert colour_pixels(page.screenshot, page.boxes["timeline"], BACKOFF_COLOUR) > 20  # the back-off
+    # The goodput ledger: a bar per attempt (16 px high), both mostly kept training, each after its start.
+    goodput = page.boxes["goodput"]
+    assert goodput[2] - goodput[0] >= 900, goodput
+    kept = colour_pixels(page.screenshot, goodput, PART_COLOURS[KEPT])
+    assert kept > 16 * 200, kept
+    assert colour_pixels(page.screenshot, goodput, PART_COLOURS[STARTING]) > 16 * 2
     text = report.read_text()
     assert "resumes at step" in text and "CapacityError" in text
 
