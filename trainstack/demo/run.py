@@ -198,7 +198,7 @@ def report_attempts(sagemaker: LocalSageMaker) -> None:
         status, _, reason = job.status()
         log = job.log_path.read_text(errors="replace") if job.log_path.exists() else ""
         resumed = re.search(r"Resumed from \S+ \(step (\d+)\)", log)
-        steps = re.findall(r"step[ =:]+(\d+)", log)
+        steps = re.findall(r"\bstep[ =:]+(\d+)", log)
         story = (
             f"resumed from the checkpoint of step {resumed.group(1)}" if resumed else "started from scratch"
         )

@@ -160,12 +160,12 @@ def wall_parts(
         return min(max(when, start), end)
 
     progress = attempt.progress
-    training = next(
-        (item for item in attempt.job.get("SecondaryStatusTransitions", []) if item["Status"] == "Training"),
-        {},
-    )
-    loop_start = clip(progress.ready or training.get("StartTime") or start)
-    loop_end = max(loop_start, clip(training.get("EndTime") or end))
+    # Training again after Interrupted/Restarting (managed spot) is one stretch: first start to last end.
+    training = [
+        item for item in attempt.job.get("SecondaryStatusTransitions", []) if item["Status"] == "Training"
+    ] or [{}]
+    loop_start = clip(progress.ready or training[0].get("StartTime") or start)
+    loop_end = max(loop_start, clip(training[-1].get("EndTime") or end))
     if attempt.status == "Completed":
         kept_until = loop_end
     else:
