@@ -135,7 +135,28 @@ def test_progress_is_read_from_the_log_lines_train_py_writes():
     assert progress.ready == at(8)
     assert progress.steps == [(20, at(16)), (20, at(18))]
     assert progress.pauses == [pause(20, 16)] and progress.saved == {20: at(17)}
-    assert progress.reached(20) == at(16)
+    assert progress.reached(20, first_step=0) == at(16)
+    assert progress.reached(10, first_step=0) == at(12)  # between the loop's start (step 0) and step 20
+    assert progress.reached(30, first_step=0) == at(20)  # at the pace of the last logged steps
+    assert progress.reached(20, first_step=20) is None  # the job started there: not its step
+
+
+def test_a_checkpoint_whose_lines_were_lost_is_placed_at_the_logged_pace():
+    """A job stopped with SIGTERM saves a checkpoint that its log may not show (the lines go with the
+    process that relayed them); the next attempt resumed from it."""
+    report = hang_then_resume()
+    first, second = report.attempts
+    first.job["FailureReason"] = "CapacityError: Unable to provision requested ML compute capacity."
+    second.resumed_from = ("/opt/ml/checkpoints/step_000000060", 60)
+    ledger = ledger_of(report, now=at(100))
+    # Steps 40 and 50 were logged at minutes 24 and 28: step 60 at 32; kept until then less two pauses.
+    assert ledger.attempts[0].parts_ms == {
+        STARTING: 240_000,
+        KEPT: 1_380_000,
+        SAVING: 60_000,
+        LOST: 1_080_000,
+        HANG: 0,
+    }
 
 
 def test_the_page_draws_a_bar_per_attempt_in_the_parts_colours():

@@ -11,7 +11,8 @@ smaller than the training time with managed spot). Each attempt's billed seconds
   still billed, the image and the script's set-up, resuming included;
 - kept training: the loop's time up to the point the run kept: all of it for a completed attempt, else up
   to the step of the checkpoint the next attempt resumed from (its log's `Resumed from ... (step N)`), or
-  without a next attempt the newest checkpoint the attempt completed;
+  without a next attempt the newest checkpoint the attempt completed; the moment of that step is its
+  checkpoint pause's start, else estimated at the pace of the logged steps (progress.Progress.reached);
 - checkpoint saving: the loop's checkpoint pauses (`checkpoint_step=N paused_seconds=S`), and the billed
   time after the `Training` phase ended (Uploading the model and output);
 - lost work: from that kept point to the failure (the end of the `Training` phase, else TrainingEndTime);
@@ -196,7 +197,7 @@ def _kept_point(attempt: Attempt, following: Attempt | None) -> datetime | None:
         step = max(progress.saved)
     else:
         return None
-    return progress.reached(step)
+    return progress.reached(step, attempt.resumed_from[1] if attempt.resumed_from else 0)
 
 
 def _overlap(span: tuple[datetime, datetime], low: datetime, high: datetime) -> timedelta:

@@ -13,6 +13,7 @@ streams stdout while the job runs), so the ledger's splits inside a job are esti
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -41,12 +42,27 @@ class Progress:
     pauses: list[Pause] = field(default_factory=list)
     saved: dict[int, datetime] = field(default_factory=dict)  # step -> when its checkpoint was complete
 
-    def reached(self, step: int) -> datetime | None:
-        """When the loop finished step `step`: its checkpoint pause began then, or its step line says."""
+    def reached(self, step: int, first_step: int) -> datetime | None:
+        """When the loop finished step `step` (the job started at `first_step`): when its checkpoint pause
+        began, else at the pace of the logged steps, between them or after the last (the last lines of a
+        job stopped with SIGTERM can be lost with the process that relayed them). None: `step` is not
+        after `first_step`, or nothing was logged."""
+        if step <= first_step:
+            return None
         for pause in self.pauses:
             if pause.step == step:
                 return pause.start
-        return next((when for logged, when in self.steps if logged == step), self.saved.get(step))
+        points = [(first_step, self.ready)] if self.ready else []
+        for logged, when in self.steps:
+            if logged > (points[-1][0] if points else first_step):
+                points.append((logged, when))
+        if not points:
+            return None
+        if len(points) == 1:
+            return points[0][1]
+        pairs = list(itertools.pairwise(points))
+        (low, since), (high, until) = next((pair for pair in pairs if step <= pair[1][0]), pairs[-1])
+        return since + (until - since) * ((step - low) / (high - low))
 
 
 def read_progress(events: list[dict[str, Any]]) -> Progress:
