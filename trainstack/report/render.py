@@ -21,6 +21,7 @@ BACKOFF_COLOUR = "#9e9e9e"
 MARKER_COLOUR = "#555555"  # where an attempt resumed
 # The goodput ledger's parts: none within the browser test's tolerance of an attempt's colour.
 PART_COLOURS = {STARTING: "#bdbdbd", KEPT: "#1b5e20", SAVING: "#f9a825", LOST: "#b71c1c", HANG: "#4a148c"}
+LEDGER_TOP, LEDGER_ROW, LEDGER_BAR = 8, 34, 16  # the goodput chart: attempt N's bar at TOP + (N-1) ROW
 WIDTH, PLOT_LEFT, PLOT_RIGHT = 960, 70, 20
 TRAIN_LOSS, VALIDATION_LOSS, TOKENS_PER_SECOND = "train:loss", "validation:loss", "train:tokens_per_second"
 STYLE = """
@@ -262,10 +263,10 @@ def goodput_section(ledger: RunLedger) -> str:
     if not ledger.attempts:
         return summary
     longest = max(a.billed_ms * a.instance_count for a in ledger.attempts) or 1
-    left, right, row_height = PLOT_LEFT + 110, WIDTH - PLOT_RIGHT, 34
+    left, right = PLOT_LEFT + 110, WIDTH - PLOT_RIGHT
     parts, rows = [], []
     for index, attempt in enumerate(ledger.attempts):
-        y, x = 8 + index * row_height, float(left)
+        y, x = LEDGER_TOP + index * LEDGER_ROW, float(left)
         parts.append(f'<text x="4" y="{y + 13}">attempt {attempt.number}</text>')
         for part in PARTS:
             ms = attempt.parts_ms[part]
@@ -274,7 +275,7 @@ def goodput_section(ledger: RunLedger) -> str:
             width = ms * attempt.instance_count / longest * (right - left)
             title = f"{part}: {hms(ms / 1000)} x {attempt.instance_count} instance(s)" + _usd(attempt.usd(ms))
             parts.append(
-                f'<rect x="{x:.1f}" y="{y}" width="{max(width, 1):.1f}" height="16" '
+                f'<rect x="{x:.1f}" y="{y}" width="{max(width, 1):.1f}" height="{LEDGER_BAR}" '
                 f'fill="{PART_COLOURS[part]}"><title>{escape(title)}</title></rect>'
             )
             x += width
@@ -296,7 +297,7 @@ def goodput_section(ledger: RunLedger) -> str:
     )
     return (
         summary
-        + _svg("goodput", 8 + len(ledger.attempts) * row_height, parts)
+        + _svg("goodput", LEDGER_TOP + len(ledger.attempts) * LEDGER_ROW, parts)
         + f'<div class="legend">{legend}</div>'
         + f"<table><tr>{head}</tr>{''.join(rows)}</table>"
         + '<p class="note">Per instance, H:MM:SS of the billed time (TrainingStartTime to TrainingEndTime, '
