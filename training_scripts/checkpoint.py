@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import shutil
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from data import UserError
 from distributed import Runtime, agree
+from metrics import format_checkpoint_pause_line
 from model import describe
 from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint.api import CheckpointException
@@ -197,6 +199,7 @@ class CheckpointManager:
     def save(self, state: TrainState, run_facts: dict, blocking: bool = False) -> None:
         """Save `state` at its step; `run_facts` (global batch, data position) go into the marker;
         `blocking` (SIGTERM) returns only once the checkpoint is complete."""
+        paused = time.perf_counter()
         self.wait()
         step = state.step
         marker = {
@@ -227,6 +230,8 @@ class CheckpointManager:
                 process_group=self.runtime.checkpoint_group,
             )
             self._finalize(step, marker)
+        if self.runtime.is_main:
+            log.info(format_checkpoint_pause_line(step, time.perf_counter() - paused))
 
     @staticmethod
     def _writer(folder: Path) -> FileSystemWriter:

@@ -93,6 +93,15 @@ def format_val_line(step: int, loss: float) -> str:
     return f"step={step} val_loss={loss:.4f}"
 
 
+# How long the training loop stood still for a checkpoint save (async saves: the snapshot only; the run
+# report's goodput ledger counts it as checkpoint saving).
+CHECKPOINT_PAUSE = re.compile(r"checkpoint_step=(\d+) paused_seconds=([0-9.]+)")
+
+
+def format_checkpoint_pause_line(step: int, seconds: float) -> str:
+    return f"checkpoint_step={step} paused_seconds={seconds:.3f}"
+
+
 def parse_metrics(text: str) -> dict[str, list[float]]:
     """Every value each MetricDefinition finds in `text`, as SageMaker would extract them."""
     return {

@@ -237,7 +237,12 @@ def run_job(
 def elapsed(execution: dict[str, Any], now: datetime) -> str:
     """H:MM:SS from the execution's start to its stop, or to now while it runs."""
     end = execution.get("stopDate") or now
-    seconds = max(0, int((end - execution["startDate"]).total_seconds()))
+    return hms(max(0, int((end - execution["startDate"]).total_seconds())))
+
+
+def hms(seconds: float) -> str:
+    """H:MM:SS, to the nearest second."""
+    seconds = int(round(seconds))
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 

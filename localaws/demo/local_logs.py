@@ -2,13 +2,16 @@
 
 SageMaker writes a job's stdout/stderr to log group `/aws/sagemaker/TrainingJobs`, one stream per host
 named `<job>/algo-<N>-<epoch seconds>` (SageMaker developer guide, "Log Amazon SageMaker Events with
-Amazon CloudWatch"; `trainstack logs` reads them by the `<job>/` prefix). Assumed here: every line is
-stamped with the time the job ended plus its line number in milliseconds (SageMaker stamps each line
-when the agent reads it), so lines keep their order and the report reads the same text as on AWS.
+Amazon CloudWatch"; `trainstack logs` reads them by the `<job>/` prefix). SageMaker's agent stamps each
+line as it reads it while the job runs; here a line is stamped with the time its own prefix gives
+(train.py's and the toolkit's logging `%(asctime)s`, this machine's local time), a line without one
+with the stamp before it, 1 ms apart at least so that lines keep their order. The report reads the same
+text, and the goodput ledger the same moments, as on AWS.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -19,9 +22,11 @@ from trainstack.runs import TRAINING_LOG_GROUP
 
 # PutLogEvents accepts at most 10,000 events per call (botocore's logs model).
 _BATCH = 10_000
+# logging's default asctime: `2026-12-01 23:29:47,123`.
+_ASCTIME = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})")
 
 
-def publish(logs, job_name: str, created: datetime, log_path: Path, ended: datetime) -> None:
+def publish(logs, job_name: str, created: datetime, log_path: Path) -> None:
     """Put the job's log lines into moto's CloudWatch Logs (`logs`: a boto3 client inside mock_aws)."""
     lines = log_path.read_text(errors="replace").splitlines() if log_path.exists() else []
     stream = f"{job_name}/algo-1-{int(created.timestamp())}"
@@ -30,8 +35,12 @@ def publish(logs, job_name: str, created: datetime, log_path: Path, ended: datet
     except logs.exceptions.ResourceAlreadyExistsException:
         pass
     logs.create_log_stream(logGroupName=TRAINING_LOG_GROUP, logStreamName=stream)
-    first = int(ended.timestamp() * 1000)
-    events = [{"timestamp": first + index, "message": line} for index, line in enumerate(lines) if line]
+    events, stamp = [], int(created.timestamp() * 1000)
+    for line in filter(None, lines):
+        logged = _ASCTIME.search(line[:80])
+        written = datetime.strptime(logged.group(1), "%Y-%m-%d %H:%M:%S,%f").astimezone() if logged else None
+        stamp = max(stamp + 1, int(written.timestamp() * 1000)) if written else stamp + 1
+        events.append({"timestamp": stamp, "message": line})
     for start in range(0, len(events), _BATCH):
         logs.put_log_events(
             logGroupName=TRAINING_LOG_GROUP, logStreamName=stream, logEvents=events[start : start + _BATCH]

@@ -312,7 +312,7 @@ class LocalSageMaker:
                         for item in sorted((job.base / "model").iterdir()):
                             archive.add(item, arcname=item.name)
             if self.logs is not None:
-                local_logs.publish(self.logs, job.name, job.created, job.log_path, datetime.now(UTC))
+                local_logs.publish(self.logs, job.name, job.created, job.log_path)
         finally:
             job.ended = datetime.now(UTC)
 

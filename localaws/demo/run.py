@@ -8,7 +8,8 @@
 4. `trainstack start --wait` starts the retraining and follows it. The first attempt loses its
    capacity after its first checkpoint (CapacityError); the pipeline backs off and creates the next
    attempt on the same checkpoint prefix, which resumes from that checkpoint and finishes.
-   `trainstack report` then writes <workdir>/report.html; each job's TensorBoard event files are
+   `trainstack report` then writes <workdir>/report.html and `trainstack status` prints the run with
+   its goodput line; each job's TensorBoard event files are
    uploaded to its TensorBoardOutputConfig.S3OutputPath, <workdir>/s3/<bucket>/<run>/<job>/tensorboard.
 5. The model artifact the execution outputs loads with transformers' AutoModelForCausalLM.
 """
@@ -182,18 +183,9 @@ def run_pipeline(args, settings, pipeline, sagemaker: LocalSageMaker, run_name: 
         ][0]
         described = boto3.client("stepfunctions").describe_execution(executionArn=execution["executionArn"])
         report = args.workdir / "report.html"
-        trainstack(
-            [
-                "report",
-                run_name,
-                "--config",
-                args.config,
-                "--state-machine-arn",
-                state_machine_arn,
-                "--out",
-                str(report),
-            ]
-        )
+        pipeline = ["--config", args.config, "--state-machine-arn", state_machine_arn]
+        trainstack(["report", run_name, *pipeline, "--out", str(report)])
+        trainstack(["status", run_name, *pipeline])  # ends with the run's goodput line
     report_attempts(sagemaker)
     if code != 0:
         say(f"the retraining did not succeed (exit {code}); job logs: {sagemaker.root / 'jobs'}")
@@ -206,7 +198,7 @@ def report_attempts(sagemaker: LocalSageMaker) -> None:
         status, _, reason = job.status()
         log = job.log_path.read_text(errors="replace") if job.log_path.exists() else ""
         resumed = re.search(r"Resumed from \S+ \(step (\d+)\)", log)
-        steps = re.findall(r"step[ =:]+(\d+)", log)
+        steps = re.findall(r"\bstep[ =:]+(\d+)", log)
         story = (
             f"resumed from the checkpoint of step {resumed.group(1)}" if resumed else "started from scratch"
         )

@@ -12,7 +12,15 @@ import pytest
 
 from tests.demo.browser import colour_pixels, load
 from tests.demo.demo_process import run_demo
-from trainstack.report.render import ATTEMPT_COLOURS, BACKOFF_COLOUR
+from trainstack.report.goodput import KEPT, STARTING
+from trainstack.report.render import (
+    ATTEMPT_COLOURS,
+    BACKOFF_COLOUR,
+    LEDGER_BAR,
+    LEDGER_ROW,
+    LEDGER_TOP,
+    PART_COLOURS,
+)
 
 
 @dataclass
@@ -77,7 +85,7 @@ def test_a_retraining_survives_a_capacity_loss_and_resumes_from_its_checkpoint(d
 def test_the_report_shows_both_attempts_in_a_browser(demo):
     report = demo.workdir / "report.html"
     assert f"wrote {report}: run " in demo.out and ", 2 attempt(s), execution SUCCEEDED" in demo.out
-    page = load(report.resolve().as_uri(), ["timeline", "loss", "throughput"])
+    page = load(report.resolve().as_uri(), ["timeline", "loss", "throughput", "goodput"])
     assert page.errors == []
     first, second = ATTEMPT_COLOURS[:2]
     for chart in ("timeline", "loss", "throughput"):
@@ -89,6 +97,15 @@ def test_the_report_shows_both_attempts_in_a_browser(demo):
         assert colour_pixels(page.screenshot, box, first) > 150, (chart, first)
         assert colour_pixels(page.screenshot, box, second) > 15, (chart, second)
     assert colour_pixels(page.screenshot, page.boxes["timeline"], BACKOFF_COLOUR) > 20  # the back-off
+    # The goodput ledger: a bar per attempt, its start (the toolkit, torchrun and the model's set-up: most
+    # of a tiny demo's billed time) then training, kept: attempt 1's up to the checkpoint attempt 2 resumed.
+    left, top, right, _ = page.boxes["goodput"]
+    assert right - left >= 900
+    for number in (1, 2):
+        y = top + LEDGER_TOP + (number - 1) * LEDGER_ROW
+        bar = (left, y, right, y + LEDGER_BAR)
+        for part in (STARTING, KEPT):
+            assert colour_pixels(page.screenshot, bar, PART_COLOURS[part]) > LEDGER_BAR * 5, (number, part)
     text = report.read_text()
     assert "resumes at step" in text and "CapacityError" in text
 

@@ -61,6 +61,8 @@ class Phase:
     status: str
     secondary: str
     failure_reason: str | None = None
+    # More DescribeTrainingJob fields (times as epoch seconds): TrainingStartTime, transitions, ...
+    fields: dict[str, Any] = field(default_factory=dict)
 
 
 STARTING = Phase("InProgress", "Starting")
@@ -194,7 +196,7 @@ class FakeSageMaker:
             }
             if phase.failure_reason:
                 response["FailureReason"] = phase.failure_reason
-            return response
+            return response | phase.fields
 
     def stop(self, name: str) -> None:
         with self.lock:

@@ -3,15 +3,17 @@ resumed attempt. The jobs' log lines are put into CloudWatch Logs as SageMaker w
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import contextlib
+import re
+from datetime import UTC, datetime, timedelta
 
 import boto3
 import pytest
 
 from localaws.demo.local_logs import stream_prefix_filter
 from tests.pipeline import harness
-from tests.pipeline.harness import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING
-from training_scripts.metrics import format_train_line, format_val_line
+from tests.pipeline.harness import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING, Phase
+from training_scripts.metrics import format_checkpoint_pause_line, format_train_line, format_val_line
 from trainstack.cli import main as trainstack
 from trainstack.report.collect import collect
 from trainstack.runs import TRAINING_LOG_GROUP, latest_execution
@@ -114,3 +116,73 @@ def test_the_command_writes_one_page_and_names_a_missing_run_or_folder(interpret
     assert capsys.readouterr().err == (
         f"trainstack report: --out {missing}: the folder {missing.parent} does not exist.\n"
     )
+
+
+GOODPUT_RUN = "trainstack-goodput"
+
+
+def billed_job(base: datetime) -> Phase:
+    """Completed on 2 instances: billed from minute 2 to 32, Training from minute 3 to 30, then Uploading."""
+
+    def at(minutes: float) -> float:
+        return (base + timedelta(minutes=minutes)).timestamp()
+
+    return Phase(
+        "Completed",
+        "Completed",
+        fields={
+            "CreationTime": at(0),
+            "TrainingStartTime": at(2),
+            "TrainingEndTime": at(32),
+            "SecondaryStatusTransitions": [
+                {"Status": "Starting", "StartTime": at(0), "EndTime": at(3)},
+                {"Status": "Training", "StartTime": at(3), "EndTime": at(30)},
+                {"Status": "Uploading", "StartTime": at(30), "EndTime": at(32)},
+            ],
+        },
+    )
+
+
+def test_status_prints_the_goodput_line_and_the_report_draws_its_bars(interpreter, tmp_path, capsys):
+    base = datetime.now(UTC) - timedelta(hours=1)  # CloudWatch Logs rejects events older than 14 days
+    sm = interpreter(job_scripts=[[CAPACITY_FAILURE], [STARTING, TRAINING, billed_job(base)]])
+    sm.run({"profile": "nccl-test", "runName": GOODPUT_RUN}, name=GOODPUT_RUN)
+    # The loop starts at minute 5 and stands still 60 s for a checkpoint at minute 15.
+    deliver(
+        f"{GOODPUT_RUN}-2",
+        [
+            (base + timedelta(minutes=5), "Training tiny on 16 ranks (cuda, fsdp): global batch 64 ..."),
+            (base + timedelta(minutes=14), format_train_line(100, 200, 3.5, 0.9, 1e-3, 2200.0, 0.42)),
+            (base + timedelta(minutes=16), format_checkpoint_pause_line(100, 60.0)),
+            (base + timedelta(minutes=17), "Saved checkpoint /opt/ml/checkpoints/step_000000100."),
+        ],
+    )
+    common = ["--state-machine-arn", sm.pipeline_arn, "--region", harness.REGION]
+
+    with stream_prefix_filter():
+        assert trainstack(["status", GOODPUT_RUN, *common]) == 0
+        out = capsys.readouterr().out
+        # Billed 30 minutes on 2 x ml.p5.48xlarge (attempt 1's capacity failure billed nothing): 3 starting
+        # (minute 2 to 5), 2 uploading and the 1-minute pause saving, 24 kept.
+        assert re.search(
+            r"^goodput: 80\.0% \(0:48:00 of 1:00:00 billed instance time kept\); lost to failures: \$0\.00 "
+            r"\(lost work 0:00:00, idle in a hang 0:00:00, restarts 0:00:00\); "
+            r"waits \d:\d\d:\d\d \(not billed\)$",
+            out,
+            re.MULTILINE,
+        ), out
+        page = tmp_path / "run.html"
+        assert trainstack(["report", GOODPUT_RUN, "--out", str(page), *common]) == 0
+    text = page.read_text()
+    assert '<svg id="goodput"' in text and "goodput: 80.0%" in text
+    assert "<title>kept training: 0:24:00 x 2 instance(s) ($90.45)</title>" in text  # ml.p5.48xlarge
+
+
+def deliver(job_name: str, lines: list[tuple[datetime, str]]) -> None:
+    logs = boto3.client("logs", region_name=harness.REGION)
+    with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):
+        logs.create_log_group(logGroupName=TRAINING_LOG_GROUP)
+    stream = f"{job_name}/algo-1-{int(lines[0][0].timestamp())}"
+    logs.create_log_stream(logGroupName=TRAINING_LOG_GROUP, logStreamName=stream)
+    events = [{"timestamp": int(when.timestamp() * 1000), "message": line} for when, line in lines]
+    logs.put_log_events(logGroupName=TRAINING_LOG_GROUP, logStreamName=stream, logEvents=events)

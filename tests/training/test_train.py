@@ -18,7 +18,7 @@ from tests.training.harness import (
     max_weight_difference,
     train,
 )
-from training_scripts.metrics import parse_metrics
+from training_scripts.metrics import CHECKPOINT_PAUSE, parse_metrics
 
 
 def complete_steps(checkpoint_dir) -> list[int]:
@@ -96,6 +96,9 @@ def test_sigterm_leaves_a_complete_checkpoint_before_exit(dataset, tmp_path):
     assert len(steps) == 1 and steps[0] >= 10, stopped.output()
     assert f"Stopped by SIGTERM at step {steps[0]}" in stopped.output()
     assert not list(stopped.checkpoint_dir.glob("*.tmp"))
+    # How long the loop stood still for it: the run report's goodput ledger counts it as saving.
+    pause = CHECKPOINT_PAUSE.search(stopped.output())
+    assert pause and int(pause.group(1)) == steps[0] and float(pause.group(2)) > 0, stopped.output()
 
 
 def test_a_corrupt_newest_checkpoint_is_skipped_for_the_previous_one(dataset, tmp_path, reference_run):

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from trainstack.commands.common import Pipeline, UsageError, add_pipeline_command, one_line_failures
-from trainstack.report.collect import collect
+from trainstack.report.collect import RunReport, collect
 from trainstack.report.render import render
 
 
@@ -17,7 +18,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         run,
         description="Write one self-contained HTML page (no network needed to open it) of a run's newest "
         "execution: its attempts on a time axis (back-offs, the checkpoint each resumed from), train and "
-        "validation loss and throughput across attempts, instance type and estimated cost per attempt. "
+        "validation loss and throughput across attempts, instance type and estimated cost per attempt, and "
+        "the goodput ledger: each attempt's billed time split into starting, kept training, checkpoint "
+        "saving, lost work and idle in a hang, the waits between attempts and the dollars lost to failures. "
         "Reads the Step Functions histories, DescribeTrainingJob and the jobs' CloudWatch logs; in queue "
         "mode also DescribeServiceJob: the training job Batch started, the time each attempt waited queued.",
         takes_run=True,
@@ -34,7 +37,18 @@ def run(args: argparse.Namespace) -> int:
     if not out.parent.is_dir():
         raise UsageError(f"--out {out}: the folder {out.parent} does not exist")
     execution = pipeline.execution_of(args.run)
-    report = collect(
+    report = collect_run(pipeline, execution)
+    out.write_text(render(report), encoding="utf-8")
+    print(
+        f"wrote {out}: run {report.run_name}, {len(report.attempts)} attempt(s), "
+        f"execution {execution['status']}"
+    )
+    return 0
+
+
+def collect_run(pipeline: Pipeline, execution: dict[str, Any]) -> RunReport:
+    """What the report shows of one execution (also `trainstack status`'s goodput line)."""
+    return collect(
         pipeline.client("stepfunctions"),
         pipeline.client("sagemaker"),
         pipeline.client("logs"),
@@ -43,9 +57,3 @@ def run(args: argparse.Namespace) -> int:
         pipeline.batch(),
         pipeline.queue_name,
     )
-    out.write_text(render(report), encoding="utf-8")
-    print(
-        f"wrote {out}: run {report.run_name}, {len(report.attempts)} attempt(s), "
-        f"execution {execution['status']}"
-    )
-    return 0

@@ -14,6 +14,8 @@ from typing import Any
 
 from trainstack import runs
 from trainstack.commands.common import Pipeline, add_pipeline_command, one_line_failures
+from trainstack.commands.report import collect_run
+from trainstack.report.goodput import ledger_of
 from trainstack.runs import ENDED_BADLY, Job, elapsed, status_line, tensorboard_hint
 
 
@@ -22,7 +24,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         subparsers,
         "status",
         run_status,
-        description="Print a run's status, its current job and its output or error.",
+        description="Print a run's status, its current job, its output or error, and its goodput: the "
+        "share of the billed instance time that training kept, and what failures cost (`trainstack report` "
+        "draws it per attempt).",
         takes_run=True,
     )
     add_pipeline_command(
@@ -41,6 +45,7 @@ def run_status(args: argparse.Namespace) -> int:
     pipeline = Pipeline.from_args(args)
     execution = pipeline.execution_of(args.run)
     print(describe(execution, pipeline.job_of(pipeline.run_name_of(execution))))
+    print(ledger_of(collect_run(pipeline, execution), runs.clock()).summary())
     return 1 if execution["status"] in ENDED_BADLY else 0
 
 

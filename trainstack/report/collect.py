@@ -22,6 +22,7 @@ from training_scripts.metrics import METRIC_DEFINITIONS
 from trainstack import runs
 from trainstack.job_request import CHECKPOINT_LOCAL_PATH
 from trainstack.prices import SAGEMAKER_TRAINING_PRICES
+from trainstack.report.progress import STEP, Progress, read_progress
 from trainstack.runs import SERVICE_JOB_WAITING, batch_started_job, log_events, run_name_of, service_jobs_of
 
 # State names of the synthesized pipeline (stacks/pipeline/training_state_machine.py).
@@ -31,7 +32,6 @@ CREATE_ACTION = (
     "createTrainingJob"  # the Task's resource arn:aws:states:::aws-sdk:sagemaker:createTrainingJob
 )
 THROTTLE_STATE = "WaitAfterThrottle"  # stacks/pipeline/attempt/training_attempt.py
-_STEP = re.compile(r"\bstep=(\d+)")
 _RESUMED = re.compile(r"Resumed from (\S+) \(step (\d+)\)")
 
 
@@ -58,6 +58,7 @@ class Attempt:
     phases: list[Span] = field(default_factory=list)
     service_job: dict[str, Any] = field(default_factory=dict)  # queue mode: DescribeServiceJob
     queue_waits: list[Span] = field(default_factory=list)  # queue mode: RUNNABLE until Batch started a job
+    progress: Progress = field(default_factory=Progress)  # when its log says the training got where
 
     @property
     def queue_wait_seconds(self) -> float | None:
@@ -274,13 +275,14 @@ def job_phases(job: dict[str, Any]) -> list[Span]:
 
 
 def _read_log(attempt: Attempt, events: list[dict[str, Any]]) -> None:
-    """The metric values by step and the checkpoint the job resumed from, from its log lines."""
+    """The metric values by step, the checkpoint the job resumed from and its progress, from its log lines."""
+    attempt.progress = read_progress(events)
     metrics: dict[str, list[tuple[int, float]]] = {item["Name"]: [] for item in METRIC_DEFINITIONS}
     for event in events:
         line = event["message"]
         if resumed := _RESUMED.search(line):
             attempt.resumed_from = (resumed.group(1), int(resumed.group(2)))
-        step = _STEP.search(line)
+        step = STEP.search(line)
         if step is None:
             continue
         for definition in METRIC_DEFINITIONS:

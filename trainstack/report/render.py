@@ -9,13 +9,19 @@ from dataclasses import dataclass
 from datetime import datetime
 from html import escape
 
+from trainstack import runs
 from trainstack.prices import SAGEMAKER_TRAINING_PRICES
 from trainstack.report.collect import Attempt, RunReport
+from trainstack.report.goodput import HANG, KEPT, LOST, PARTS, SAVING, STARTING, RunLedger, ledger_of
+from trainstack.runs import hms
 
 # One colour per attempt, everywhere on the page (the browser test looks for them in the screenshot).
 ATTEMPT_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 BACKOFF_COLOUR = "#9e9e9e"
 MARKER_COLOUR = "#555555"  # where an attempt resumed
+# The goodput ledger's parts: none within the browser test's tolerance of an attempt's colour.
+PART_COLOURS = {STARTING: "#bdbdbd", KEPT: "#1b5e20", SAVING: "#f9a825", LOST: "#b71c1c", HANG: "#4a148c"}
+LEDGER_TOP, LEDGER_ROW, LEDGER_BAR = 8, 34, 16  # the goodput chart: attempt N's bar at TOP + (N-1) ROW
 WIDTH, PLOT_LEFT, PLOT_RIGHT = 960, 70, 20
 TRAIN_LOSS, VALIDATION_LOSS, TOKENS_PER_SECOND = "train:loss", "validation:loss", "train:tokens_per_second"
 STYLE = """
@@ -63,6 +69,8 @@ def render(report: RunReport) -> str:
 <dl>{listing}</dl>
 <h2>Attempts over time</h2>
 {timeline(report)}
+<h2>Goodput</h2>
+{goodput_section(ledger_of(report, runs.clock()))}
 <h2>Loss by step</h2>
 {_metric_chart("loss", report.attempts, "loss", [(TRAIN_LOSS, "train"), (VALIDATION_LOSS, "validation")])}
 <h2>Throughput by step</h2>
@@ -103,7 +111,7 @@ def attempt_table(attempts: Sequence[Attempt]) -> str:
         cells = [
             f'<span class="swatch" style="background:{attempt_colour(attempt)}"></span> {attempt.number}',
             escape(attempt.job_name + (f" (service job {service_job})" if service_job else "")),
-            _duration(waited) if waited is not None else "-",
+            hms(waited) if waited is not None else "-",
             escape(f"{attempt.instance_count} x {attempt.instance_type}" if attempt.instance_type else "-"),
             escape(attempt.status + (f": {reason}" if reason else "")),
             escape(resumed),
@@ -150,7 +158,7 @@ def timeline(report: RunReport) -> str:
                     _bar(axis, start, backoff.start, backoff.end, y + 2, 14, BACKOFF_COLOUR, backoff.label)
                 )
                 left = axis.to_x((backoff.start - start).total_seconds())
-                parts.append(f'<text x="{left:.1f}" y="{y + 30}">{escape(_duration(seconds))}</text>')
+                parts.append(f'<text x="{left:.1f}" y="{y + 30}">{escape(hms(seconds))}</text>')
             continue
         colour = attempt_colour(attempt)
         finish = attempt.ended or end
@@ -176,7 +184,7 @@ def timeline(report: RunReport) -> str:
     for tick in ticks:
         x = axis.to_x(tick)
         parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{axis_y}" y2="{axis_y + 4}" stroke="#999"/>')
-        parts.append(f'<text x="{x:.1f}" y="{axis_y + 16}" text-anchor="middle">{_duration(tick)}</text>')
+        parts.append(f'<text x="{x:.1f}" y="{axis_y + 16}" text-anchor="middle">{hms(tick)}</text>')
     parts.append(
         f'<text x="{axis.right}" y="{height - 1}" text-anchor="end">time since the run started</text>'
     )
@@ -248,6 +256,62 @@ def _metric_chart(
     return _svg(chart_id, height, parts) + f'<div class="legend">{"".join(legend)}</div>'
 
 
+def goodput_section(ledger: RunLedger) -> str:
+    """The ledger's summary line, a stacked bar per attempt (its billed instance time by part, on one
+    scale for every attempt) and the figures as a table."""
+    summary = f'<p id="goodput-summary">{escape(ledger.summary())}</p>'
+    if not ledger.attempts:
+        return summary
+    longest = max(a.billed_ms * a.instance_count for a in ledger.attempts) or 1
+    left, right = PLOT_LEFT + 110, WIDTH - PLOT_RIGHT
+    parts, rows = [], []
+    for index, attempt in enumerate(ledger.attempts):
+        y, x = LEDGER_TOP + index * LEDGER_ROW, float(left)
+        parts.append(f'<text x="4" y="{y + 13}">attempt {attempt.number}</text>')
+        for part in PARTS:
+            ms = attempt.parts_ms[part]
+            if not ms:
+                continue
+            width = ms * attempt.instance_count / longest * (right - left)
+            title = f"{part}: {hms(ms / 1000)} x {attempt.instance_count} instance(s)" + _usd(attempt.usd(ms))
+            parts.append(
+                f'<rect x="{x:.1f}" y="{y}" width="{max(width, 1):.1f}" height="{LEDGER_BAR}" '
+                f'fill="{PART_COLOURS[part]}"><title>{escape(title)}</title></rect>'
+            )
+            x += width
+        billed = attempt.billed_ms / 1000
+        kept = f", {100 * attempt.parts_ms[KEPT] / attempt.billed_ms:.0f}% kept" if attempt.billed_ms else ""
+        note = f"billed {hms(billed)} x {attempt.instance_count}{kept}" if billed else "nothing billed"
+        parts.append(f'<text x="{left}" y="{y + 28}">{escape(note)}</text>')
+        cells = [str(attempt.number), *(hms(attempt.parts_ms[part] / 1000) for part in PARTS)]
+        lost = attempt.usd(attempt.lost_to_failures_ms)
+        cells += [hms(billed), hms(attempt.waiting_seconds), f"${lost:,.2f}" if lost is not None else "-"]
+        rows.append("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in cells) + "</tr>")
+    legend = "".join(
+        f'<span><span class="swatch" style="background:{PART_COLOURS[part]}"></span> {part}</span>'
+        for part in PARTS
+    )
+    head = "".join(
+        f"<th>{escape(name)}</th>"
+        for name in ("#", *PARTS, "billed", "waiting (not billed)", "lost to failures")
+    )
+    return (
+        summary
+        + _svg("goodput", LEDGER_TOP + len(ledger.attempts) * LEDGER_ROW, parts)
+        + f'<div class="legend">{legend}</div>'
+        + f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+        + '<p class="note">Per instance, H:MM:SS of the billed time (TrainingStartTime to TrainingEndTime, '
+        "BillableTimeInSeconds with managed spot); moments inside a job from its log lines' timestamps "
+        "(the training loop's start, step lines, checkpoint pauses and completed checkpoints), the kept "
+        "point from the checkpoint the next attempt resumed from; lost to failures: lost work, idle in a "
+        "hang and the start of each attempt that resumed after a failure.</p>"
+    )
+
+
+def _usd(usd: float | None) -> str:
+    return f" (${usd:,.2f})" if usd is not None else ""
+
+
 @dataclass(frozen=True)
 class Axis:
     """Maps values low..high onto pixels left..right (right < left for a y axis, which grows upwards)."""
@@ -292,11 +356,6 @@ def _svg(element_id: str, height: int, parts: list[str]) -> str:
         f'<svg id="{element_id}" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
         f'viewBox="0 0 {WIDTH} {height}">{"".join(parts)}</svg>'
     )
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
 def _stamp(when: datetime) -> str:
