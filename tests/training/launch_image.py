@@ -67,8 +67,8 @@ DLC_BASE_ENV = (
     ("PATH", "${OPEN_MPI_PATH}/bin:${EFA_PATH}/bin:${PATH}"),
     ("SAGEMAKER_TRAINING_MODULE", "sagemaker_pytorch_container.training:main"),  # line 352
 )
-# Image folders and what stands for them here: the conda Python is the image-stack venv, Open MPI's bin
-# holds the stand-in launchers, /opt/trainstack/bin holds container/train.
+# Image folders and what stands for them here: the conda Python is the image-stack venv, /opt/trainstack/bin
+# holds container/train. The stand-in launchers come before all of them.
 IMAGE_PATHS = {"/opt/conda/bin": VENV_BIN, "/opt/trainstack/bin": REPO / "container"}
 
 SITECUSTOMIZE = """
@@ -185,7 +185,6 @@ def launch(profile: Profile, root: Path, dockerfile_text: str | None = None, tim
     stand_ins = _stand_ins(root / "stand-ins", instance_type(preference.instance_type).gpus)
     image = dockerfile_env(dockerfile_text or DOCKERFILE.read_text(), base_image_env())
     path = [str(IMAGE_PATHS.get(folder, folder)) for folder in image["PATH"].split(":")]
-    path = [str(stand_ins) if folder == "/opt/amazon/openmpi/bin" else folder for folder in path]
     record = root / "launch.jsonl"
     record.touch()
     environment = {
