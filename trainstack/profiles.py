@@ -13,6 +13,7 @@ from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from trainstack.base import StrictModel, matching
 from trainstack.instances import INSTANCE_TYPES, InstanceType, UnknownInstanceTypeError, instance_type
+from trainstack.planning.checkpoints import MPIRUN_SIGKILL_TIMEOUT_SECONDS
 
 Strategy = Literal["smp", "smddp", "torchrun", "mpi"]
 
@@ -33,8 +34,13 @@ RESERVED_HYPERPARAMETERS = (
     "sagemaker_mpi_enabled",
     "sagemaker_mpi_num_of_processes_per_host",
     "mp_parameters",
+    "sagemaker_mpi_custom_mpi_options",
+    "sagemaker_distributed_dataparallel_custom_mpi_options",
     "strategy",
 )
+# Extra mpirun options, per the toolkit's hyperparameter for each MPI launcher (sagemaker-training
+# runner.py: SMDDP reads its own name, MPI the other): the ranks' stop grace (MPIRUN_SIGKILL_TIMEOUT_SECONDS).
+MPIRUN_STOP_OPTIONS = f"--mca odls_base_sigkill_timeout {MPIRUN_SIGKILL_TIMEOUT_SECONDS}"
 # Environment variables trainstack sets on every job.
 EXPECTED_GPUS_ENV = "TRAINSTACK_EXPECTED_GPUS"
 
@@ -336,9 +342,11 @@ class Profile(StrictModel):
             flags["mp_parameters"] = (self.smp or SmpParameters()).as_mp_parameters()
         if self.strategy == "smddp":
             flags["sagemaker_distributed_dataparallel_enabled"] = True
+            flags["sagemaker_distributed_dataparallel_custom_mpi_options"] = MPIRUN_STOP_OPTIONS
         if self.strategy == "mpi":
             flags["sagemaker_mpi_enabled"] = True
             flags["sagemaker_mpi_num_of_processes_per_host"] = self.processes_per_host
+            flags["sagemaker_mpi_custom_mpi_options"] = MPIRUN_STOP_OPTIONS
         else:
             flags["strategy"] = self.strategy
         return flags

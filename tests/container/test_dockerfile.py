@@ -122,7 +122,8 @@ def test_base_image_versions_are_args_with_the_smp_2_8_0_defaults():
 
 def test_training_code_entry_and_preflight_wiring():
     assert "COPY training_scripts/ /opt/ml/code/" in TEXT
-    assert "SAGEMAKER_PROGRAM=train.py" in TEXT
+    # The entry point is each job's sagemaker_program (tests/training/test_launch_matrix.py).
+    assert "SAGEMAKER_PROGRAM=" not in TEXT
     # SageMaker runs `train`: our wrapper must come first on PATH.
     assert re.search(r'PATH="/opt/trainstack/bin:', TEXT)
     assert "COPY container/train /opt/trainstack/bin/train" in TEXT

@@ -23,7 +23,7 @@ from trainstack.job_request import (
     tags,
     tensorboard_uri,
 )
-from trainstack.profiles import Profile
+from trainstack.profiles import MPIRUN_STOP_OPTIONS, Profile
 
 EXECUTION = "arn:aws:states:us-east-1:111111111111:execution:trainstack-pipeline:0b6f7c1e"
 RUNS = {
@@ -124,6 +124,7 @@ def test_optional_features_build_valid_requests():
             {
                 "sagemaker_program": "train.py",
                 "sagemaker_distributed_dataparallel_enabled": True,
+                "sagemaker_distributed_dataparallel_custom_mpi_options": MPIRUN_STOP_OPTIONS,
                 "strategy": "smddp",
             },
         ),
@@ -137,6 +138,7 @@ def test_optional_features_build_valid_requests():
                 "sagemaker_program": "nccl_test.sh",
                 "sagemaker_mpi_enabled": True,
                 "sagemaker_mpi_num_of_processes_per_host": 4,
+                "sagemaker_mpi_custom_mpi_options": MPIRUN_STOP_OPTIONS,
             },
         ),
     ],

@@ -16,9 +16,15 @@ GB = 10**9
 CHECKPOINT_BYTES_PER_PARAMETER = WEIGHT_BYTES + OPTIMIZER_BYTES
 # StopTrainingJob and spot reclaims: SIGTERM, then SIGKILL 120 s later (SageMaker); torchrun (strategies
 # torchrun and smp) kills its workers 30 s after it gets SIGTERM itself (torch.distributed.elastic's
-# default stop timeout). SMDDP's mpirun launcher: assumed to leave the ranks SageMaker's 120 s.
+# default stop timeout).
 SIGKILL_AFTER_SIGTERM_SECONDS = 120
 TORCHRUN_WORKER_KILL_SECONDS = 30
+# mpirun (strategies smddp and mpi; Open MPI 4's ORTE) stops its ranks in three steps, each after
+# `odls_base_sigkill_timeout` seconds: SIGCONT, wait, SIGTERM, wait, SIGKILL (orte/mca/odls/base/
+# odls_base_default_fns.c, orte_odls_base_default_kill_local_procs; default 1 s). Half of SageMaker's
+# window gives the ranks the longest save that still ends before SageMaker's own SIGKILL: SIGTERM 60 s
+# after mpirun's, SIGKILL at 120 s. The profiles send it as the toolkit's custom MPI options.
+MPIRUN_SIGKILL_TIMEOUT_SECONDS = SIGKILL_AFTER_SIGTERM_SECONDS // 2
 # Write rate of one node's checkpoint disk, assumed until measured there with
 # benchmarks/checkpoint_throughput.py (which prints DCP's and the raw rate of the same disk); pass the
 # measured DCP rate with `trainstack plan --checkpoint-write-rate`.
@@ -93,7 +99,7 @@ def plan_checkpoint(
 ) -> CheckpointPlan:
     size = CHECKPOINT_BYTES_PER_PARAMETER * parameters
     per_node = -(-size // instance_count)
-    window = SIGKILL_AFTER_SIGTERM_SECONDS if strategy == "smddp" else TORCHRUN_WORKER_KILL_SECONDS
+    window = MPIRUN_SIGKILL_TIMEOUT_SECONDS if strategy == "smddp" else TORCHRUN_WORKER_KILL_SECONDS
     return CheckpointPlan(
         size=size,
         per_node=per_node,
