@@ -5,6 +5,7 @@ teamA's third, which was submitted earlier."""
 from __future__ import annotations
 
 from tests.demo.demo_process import run_demo
+from tests.queue.conftest import service_job
 
 
 def test_two_teams_share_the_queue_and_fair_share_orders_the_waiting_runs(tmp_path):
@@ -17,4 +18,6 @@ def test_two_teams_share_the_queue_and_fair_share_orders_the_waiting_runs(tmp_pa
         "trainstack-a1-1 -> trainstack-a2-1 -> trainstack-b1-1 -> trainstack-a3-1"
     ) in out
     for run in ("a1", "a2", "a3", "b1"):
-        assert f"trainstack-{run}: SUCCEEDED, training job AWSBatchtrainstack-{run}-1" in out
+        # Batch's name for the training job: AWSBatch + the service job's short name (docs/queue.md).
+        job = "AWSBatch" + service_job(f"trainstack-{run}-1")
+        assert f"trainstack-{run}: SUCCEEDED, training job {job}" in out

@@ -48,14 +48,26 @@ MODES = {
 NAMED = {"training-plan": {"sagemaker:CreateTrainingJob": [TRAINING_PLAN]}}
 
 
-@pytest.fixture(scope="module", params=sorted(MODES))
-def mode(request, tmp_path_factory) -> tuple[str, Any, dict[str, dict[str, Any]]]:
+@pytest.fixture(scope="module")
+def synthesized(tmp_path_factory):
+    """synthesized(mode) -> (settings, templates), each mode synthesized once per module (the whole app)."""
     from trainstack.config import parse_settings
 
-    name = request.param
-    settings = parse_settings(MODES[name](default_config_data()), NO_ENV, source=name)
-    _, assembly = synthesize(settings, tmp_path_factory.mktemp(f"{name}.cdk.out"))
-    return name, settings, load_templates(Path(assembly.directory))
+    apps: dict[str, tuple[Any, dict[str, dict[str, Any]]]] = {}
+
+    def build(name: str):
+        if name not in apps:
+            settings = parse_settings(MODES[name](default_config_data()), NO_ENV, source=name)
+            _, assembly = synthesize(settings, tmp_path_factory.mktemp(f"{name}.cdk.out"))
+            apps[name] = settings, load_templates(Path(assembly.directory))
+        return apps[name]
+
+    return build
+
+
+@pytest.fixture(params=sorted(MODES))
+def mode(request, synthesized) -> tuple[str, Any, dict[str, dict[str, Any]]]:
+    return request.param, *synthesized(request.param)
 
 
 def findings(name: str, settings, templates: dict[str, dict[str, Any]]) -> list[str]:
@@ -80,13 +92,9 @@ def test_no_state_machine_is_express(mode):
 # --- the checker finds what it should --------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def queued_templates(tmp_path_factory) -> dict[str, dict[str, Any]]:
-    from trainstack.config import parse_settings
-
-    settings = parse_settings(MODES["queue"](default_config_data()), NO_ENV, source="queue")
-    _, assembly = synthesize(settings, tmp_path_factory.mktemp("queued.cdk.out"))
-    return load_templates(Path(assembly.directory))
+@pytest.fixture
+def queued_templates(synthesized) -> dict[str, dict[str, Any]]:
+    return synthesized("queue")[1]
 
 
 def _statements(templates, action: str):

@@ -12,11 +12,11 @@ waited the queue's capacity time limit. So this attempt:
   (queue_settings.service_job_name: short enough for Batch's training job name to fit SageMaker's 63
   characters, found again by the cleanup machine and the CLI) and tagged like the training job;
 - polls DescribeServiceJob (an action without resource types, granted on "*"); the time limit
-  (timeLimitSeconds) counts from when the latest training job
-  Batch started got its instances (STARTING or RUNNING), never while the job waits RUNNABLE nor while it
-  is SCHEDULED: that is capacity wait, which Batch itself limits (only time in SCHEDULED counts toward
-  the queue's capacity time limit, and a capacity failure sends the job back to RUNNABLE: Batch user
-  guide, "Jobs stuck in RUNNABLE due to capacity");
+  (timeLimitSeconds) counts from when the latest training job Batch started got its instances (STARTING
+  or RUNNING), never while the job waits RUNNABLE nor while it is SCHEDULED: that is capacity wait,
+  which Batch itself limits (only time in SCHEDULED counts toward the queue's capacity time limit, and
+  a capacity failure sends the job back to RUNNABLE: Batch user guide, "Jobs stuck in RUNNABLE due to
+  capacity");
 - at the end describes the training job Batch started, by the name in DescribeServiceJob's
   latestAttempt.serviceResourceId (botocore's batch model: LatestServiceJobAttempt.serviceResourceId
   {name: TrainingJobArn, value}); Batch names it `AWSBatch<jobName><attemptId>`, not like the request.

@@ -8,7 +8,8 @@
    `trainstack:execution` tag names that execution.
 2. `<project>-job-sweeper`, every 15 minutes: stops any InProgress job tagged with an execution of this
    pipeline that is no longer RUNNING (a missed event, a cleanup that failed). In queue mode that includes
-   the training jobs AWS Batch named itself (`AWSBatch*`, carrying the request's tags).
+   the training jobs AWS Batch named itself (`AWSBatch<queue key>*`), found by the request's tags, which
+   are assumed to reach them (docs/iam.md); the queue cleanup does not depend on that.
 
 Errors are AWS's aws-sdk names: SageMaker throttling (and validation) arrives as
 `SageMaker.SageMakerException` with the reason in the Cause; every call is retried with capped,
