@@ -43,7 +43,7 @@ from tensorboard_scalars import (
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from transformers import PretrainedConfig
 from transformers.utils import logging as transformers_logging
-from watchdog import Bounds, Watchdog, hang_if_injected
+from watchdog import Watchdog, hang_if_injected
 
 log = logging.getLogger("train")
 
@@ -384,11 +384,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         check_writable(args, runtime)
         train_data, val_data = open_datasets(args, runtime, config.vocab_size)
-        # Watched from the model build on (the data scan before it grows with the dataset).
-        watchdog = Watchdog(Bounds.from_args(args), runtime.rank)
-        if args.watchdog:
-            watchdog.start()
-        Trainer(args, runtime, config, train_data, val_data, watchdog).run()
+        # Watched from the model build on: the data scan before it grows with the dataset.
+        Trainer(args, runtime, config, train_data, val_data, Watchdog.for_run(args, runtime.rank)).run()
         settle(runtime)
     except UserError as error:  # every rank raises the same one (startup.agree, collectives): rank 0 reports
         report(*classify(error), echo=rank == 0)

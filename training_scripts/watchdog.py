@@ -94,6 +94,12 @@ class Watchdog:
         self._changed = threading.Condition()
         self._stopped = False
 
+    @classmethod
+    def for_run(cls, args: argparse.Namespace, rank: int) -> "Watchdog":
+        """This run's watchdog, watching unless --watchdog false."""
+        watchdog = cls(Bounds.from_args(args), rank)
+        return watchdog.start() if args.watchdog else watchdog
+
     def start(self) -> "Watchdog":
         threading.Thread(target=self._watch, name="watchdog", daemon=True).start()
         return self
