@@ -66,7 +66,7 @@ class Bounds:
 
     def of(self, step_times: list[float], activity: str | None) -> tuple[float, str]:
         """The bound, and in words where it comes from."""
-        if len(step_times) < WARMUP_STEPS:
+        if len(step_times) < WARMUP_STEPS - 1:  # the first step's time since the start is not a step time
             bound, why = self.startup_seconds, f"the startup bound, until {WARMUP_STEPS} steps have completed"
         else:
             median = statistics.median(step_times)
@@ -114,7 +114,7 @@ class Watchdog:
     def step_completed(self, step: int) -> None:
         with self._changed:
             now = self.clock()
-            if self.step:  # the first step's time since the start is not a step time
+            if self.step:
                 self.step_times.append(now - self.last_progress)
             self.step, self.last_progress = step, now
             self._changed.notify()

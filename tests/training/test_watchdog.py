@@ -61,8 +61,17 @@ def test_a_hung_rank_ends_the_run_within_the_bound_and_is_named(dataset, tmp_pat
     print(f"detection: hang injected -> torchrun exited in {ended - injected:.1f} s (bound {BOUND} s)")
 
 
-def test_a_checkpoint_save_slower_than_the_step_bound_does_not_trip_it(dataset, tmp_path):
-    flags = [*TRAIN_FLAGS, "--max-steps", "12", "--checkpoint-interval", "10"]
+@pytest.mark.parametrize("async_checkpoint", ["false", "true"])
+def test_a_checkpoint_save_slower_than_the_step_bound_does_not_trip_it(dataset, tmp_path, async_checkpoint):
+    flags = [
+        *TRAIN_FLAGS,
+        "--max-steps",
+        "12",
+        "--checkpoint-interval",
+        "10",
+        "--async-checkpoint",
+        async_checkpoint,
+    ]
     output = tmp_path / "output"
     # The save sleeps twice the step bound: without the save's own bound (60 s) this run would trip.
     run = train(
@@ -98,11 +107,13 @@ def test_the_startup_bound_holds_until_the_first_steps_are_timed():
     watchdog = Watchdog(BOUNDS, 0, clock)
     clock.now += 599
     assert watchdog.overdue() is None
-    stepped(watchdog, clock, [300] * WARMUP_STEPS)  # the first step's time is not a step time
+    stepped(watchdog, clock, [300] * (WARMUP_STEPS - 1))
     clock.now += 599
     assert watchdog.overdue() is None
     clock.now += 1
     assert watchdog.overdue()[1:] == (600, f"the startup bound, until {WARMUP_STEPS} steps have completed")
+    assert list(watchdog.step_times) == [300]  # the first step's time, since the start, is not a step time
+    assert BOUNDS.of([300, 300], None) == (3000, "10 x the median step, 300 s")  # once a third step completes
 
 
 def test_then_the_bound_is_a_multiple_of_the_median_step_with_a_minimum():
