@@ -210,14 +210,11 @@ class Trainer:
             )
 
     def save_checkpoint(self, blocking: bool = False) -> None:
+        step = self.state.step
+        facts = {"global_batch": self.order.global_batch, "data_position": list(self.order.position(step))}
         with self.watchdog.extended("checkpoint save"):
             time.sleep(self.args.inject_save_delay_seconds)
             self._check_weights("checkpoint")
-            step = self.state.step
-            facts = {
-                "global_batch": self.order.global_batch,
-                "data_position": list(self.order.position(step)),
-            }
             self.checkpoints.save(self.state, facts, blocking=blocking)
 
     def run(self) -> None:

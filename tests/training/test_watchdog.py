@@ -55,10 +55,21 @@ def test_a_hung_rank_ends_the_run_within_the_bound_and_is_named(dataset, tmp_pat
         int(s) for s in re.findall(r"completed no optimizer step in (\d+) s \(bound (?:\d+)", run.output)
     ]
     assert waited and all(s >= BOUND for s in waited)  # never before the bound
-    hang_line = next(line for line in run.output.splitlines() if "stops before step 6 for good" in line)
-    stamp = re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}", hang_line).group()
-    injected = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
-    print(f"detection: hang injected -> torchrun exited in {ended - injected:.1f} s (bound {BOUND} s)")
+    injected, tripped = (
+        logged_at(run.output, "stops before step 6 for good"),
+        logged_at(run.output, "trainstack-fault:"),
+    )
+    print(
+        f"detection: hang injected -> first trip {tripped - injected:.1f} s (bound {BOUND} s) -> torchrun "
+        f"exited {ended - tripped:.1f} s later: {ended - injected:.1f} s in all"
+    )
+
+
+def logged_at(output: str, text: str) -> float:
+    """The time of the first log line holding `text`."""
+    line = next(line for line in output.splitlines() if text in line)
+    stamp = re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}", line).group()
+    return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
 
 
 @pytest.mark.parametrize("async_checkpoint", ["false", "true"])
