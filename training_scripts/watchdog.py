@@ -1,11 +1,11 @@
 """The hang watchdog: a thread per rank that ends the run when no optimizer step completes within a bound.
 
-On a trip the rank logs every thread's Python stack (its training thread's position summarised in one
-sentence: the torch.distributed call it is in, if any, and the line of ours that made it), writes
-faults.HANG to the failure file, and exits with faults.EXIT_INFRASTRUCTURE through os._exit: a thread
-stuck in a collective can be neither interrupted nor joined. Every rank of a hung job trips within
-moments of the others (their last step ended in the same collective), so each one's stacks reach the
-log; the rank that is in no collective is the one that stopped.
+On a trip the rank logs every thread's Python stack, writes faults.HANG to the failure file with its
+training thread's position in one sentence (our innermost line, and the library call below it: DDP's
+broadcast, a torch.distributed collective, a read), and exits with faults.EXIT_INFRASTRUCTURE through
+os._exit: a thread stuck in a collective can be neither interrupted nor joined. Every rank of a hung job
+trips within moments of the others (their last step ended in the same collective), so each one's stacks
+reach the log, and the rank that stopped is told by where it stands.
 
 The bound (docs/training.md, "Hang watchdog"), in seconds since the last step or since the start:
 - until WARMUP_STEPS steps have completed: --watchdog-startup-seconds (model build, checkpoint load,
