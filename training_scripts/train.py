@@ -43,7 +43,7 @@ from tensorboard_scalars import (
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from transformers import PretrainedConfig
 from transformers.utils import logging as transformers_logging
-from watchdog import Watchdog, hang_if_injected
+from watchdog import Bounds, Watchdog, hang_if_injected
 
 log = logging.getLogger("train")
 
@@ -272,7 +272,6 @@ class Trainer:
                 if self.runtime.is_main:
                     log.info("Stopped by SIGTERM at step %d; the checkpoint resumes it.", state.step)
                 self.scalars.close()
-                self.watchdog.stop()
                 return
             if state.step % args.checkpoint_interval == 0 and state.step < args.max_steps:
                 self.save_checkpoint()
@@ -280,7 +279,6 @@ class Trainer:
             self.checkpoints.wait()
             self.save_model()
         self.scalars.close()
-        self.watchdog.stop()
 
     def _log_progress(self, loss: float, grad_norm: float, steps: int, seconds: float) -> None:
         if not self.runtime.is_main:
@@ -375,14 +373,16 @@ def main(argv: list[str] | None = None) -> int:
         report(*classify(error), echo=rank == 0)
         return EXIT_USER_ERROR
     runtime = setup(args.strategy, args.mp_parameters, timedelta(seconds=args.collective_timeout_seconds))
+    watchdog = Watchdog(Bounds.from_args(args), runtime.rank)
     try:
         if args.dry_run:
             dry_run(args, runtime, config)
             return 0
         check_writable(args, runtime)
         train_data, val_data = open_datasets(args, runtime, config.vocab_size)
-        # Watched from the model build on: the data scan before it grows with the dataset.
-        Trainer(args, runtime, config, train_data, val_data, Watchdog.for_run(args, runtime.rank)).run()
+        if args.watchdog:  # from the model build on: the data scan before it grows with the dataset
+            watchdog.start()
+        Trainer(args, runtime, config, train_data, val_data, watchdog).run()
         settle(runtime)
     except UserError as error:  # every rank raises the same one (startup.agree, collectives): rank 0 reports
         report(*classify(error), echo=rank == 0)
@@ -393,6 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         raise
     finally:
         teardown()
+        watchdog.stop()  # only now: a teardown blocked by a dead peer ends as a hang too
     return 0
 
 

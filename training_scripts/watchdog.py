@@ -94,19 +94,14 @@ class Watchdog:
         self._changed = threading.Condition()
         self._stopped = False
 
-    @classmethod
-    def for_run(cls, args: argparse.Namespace, rank: int) -> "Watchdog":
-        """This run's watchdog, watching unless --watchdog false."""
-        watchdog = cls(Bounds.from_args(args), rank)
-        return watchdog.start() if args.watchdog else watchdog
-
-    def start(self) -> "Watchdog":
+    def start(self) -> None:
+        """Watch from now on."""
+        with self._changed:
+            self.last_progress = self.clock()
         threading.Thread(target=self._watch, name="watchdog", daemon=True).start()
-        return self
 
     def stop(self) -> None:
-        """Only once the run has ended normally: after an exception the watchdog keeps watching the way out
-        (a teardown blocked on a dead peer ends as a hang, not at MaxRuntimeInSeconds)."""
+        """Once the process groups are torn down: a teardown blocked by a dead peer ends as a hang too."""
         with self._changed:
             self._stopped = True
             self._changed.notify()

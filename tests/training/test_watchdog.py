@@ -6,16 +6,18 @@ virtual clock."""
 from __future__ import annotations
 
 import re
+import threading
 import time
 from argparse import Namespace
 from datetime import datetime
 
 import pytest
+import train as train_script
 from data import UserError
 from flags import parse_args
 from watchdog import CAP, WARMUP_STEPS, Bounds, Watchdog
 
-from tests.training.harness import TRAIN_FLAGS, train
+from tests.training.harness import TRAIN_FLAGS, train, write_learnable_shards
 
 BOUND = (
     10  # seconds without a step, after the first ones: 20-100x a tiny model's CPU step on a loaded machine
@@ -174,3 +176,21 @@ def test_the_defaults_keep_the_collective_timeout_above_every_bound(tmp_path):
     bounds = Bounds.from_args(args)
     assert bounds == Bounds(10, 300, 1800, 1800, 3600)
     assert isinstance(args, Namespace) and args.watchdog and args.inject_hang_at_step is None
+
+
+def test_a_run_that_fails_leaves_no_watchdog_behind(tmp_path, monkeypatch):
+    """In-process (a world of one): once main returns, its watchdog is gone, whatever the ending; one left
+    watching would end the calling process when its bound ran out."""
+    write_learnable_shards(tmp_path / "train", 8_000, seed=1)
+    monkeypatch.setenv("SM_OUTPUT_DIR", str(tmp_path / "output"))
+    code = train_script.main(
+        [
+            "--model-preset", "tiny", "--parallelism", "ddp", "--seq-len", "32", "--micro-batch-size", "2",
+            "--learning-rate", "1e30", "--warmup-steps", "0", "--max-nonfinite-steps", "1",
+            "--train-dir", str(tmp_path / "train"), "--model-dir", str(tmp_path / "model"),
+            "--checkpoint-dir", str(tmp_path / "checkpoints"),
+        ]
+    )  # fmt: skip
+    assert code == 2
+    assert (tmp_path / "output" / "failure").read_text().startswith("trainstack-fault:user:nonfinite ")
+    assert "watchdog" not in [thread.name for thread in threading.enumerate()]
