@@ -15,6 +15,8 @@ import os
 import signal
 import sys
 import threading
+import time
+from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -23,6 +25,7 @@ import torch.nn.functional as F
 from checkpoint import CheckpointManager, TrainState
 from data import TokenDataset, UserError, validation_batches
 from distributed import Runtime, autocast_enabled, gradient_sync, local_part, reduce_max, setup, teardown
+from faults import EXIT_USER_ERROR, NonFiniteError, classify, report
 from flags import parse_args, resume_source
 from metrics import StepTimer, format_train_line, format_val_line, throughput
 from model import model_config
@@ -40,6 +43,7 @@ from tensorboard_scalars import (
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from transformers import PretrainedConfig
 from transformers.utils import logging as transformers_logging
+from watchdog import Bounds, Watchdog, hang_if_injected
 
 log = logging.getLogger("train")
 
@@ -52,8 +56,10 @@ class Trainer:
         config: PretrainedConfig,
         train_data: TokenDataset,
         val_data: TokenDataset | None,
+        watchdog: Watchdog,
     ):
         self.args, self.runtime, self.train_data, self.val_data = args, runtime, train_data, val_data
+        self.watchdog = watchdog
         self.parallel = build_parallel_model(args, runtime, config)
         self.model = self.parallel.model
         self.autocast = autocast_enabled(runtime, args.parallelism)
@@ -157,7 +163,7 @@ class Trainer:
                 limit,
             )
         if len(self.nonfinite_steps) >= limit:
-            raise UserError(
+            raise NonFiniteError(
                 f"Training diverged: the loss or gradient norm was not finite in {limit} consecutive steps "
                 f"({self.nonfinite_steps[0]}-{self.nonfinite_steps[-1]}, each skipped), so training stops "
                 f"with its checkpoints as they are: lower --learning-rate, or raise --max-nonfinite-steps to "
@@ -198,16 +204,18 @@ class Trainer:
 
     def _check_weights(self, what: str) -> None:
         if not self._weights_finite():
-            raise UserError(
+            raise NonFiniteError(
                 f"The weights at step {self.state.step} are not finite, so no {what} is written and training "
                 "stops (earlier checkpoints are kept): lower --learning-rate."
             )
 
     def save_checkpoint(self, blocking: bool = False) -> None:
-        self._check_weights("checkpoint")
         step = self.state.step
         facts = {"global_batch": self.order.global_batch, "data_position": list(self.order.position(step))}
-        self.checkpoints.save(self.state, facts, blocking=blocking)
+        with self.watchdog.extended("checkpoint save"):
+            time.sleep(self.args.inject_save_delay_seconds)
+            self._check_weights("checkpoint")
+            self.checkpoints.save(self.state, facts, blocking=blocking)
 
     def run(self) -> None:
         args, state = self.args, self.state
@@ -237,18 +245,21 @@ class Trainer:
         timer = StepTimer()  # tokens/s and MFU: time inside training steps only, warm-up left out
         profiler = StepProfiler(args.profile_steps, args.profile_dir, self.runtime)
         while state.step < args.max_steps:
+            hang_if_injected(args, self.runtime.rank, state.step + 1, resumed is not None)
             with profiler.step(state.step + 1), timer.timed():
                 loss, grad_norm, stop = self.train_step(state.step)
             window += torch.stack([loss.detach().cpu(), grad_norm.detach().cpu().float()])
             window_steps += 1
             state.step += 1
+            self.watchdog.step_completed(state.step)
             self.checkpoints.poll()
             if state.step % args.log_interval == 0 or state.step == args.max_steps:
                 mean_loss = self._mean_over_ranks((window[0] / window_steps).to(self.runtime.device))
                 self._log_progress(mean_loss, (window[1] / window_steps).item(), *timer.take())
                 window, window_steps = torch.zeros(2), 0
             if self.val_data and (state.step % args.val_interval == 0 or state.step == args.max_steps):
-                val_loss = self.validation_loss()
+                with self.watchdog.extended("validation"):
+                    val_loss = self.validation_loss()
                 if self.runtime.is_main:
                     log.info(format_val_line(state.step, val_loss))
                     self.scalars.add(state.step, {VALIDATION_LOSS: val_loss})
@@ -260,8 +271,9 @@ class Trainer:
                 return
             if state.step % args.checkpoint_interval == 0 and state.step < args.max_steps:
                 self.save_checkpoint()
-        self.checkpoints.wait()
-        self.save_model()
+        with self.watchdog.extended("model export"):
+            self.checkpoints.wait()
+            self.save_model()
         self.scalars.close()
 
     def _log_progress(self, loss: float, grad_norm: float, timed_steps: int, seconds: float) -> None:
@@ -352,25 +364,30 @@ def main(argv: list[str] | None = None) -> int:
         args = parse_args(sys.argv[1:] if argv is None else argv)
         config = model_config(args.model_preset, args.init_from, args.vocab_size, args.seq_len)
     except UserError as error:
-        if rank == 0:
-            log.error("%s", error)
-        return 2
-    runtime = setup(args.strategy, args.mp_parameters)
+        report(*classify(error), echo=rank == 0)
+        return EXIT_USER_ERROR
+    runtime = setup(args.strategy, args.mp_parameters, timedelta(seconds=args.collective_timeout_seconds))
+    watchdog = Watchdog(Bounds.from_args(args), runtime.rank)
     try:
         if args.dry_run:
             dry_run(args, runtime, config)
             return 0
         check_writable(args, runtime)
         train_data, val_data = open_datasets(args, runtime, config.vocab_size)
-        Trainer(args, runtime, config, train_data, val_data).run()
+        if args.watchdog:  # from the model build on: the data scan before it grows with the dataset
+            watchdog.start()
+        Trainer(args, runtime, config, train_data, val_data, watchdog).run()
         settle(runtime)
     except UserError as error:  # every rank raises the same one (startup.agree, collectives): rank 0 reports
-        if rank == 0:
-            log.error("%s", error)
+        report(*classify(error), echo=rank == 0)
         settle(runtime)
-        return 2
+        return EXIT_USER_ERROR
+    except Exception as error:  # this rank's own: its traceback follows, as before
+        report(*classify(error))
+        raise
     finally:
         teardown()
+        watchdog.stop()  # only now: a teardown blocked by a dead peer ends as a hang too
     return 0
 
 
