@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from checkpoint import CheckpointManager, TrainState
 from data import TokenDataset, UserError, validation_batches
 from distributed import Runtime, autocast_enabled, gradient_sync, local_part, reduce_max, setup, teardown
+from faults import EXIT_USER_ERROR, NonFiniteError, classify, report
 from flags import parse_args, resume_source
 from metrics import format_train_line, format_val_line
 from model import model_config
@@ -158,7 +159,7 @@ class Trainer:
                 limit,
             )
         if len(self.nonfinite_steps) >= limit:
-            raise UserError(
+            raise NonFiniteError(
                 f"Training diverged: the loss or gradient norm was not finite in {limit} consecutive steps "
                 f"({self.nonfinite_steps[0]}-{self.nonfinite_steps[-1]}, each skipped), so training stops "
                 f"with its checkpoints as they are: lower --learning-rate, or raise --max-nonfinite-steps to "
@@ -199,7 +200,7 @@ class Trainer:
 
     def _check_weights(self, what: str) -> None:
         if not self._weights_finite():
-            raise UserError(
+            raise NonFiniteError(
                 f"The weights at step {self.state.step} are not finite, so no {what} is written and training "
                 "stops (earlier checkpoints are kept): lower --learning-rate."
             )
@@ -359,9 +360,8 @@ def main(argv: list[str] | None = None) -> int:
         args = parse_args(sys.argv[1:] if argv is None else argv)
         config = model_config(args.model_preset, args.init_from, args.vocab_size, args.seq_len)
     except UserError as error:
-        if rank == 0:
-            log.error("%s", error)
-        return 2
+        report(*classify(error), echo=rank == 0)
+        return EXIT_USER_ERROR
     runtime = setup(args.strategy, args.mp_parameters)
     try:
         if args.dry_run:
@@ -372,10 +372,12 @@ def main(argv: list[str] | None = None) -> int:
         Trainer(args, runtime, config, train_data, val_data).run()
         settle(runtime)
     except UserError as error:  # every rank raises the same one (startup.agree, collectives): rank 0 reports
-        if rank == 0:
-            log.error("%s", error)
+        report(*classify(error), echo=rank == 0)
         settle(runtime)
-        return 2
+        return EXIT_USER_ERROR
+    except Exception as error:  # this rank's own: its traceback follows, as before
+        report(*classify(error))
+        raise
     finally:
         teardown()
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 import time
@@ -103,13 +104,21 @@ def run_dirs(dataset: Path, out: Path) -> list[str]:
     ]
 
 
-def train(dataset: Path, out: Path, *extra: str, flags: list[str] = TRAIN_FLAGS, nproc: int = 2) -> Run:
-    """Train to completion (or failure); output is stdout and stderr of every rank."""
+def train(
+    dataset: Path,
+    out: Path,
+    *extra: str,
+    flags: list[str] = TRAIN_FLAGS,
+    nproc: int = 2,
+    env: dict | None = None,
+) -> Run:
+    """Train to completion (or failure); output is stdout and stderr of every rank; `env` adds variables."""
     result = subprocess.run(
         torchrun_command(*flags, *run_dirs(dataset, out), *extra, nproc=nproc),
         capture_output=True,
         text=True,
         timeout=600,
+        env={**os.environ, **(env or {})},
     )
     return Run(result.returncode, result.stdout + result.stderr, out / "model", out / "checkpoints")
 

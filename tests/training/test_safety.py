@@ -87,8 +87,11 @@ def test_a_diverging_run_skips_non_finite_steps_then_stops_without_saving(datase
     run = train(
         dataset, tmp_path, "--learning-rate", "1e30", "--warmup-steps", "0", "--log-interval", "1",
         "--checkpoint-interval", "100", "--max-nonfinite-steps", "3",
+        env={"SM_OUTPUT_DIR": str(tmp_path / "output")},
     )  # fmt: skip
     assert run.returncode != 0, run.output
+    reason = (tmp_path / "output" / "failure").read_text()  # what SageMaker reports as FailureReason
+    assert reason.startswith("trainstack-fault:user:nonfinite FloatingPointError: Training diverged: ")
     assert "Step 2: loss" in run.output and "gradient norm nan" in run.output
     assert "the update is skipped (1 of at most 3 in a row)" in run.output
     assert (
