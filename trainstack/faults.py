@@ -30,6 +30,8 @@ from typing import Literal
 # SageMaker's FailureReason for a job it could not give instances (DESIGN.md, "Facts"): today's capacity
 # path in the attempt machines, unchanged.
 CAPACITY_REASON_PREFIX = "CapacityError"
+# Managed spot: capacity never came within MaxWaitTimeInSeconds (job Stopped with this SecondaryStatus).
+SPOT_CAPACITY_SECONDARY_STATUS = "MaxWaitTimeExceeded"
 
 INFRASTRUCTURE = "infrastructure"
 USER = "user"

@@ -28,7 +28,7 @@ from constructs import Construct
 
 from stacks.pipeline.jsonata_text import expression, literal
 from stacks.pipeline.training_state_machine_definition import poll_seconds_expression
-from trainstack.faults import CAPACITY_REASON_PREFIX, fault_expression
+from trainstack.faults import CAPACITY_REASON_PREFIX, SPOT_CAPACITY_SECONDARY_STATUS, fault_expression
 
 SAGEMAKER_ERROR = "SageMaker.SageMakerException"
 QUOTA_ERROR = "SageMaker.ResourceLimitExceededException"
@@ -50,8 +50,6 @@ CREATE_QUICK_RETRIES = 2
 # Throttled creates after the quick retries: this many more, 15 s doubling to 120 s, plus jitter.
 CREATE_THROTTLE_LOOPS = 6
 THROTTLE_CAUSE = "/rate exceeded|throttl/i"
-# Job states that end an attempt; the rest are polled.
-SPOT_CAPACITY_SECONDARY_STATUS = "MaxWaitTimeExceeded"
 # What both attempt kinds (this one and the queued one) read from DescribeTrainingJob, and the cause
 # of a failed job.
 DESCRIBED_STATUS = (
@@ -63,8 +61,6 @@ FAILED_JOB_CAUSE = (
     '$described.reason ? "Training job " & $job.name & " failed: " & $described.reason : '
     '"Training job " & $job.name & " failed without a FailureReason."'
 )
-
-
 
 
 def failed_outcome() -> str:
