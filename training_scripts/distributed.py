@@ -18,6 +18,7 @@ import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from functools import partial
 
 import torch
@@ -102,7 +103,9 @@ def _smddp_serves(device_type: str) -> bool:
     return device_type in dist.Backend.backend_capability.get("smddp", ())
 
 
-def setup(requested: str, mp_parameters: dict) -> Runtime:
+def setup(requested: str, mp_parameters: dict, collective_timeout: timedelta | None = None) -> Runtime:
+    """`collective_timeout`: of every collective on both groups (None: torch's default); train.py keeps it
+    above the watchdog's bound, so that a stuck collective trips the watchdog first."""
     cuda = torch.cuda.is_available()
     smddp_serves = requested == "smddp" and _smddp_serves("cuda" if cuda else "cpu")
     strategy, backend, warning = select_strategy(requested, _installed("torch.sagemaker"), smddp_serves, cuda)
@@ -112,7 +115,7 @@ def setup(requested: str, mp_parameters: dict) -> Runtime:
         torch.cuda.set_device(local_rank)
     if strategy != "smddp" and "RANK" not in os.environ:  # plain `python train.py`: a world of one
         os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
-    dist.init_process_group(backend=backend)
+    dist.init_process_group(backend=backend, timeout=collective_timeout)
     rank, world_size = dist.get_rank(), dist.get_world_size()
 
     model_parallel_degree = 1
@@ -123,7 +126,9 @@ def setup(requested: str, mp_parameters: dict) -> Runtime:
         model_parallel_degree = int(mp_parameters.get("tensor_parallel_degree", 1)) * int(
             mp_parameters.get("context_parallel_degree", 1)
         )
-    checkpoint_group = None if strategy == "smddp" else dist.new_group(backend="gloo")
+    checkpoint_group = (
+        None if strategy == "smddp" else dist.new_group(backend="gloo", timeout=collective_timeout)
+    )
     runtime = Runtime(
         strategy=strategy,
         backend=backend,

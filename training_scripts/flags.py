@@ -218,6 +218,28 @@ def build_parser() -> argparse.ArgumentParser:
         default="bfloat16",
         help="dtype of the final model's weights (training keeps fp32 master weights either way)",
     )
+    seconds = _number(0, low_inclusive=False)
+    add(
+        "--watchdog",
+        type=_boolean,
+        default=True,
+        help="end a run whose ranks stop stepping (docs/training.md)",
+    )
+    add("--watchdog-step-multiple", type=_number(1), default=10.0, help="bound: this x the median step time")
+    add("--watchdog-min-seconds", type=seconds, default=300.0, help="bound after the first steps: at least")
+    add("--watchdog-startup-seconds", type=seconds, default=1800.0, help="bound until 3 steps have completed")
+    add("--watchdog-save-seconds", type=seconds, default=1800.0, help="bound of a save, validation, export")
+    add("--collective-timeout-seconds", type=seconds, default=3600.0, help="the process groups' timeout")
+    add(
+        "--inject-hang-at-step", type=_positive, help="testing aid: --inject-hang-rank stops before this step"
+    )
+    add("--inject-hang-rank", type=_non_negative, default=0, help="testing aid: the rank that stops")
+    add(
+        "--inject-save-delay-seconds",
+        type=_number(0),
+        default=0.0,
+        help="testing aid: each save first sleeps",
+    )
     add("--checkpoint-dir", default="/opt/ml/checkpoints")
     add(
         "--resume-from",
@@ -257,6 +279,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         raise UserError(
             "Argument --async-checkpoint: must be false with --strategy smddp (SMDDP allows one process "
             "group, and a background save's collectives would interleave with training's on it)."
+        )
+    longest = max(args.watchdog_startup_seconds, args.watchdog_save_seconds, args.watchdog_min_seconds)
+    if args.collective_timeout_seconds <= longest:
+        raise UserError(
+            f"Argument --collective-timeout-seconds: must be above every fixed watchdog bound ({longest:g} s "
+            "here), so that a stuck collective trips the watchdog before it times out."
         )
     if args.init_from and not (Path(args.init_from) / "config.json").is_file():
         raise UserError(f"--init-from {args.init_from} holds no config.json.")

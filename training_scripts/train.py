@@ -16,6 +16,7 @@ import signal
 import sys
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -42,6 +43,7 @@ from tensorboard_scalars import (
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from transformers import PretrainedConfig
 from transformers.utils import logging as transformers_logging
+from watchdog import Bounds, Watchdog, hang_if_injected
 
 log = logging.getLogger("train")
 
@@ -54,8 +56,10 @@ class Trainer:
         config: PretrainedConfig,
         train_data: TokenDataset,
         val_data: TokenDataset | None,
+        watchdog: Watchdog,
     ):
         self.args, self.runtime, self.train_data, self.val_data = args, runtime, train_data, val_data
+        self.watchdog = watchdog
         self.parallel = build_parallel_model(args, runtime, config)
         self.model = self.parallel.model
         self.autocast = autocast_enabled(runtime, args.parallelism)
@@ -206,10 +210,15 @@ class Trainer:
             )
 
     def save_checkpoint(self, blocking: bool = False) -> None:
-        self._check_weights("checkpoint")
-        step = self.state.step
-        facts = {"global_batch": self.order.global_batch, "data_position": list(self.order.position(step))}
-        self.checkpoints.save(self.state, facts, blocking=blocking)
+        with self.watchdog.extended("checkpoint save"):
+            time.sleep(self.args.inject_save_delay_seconds)
+            self._check_weights("checkpoint")
+            step = self.state.step
+            facts = {
+                "global_batch": self.order.global_batch,
+                "data_position": list(self.order.position(step)),
+            }
+            self.checkpoints.save(self.state, facts, blocking=blocking)
 
     def run(self) -> None:
         args, state = self.args, self.state
@@ -238,11 +247,13 @@ class Trainer:
         window_start, window, window_steps = time.perf_counter(), torch.zeros(2), 0
         profiler = StepProfiler(args.profile_steps, args.profile_dir, self.runtime)
         while state.step < args.max_steps:
+            hang_if_injected(args, self.runtime.rank, state.step + 1, resumed is not None)
             with profiler.step(state.step + 1):
                 loss, grad_norm, stop = self.train_step(state.step)
             window += torch.stack([loss.detach().cpu(), grad_norm.detach().cpu().float()])
             window_steps += 1
             state.step += 1
+            self.watchdog.step_completed(state.step)
             self.checkpoints.poll()
             if state.step % args.log_interval == 0 or state.step == args.max_steps:
                 mean_loss = self._mean_over_ranks((window[0] / window_steps).to(self.runtime.device))
@@ -254,7 +265,8 @@ class Trainer:
                 )
                 window_start, window, window_steps = time.perf_counter(), torch.zeros(2), 0
             if self.val_data and (state.step % args.val_interval == 0 or state.step == args.max_steps):
-                val_loss = self.validation_loss()
+                with self.watchdog.extended("validation"):
+                    val_loss = self.validation_loss()
                 if self.runtime.is_main:
                     log.info(format_val_line(state.step, val_loss))
                     self.scalars.add(state.step, {VALIDATION_LOSS: val_loss})
@@ -263,12 +275,15 @@ class Trainer:
                 if self.runtime.is_main:
                     log.info("Stopped by SIGTERM at step %d; the checkpoint resumes it.", state.step)
                 self.scalars.close()
+                self.watchdog.stop()
                 return
             if state.step % args.checkpoint_interval == 0 and state.step < args.max_steps:
                 self.save_checkpoint()
-        self.checkpoints.wait()
-        self.save_model()
+        with self.watchdog.extended("model export"):
+            self.checkpoints.wait()
+            self.save_model()
         self.scalars.close()
+        self.watchdog.stop()
 
     def _log_progress(self, loss: float, grad_norm: float, steps: int, seconds: float) -> None:
         if not self.runtime.is_main:
@@ -362,14 +377,18 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as error:
         report(*classify(error), echo=rank == 0)
         return EXIT_USER_ERROR
-    runtime = setup(args.strategy, args.mp_parameters)
+    runtime = setup(args.strategy, args.mp_parameters, timedelta(seconds=args.collective_timeout_seconds))
     try:
         if args.dry_run:
             dry_run(args, runtime, config)
             return 0
         check_writable(args, runtime)
         train_data, val_data = open_datasets(args, runtime, config.vocab_size)
-        Trainer(args, runtime, config, train_data, val_data).run()
+        # Watched from the model build on (the data scan before it grows with the dataset).
+        watchdog = Watchdog(Bounds.from_args(args), runtime.rank)
+        if args.watchdog:
+            watchdog.start()
+        Trainer(args, runtime, config, train_data, val_data, watchdog).run()
         settle(runtime)
     except UserError as error:  # every rank raises the same one (startup.agree, collectives): rank 0 reports
         report(*classify(error), echo=rank == 0)

@@ -1,0 +1,154 @@
+"""The hang watchdog: a rank that stops stepping ends the run within the bound, with every rank's stacks in
+the log, the hang's token in SageMaker's failure file and exit code 75; a checkpoint save slower than
+the step bound does not trip it. Real CPU runs (torchrun, 2 processes, gloo), and the bound's rules on a
+virtual clock."""
+
+from __future__ import annotations
+
+import re
+import time
+from argparse import Namespace
+from datetime import datetime
+
+import pytest
+from data import UserError
+from flags import parse_args
+from watchdog import CAP, WARMUP_STEPS, Bounds, Watchdog
+
+from tests.training.harness import TRAIN_FLAGS, train
+
+BOUND = (
+    10  # seconds without a step, after the first ones: 20-100x a tiny model's CPU step on a loaded machine
+)
+WATCHDOG_FLAGS = [
+    "--watchdog-min-seconds", str(BOUND), "--watchdog-step-multiple", "1",
+    "--watchdog-startup-seconds", "60", "--watchdog-save-seconds", "60",
+]  # fmt: skip
+
+
+def test_a_hung_rank_ends_the_run_within_the_bound_and_is_named(dataset, tmp_path):
+    output = tmp_path / "output"
+    run = train(
+        dataset, tmp_path, *WATCHDOG_FLAGS, "--inject-hang-at-step", "6", "--inject-hang-rank", "1",
+        # Above every bound, yet short: had the watchdog not tripped first, gloo's timeout would show.
+        "--collective-timeout-seconds", "90", "--log-interval", "1",
+        env={"SM_OUTPUT_DIR": str(output)},
+    )  # fmt: skip
+    ended = time.time()
+    assert run.returncode != 0, run.output
+    # torchrun's report: the first rank to exit did so with the watchdog's code.
+    root_cause = run.output[run.output.index("Root Cause (first observed failure)") :]
+    assert re.search(r"exitcode\s*:\s*75\b", root_cause), run.output
+    reason = (output / "failure").read_text()
+    assert reason.startswith("trainstack-fault:infrastructure:hang TimeoutError: Rank "), reason
+    # The stopped rank names itself and where it stopped; every rank's stacks are in the log.
+    assert "Rank 1 completed no optimizer step in" in run.output, run.output
+    assert "after step 5; its training thread was at watchdog.py:" in run.output
+    assert "in hang_if_injected (time.sleep(3600))." in run.output
+    for rank in (0, 1):
+        assert f"Rank {rank}: Python stacks of every thread at the watchdog's trip" in run.output, run.output
+    assert (
+        "in token_losses" in run.output and "inside torch/nn/parallel/distributed.py:" in run.output
+    )  # rank 0
+    assert "Timed out waiting" not in run.output  # gloo's collective timeout
+    waited = [
+        int(s) for s in re.findall(r"completed no optimizer step in (\d+) s \(bound (?:\d+)", run.output)
+    ]
+    assert waited and all(s >= BOUND for s in waited)  # never before the bound
+    hang_line = next(line for line in run.output.splitlines() if "stops before step 6 for good" in line)
+    stamp = re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}", hang_line).group()
+    injected = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    print(f"detection: hang injected -> torchrun exited in {ended - injected:.1f} s (bound {BOUND} s)")
+
+
+def test_a_checkpoint_save_slower_than_the_step_bound_does_not_trip_it(dataset, tmp_path):
+    flags = [*TRAIN_FLAGS, "--max-steps", "12", "--checkpoint-interval", "10"]
+    output = tmp_path / "output"
+    # The save sleeps twice the step bound: without the save's own bound (60 s) this run would trip.
+    run = train(
+        dataset, tmp_path, *WATCHDOG_FLAGS, "--inject-save-delay-seconds", str(2 * BOUND),
+        flags=flags, env={"SM_OUTPUT_DIR": str(output)},
+    )  # fmt: skip
+    assert run.returncode == 0, run.output
+    assert "Saved checkpoint" in run.output and "trainstack-fault" not in run.output
+    assert not (output / "failure").exists()
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+BOUNDS = Bounds(
+    step_multiple=10, min_seconds=30, startup_seconds=600, save_seconds=900, collective_timeout=3600
+)
+
+
+def stepped(watchdog: Watchdog, clock: Clock, seconds: list[float]) -> None:
+    for step, duration in enumerate(seconds, start=watchdog.step + 1):
+        clock.now += duration
+        watchdog.step_completed(step)
+
+
+def test_the_startup_bound_holds_until_the_first_steps_are_timed():
+    clock = Clock()
+    watchdog = Watchdog(BOUNDS, 0, clock)
+    clock.now += 599
+    assert watchdog.overdue() is None
+    stepped(watchdog, clock, [300] * WARMUP_STEPS)  # the first step's time is not a step time
+    clock.now += 599
+    assert watchdog.overdue() is None
+    clock.now += 1
+    assert watchdog.overdue()[1:] == (600, f"the startup bound, until {WARMUP_STEPS} steps have completed")
+
+
+def test_then_the_bound_is_a_multiple_of_the_median_step_with_a_minimum():
+    clock = Clock()
+    watchdog = Watchdog(BOUNDS, 0, clock)
+    stepped(watchdog, clock, [500, 1, 1, 1, 40])  # one slow outlier does not move the median
+    clock.now += 30
+    assert watchdog.overdue() == (30, 30, "the minimum")
+    stepped(watchdog, clock, [5] * 10)
+    clock.now += 49
+    assert watchdog.overdue() is None
+    clock.now += 1
+    assert watchdog.overdue() == (50, 50, "10 x the median step, 5 s")
+
+
+def test_a_save_gets_its_own_bound_and_the_next_step_its_usual_one_from_its_end():
+    clock = Clock()
+    watchdog = Watchdog(BOUNDS, 0, clock)
+    stepped(watchdog, clock, [1] * 10)
+    clock.now += 20  # the step loop's remainder before the save
+    with watchdog.extended("checkpoint save"):
+        clock.now += 899
+        assert watchdog.overdue() is None
+        clock.now += 1
+        assert watchdog.overdue() == (900, 900, "the bound of a checkpoint save")
+    clock.now += 29
+    assert watchdog.overdue() is None
+    clock.now += 1
+    assert watchdog.overdue()[1] == 30
+
+
+def test_the_bound_stays_below_the_collective_timeout():
+    clock = Clock()
+    watchdog = Watchdog(BOUNDS, 0, clock)
+    stepped(watchdog, clock, [1000] * 10)  # 10 x 1000 s: more than the 3600 s timeout
+    clock.now += CAP * 3600
+    assert watchdog.overdue()[1:] == (CAP * 3600, f"{CAP:g} x the collective timeout")
+
+
+def test_a_collective_timeout_within_a_watchdog_bound_is_refused(tmp_path):
+    with pytest.raises(UserError, match=r"^Argument --collective-timeout-seconds: must be above every fixed"):
+        parse_args(["--train-dir", str(tmp_path), "--watchdog-save-seconds", "4000"])
+
+
+def test_the_defaults_keep_the_collective_timeout_above_every_bound(tmp_path):
+    args = parse_args(["--train-dir", str(tmp_path)])
+    bounds = Bounds.from_args(args)
+    assert bounds == Bounds(10, 300, 1800, 1800, 3600)
+    assert isinstance(args, Namespace) and args.watchdog and args.inject_hang_at_step is None
