@@ -79,14 +79,23 @@ FAULTS = {
 }
 
 
-# train.py's watchdog bound for the demo's tiny steps (docs/training.md, the watchdog's flags).
-WATCHDOG_DEMO_BOUND: dict[str, str] = {}
+# train.py's watchdog for the demo's tiny steps (docs/training.md, "Hang watchdog"): a hang after the first
+# steps ends after 10 s (+ 2 s for the peers' stacks); the collective timeout stays above every bound.
+WATCHDOG_DEMO_BOUND = {
+    "inject_hang_rank": "1",
+    "watchdog_min_seconds": "10",
+    "watchdog_startup_seconds": "120",
+    "watchdog_save_seconds": "120",
+    "collective_timeout_seconds": "300",
+}
+# The hang comes this many steps after the first checkpoint, which is complete by then: attempt 2 resumes it.
+HANG_STEPS_AFTER_CHECKPOINT = 5
 
 
 def simulated_sagemaker(args: argparse.Namespace, workdir: Path, dataset: Path) -> LocalSageMaker:
     if args.fault == "hang":
-        # One step after the first checkpoint: attempt 2 has a checkpoint to resume from.
-        hang = {"inject_hang_at_step": str(args.checkpoint_interval + 1), **WATCHDOG_DEMO_BOUND}
+        hang_step = args.checkpoint_interval + HANG_STEPS_AFTER_CHECKPOINT
+        hang = {"inject_hang_at_step": str(hang_step), **WATCHDOG_DEMO_BOUND}
         return LocalSageMaker(workdir, dataset, hang_failures=1, hang_hyperparameters=hang)
     return LocalSageMaker(workdir, dataset, capacity_failures=1)
 
