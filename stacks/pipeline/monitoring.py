@@ -215,7 +215,6 @@ class PipelineMonitoring(Construct):
             dimensions_map={FAULT_DIMENSION: fault_class},
             statistic="Sum",
             period=period,
-            label=fault_class,
         )
 
     @staticmethod
@@ -279,7 +278,10 @@ class PipelineMonitoring(Construct):
         )
         faults = cloudwatch.GraphWidget(
             title="Failed attempts by fault (per hour)",
-            left=[self._failed_attempts(namespace, fault, hour) for fault in (INFRASTRUCTURE, USER, UNKNOWN)],
+            left=[
+                self._failed_attempts(namespace, fault, hour).with_(label=fault)
+                for fault in (INFRASTRUCTURE, USER, UNKNOWN)
+            ],
             left_annotations=[
                 cloudwatch.HorizontalAnnotation(
                     value=INFRASTRUCTURE_FAULTS_ALARM_COUNT, label="alarm InfrastructureFaults"
