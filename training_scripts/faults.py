@@ -50,7 +50,7 @@ class Fault:
 
 
 HANG = Fault(INFRASTRUCTURE, "hang", "TimeoutError")  # the watchdog: no optimizer step within its bound
-COLLECTIVE = Fault(INFRASTRUCTURE, "collective", "RuntimeError")  # torch.distributed.DistError raised
+COLLECTIVE = Fault(INFRASTRUCTURE, "collective", "RuntimeError")  # a DistError, or gloo's transport failed
 CONFIG = Fault(USER, "config", "ValueError")  # a UserError: flags, inputs, checkpoints
 NONFINITE = Fault(USER, "nonfinite", "FloatingPointError")  # the NaN guard stopped training
 OOM = Fault(USER, "oom", "MemoryError")  # torch.OutOfMemoryError
@@ -70,7 +70,9 @@ def classify(error: BaseException) -> tuple[Fault, str]:
         return CONFIG, str(error)
     if isinstance(error, torch.OutOfMemoryError):
         return OOM, f"{_first_line(error)} Lower --micro-batch-size or use more or larger instances."
-    if isinstance(error, torch.distributed.DistError):  # NCCL/gloo errors, store and network failures
+    # NCCL errors, store and network failures; gloo's transport raises a plain RuntimeError naming its source
+    # ("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer ...").
+    if isinstance(error, torch.distributed.DistError) or "gloo/transport/" in str(error):
         return COLLECTIVE, f"{type(error).__name__}: {_first_line(error)}"
     return EXCEPTION, f"{type(error).__name__}: {_first_line(error)}"
 

@@ -210,14 +210,11 @@ class Trainer:
             )
 
     def save_checkpoint(self, blocking: bool = False) -> None:
+        step = self.state.step
+        facts = {"global_batch": self.order.global_batch, "data_position": list(self.order.position(step))}
         with self.watchdog.extended("checkpoint save"):
             time.sleep(self.args.inject_save_delay_seconds)
             self._check_weights("checkpoint")
-            step = self.state.step
-            facts = {
-                "global_batch": self.order.global_batch,
-                "data_position": list(self.order.position(step)),
-            }
             self.checkpoints.save(self.state, facts, blocking=blocking)
 
     def run(self) -> None:
@@ -275,7 +272,6 @@ class Trainer:
                 if self.runtime.is_main:
                     log.info("Stopped by SIGTERM at step %d; the checkpoint resumes it.", state.step)
                 self.scalars.close()
-                self.watchdog.stop()
                 return
             if state.step % args.checkpoint_interval == 0 and state.step < args.max_steps:
                 self.save_checkpoint()
@@ -283,7 +279,6 @@ class Trainer:
             self.checkpoints.wait()
             self.save_model()
         self.scalars.close()
-        self.watchdog.stop()
 
     def _log_progress(self, loss: float, grad_norm: float, steps: int, seconds: float) -> None:
         if not self.runtime.is_main:
@@ -378,15 +373,14 @@ def main(argv: list[str] | None = None) -> int:
         report(*classify(error), echo=rank == 0)
         return EXIT_USER_ERROR
     runtime = setup(args.strategy, args.mp_parameters, timedelta(seconds=args.collective_timeout_seconds))
+    watchdog = Watchdog(Bounds.from_args(args), runtime.rank)
     try:
         if args.dry_run:
             dry_run(args, runtime, config)
             return 0
         check_writable(args, runtime)
         train_data, val_data = open_datasets(args, runtime, config.vocab_size)
-        # Watched from the model build on (the data scan before it grows with the dataset).
-        watchdog = Watchdog(Bounds.from_args(args), runtime.rank)
-        if args.watchdog:
+        if args.watchdog:  # from the model build on: the data scan before it grows with the dataset
             watchdog.start()
         Trainer(args, runtime, config, train_data, val_data, watchdog).run()
         settle(runtime)
@@ -399,6 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         raise
     finally:
         teardown()
+        watchdog.stop()  # only now: a teardown blocked by a dead peer ends as a hang too
     return 0
 
 

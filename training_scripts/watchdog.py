@@ -1,11 +1,11 @@
 """The hang watchdog: a thread per rank that ends the run when no optimizer step completes within a bound.
 
-On a trip the rank logs every thread's Python stack (its training thread's position summarised in one
-sentence: the torch.distributed call it is in, if any, and the line of ours that made it), writes
-faults.HANG to the failure file, and exits with faults.EXIT_INFRASTRUCTURE through os._exit: a thread
-stuck in a collective can be neither interrupted nor joined. Every rank of a hung job trips within
-moments of the others (their last step ended in the same collective), so each one's stacks reach the
-log; the rank that is in no collective is the one that stopped.
+On a trip the rank logs every thread's Python stack, writes faults.HANG to the failure file with its
+training thread's position in one sentence (our innermost line, and the library call below it: DDP's
+broadcast, a torch.distributed collective, a read), and exits with faults.EXIT_INFRASTRUCTURE through
+os._exit: a thread stuck in a collective can be neither interrupted nor joined. Every rank of a hung job
+trips within moments of the others (their last step ended in the same collective), so each one's stacks
+reach the log, and the rank that stopped is told by where it stands.
 
 The bound (docs/training.md, "Hang watchdog"), in seconds since the last step or since the start:
 - until WARMUP_STEPS steps have completed: --watchdog-startup-seconds (model build, checkpoint load,
@@ -66,7 +66,7 @@ class Bounds:
 
     def of(self, step_times: list[float], activity: str | None) -> tuple[float, str]:
         """The bound, and in words where it comes from."""
-        if len(step_times) < WARMUP_STEPS:
+        if len(step_times) < WARMUP_STEPS - 1:  # the first step's time since the start is not a step time
             bound, why = self.startup_seconds, f"the startup bound, until {WARMUP_STEPS} steps have completed"
         else:
             median = statistics.median(step_times)
@@ -94,13 +94,14 @@ class Watchdog:
         self._changed = threading.Condition()
         self._stopped = False
 
-    def start(self) -> "Watchdog":
+    def start(self) -> None:
+        """Watch from now on."""
+        with self._changed:
+            self.last_progress = self.clock()
         threading.Thread(target=self._watch, name="watchdog", daemon=True).start()
-        return self
 
     def stop(self) -> None:
-        """Only once the run has ended normally: after an exception the watchdog keeps watching the way out
-        (a teardown blocked on a dead peer ends as a hang, not at MaxRuntimeInSeconds)."""
+        """Once the process groups are torn down: a teardown blocked by a dead peer ends as a hang too."""
         with self._changed:
             self._stopped = True
             self._changed.notify()
@@ -108,7 +109,7 @@ class Watchdog:
     def step_completed(self, step: int) -> None:
         with self._changed:
             now = self.clock()
-            if self.step:  # the first step's time since the start is not a step time
+            if self.step:
                 self.step_times.append(now - self.last_progress)
             self.step, self.last_progress = step, now
             self._changed.notify()

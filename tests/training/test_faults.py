@@ -31,6 +31,13 @@ def output_dir(tmp_path, monkeypatch):
             "trainstack-fault:infrastructure:collective RuntimeError",
             "DistBackendError: NCCL error",
         ),
+        (
+            RuntimeError(
+                "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [::1]:1"
+            ),
+            "trainstack-fault:infrastructure:collective RuntimeError",
+            "RuntimeError: [../third_party/gloo",
+        ),
         (ZeroDivisionError("division by zero"), "trainstack-fault:user:exception Exception", "ZeroDivision"),
     ],
 )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -79,11 +80,19 @@ def opt_ml_tree(base: Path, hyperparameters: dict[str, str]) -> None:
     (base / "model").mkdir()
 
 
-def test_the_toolkit_starts_torchrun_and_train_py_writes_the_model(tmp_path):
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def launch(tmp_path: Path, **extra_hyperparameters: str) -> tuple[subprocess.CompletedProcess, Path, str]:
+    """Run the toolkit on a torchrun profile's hyperparameters; (result, /opt/ml stand-in, output)."""
     hyperparameters = job_hyperparameters(torchrun_profile())
     assert json.loads(hyperparameters["sagemaker_torch_distributed_enabled"]) is True
     hyperparameters["sagemaker_mpi_num_of_processes_per_host"] = "2"  # CPU: see module docstring
     hyperparameters["checkpoint_dir"] = str(tmp_path / "checkpoints")  # /opt/ml/checkpoints on SageMaker
+    hyperparameters.update(extra_hyperparameters)
     base = tmp_path / "ml"
     opt_ml_tree(base, hyperparameters)
     environment = {
@@ -92,9 +101,16 @@ def test_the_toolkit_starts_torchrun_and_train_py_writes_the_model(tmp_path):
         "SM_STUDIO_LOCAL_MODE": "true",
         "SAGEMAKER_TRAINING_MODULE": "sagemaker_pytorch_container.training:main",
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        # torchrun's --master-port (the toolkit passes none: 29500) from its environment: a port of its own,
+        # so that toolkit runs on one machine do not collide.
+        "PET_MASTER_PORT": str(free_port()),
     }
     result = subprocess.run([str(TOOLKIT_CLI)], env=environment, capture_output=True, text=True, timeout=300)
-    output = result.stdout + result.stderr
+    return result, base, result.stdout + result.stderr
+
+
+def test_the_toolkit_starts_torchrun_and_train_py_writes_the_model(tmp_path):
+    result, base, output = launch(tmp_path)
 
     assert result.returncode == 0, output
     assert (base / "output" / "success").exists(), output
@@ -107,3 +123,21 @@ def test_the_toolkit_starts_torchrun_and_train_py_writes_the_model(tmp_path):
     model = AutoModelForCausalLM.from_pretrained(base / "model", torch_dtype="auto")
     assert {parameter.dtype for parameter in model.parameters()} == {torch.bfloat16}
     assert (tmp_path / "checkpoints" / "step_000000006" / "COMPLETE").exists()
+
+
+def test_a_hang_ends_the_job_with_the_watchdogs_reason_which_the_toolkit_keeps(tmp_path):
+    """The failure contract (docs/training.md, "Failure reasons and exit codes") through the real toolkit."""
+    result, base, output = launch(
+        tmp_path,
+        watchdog_min_seconds="10",
+        watchdog_step_multiple="1",
+        inject_hang_at_step="8",
+        inject_hang_rank="1",
+    )
+    assert result.returncode == 1, output  # the toolkit's own failure code
+    reason = (base / "output" / "failure").read_text()  # SageMaker's FailureReason: its first 1024 characters
+    assert reason.startswith("trainstack-fault:infrastructure:hang TimeoutError: Rank "), reason
+    assert "Failure file exists. Skipping creation" in output  # files.write_failure_file kept ours
+    # What the toolkit would have written: torchrun's exit code, whatever the workers' (75).
+    assert "ExecuteUserScriptError:\nExitCode 1\n" in output or "ExitCode 1" in output, output
+    assert "trainstack-fault:infrastructure:hang" in output[output.index("ExitCode 1") :], output

@@ -6,16 +6,18 @@ virtual clock."""
 from __future__ import annotations
 
 import re
+import threading
 import time
 from argparse import Namespace
 from datetime import datetime
 
 import pytest
+import train as train_script
 from data import UserError
 from flags import parse_args
 from watchdog import CAP, WARMUP_STEPS, Bounds, Watchdog
 
-from tests.training.harness import TRAIN_FLAGS, train
+from tests.training.harness import TRAIN_FLAGS, train, write_learnable_shards
 
 BOUND = (
     10  # seconds without a step, after the first ones: 20-100x a tiny model's CPU step on a loaded machine
@@ -55,14 +57,34 @@ def test_a_hung_rank_ends_the_run_within_the_bound_and_is_named(dataset, tmp_pat
         int(s) for s in re.findall(r"completed no optimizer step in (\d+) s \(bound (?:\d+)", run.output)
     ]
     assert waited and all(s >= BOUND for s in waited)  # never before the bound
-    hang_line = next(line for line in run.output.splitlines() if "stops before step 6 for good" in line)
-    stamp = re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}", hang_line).group()
-    injected = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
-    print(f"detection: hang injected -> torchrun exited in {ended - injected:.1f} s (bound {BOUND} s)")
+    injected, tripped = (
+        logged_at(run.output, "stops before step 6 for good"),
+        logged_at(run.output, "trainstack-fault:"),
+    )
+    print(
+        f"detection: hang injected -> first trip {tripped - injected:.1f} s (bound {BOUND} s) -> torchrun "
+        f"exited {ended - tripped:.1f} s later: {ended - injected:.1f} s in all"
+    )
 
 
-def test_a_checkpoint_save_slower_than_the_step_bound_does_not_trip_it(dataset, tmp_path):
-    flags = [*TRAIN_FLAGS, "--max-steps", "12", "--checkpoint-interval", "10"]
+def logged_at(output: str, text: str) -> float:
+    """The time of the first log line holding `text`."""
+    line = next(line for line in output.splitlines() if text in line)
+    stamp = re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}", line).group()
+    return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+@pytest.mark.parametrize("async_checkpoint", ["false", "true"])
+def test_a_checkpoint_save_slower_than_the_step_bound_does_not_trip_it(dataset, tmp_path, async_checkpoint):
+    flags = [
+        *TRAIN_FLAGS,
+        "--max-steps",
+        "12",
+        "--checkpoint-interval",
+        "10",
+        "--async-checkpoint",
+        async_checkpoint,
+    ]
     output = tmp_path / "output"
     # The save sleeps twice the step bound: without the save's own bound (60 s) this run would trip.
     run = train(
@@ -98,11 +120,13 @@ def test_the_startup_bound_holds_until_the_first_steps_are_timed():
     watchdog = Watchdog(BOUNDS, 0, clock)
     clock.now += 599
     assert watchdog.overdue() is None
-    stepped(watchdog, clock, [300] * WARMUP_STEPS)  # the first step's time is not a step time
+    stepped(watchdog, clock, [300] * (WARMUP_STEPS - 1))
     clock.now += 599
     assert watchdog.overdue() is None
     clock.now += 1
     assert watchdog.overdue()[1:] == (600, f"the startup bound, until {WARMUP_STEPS} steps have completed")
+    assert list(watchdog.step_times) == [300]  # the first step's time, since the start, is not a step time
+    assert BOUNDS.of([300, 300], None) == (3000, "10 x the median step, 300 s")  # once a third step completes
 
 
 def test_then_the_bound_is_a_multiple_of_the_median_step_with_a_minimum():
@@ -152,3 +176,21 @@ def test_the_defaults_keep_the_collective_timeout_above_every_bound(tmp_path):
     bounds = Bounds.from_args(args)
     assert bounds == Bounds(10, 300, 1800, 1800, 3600)
     assert isinstance(args, Namespace) and args.watchdog and args.inject_hang_at_step is None
+
+
+def test_a_run_that_fails_leaves_no_watchdog_behind(tmp_path, monkeypatch):
+    """In-process (a world of one): once main returns, its watchdog is gone, whatever the ending; one left
+    watching would end the calling process when its bound ran out."""
+    write_learnable_shards(tmp_path / "train", 8_000, seed=1)
+    monkeypatch.setenv("SM_OUTPUT_DIR", str(tmp_path / "output"))
+    code = train_script.main(
+        [
+            "--model-preset", "tiny", "--parallelism", "ddp", "--seq-len", "32", "--micro-batch-size", "2",
+            "--learning-rate", "1e30", "--warmup-steps", "0", "--max-nonfinite-steps", "1",
+            "--train-dir", str(tmp_path / "train"), "--model-dir", str(tmp_path / "model"),
+            "--checkpoint-dir", str(tmp_path / "checkpoints"),
+        ]
+    )  # fmt: skip
+    assert code == 2
+    assert (tmp_path / "output" / "failure").read_text().startswith("trainstack-fault:user:nonfinite ")
+    assert "watchdog" not in [thread.name for thread in threading.enumerate()]
