@@ -19,7 +19,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_VERSION_CHECK := 1
 export PATH := $(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
 
-.PHONY: synth demo demo-queue deploy test lint local-train clean
+.PHONY: synth demo demo-fault demo-queue deploy test lint local-train clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +56,11 @@ synth: $(SYNTH_DEPS) $(CDK)
 # simulated by local training processes, a capacity loss, back-off and resume (localaws/demo/run.py).
 demo: $(DEV_DEPS) synth
 	python -m localaws.demo --config $(CONFIG)
+
+# The fault variant: attempt 1 hangs on purpose after its first checkpoint, train.py's watchdog ends it,
+# the pipeline classifies the infrastructure fault and attempt 2 resumes (localaws/demo/run.py --fault hang).
+demo-fault: $(DEV_DEPS) synth
+	python -m localaws.demo --config $(CONFIG) --fault hang --workdir demo-fault-run
 
 # Queue mode with no AWS: two teams' retrainings through an emulated AWS Batch queue of 2 instances; the
 # output shows the order fair share chose (localaws/demo/queue_run.py; it synthesizes in queue mode).
@@ -94,4 +99,4 @@ local-train: $(DEV_DEPS)
 	bash training_scripts/local_train.sh
 
 clean:
-	rm -rf cdk.out local-run demo-run demo-queue-run .pytest_cache .hypothesis
+	rm -rf cdk.out local-run demo-run demo-fault-run demo-queue-run .pytest_cache .hypothesis

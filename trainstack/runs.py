@@ -270,3 +270,27 @@ def log_events(logs: Any, job_name: str, start_time_ms: int = 0) -> list[dict[st
         if error.response["Error"]["Code"] != "ResourceNotFoundException":
             raise
     return sorted(events, key=lambda event: (event["timestamp"], event.get("eventId", "")))
+
+
+# The pipeline's state that decides after each attempt, and the variable its fault retries append to
+# (stacks/pipeline/training_state_machine.py, fault_retries.py).
+CLASSIFY_STATE = "ClassifyAttempt"
+RETRIED_FAULTS = "retriedFaults"
+
+
+def retried_faults(stepfunctions: Any, execution: dict[str, Any]) -> list[dict[str, Any]]:
+    """The fault retries of a run so far, [{attempt, job, class, kind, reason}]: the output's once the run
+    succeeded, else the list ClassifyAttempt assigned last (the history, newest events first)."""
+    output = json.loads(execution.get("output") or "{}")
+    if RETRIED_FAULTS in output:
+        return output[RETRIED_FAULTS]
+    pages = stepfunctions.get_paginator("get_execution_history").paginate(
+        executionArn=execution["executionArn"], reverseOrder=True
+    )
+    for page in pages:
+        for event in page["events"]:
+            details = event.get("stateExitedEventDetails", {})
+            assigned = details.get("assignedVariables", {})
+            if details.get("name") == CLASSIFY_STATE and RETRIED_FAULTS in assigned:
+                return json.loads(assigned[RETRIED_FAULTS])
+    return []

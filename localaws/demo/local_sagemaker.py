@@ -21,6 +21,10 @@ Completed, or Failed with the toolkit's failure reason. StopTrainingJob sends SI
 (train.py saves a checkpoint and exits), then the job is Stopped. `capacity_failures=N` makes the
 first N jobs fail like a lost capacity block: once the job has written a checkpoint, its
 processes get SIGTERM and the job ends Failed with a `CapacityError:` reason, as SageMaker words it.
+`hang_failures=N` makes the first N jobs hang instead: their hyperparameters get `hang_hyperparameters`
+(train.py's hang injection, `--inject-hang-at-step`, and the watchdog's bound), so that a rank stops in
+the training loop, train.py's watchdog ends the job and its failure file (`trainstack-fault:
+infrastructure:hang ...`) becomes the FailureReason, as on SageMaker.
 """
 
 from __future__ import annotations
@@ -104,9 +108,17 @@ class LocalJob:
 class LocalSageMaker:
     """The training jobs of one demo, under `root` (S3 in root/s3, jobs in root/jobs)."""
 
-    def __init__(self, root: Path, dataset_dir: Path, capacity_failures: int = 0) -> None:
+    def __init__(
+        self,
+        root: Path,
+        dataset_dir: Path,
+        capacity_failures: int = 0,
+        hang_failures: int = 0,
+        hang_hyperparameters: dict[str, str] | None = None,
+    ) -> None:
         self.root, self.dataset_dir = root, dataset_dir
         self.capacity_failures = capacity_failures
+        self.hang_failures, self.hang_hyperparameters = hang_failures, hang_hyperparameters or {}
         self.jobs: dict[str, LocalJob] = {}
         self.logs = None  # a CloudWatch Logs client once serving(): each job's log goes there as it ends
         self._lock = threading.Lock()
@@ -124,7 +136,8 @@ class LocalSageMaker:
                 raise LocalSageMakerError("ResourceInUse", f"Training job names must be unique: {name}")
             checkpoint_dir = self.local_path(request["CheckpointConfig"]["S3Uri"])
             base = self.root / "jobs" / name / "ml"
-            self._lay_out(base, request, checkpoint_dir)
+            hangs = self.hang_hyperparameters if len(self.jobs) < self.hang_failures else {}
+            self._lay_out(base, request, checkpoint_dir, hangs)
             log_path = base / "output" / "job.log"
             simulate = len(self.jobs) < self.capacity_failures
             job = LocalJob(
@@ -240,8 +253,11 @@ class LocalSageMaker:
             return f"{output}/{request['TrainingJobName']}/output/model/"
         return f"{output}/{request['TrainingJobName']}/output/model.tar.gz"
 
-    def _lay_out(self, base: Path, request: dict[str, Any], checkpoint_dir: Path) -> None:
-        """What SageMaker lays out before it starts the container."""
+    def _lay_out(
+        self, base: Path, request: dict[str, Any], checkpoint_dir: Path, injected: dict[str, str]
+    ) -> None:
+        """What SageMaker lays out before it starts the container (`injected`: a simulated fault's
+        hyperparameters)."""
         config = base / "input" / "config"
         config.mkdir(parents=True)
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
@@ -249,6 +265,7 @@ class LocalSageMaker:
             **request.get("HyperParameters", {}),
             "sagemaker_mpi_num_of_processes_per_host": PROCESSES_PER_HOST,
             "checkpoint_dir": str(checkpoint_dir),  # CheckpointConfig.LocalPath, synced with S3Uri
+            **injected,
         }
         (config / "hyperparameters.json").write_text(json.dumps(hyperparameters))
         (config / "resourceconfig.json").write_text(

@@ -8,6 +8,9 @@
 4. `trainstack start --wait` starts the retraining and follows it. The first attempt loses its
    capacity after its first checkpoint (CapacityError); the pipeline backs off and creates the next
    attempt on the same checkpoint prefix, which resumes from that checkpoint and finishes.
+   With `--fault hang` (`make demo-fault`) the first attempt hangs instead: one rank stops after the
+   first checkpoint (train.py's `--inject-hang-at-step`), train.py's watchdog ends the job, the pipeline
+   classifies its FailureReason as an infrastructure fault (trainstack.faults), backs off and resumes.
    `trainstack report` then writes <workdir>/report.html and `trainstack status` prints the run with
    its goodput line; each job's TensorBoard event files are
    uploaded to its TensorBoardOutputConfig.S3OutputPath, <workdir>/s3/<bucket>/<run>/<job>/tensorboard.
@@ -31,6 +34,7 @@ from unittest import mock
 from localaws.demo.local_sagemaker import TRAINING_SCRIPTS, LocalSageMaker, serving
 from localaws.demo.synthesized import load_pipeline
 from trainstack.config import load_settings
+from trainstack.faults import CAPACITY_REASON_PREFIX, classify, describe
 
 CORPUS_MODULES = (
     "argparse",
@@ -59,7 +63,42 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-steps", type=int, default=60)
     parser.add_argument("--checkpoint-interval", type=int, default=20)
     parser.add_argument("--speedup", type=float, default=30.0, help="emulated time runs this much faster")
+    parser.add_argument(
+        "--fault",
+        choices=sorted(FAULTS),
+        default="capacity",
+        help="what ends the first attempt: a capacity loss, or a hang that train.py's watchdog ends",
+    )
     return parser.parse_args(argv)
+
+
+# What happens to the first attempt, as the demo announces it.
+FAULTS = {
+    "capacity": "the first attempt will lose its capacity after its first checkpoint",
+    "hang": "a rank of the first attempt will hang after its first checkpoint until train.py's watchdog ends "
+    "the job",
+}
+
+
+# train.py's watchdog for the demo's tiny steps (docs/training.md, "Hang watchdog"): a hang after the first
+# steps ends after 10 s (+ 2 s for the peers' stacks); the collective timeout stays above every bound.
+WATCHDOG_DEMO_BOUND = {
+    "inject_hang_rank": "1",
+    "watchdog_min_seconds": "10",
+    "watchdog_startup_seconds": "120",
+    "watchdog_save_seconds": "120",
+    "collective_timeout_seconds": "300",
+}
+# The hang comes this many steps after the first checkpoint, which is complete by then: attempt 2 resumes it.
+HANG_STEPS_AFTER_CHECKPOINT = 5
+
+
+def simulated_sagemaker(args: argparse.Namespace, workdir: Path, dataset: Path) -> LocalSageMaker:
+    if args.fault == "hang":
+        hang_step = args.checkpoint_interval + HANG_STEPS_AFTER_CHECKPOINT
+        hang = {"inject_hang_at_step": str(hang_step), **WATCHDOG_DEMO_BOUND}
+        return LocalSageMaker(workdir, dataset, hang_failures=1, hang_hyperparameters=hang)
+    return LocalSageMaker(workdir, dataset, capacity_failures=1)
 
 
 def say(message: str) -> None:
@@ -82,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     os.environ.pop("AWS_PROFILE", None)
     run_name = f"{settings.project}-demo-{datetime.now(UTC):%H%M%S}"
-    sagemaker = LocalSageMaker(args.workdir.resolve(), dataset, capacity_failures=1)
+    sagemaker = simulated_sagemaker(args, args.workdir.resolve(), dataset)
     output = run_pipeline(args, settings, pipeline, sagemaker, run_name)
     if output is None:
         return 1
@@ -156,8 +195,7 @@ def run_pipeline(args, settings, pipeline, sagemaker: LocalSageMaker, run_name: 
         say(
             f"3/5 emulator: {state_machine_arn} in moto; SageMaker runs jobs as local processes under "
             f"{sagemaker.root / 'jobs'}; emulated time runs {args.speedup:g}x faster (a 300 s back-off takes "
-            f"{300 / args.speedup:g} s; the elapsed column below is emulated time); the first attempt will "
-            "lose its capacity after its first checkpoint"
+            f"{300 / args.speedup:g} s; the elapsed column below is emulated time); {FAULTS[args.fault]}"
         )
         command = [
             "start",
@@ -203,6 +241,8 @@ def report_attempts(sagemaker: LocalSageMaker) -> None:
             f"resumed from the checkpoint of step {resumed.group(1)}" if resumed else "started from scratch"
         )
         end = f"ended {status}" + (f": {reason.split('.')[0]}" if reason else "")
+        if status == "Failed" and reason and not reason.startswith(CAPACITY_REASON_PREFIX):
+            end += f" [{describe(classify(reason))}]"
         last = f", last logged step {steps[-1]}" if steps else ""
         board = job.request.get("TensorBoardOutputConfig", {}).get("S3OutputPath")
         events = f"; TensorBoard event files in {sagemaker.local_path(board)}" if board else ""

@@ -3,6 +3,8 @@ the names the dashboard and alarms read (monitoring.py).
 
 Namespace `trainstack/<project>`:
 - `Attempts`, dimension `Outcome` (the attempt statuses of attempt/training_attempt.py): 1 per attempt.
+- `FailedAttempts`, dimension `Fault` (trainstack.faults' classes: infrastructure, user, unknown): 1 per
+  attempt whose job failed, as the attempt machine classified it (retried or not).
 - `CapacityWaitSeconds`, no dimension: after an attempt that found no capacity (`Capacity`), the seconds
   since the run's execution started, i.e. how long this run has been without capacity so far. Its
   Maximum over a period is the longest any run had waited; the attempt that gets capacity publishes none.
@@ -21,6 +23,8 @@ from stacks.pipeline.jsonata_text import expression, literal
 ATTEMPTS = "Attempts"
 CAPACITY_WAIT_SECONDS = "CapacityWaitSeconds"
 OUTCOME_DIMENSION = "Outcome"
+FAILED_ATTEMPTS = "FailedAttempts"
+FAULT_DIMENSION = "Fault"
 # The outcome of an attempt SageMaker could not give capacity to (attempt/training_attempt.py).
 NO_CAPACITY_OUTCOME = "Capacity"
 
@@ -30,7 +34,8 @@ def metrics_namespace(project: str) -> str:
 
 
 def metric_data_expression() -> str:
-    """MetricData of one attempt, from the pipeline's `$outcome` and the execution's start time."""
+    """MetricData of one attempt, from the pipeline's `$outcome` (a Failed one carries its `fault`) and the
+    execution's start time."""
     attempts = (
         f'{{"MetricName": {literal(ATTEMPTS)}, "Unit": "Count", "Value": 1, '
         f'"Dimensions": [{{"Name": {literal(OUTCOME_DIMENSION)}, "Value": $outcome.status}}]}}'
@@ -39,7 +44,15 @@ def metric_data_expression() -> str:
         f'{{"MetricName": {literal(CAPACITY_WAIT_SECONDS)}, "Unit": "Seconds", '
         '"Value": ($millis() - $toMillis($states.context.Execution.StartTime)) / 1000}'
     )
-    return f"$append([{attempts}], $outcome.status = {literal(NO_CAPACITY_OUTCOME)} ? [{waited}] : [])"
+    faulted = (
+        f'{{"MetricName": {literal(FAILED_ATTEMPTS)}, "Unit": "Count", "Value": 1, '
+        f'"Dimensions": [{{"Name": {literal(FAULT_DIMENSION)}, "Value": $outcome.fault.class}}]}}'
+    )
+    return (
+        f"$append([{attempts}], "
+        f"$outcome.status = {literal(NO_CAPACITY_OUTCOME)} ? [{waited}] : "
+        f'$outcome.status = "Failed" ? [{faulted}] : [])'
+    )
 
 
 def publish_attempt_metrics(

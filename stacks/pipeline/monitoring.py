@@ -26,11 +26,14 @@ from stacks.pipeline.attempt.training_attempt import ATTEMPT_STATUSES
 from stacks.pipeline.attempt_metrics import (
     ATTEMPTS,
     CAPACITY_WAIT_SECONDS,
+    FAILED_ATTEMPTS,
+    FAULT_DIMENSION,
     OUTCOME_DIMENSION,
     metrics_namespace,
 )
 from stacks.pipeline.logged_state_machine import execution_log_group_name
 from stacks.pipeline.state_machine_facts import ERROR_INVALID_INPUT
+from trainstack.faults import INFRASTRUCTURE, UNKNOWN, USER
 
 # Where SageMaker publishes training jobs' metrics (fixed by SageMaker).
 TRAINING_METRICS_NAMESPACE = "/aws/sagemaker/TrainingJobs"
@@ -39,6 +42,10 @@ ORPHANS_STOPPED = "OrphansStopped"
 # A run that has had no capacity this long is worth a person's look (another instance type, a training
 # plan) long before the default 48 h retry deadline gives up.
 CAPACITY_WAIT_ALARM_HOURS = 6
+# Infrastructure faults (each retried from the checkpoint while the profile's fault_retries allow) in one
+# hour, over all runs: one or two are routine for a large fleet; this many point at a bad instance type,
+# Availability Zone or image, which retries will not cure.
+INFRASTRUCTURE_FAULTS_ALARM_COUNT = 3
 ALARM_PERIOD = cdk.Duration.minutes(5)
 # Sweepers run every 15 minutes: one period sees every sweep.
 SWEEP_PERIOD = cdk.Duration.minutes(15)
@@ -143,6 +150,14 @@ class PipelineMonitoring(Construct):
                 threshold=CAPACITY_WAIT_ALARM_HOURS * 3600,
             ),
             self._alarm(
+                "InfrastructureFaults",
+                f"{INFRASTRUCTURE_FAULTS_ALARM_COUNT} or more {project} attempts failed for the "
+                "infrastructure's fault (hang, NCCL/EFA, network, hardware, SageMaker internal) within an "
+                "hour: retries resume them, but the fleet, the zone or the image needs a look",
+                self._failed_attempts(namespace, INFRASTRUCTURE, cdk.Duration.hours(1)),
+                threshold=INFRASTRUCTURE_FAULTS_ALARM_COUNT,
+            ),
+            self._alarm(
                 "ExecutionThrottled",
                 f"Step Functions throttled state transitions of the {project} pipeline (account quota)",
                 pipeline.metric_throttled(statistic="Sum", period=ALARM_PERIOD),
@@ -190,6 +205,16 @@ class PipelineMonitoring(Construct):
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
             # No data: nothing happened (the metrics are published only when something does).
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+
+    @staticmethod
+    def _failed_attempts(namespace: str, fault_class: str, period: cdk.Duration) -> cloudwatch.Metric:
+        return cloudwatch.Metric(
+            namespace=namespace,
+            metric_name=FAILED_ATTEMPTS,
+            dimensions_map={FAULT_DIMENSION: fault_class},
+            statistic="Sum",
+            period=period,
         )
 
     @staticmethod
@@ -251,8 +276,22 @@ class PipelineMonitoring(Construct):
             ],
             width=8,
         )
-        alarms = cloudwatch.AlarmStatusWidget(title="Alarms", alarms=self.alarms, width=24, height=3)
-        return [executions, attempts, capacity, alarms]
+        faults = cloudwatch.GraphWidget(
+            title="Failed attempts by fault (per hour)",
+            left=[
+                self._failed_attempts(namespace, fault, hour).with_(label=fault)
+                for fault in (INFRASTRUCTURE, USER, UNKNOWN)
+            ],
+            left_annotations=[
+                cloudwatch.HorizontalAnnotation(
+                    value=INFRASTRUCTURE_FAULTS_ALARM_COUNT, label="alarm InfrastructureFaults"
+                )
+            ],
+            stacked=True,
+            width=8,
+        )
+        alarms = cloudwatch.AlarmStatusWidget(title="Alarms", alarms=self.alarms, width=16, height=6)
+        return [executions, attempts, capacity, faults, alarms]
 
     def _search(self, dimension: str, metric_name: str, label: str) -> cloudwatch.SearchExpression:
         # Unquoted: a partial match, on the tokens of the job name (or Host `<job name>/algo-<n>`), which

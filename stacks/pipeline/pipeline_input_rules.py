@@ -32,7 +32,13 @@ from trainstack.execution_input import (
 )
 from trainstack.job_request import PipelineResources, base_request, instance_preferences
 from trainstack.planning.setups import instance_count_problem
-from trainstack.profiles import MAX_PRIORITY, MAX_RUNTIME_HOURS_LIMIT, RESERVED_HYPERPARAMETERS, Profile
+from trainstack.profiles import (
+    MAX_PRIORITY,
+    MAX_RUNTIME_HOURS_LIMIT,
+    RESERVED_HYPERPARAMETERS,
+    Backoff,
+    Profile,
+)
 
 # Fraction of each capacity backoff added at random (jitter).
 JITTER_FRACTION = 0.1
@@ -161,7 +167,7 @@ def _profile_entry(profile: Profile, resources: PipelineResources) -> dict[str, 
     valid_counts = [
         count for count in range(1, MAX_INSTANCE_COUNT + 1) if instance_count_problem(profile, count) is None
     ]
-    retry = profile.retry
+    retry, faults = profile.retry, profile.fault_retries
     entry: dict[str, Any] = {
         "name": profile.name,
         "request": request,
@@ -171,19 +177,28 @@ def _profile_entry(profile: Profile, resources: PipelineResources) -> dict[str, 
         ),
         "countsText": _describe_counts(valid_counts),
         "maxAttempts": retry.max_attempts,
-        "backoff": {
-            "initialSeconds": retry.initial_backoff_seconds,
-            "multiplier": _plain_number(retry.backoff_multiplier),
-            "maxSeconds": retry.max_backoff_seconds,
-            "jitter": JITTER_FRACTION,
-        },
+        "backoff": _backoff(retry),
         "deadlineSeconds": round(retry.deadline_hours * 3600),
+        "faultRetries": {
+            "maxRetries": faults.max_retries,
+            "deadlineShare": _plain_number(faults.max_deadline_share),
+            "backoff": _backoff(faults),
+        },
         "extraSeconds": extra_time_seconds(profile),
     }
     # Listed only when the profile rules some counts out (512 numbers cost parse time on every check).
     if valid_counts != list(range(1, MAX_INSTANCE_COUNT + 1)):
         entry["validCounts"] = valid_counts
     return entry
+
+
+def _backoff(policy: Backoff) -> dict[str, Any]:
+    return {
+        "initialSeconds": policy.initial_backoff_seconds,
+        "multiplier": _plain_number(policy.backoff_multiplier),
+        "maxSeconds": policy.max_backoff_seconds,
+        "jitter": JITTER_FRACTION,
+    }
 
 
 def _plain_number(value: float) -> float | int:
@@ -199,11 +214,12 @@ def _describe_counts(counts: list[int]) -> str:
     return ", ".join(map(str, counts))
 
 
-def backoff_seconds_expression() -> str:
-    """The capacity backoff before attempt `$attempt + 1`: initial * multiplier^(attempt-1), capped, plus
-    up to JITTER_FRACTION of it at random (RetryPolicy.backoff_schedule gives the same bases)."""
+def backoff_seconds_expression(backoff: str, retry_number: str) -> str:
+    """The back-off before retry `retry_number` (1 for the first) of the policy `backoff` (a profile
+    table entry): initial * multiplier^(retry-1), capped, plus up to JITTER_FRACTION of it at random
+    (Backoff.backoffs gives the same bases)."""
     base = (
-        "$min([$round($plan.backoff.initialSeconds * $power($plan.backoff.multiplier, $attempt - 1)), "
-        "$plan.backoff.maxSeconds])"
+        f"$min([$round({backoff}.initialSeconds * $power({backoff}.multiplier, {retry_number} - 1)), "
+        f"{backoff}.maxSeconds])"
     )
-    return f"($base := {base}; $base + $floor($random() * $plan.backoff.jitter * $base))"
+    return f"($base := {base}; $base + $floor($random() * {backoff}.jitter * $base))"

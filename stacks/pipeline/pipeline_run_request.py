@@ -89,8 +89,9 @@ def request_expression(resources: PipelineResources) -> str:
 
 
 def plan_expression() -> str:
-    """Retry policy and limits of the run. The time limit (the job is stopped after it) is
-    MaxRuntimeInSeconds plus the profile's allowances, both measured from the execution's start."""
+    """Retry policies and limits of the run. The time limit (the job is stopped after it) is
+    MaxRuntimeInSeconds plus the profile's allowances, both measured from the execution's start; no
+    infrastructure retry starts after the profile's share of it (faultDeadlineMillis)."""
     runtime = max_runtime_seconds_expression("$in.maxRuntimeHours")
     return (
         "($p := $checked.profile; $in := $checked.input; "
@@ -99,5 +100,7 @@ def plan_expression() -> str:
         ": $p.request.StoppingCondition.MaxRuntimeInSeconds) + $p.extraSeconds; "
         '{"profile": $p.name, "runName": $in.runName, "maxAttempts": $p.maxAttempts, "backoff": $p.backoff, '
         '"deadlineSeconds": $p.deadlineSeconds, "deadlineMillis": $start + 1000 * $p.deadlineSeconds, '
-        '"timeLimitSeconds": $limit, "stopAtMillis": $start + 1000 * $limit})'
+        '"timeLimitSeconds": $limit, "stopAtMillis": $start + 1000 * $limit, '
+        '"faultRetries": $p.faultRetries, '
+        '"faultDeadlineMillis": $start + $round(1000 * $p.faultRetries.deadlineShare * $limit)})'
     )

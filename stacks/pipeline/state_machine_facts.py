@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from trainstack.faults import UNKNOWN_RETRIES
 from trainstack.job_request import PipelineResources
 from trainstack.profiles import MAX_RUNTIME_HOURS_LIMIT, Profile
 
@@ -27,6 +28,7 @@ ERROR_CAPACITY_EXHAUSTED = "CapacityExhausted"
 ERROR_QUOTA_EXCEEDED = "QuotaExceeded"
 ERROR_TRAINING_FAILED = "TrainingFailed"
 ERROR_TRAINING_STOPPED = "TrainingStopped"
+ERROR_INFRASTRUCTURE_RETRIES_EXHAUSTED = "InfrastructureRetriesExhausted"
 
 # Step Functions' hard limit on a standard execution's history, and the budget this project keeps to.
 HISTORY_EVENT_LIMIT = 25_000
@@ -82,10 +84,12 @@ def execution_timeout_seconds(profiles: Sequence[Profile]) -> int:
 def worst_case_history(
     profile: Profile, *, per_poll: int, per_attempt: int, pipeline_fixed: int, attempt_fixed: int
 ) -> dict[str, int]:
-    """Events of the profile's longest execution with every attempt used, from measured unit costs:
+    """Events of the profile's longest execution with every attempt used (capacity attempts, fault
+    retries and the unknown failure's retry), from measured unit costs:
     the pipeline's own history and the longest attempt's (a job polled until its time limit)."""
+    attempts = profile.retry.max_attempts + profile.fault_retries.max_retries + UNKNOWN_RETRIES
     return {
-        "pipeline": pipeline_fixed + profile.retry.max_attempts * per_attempt,
+        "pipeline": pipeline_fixed + attempts * per_attempt,
         "attempt": attempt_fixed + polls_until(longest_time_limit_seconds(profile)) * per_poll,
     }
 

@@ -4,8 +4,10 @@ The pipeline: check the input (the rules of trainstack.execution_input, in JSONa
 CreateTrainingJob request from the profile's base request (trainstack.job_request, applied with
 $merge), run attempt after attempt in the attempt machine (attempt/training_attempt.py), wait with
 capped, jittered backoff between attempts that found no capacity, until the profile's max_attempts or
-its retry deadline (wall clock, from the execution's start time), and report the result.
-Errors: InvalidInput, CapacityExhausted, QuotaExceeded, TrainingFailed, TrainingStopped.
+its retry deadline (wall clock, from the execution's start time), retry attempts that failed for the
+infrastructure's fault on the profile's fault budget (fault_retries.py), and report the result.
+Errors: InvalidInput, CapacityExhausted, QuotaExceeded, InfrastructureRetriesExhausted, TrainingFailed,
+TrainingStopped.
 """
 
 from __future__ import annotations
@@ -21,6 +23,15 @@ from constructs import Construct
 from stacks.pipeline.attempt.queued_training_attempt import QueuedTrainingAttempt, queue_attempt_fields
 from stacks.pipeline.attempt.training_attempt import TrainingAttempt
 from stacks.pipeline.attempt_metrics import grant_publish, publish_attempt_metrics
+from stacks.pipeline.fault_retries import (
+    NO_FAULTS_YET,
+    capacity_attempts,
+    fault_retry_assignments,
+    fault_retry_condition,
+    infrastructure_exhausted_cause,
+    infrastructure_exhausted_condition,
+    training_failed_cause,
+)
 from stacks.pipeline.jsonata_text import expression, literal
 from stacks.pipeline.logged_state_machine import logged_state_machine
 from stacks.pipeline.pipeline_input_rules import (
@@ -36,6 +47,7 @@ from stacks.pipeline.pipeline_run_request import (
 from stacks.pipeline.queue.training_queue import TrainingQueue, batch_training_jobs
 from stacks.pipeline.state_machine_facts import (
     ERROR_CAPACITY_EXHAUSTED,
+    ERROR_INFRASTRUCTURE_RETRIES_EXHAUSTED,
     ERROR_INVALID_INPUT,
     ERROR_QUOTA_EXCEEDED,
     ERROR_TRAINING_FAILED,
@@ -242,6 +254,8 @@ class TrainingStateMachine(Construct):
                 "request": expression(request_expression(resources)),
                 "plan": expression(plan_expression()),
                 "attempt": 1,
+                "faults": expression(NO_FAULTS_YET),
+                "retriedFaults": expression("[]"),
                 # The table and the raw input are not needed any more (every expression reads all variables).
                 "profiles": expression("null"),
                 "checked": expression("null"),
@@ -291,16 +305,18 @@ class TrainingStateMachine(Construct):
                 "modelArtifacts": expression("$outcome.job.artifacts"),
                 "checkpointUri": expression("$request.CheckpointConfig.S3Uri"),
                 "attempts": expression("$attempt"),
+                "retriedFaults": expression("$retriedFaults"),
             },
         )
+        attempts = capacity_attempts()
         retries_cause = (
-            '($last := "; last job " & $plan.runName & "-" & $string($attempt) & ": " & $outcome.cause; '
-            "$attempt >= $plan.maxAttempts "
-            '? "No capacity after " & $string($attempt) & " attempts (profile " & $plan.profile '
+            f'($last := "; last job " & $plan.runName & "-" & $string($attempt) & ": " & $outcome.cause; '
+            f"{attempts} >= $plan.maxAttempts "
+            f'? "No capacity after " & $string({attempts}) & " attempts (profile " & $plan.profile '
             '& " allows " '
             '& $string($plan.maxAttempts) & ")" & $last '
             ': "No capacity within the retry deadline of " & $string($plan.deadlineSeconds) & " seconds '
-            '(profile " & $plan.profile & ") after " & $string($attempt) & " attempts" & $last)'
+            f'(profile " & $plan.profile & ") after " & $string({attempts}) & " attempts" & $last)'
         )
         capacity_exhausted = sfn.Fail.jsonata(
             scope,
@@ -310,8 +326,8 @@ class TrainingStateMachine(Construct):
             cause=expression("$outcome.cause" if self.queue else retries_cause),
         )
 
-        def fail(state_id: str, error: str) -> sfn.Fail:
-            return sfn.Fail.jsonata(scope, state_id, error=error, cause=expression("$outcome.cause"))
+        def fail(state_id: str, error: str, cause: str = "$outcome.cause") -> sfn.Fail:
+            return sfn.Fail.jsonata(scope, state_id, error=error, cause=expression(cause))
 
         def status_in(*statuses: str) -> str:
             return f"$outcome.status in {literal(list(statuses))}"
@@ -328,15 +344,21 @@ class TrainingStateMachine(Construct):
         if self.queue is None:
             classify.when(
                 sfn.Condition.jsonata(
-                    expression(f"{no_capacity} and $attempt < $plan.maxAttempts and {time_left}")
+                    expression(f"{no_capacity} and {attempts} < $plan.maxAttempts and {time_left}")
                 ),
                 wait_before_retry,
                 assign={
                     "attempt": expression("$attempt + 1"),
-                    "backoffSeconds": expression(backoff_seconds_expression()),
+                    "backoffSeconds": expression(backoff_seconds_expression("$plan.backoff", attempts)),
                 },
             )
-            wait_before_retry.next(run_attempt)
+        # Faults are the pipeline's to retry in both modes (each retry is a new job, or service job).
+        classify.when(
+            sfn.Condition.jsonata(expression(fault_retry_condition())),
+            wait_before_retry,
+            assign={name: expression(value) for name, value in fault_retry_assignments().items()},
+        )
+        wait_before_retry.next(run_attempt)
         (
             classify.when(sfn.Condition.jsonata(expression(no_capacity)), capacity_exhausted)
             .when(
@@ -348,8 +370,16 @@ class TrainingStateMachine(Construct):
                 fail("RejectedBySageMaker", ERROR_INVALID_INPUT),
             )
             .when(
+                sfn.Condition.jsonata(expression(infrastructure_exhausted_condition())),
+                fail(
+                    "InfrastructureRetriesExhausted",
+                    ERROR_INFRASTRUCTURE_RETRIES_EXHAUSTED,
+                    infrastructure_exhausted_cause(),
+                ),
+            )
+            .when(
                 sfn.Condition.jsonata(expression(status_in("Failed"))),
-                fail("TrainingFailed", ERROR_TRAINING_FAILED),
+                fail("TrainingFailed", ERROR_TRAINING_FAILED, training_failed_cause()),
             )
             .otherwise(fail("TrainingStopped", ERROR_TRAINING_STOPPED))
         )

@@ -154,6 +154,19 @@ def test_default_profiles_are_valid_and_cover_every_strategy():
             "retry.initial_backoff_seconds (600).",
         ),
         (
+            {"fault_retries": {"initial_backoff_seconds": 900}},
+            "profiles.0.fault_retries: fault_retries.max_backoff_seconds (600) must be at least "
+            "fault_retries.initial_backoff_seconds (900).",
+        ),
+        (
+            {"fault_retries": {"max_retries": 21}},
+            "profiles.0.fault_retries.max_retries: Input should be less than or equal to 20.",
+        ),
+        (
+            {"fault_retries": {"max_deadline_share": 1.5}},
+            "profiles.0.fault_retries.max_deadline_share: Input should be less than or equal to 1.",
+        ),
+        (
             {"retry": {"max_attempts": 1000}},
             "profiles.0.retry.max_attempts: Input should be less than or equal to 999.",
         ),

@@ -15,7 +15,7 @@ import pytest
 from stacks.pipeline.attempt.training_attempt import CREATE_THROTTLE_LOOPS
 from stacks.pipeline.state_machine_facts import HISTORY_EVENT_BUDGET, worst_case_history
 from tests.pipeline.harness import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING
-from trainstack.profiles import MAX_ATTEMPTS_LIMIT, RetryPolicy
+from trainstack.profiles import MAX_ATTEMPTS_LIMIT, MAX_FAULT_RETRIES, FaultRetryPolicy, RetryPolicy
 
 # AWS records a TaskSubmitted event for a .sync child execution, which the local interpreter omits.
 EVENTS_NOT_EMULATED_PER_ATTEMPT = 1
@@ -58,8 +58,11 @@ def test_worst_case_history_stays_under_the_budget_for_every_profile(interpreter
     worst = {profile.name: worst_case_history(profile, **costs) for profile in pipeline.settings.profiles}
     print("measured:", json.dumps({**costs, "per_throttle_loop": per_throttle_loop, "worst_case": worst}))
     assert max(max(events.values()) for events in worst.values()) < HISTORY_EVENT_BUDGET
-    # Any profile the config accepts: the most attempts, the longest runtime and retry deadline.
+    # Any profile the config accepts: the most attempts and fault retries, the longest runtime and deadline.
     longest = pipeline.settings.profiles[0].model_copy(
-        update={"retry": RetryPolicy(max_attempts=MAX_ATTEMPTS_LIMIT, deadline_hours=24 * 14)}
+        update={
+            "retry": RetryPolicy(max_attempts=MAX_ATTEMPTS_LIMIT, deadline_hours=24 * 14),
+            "fault_retries": FaultRetryPolicy(max_retries=MAX_FAULT_RETRIES),
+        }
     )
     assert max(worst_case_history(longest, **costs).values()) < HISTORY_EVENT_BUDGET

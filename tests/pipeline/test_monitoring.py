@@ -12,9 +12,16 @@ import pytest
 from moto.cloudwatch.responses import CloudWatchResponse
 
 from stacks.pipeline.attempt.training_attempt import ATTEMPT_STATUSES
-from stacks.pipeline.attempt_metrics import ATTEMPTS, CAPACITY_WAIT_SECONDS, OUTCOME_DIMENSION
+from stacks.pipeline.attempt_metrics import (
+    ATTEMPTS,
+    CAPACITY_WAIT_SECONDS,
+    FAILED_ATTEMPTS,
+    FAULT_DIMENSION,
+    OUTCOME_DIMENSION,
+)
 from stacks.pipeline.monitoring import (
     CAPACITY_WAIT_ALARM_HOURS,
+    INFRASTRUCTURE_FAULTS_ALARM_COUNT,
     INSTANCE_METRICS,
     RUN_FAILED_PATTERN,
     TRAINING_GRAPHS,
@@ -69,6 +76,17 @@ def test_attempts_by_outcome_and_capacity_waits_reach_cloudwatch(interpreter):
     assert waits["Minimum"] == pytest.approx(first, abs=1)
     assert waits["Maximum"] == pytest.approx(second, abs=1)
     assert second > first > 60  # the first job polled, then failed; a backoff came between
+
+
+def test_failed_attempts_reach_cloudwatch_by_fault_class(interpreter):
+    nccl = failed('AlgorithmError: ExecuteUserScriptError:\nExitCode 1\nErrorMessage "ncclSystemError"')
+    oom = failed("AlgorithmError: trainstack-fault:user:oom MemoryError: CUDA out of memory.")
+    sm = interpreter(job_scripts=[[STARTING, nccl], [STARTING, nccl], [STARTING, oom]])
+    outcome = sm.run({"runName": "trainstack-faults"})
+    assert (outcome.status, outcome.error) == ("FAILED", "TrainingFailed")
+    assert statistics(FAILED_ATTEMPTS, {FAULT_DIMENSION: "infrastructure"})["Sum"] == 2
+    assert statistics(FAILED_ATTEMPTS, {FAULT_DIMENSION: "user"})["Sum"] == 1
+    assert statistics(ATTEMPTS, {OUTCOME_DIMENSION: "Failed"})["Sum"] == 3
 
 
 def test_metrics_cloudwatch_refuses_never_fail_a_run(interpreter, monkeypatch):
@@ -155,6 +173,7 @@ def assert_alarms(template: dict[str, Any], cleanup_machines: list[str], sweeper
         "CapacityWaitLong",
         "CleanupFailed",
         "ExecutionThrottled",
+        "InfrastructureFaults",
         "OrphanStopped",
         "RunFailed",
     ]
@@ -208,6 +227,15 @@ def assert_alarms(template: dict[str, Any], cleanup_machines: list[str], sweeper
     assert (waited["MetricName"], waited["Stat"]) == (CAPACITY_WAIT_SECONDS, "Maximum")
     assert found["CapacityWaitLong"]["Threshold"] == CAPACITY_WAIT_ALARM_HOURS * 3600
 
+    (faults,) = metric_stats(found["InfrastructureFaults"]).values()
+    assert (faults["MetricName"], faults["Dimensions"], faults["Stat"]) == (
+        FAILED_ATTEMPTS,
+        [{"Name": FAULT_DIMENSION, "Value": "infrastructure"}],
+        "Sum",
+    )
+    assert found["InfrastructureFaults"]["Threshold"] == INFRASTRUCTURE_FAULTS_ALARM_COUNT
+    assert found["InfrastructureFaults"]["Period"] == 3600
+
     (throttled,) = metric_stats(found["ExecutionThrottled"]).values()
     assert (throttled["MetricName"], throttled["Dimensions"]) == ("ExecutionThrottled", [pipeline])
 
@@ -258,6 +286,9 @@ def test_dashboard_shows_executions_attempts_training_and_instance_metrics(pipel
         (ATTEMPTS, status) for status in ATTEMPT_STATUSES
     }
     assert CAPACITY_WAIT_SECONDS in json.dumps(widgets["Waiting for capacity (hours, longest run)"])
+    assert {(metric[1], metric[3]) for metric in widgets["Failed attempts by fault (per hour)"]} == {
+        (FAILED_ATTEMPTS, fault) for fault in ("infrastructure", "user", "unknown")
+    }
     defined = {definition["Name"] for definition in METRIC_DEFINITIONS}
     for title, names in TRAINING_GRAPHS.items():
         assert set(names) <= defined

@@ -70,6 +70,7 @@ def test_success_first_try(interpreter):
         "modelArtifacts": f"s3://trainstack-artifacts-test/trainstack-first/{job}/output/model/",
         "checkpointUri": "s3://trainstack-checkpoints-test/trainstack-first/",
         "attempts": 1,
+        "retriedFaults": [],
     }
     assert list(sm.fake.jobs) == [job]
 
@@ -119,7 +120,7 @@ def test_out_of_memory_fails_fast_as_training_failed_with_one_job(interpreter):
     sm = interpreter(job_scripts=[[STARTING, TRAINING, failed(reason)]])
     outcome = sm.run({"runName": "trainstack-oom"})
     assert (outcome.status, outcome.error) == ("FAILED", "TrainingFailed")
-    assert outcome.cause == f"Training job trainstack-oom-1 failed: {reason}"
+    assert outcome.cause == f"Training job trainstack-oom-1 failed: {reason} Classified: user error (oom)."
     assert len(sm.fake.jobs) == 1
 
 

@@ -22,6 +22,7 @@ from tests.conftest import synthesize
 from tests.pipeline import harness
 from tests.pipeline.conftest import fake_value, state_machine_arn, state_machines
 from tests.pipeline.harness import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING, FakeSageMaker
+from tests.pipeline.test_fault_drills import NCCL, USER_CONFIG
 from tests.queue.conftest import service_job
 from tests.queue.test_queue_config import settings_with
 
@@ -206,6 +207,30 @@ def test_capacity_error_is_retried_by_batch_and_resumes_from_the_same_checkpoint
         outcome.output["trainingJobName"]
         == fifo.batch.training_jobs_of(service_job("trainstack-retry-1"))[-1]
     )
+
+
+def test_an_infrastructure_fault_is_submitted_again_as_the_next_attempt_on_the_same_checkpoint(fifo):
+    """Batch retries capacity only; the pipeline retries a fault with a new service job `<run>-2`."""
+    fifo.sagemaker.script([[STARTING, TRAINING, NCCL], [STARTING, TRAINING, COMPLETED]])
+    outcome = harness.wait_for(fifo.start("run", {"runName": "trainstack-fault"}))
+    assert outcome.status == "SUCCEEDED", outcome.cause
+    assert outcome.output["attempts"] == 2
+    assert [(r["attempt"], r["class"], r["kind"]) for r in outcome.output["retriedFaults"]] == [
+        (1, "infrastructure", "nccl")
+    ]
+    submitted = [call["jobName"] for operation, call in fifo.batch.calls if operation == "SubmitServiceJob"]
+    assert submitted == ["trainstack-fault-1", "trainstack-fault-2"]
+    assert {job["CheckpointConfig"]["S3Uri"] for job in fifo.sagemaker.created} == {
+        "s3://trainstack-checkpoints-test/trainstack-fault/"
+    }
+
+
+def test_a_user_error_in_queue_mode_fails_at_once(fifo):
+    fifo.sagemaker.script([[STARTING, USER_CONFIG]])
+    outcome = harness.wait_for(fifo.start("run", {"runName": "trainstack-usererr"}))
+    assert (outcome.status, outcome.error) == ("FAILED", "TrainingFailed")
+    assert outcome.cause.endswith("Classified: user error (config).")
+    assert len(fifo.sagemaker.created) == 1
 
 
 def test_a_refused_start_of_the_attempt_is_retried_in_queue_mode_too(fifo, monkeypatch):

@@ -12,9 +12,10 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from trainstack import runs
+from trainstack import faults, runs
 from trainstack.commands.common import Pipeline, add_pipeline_command, one_line_failures
 from trainstack.commands.report import collect_run
+from trainstack.faults import INFRASTRUCTURE
 from trainstack.report.goodput import ledger_of
 from trainstack.runs import ENDED_BADLY, Job, elapsed, status_line, tensorboard_hint
 
@@ -44,8 +45,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run_status(args: argparse.Namespace) -> int:
     pipeline = Pipeline.from_args(args)
     execution = pipeline.execution_of(args.run)
-    print(describe(execution, pipeline.job_of(pipeline.run_name_of(execution))))
-    print(ledger_of(collect_run(pipeline, execution), runs.clock()).summary())
+    lines = [describe(execution, pipeline.job_of(pipeline.run_name_of(execution)))]
+    lines += fault_lines(pipeline, execution)
+    lines.append(ledger_of(collect_run(pipeline, execution), runs.clock()).summary())
+    print("\n".join(lines))
     return 1 if execution["status"] in ENDED_BADLY else 0
 
 
@@ -69,6 +72,26 @@ def describe(execution: dict[str, Any], job: Any) -> str:
     if execution.get("error") or execution.get("cause"):
         lines.append(f"error: {execution.get('error', '')}: {execution.get('cause', '')}")
     return "\n".join(lines)
+
+
+def fault_lines(pipeline: Pipeline, execution: dict[str, Any]) -> list[str]:
+    """The run's fault retries so far, each with its classification and reason, and the budget left."""
+    retried = runs.retried_faults(pipeline.client("stepfunctions"), execution)
+    name = runs.run_input(execution).get("profile")
+    profile = next((p for p in pipeline.settings.profiles if p.name == name), pipeline.settings.profiles[0])
+    budget = profile.fault_retries
+    used = sum(1 for retry in retried if retry["class"] == INFRASTRUCTURE)
+    lines = [
+        f"fault retries: {used} of {budget.max_retries} infrastructure retries used (profile {profile.name}; "
+        f"none after {budget.max_deadline_share:.0%} of the run's time limit; an unknown failure is retried "
+        "once)"
+    ]
+    lines += [
+        f"  attempt {retry['attempt']} ({retry['job']}): {faults.describe(retry)}, retried from the "
+        f"checkpoint: {retry['reason']}"
+        for retry in retried
+    ]
+    return lines
 
 
 def follow(pipeline: Pipeline, execution_arn: str, poll_seconds: float) -> int:

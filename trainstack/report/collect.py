@@ -20,6 +20,7 @@ from typing import Any
 
 from training_scripts.metrics import METRIC_DEFINITIONS
 from trainstack import runs
+from trainstack.faults import CAPACITY_REASON_PREFIX, SPOT_CAPACITY_SECONDARY_STATUS, classify, describe
 from trainstack.job_request import CHECKPOINT_LOCAL_PATH
 from trainstack.prices import SAGEMAKER_TRAINING_PRICES
 from trainstack.report.progress import STEP, Progress, read_progress
@@ -69,6 +70,17 @@ class Attempt:
     @property
     def status(self) -> str:
         return self.job.get("TrainingJobStatus", "not created")
+
+    @property
+    def classification(self) -> str | None:
+        """Why the attempt's job failed, as the pipeline classified it (trainstack.faults); None unless it
+        failed (SageMaker's capacity failures, and spot capacity that never came, are `capacity`)."""
+        reason = self.job.get("FailureReason", "")
+        if self.job.get("SecondaryStatus") == SPOT_CAPACITY_SECONDARY_STATUS:
+            return "capacity"
+        if self.status != "Failed":
+            return None
+        return "capacity" if reason.startswith(CAPACITY_REASON_PREFIX) else describe(classify(reason))
 
     @property
     def instance_type(self) -> str | None:

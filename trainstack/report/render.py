@@ -99,6 +99,14 @@ def tensorboard_command(attempts: Sequence[Attempt]) -> str | None:
     return "tensorboard --logdir_spec " + ",".join(f"{name}:{path}" for name, path in paths)
 
 
+def _classification(attempt: Attempt, attempts: Sequence[Attempt]) -> str:
+    """The attempt's failure class, and whether the pipeline retried it (another attempt followed)."""
+    if attempt.classification is None:
+        return "-"
+    retried = attempt is not attempts[-1]
+    return attempt.classification + (", retried from the checkpoint" if retried else ", not retried")
+
+
 def attempt_table(attempts: Sequence[Attempt]) -> str:
     rows = []
     for attempt in attempts:
@@ -114,6 +122,7 @@ def attempt_table(attempts: Sequence[Attempt]) -> str:
             hms(waited) if waited is not None else "-",
             escape(f"{attempt.instance_count} x {attempt.instance_type}" if attempt.instance_type else "-"),
             escape(attempt.status + (f": {reason}" if reason else "")),
+            escape(_classification(attempt, attempts)),
             escape(resumed),
             f"{seconds:,.0f} s" if seconds is not None else "-",
             f"${attempt.cost_usd:,.2f}" if attempt.cost_usd is not None else "-",
@@ -127,6 +136,7 @@ def attempt_table(attempts: Sequence[Attempt]) -> str:
             "Queued",
             "Instances",
             "Status",
+            "Classification",
             "Resumed from",
             "Billed",
             "Estimated cost",

@@ -33,9 +33,9 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from stacks.pipeline.attempt.training_attempt import (
-    FAILED_JOB_CAUSE,
     SAGEMAKER_ERROR,
     describe_training_job,
+    failed_outcome,
     outcome,
     poll_wait,
 )
@@ -216,7 +216,7 @@ class QueuedTrainingAttempt(Construct):
             .when(
                 sfn.Condition.jsonata(expression(f'{status} = "Failed"')),
                 report,
-                assign={"outcome": outcome("Failed", FAILED_JOB_CAUSE)},
+                assign={"outcome": failed_outcome()},
             )
             .otherwise(
                 sfn.Pass.jsonata(

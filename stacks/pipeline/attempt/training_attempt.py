@@ -28,6 +28,7 @@ from constructs import Construct
 
 from stacks.pipeline.jsonata_text import expression, literal
 from stacks.pipeline.state_machine_facts import poll_seconds_expression
+from trainstack.faults import CAPACITY_REASON_PREFIX, SPOT_CAPACITY_SECONDARY_STATUS, fault_expression
 
 SAGEMAKER_ERROR = "SageMaker.SageMakerException"
 QUOTA_ERROR = "SageMaker.ResourceLimitExceededException"
@@ -49,9 +50,6 @@ CREATE_QUICK_RETRIES = 2
 # Throttled creates after the quick retries: this many more, 15 s doubling to 120 s, plus jitter.
 CREATE_THROTTLE_LOOPS = 6
 THROTTLE_CAUSE = "/rate exceeded|throttl/i"
-# Job states that end an attempt; the rest are polled.
-SPOT_CAPACITY_SECONDARY_STATUS = "MaxWaitTimeExceeded"
-CAPACITY_REASON_PREFIX = "CapacityError"
 # What both attempt kinds (this one and the queued one) read from DescribeTrainingJob, and the cause
 # of a failed job.
 DESCRIBED_STATUS = (
@@ -63,6 +61,15 @@ FAILED_JOB_CAUSE = (
     '$described.reason ? "Training job " & $job.name & " failed: " & $described.reason : '
     '"Training job " & $job.name & " failed without a FailureReason."'
 )
+
+
+def failed_outcome() -> str:
+    """A Failed attempt's output (both attempt kinds): its cause and its fault, classified from the
+    FailureReason by trainstack.faults' table."""
+    return expression(
+        f'{{"status": "Failed", "cause": {FAILED_JOB_CAUSE}, "job": $job, '
+        f'"fault": {fault_expression("$described.reason")}}}'
+    )
 
 
 def described_job(*, with_name: bool = False) -> str:
@@ -293,7 +300,7 @@ class TrainingAttempt(Construct):
         ).when(
             sfn.Condition.jsonata(expression(f'{status} = "Failed"')),
             report,
-            assign={"outcome": outcome("Failed", FAILED_JOB_CAUSE)},
+            assign={"outcome": failed_outcome()},
         ).when(
             sfn.Condition.jsonata(expression(f'{status} = "Stopped"')),
             report,
