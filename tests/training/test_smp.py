@@ -19,8 +19,6 @@ from tests.training.harness import REPO_ROOT, TRAIN_FLAGS, run_dirs, torchrun_co
 from tests.training.test_init_from import MiB, dry_run_reports
 from training_scripts.metrics import parse_metrics
 
-pytestmark = pytest.mark.image_stack
-
 SMP_STAND_IN = REPO_ROOT / "tests" / "training" / "stand_ins" / "smp"
 FULL_SHARD = '{"hybrid_shard_degree": 0, "tensor_parallel_degree": 1}'
 STEPS = ["--max-steps", "4", "--log-interval", "1", "--val-interval", "4", "--checkpoint-interval", "4"]
