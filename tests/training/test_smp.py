@@ -246,3 +246,15 @@ def test_smp_init_from_adds_at_most_one_fsdp_unit_to_any_ranks_peak(tmp_path):
     after = dry_run_reports(tmp_path, *smp, "--init-from", str(saved), env=env)
     growth = [a["peak_rss_bytes"] - b["peak_rss_bytes"] for a, b in zip(after, before, strict=True)]
     assert all(g <= bound for g in growth), (growth, bound, model_bytes)
+
+
+def test_an_smp_run_resumed_from_its_checkpoint_logs_the_uninterrupted_losses(dataset, tmp_path):
+    """FSDP1's sharded state (DCP) saves and loads on the stand-in: the second run resumes at step 2 and
+    logs steps 3-4 as the first one did."""
+    flags = ["--strategy", "smp", "--mp-parameters", FULL_SHARD, "--checkpoint-interval", "2"]
+    first, _ = run_train(dataset, tmp_path, *flags)
+    assert first.returncode == 0, first.stdout + first.stderr
+    second, _ = run_train(dataset, tmp_path, *flags)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "Resumed from" in second.stdout and "(step 2)" in second.stdout, second.stdout
+    assert parse_metrics(second.stdout)["train:loss"] == parse_metrics(first.stdout)["train:loss"][2:]
