@@ -105,10 +105,13 @@ def _smddp_serves(device_type: str) -> bool:
 
 def setup(requested: str, mp_parameters: dict) -> Runtime:
     cuda = torch.cuda.is_available()
-    smddp_serves = requested == "smddp" and _smddp_serves("cuda" if cuda else "cpu")
     device_type = "cuda" if cuda else "cpu"
-    smp_serves_here = requested == "smp" and _installed("torch.sagemaker") and smp_serves(device_type)
-    strategy, backend, warning = select_strategy(requested, smp_serves_here, smddp_serves, cuda)
+    strategy, backend, warning = select_strategy(
+        requested,
+        requested == "smp" and smp_serves(device_type),
+        requested == "smddp" and _smddp_serves(device_type),
+        cuda,
+    )
     # mpirun (SMDDP) names the local rank differently from torchrun.
     local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", "0")))
     if cuda:

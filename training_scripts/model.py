@@ -3,10 +3,10 @@
 Large models never exist whole on one rank: `build_model` makes parameters without
 storage, the caller shards them (FSDP2 or SMP), and `initialize` materializes each
 rank's shards and fills them. Initial values do not depend on the sharding: each
-module's parameters are drawn whole (one module at a time, on the training device)
-with the model's own `_init_weights`, and each rank keeps its slice. So DDP, FSDP2
-and any world size start from the same weights, and peak memory is a rank's shards
-plus the largest module.
+module's parameters are drawn whole (one module at a time, on the training device,
+from a generator seeded by --seed and the module's name: `initial_values`), and each
+rank keeps its slice. So DDP, FSDP2, SMP's FSDP1 and any world size start from the
+same weights, and peak memory is a rank's shards plus the largest module.
 """
 
 import hashlib
