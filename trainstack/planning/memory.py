@@ -14,7 +14,7 @@ What train.py does, and so what is counted (docs/plan.md derives every term):
   and RMSNorm, bf16 matmul inputs, SwiGLU, SDPA flash/memory-efficient attention that keeps no
   s x s scores; grouped-query K/V as transformers 4.44.2, the image's, computes it: `repeat_kv` copies
   K and V to every query head before SDPA, which keeps the copies), plus the loss over the vocabulary
-  in fp32; under FSDP2's bf16 policy the same count, an upper bound (bf16 residual stream, matmul
+  in fp32; under the FSDP bf16 policies the same count, an upper bound (bf16 residual stream, matmul
   inputs kept once);
 - working buffers: FSDP's gathered layers, or DDP's gradient buckets (a second copy of the gradients);
 - an allowance: CUDA context, cuBLAS/NCCL workspaces and caching-allocator fragmentation.
