@@ -131,6 +131,7 @@ def checkpoint_stall(args: argparse.Namespace) -> None:
         False,
         False,
         lambda module: initialize(module, meta_model, runtime.device, 0, allocate=True),
+        seed=0,
     )
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     state = TrainState(model, optimizer)

@@ -19,11 +19,11 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from functools import partial
 
 import torch
 import torch.distributed as dist
-from model import decoder_layers, delayed_initializer
+from model import decoder_layers
+from smp import smp_serves, wrap_smp
 from torch.nn.parallel import DistributedDataParallel
 
 try:  # FSDP2: public from PyTorch 2.6, composable-only in 2.5 (the SMP 2.8 image).
@@ -63,12 +63,13 @@ class Runtime:
 
 
 def select_strategy(
-    requested: str, smp_installed: bool, smddp_serves: bool, cuda: bool
+    requested: str, smp_serves: bool, smddp_serves: bool, cuda: bool
 ) -> tuple[str, str, str | None]:
     """(strategy, process-group backend, fallback warning or None) for what this machine can run;
+    `smp_serves`: torch.sagemaker is installed and runs on this machine's device (`smp.smp_serves`);
     `smddp_serves`: SMDDP is installed and its backend takes this machine's device (`_smddp_serves`)."""
     fallback_backend = "cpu:gloo,cuda:nccl" if cuda else "gloo"
-    if requested == "smp" and not (smp_installed and cuda):
+    if requested == "smp" and not smp_serves:
         return (
             "torchrun",
             fallback_backend,
@@ -107,8 +108,13 @@ def setup(requested: str, mp_parameters: dict, collective_timeout: timedelta | N
     """`collective_timeout`: of every collective on both groups (None: torch's default); train.py keeps it
     above the watchdog's bound, so that a stuck collective trips the watchdog first."""
     cuda = torch.cuda.is_available()
-    smddp_serves = requested == "smddp" and _smddp_serves("cuda" if cuda else "cpu")
-    strategy, backend, warning = select_strategy(requested, _installed("torch.sagemaker"), smddp_serves, cuda)
+    device_type = "cuda" if cuda else "cpu"
+    strategy, backend, warning = select_strategy(
+        requested,
+        requested == "smp" and smp_serves(device_type),
+        requested == "smddp" and _smddp_serves(device_type),
+        cuda,
+    )
     # mpirun (SMDDP) names the local rank differently from torchrun.
     local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", "0")))
     if cuda:
@@ -153,6 +159,7 @@ def wrap_model(
     activation_checkpointing: bool,
     compile_layers: bool,
     materialize: Callable[[torch.nn.Module], None],
+    seed: int,
 ) -> torch.nn.Module:
     """Shard or replicate the meta-device `model`, then `materialize` (allocate and fill) this rank's part."""
     if activation_checkpointing:
@@ -165,7 +172,7 @@ def wrap_model(
         for layer in decoder_layers(model):
             layer.compile()
     if runtime.strategy == "smp":
-        return _wrap_smp(model, mp_parameters)
+        return wrap_smp(model, runtime.device, mp_parameters, seed)
     if parallelism == "ddp":
         materialize(model)
         return DistributedDataParallel(
@@ -189,38 +196,9 @@ def fsdp_mixed_precision(device_type: str) -> MixedPrecisionPolicy:
 
 
 def autocast_enabled(runtime: Runtime, parallelism: str) -> bool:
-    """bf16 autocast around the forward pass: on GPU, for DDP and SMP (FSDP2 casts by its policy)."""
-    return runtime.device.type == "cuda" and (runtime.strategy == "smp" or parallelism == "ddp")
-
-
-def _wrap_smp(model: torch.nn.Module, mp_parameters: dict) -> torch.nn.Module:
-    """SMP v2: tensor-parallel transform, then PyTorch FSDP (v1) with SMP's delayed parameter
-    initialization, as the SMP v2 guide does: parameters stay on the meta device until FSDP has
-    sharded them, then each module's shard is allocated and initialized."""
-    import torch.sagemaker as tsm
-    from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
-    from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
-    from torch.sagemaker.delayed_param import DelayedParamIniter
-
-    # Our initialization for every module (norms included) wherever SMP keeps transformers' modules; its
-    # tensor-parallel modules only SMP's default initializer knows (AWS: keep the default for them).
-    tensor_parallel = int(mp_parameters.get("tensor_parallel_degree", 1)) > 1
-    device = torch.device("cuda", torch.cuda.current_device())
-    init_method = None if tensor_parallel else delayed_initializer(model.config, device)
-    model = tsm.transform(model)
-    initer = DelayedParamIniter(model, init_method_using_config=init_method)
-    layer_class = type(decoder_layers(model)[0])  # the transformed (tensor-parallel) block
-    hybrid = int(mp_parameters.get("hybrid_shard_degree", 0)) > 0
-    with initer.validate_params_and_buffers_inited():
-        return FullyShardedDataParallel(
-            model,
-            auto_wrap_policy=partial(transformer_auto_wrap_policy, transformer_layer_cls={layer_class}),
-            sharding_strategy=ShardingStrategy.HYBRID_SHARD if hybrid else ShardingStrategy.FULL_SHARD,
-            device_id=torch.cuda.current_device(),
-            use_orig_params=True,
-            param_init_fn=initer.get_param_init_fn(),
-            post_param_init_fn=initer.get_post_param_init_fn(),
-        )
+    """bf16 autocast around the forward pass: on GPU, for DDP only (FSDP2 and SMP's FSDP1 cast by their
+    mixed-precision policies: fsdp_mixed_precision, smp.fsdp1_mixed_precision)."""
+    return runtime.device.type == "cuda" and runtime.strategy != "smp" and parallelism == "ddp"
 
 
 def agree(runtime: Runtime, problem: str | None) -> str | None:

@@ -14,6 +14,7 @@ from checkpoint import complete_checkpoints
 from data import UserError
 from distributed import PARALLELISMS, STRATEGIES
 from model_shapes import PRESETS
+from smp import smp_flag_problem
 
 log = logging.getLogger("train")
 
@@ -120,6 +121,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--mp-parameters",
         type=_mp_parameters,
         help="SMP v2 config (JSON or key=value,...); defaults to SM_HP_MP_PARAMETERS",
+    )
+    add(
+        "--smp-implementation",
+        type=_boolean,
+        default=False,
+        help="SMP only: tsm.transform the model into SMP's own implementation (AWS's "
+        "use_smp_implementation); its parameter names are SMP's, not Hugging Face's: refused until train.py "
+        "maps them (docs/training.md)",
     )
     add("--model-preset", choices=list(PRESETS), default="125m")
     add("--init-from", help="directory with config.json (and weights) to start from instead of a preset")
@@ -275,6 +284,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                 f"Argument --mp-parameters: {name} must be 1: train.py does not yet clip gradients and save "
                 "checkpoints per tensor-parallel rank as SMP's examples do (docs/training.md)."
             )
+    problem = smp_flag_problem(args)
+    if problem:
+        raise UserError(problem)
     if args.strategy == "smddp" and args.async_checkpoint:
         raise UserError(
             "Argument --async-checkpoint: must be false with --strategy smddp (SMDDP allows one process "

@@ -3,10 +3,10 @@
 Large models never exist whole on one rank: `build_model` makes parameters without
 storage, the caller shards them (FSDP2 or SMP), and `initialize` materializes each
 rank's shards and fills them. Initial values do not depend on the sharding: each
-module's parameters are drawn whole (one module at a time, on the training device)
-with the model's own `_init_weights`, and each rank keeps its slice. So DDP, FSDP2
-and any world size start from the same weights, and peak memory is a rank's shards
-plus the largest module.
+module's parameters are drawn whole (one module at a time, on the training device,
+from a generator seeded by --seed and the module's name: `initial_values`), and each
+rank keeps its slice. So DDP, FSDP2, SMP's FSDP1 and any world size start from the
+same weights, and peak memory is a rank's shards plus the largest module.
 """
 
 import hashlib
@@ -99,41 +99,59 @@ def initialize(
     from the meta device on `device`.
 
     `hf_model` is the transformers model inside it (FSDP2 shards in place, so often the same object).
-    Every rank draws the same full values module by module from `seed` and keeps its own shard.
+    Every rank draws the same full values module by module (each from `module_seed(seed, its name)`) and
+    keeps its own shard.
     """
     if allocate:
         model.to_empty(device=device)
         hf_model.tie_weights()  # to_empty gives each module its own tensor: tied ones share one again
-    torch.manual_seed(seed)
-    for module in hf_model.modules():
-        _fill(module, initial_values(module, hf_model.config, device))
+    for name, module in hf_model.named_modules():
+        _fill(module, initial_values(module, hf_model.config, device, _generator(seed, name, device)))
 
 
-def delayed_initializer(config: PretrainedConfig, device: torch.device) -> Callable[[torch.nn.Module], None]:
+def delayed_initializer(
+    hf_model: torch.nn.Module, device: torch.device, seed: int
+) -> Callable[[torch.nn.Module], None]:
     """The per-module initialization SMP's delayed parameter initialization calls (its
-    `init_method_using_config`): FSDP1 passes each module whose own tensors are still on the meta device."""
+    `init_method_using_config`): FSDP1 passes each module whose own tensors are still on the meta device,
+    in its own order; each module's values come from its name (as `initialize` draws them), so SMP starts
+    from the weights DDP and FSDP2 start from. Names are taken now, before any wrapper renames modules."""
+    names = {id(module): name for name, module in hf_model.named_modules()}
+    config = hf_model.config
 
     @torch.no_grad()
     def initialize_module(module: torch.nn.Module) -> None:
         module.to_empty(device=device, recurse=False)
-        _fill(module, initial_values(module, config, device))
+        generator = _generator(seed, names[id(module)], device)
+        _fill(module, initial_values(module, config, device, generator))
 
     return initialize_module
 
 
+def module_seed(seed: int, name: str) -> int:
+    """The seed of one module's initial values: --seed and the module's name, so the values do not depend
+    on the order in which a wrapper initializes modules (FSDP1 materializes them unit by unit)."""
+    return int.from_bytes(hashlib.sha256(f"{seed}/{name}".encode()).digest()[:8], "little") >> 1
+
+
+def _generator(seed: int, name: str, device: torch.device) -> torch.Generator:
+    return torch.Generator(device=device).manual_seed(module_seed(seed, name))
+
+
 def initial_values(
-    module: torch.nn.Module, config: PretrainedConfig, device: torch.device
+    module: torch.nn.Module, config: PretrainedConfig, device: torch.device, generator: torch.Generator
 ) -> dict[str, torch.Tensor]:
-    """Full-size initial values of `module`'s own parameters and buffers, random ones drawn from the global
-    RNG. Set here, not by transformers' `_init_weights`: 4.44.2's (the image's) initializes only Linear and
-    Embedding and leaves RMSNorm weights as whatever memory held."""
+    """Full-size initial values of `module`'s own parameters and buffers, random ones drawn from
+    `generator`. Set here, not by transformers' `_init_weights`: 4.44.2's (the image's) initializes only
+    Linear and Embedding and leaves RMSNorm weights as whatever memory held."""
     own = {**dict(module.named_parameters(recurse=False)), **dict(module.named_buffers(recurse=False))}
     if not own:
         return {}
     std = config.initializer_range
 
     def normal(name: str) -> torch.Tensor:
-        return torch.empty(own[name].shape, dtype=own[name].dtype, device=device).normal_(0.0, std)
+        empty = torch.empty(own[name].shape, dtype=own[name].dtype, device=device)
+        return empty.normal_(0.0, std, generator=generator)
 
     def constant(name: str, value: float) -> torch.Tensor:
         return torch.full(own[name].shape, value, dtype=own[name].dtype, device=device)
@@ -193,15 +211,17 @@ def load_pretrained(model: torch.nn.Module, hf_model: torch.nn.Module, init_from
     """Weights of `init_from` into the materialized (possibly sharded) `model`, whose transformers model is
     `hf_model`. Rank 0 alone reads the files, in their own dtype, LOAD_CHUNK_BYTES of tensors at a time, and
     broadcasts each chunk (set_model_state_dict with broadcast_from_rank0 sends the chunk's names and
-    shapes, then its tensors): every rank holds its part of the model plus one chunk, never a second model."""
+    shapes, then its tensors): every rank holds its part of the model plus one chunk, never a second model.
+    FSDP1 (SMP) loads one FSDP unit at a time instead (smp.load_pretrained_fsdp1)."""
+    from smp import load_pretrained_fsdp1
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
     from torch.distributed.fsdp import FullyShardedDataParallel
     from torch.nn.parallel import DistributedDataParallel
 
-    chunks, problem = [], None
+    chunks, problem, stored = [], None, {}
+    names_of = _names_of_stored(hf_model)
     if dist.get_rank() == 0:
         stored = _stored_tensors(Path(init_from))
-        names_of = _names_of_stored(hf_model)
         loadable = {name for stored_name in stored for name in names_of.get(stored_name, [])}
         missing = sorted(_saved_names(hf_model) - loadable)
         if missing:
@@ -210,15 +230,16 @@ def load_pretrained(model: torch.nn.Module, hf_model: torch.nn.Module, init_from
                 f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}): its files must be those "
                 "transformers' save_pretrained writes for the class in its config.json."
             )
-        # A partial full state dict would have FSDP1 (SMP) load the model's other tensors, as sharded, as
-        # full ones: it loads in one chunk.
-        limit = None if isinstance(model, FullyShardedDataParallel) else LOAD_CHUNK_BYTES
-        chunks = _chunks(stored, names_of, limit)
+        chunks = _chunks(stored, names_of, LOAD_CHUNK_BYTES)
     agreed = [problem, len(chunks)]
     dist.broadcast_object_list(agreed, src=0)
     problem, chunk_count = agreed
     if problem:
         raise UserError(problem)
+    if isinstance(model, FullyShardedDataParallel):
+        # A partial full state dict would have FSDP1 load the model's other tensors, as sharded, as full ones.
+        load_pretrained_fsdp1(model, stored, names_of, lambda names: _read_chunk(names, stored, names_of))
+        return
     # torch 2.5.1 looks every key of the model up under DDP's "module." prefix in rank 0's dict, so a
     # partial dict loads into the module DDP wraps (the same tensors).
     target = model.module if isinstance(model, DistributedDataParallel) else model

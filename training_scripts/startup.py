@@ -19,6 +19,7 @@ from data import SampleOrder, TokenDataset, UserError
 from distributed import Runtime, agree, local_part, reduce_max, unwrap, wrap_model
 from model import build_model, has_weights, identity, initialize, load_pretrained
 from model_shapes import parameter_count
+from optimizer import no_decay_names
 from transformers import PretrainedConfig
 
 log = logging.getLogger("train")
@@ -75,6 +76,7 @@ class ParallelModel:
     model: torch.nn.Module  # what trains: FSDP2-sharded, DDP- or SMP-wrapped
     hf_model: torch.nn.Module  # the transformers model inside it
     identity: dict  # model.identity of the unsharded model: recorded in checkpoints
+    no_decay: set[str]  # parameter names without weight decay (optimizer.no_decay_names, before wrapping)
     reinitialize: Callable[[], None]  # back to the initial weights (after a failed checkpoint load)
 
 
@@ -84,6 +86,7 @@ def build_parallel_model(
     """Build on the meta device, shard (or replicate), then materialize and initialize each rank's part."""
     model = build_model(config)
     model_identity = identity(model)
+    no_decay = no_decay_names(model)  # by module type and name, before wrappers flatten or rename parameters
 
     def materialize(module: torch.nn.Module) -> None:
         initialize(module, model, runtime.device, args.seed, allocate=True)
@@ -96,6 +99,7 @@ def build_parallel_model(
         args.activation_checkpointing,
         args.compile,
         materialize,
+        seed=args.seed,
     )
     if has_weights(args.init_from):
         load_pretrained(wrapped, model, args.init_from)
@@ -106,7 +110,7 @@ def build_parallel_model(
         if has_weights(args.init_from):
             load_pretrained(wrapped, model, args.init_from)
 
-    return ParallelModel(wrapped, unwrap(wrapped), model_identity, reinitialize)
+    return ParallelModel(wrapped, unwrap(wrapped), model_identity, no_decay, reinitialize)
 
 
 def dry_run(args: argparse.Namespace, runtime: Runtime, config: PretrainedConfig) -> None:

@@ -30,6 +30,7 @@ from flags import parse_args, resume_source
 from metrics import StepTimer, format_train_line, format_val_line, throughput
 from model import model_config
 from model_shapes import flops_per_token, peak_bf16_flops
+from optimizer import parameter_groups
 from startup import build_parallel_model, check_writable, dry_run, open_datasets, sample_order
 from tensorboard_scalars import (
     GRAD_NORM,
@@ -65,10 +66,8 @@ class Trainer:
         self.autocast = autocast_enabled(runtime, args.parallelism)
         # MFU counts the matmul FLOPs only: the input embedding is a lookup (model_shapes.flops_per_token).
         self.flops_per_token = flops_per_token(config.to_dict(), args.seq_len)
-        decay = [p for p in self.model.parameters() if p.dim() >= 2]  # no decay on norms
-        no_decay = [p for p in self.model.parameters() if p.dim() < 2]
         self.optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            parameter_groups(self.model, self.parallel.no_decay, args.weight_decay),
             lr=args.learning_rate,
             betas=(0.9, 0.95),
             eps=1e-8,
@@ -303,8 +302,11 @@ class Trainer:
         """The model as transformers saves it (safetensors, sharded above 5 GB) with its config.json, in
         --export-dtype (bf16 by default: half the bytes to upload and to load)."""
         self._check_weights("model")
+        # cpu_offload only off the host: torch 2.5.1's FSDP1 (SMP) offload of host tensors frees them before
+        # cloning them (segfault in fsdp/_state_dict_utils.py param_hook, on 2 CPU ranks)
+        offload = self.runtime.device.type != "cpu"
         full_state = get_model_state_dict(
-            self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+            self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=offload)
         )
         if self.runtime.is_main:
             dtype = getattr(torch, self.args.export_dtype)

@@ -143,6 +143,11 @@ class SmpParameters(StrictModel):
                     "SMP's clip_grad_norm_ or save checkpoints per tensor-parallel rank as AWS's SMP v2 "
                     "examples do, so model parallelism stays off until that is built and verified on GPUs"
                 )
+        if self.sm_activation_offloading:
+            raise ValueError(
+                "smp.sm_activation_offloading must be false: train.py does not wrap the model in torch's "
+                "offload_wrapper as AWS's SMP v2 example does (docs/training.md)"
+            )
         return self
 
     def as_mp_parameters(self) -> dict[str, Any]:

@@ -53,6 +53,11 @@ def test_default_profiles_are_valid_and_cover_every_strategy():
             "smp.context_parallel_degree must be 1 (got 2)",
         ),
         (
+            {"strategy": "smp", "smp": {"sm_activation_offloading": True}},
+            "smp.sm_activation_offloading must be false: train.py does not wrap the model in torch's "
+            "offload_wrapper as AWS's SMP v2 example does",
+        ),
+        (
             {"strategy": "smp", "smp": {"hybrid_shard_degree": 32}},
             "smp.hybrid_shard_degree (32) must divide the world size of every preferred type; "
             "instance_preferences.0 (ml.p5.48xlarge) has 16 GPUs (8 x 2).",

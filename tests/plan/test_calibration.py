@@ -1,11 +1,12 @@
 """The memory model against what train.py's model really allocates on CPU.
 
 Exact: parameter, gradient and AdamW bytes; the bytes each decoder layer and the loss head keep for
-backward, in fp32 (train.py on CPU) and under bf16 autocast (train.py on GPU with DDP or SMP; CPU
-autocast casts the same ops: linear and SDPA). Within a tolerance: the peak of a forward/backward pass,
-which depends on when PyTorch frees temporaries. FSDP2 on GPU computes with bf16 gathered weights and
-no autocast: not measured here (CPU runs fp32); the planner counts it as autocast without the weight
-copies (docs/plan.md), and tests/training/test_precision.py checks the policy train.py applies.
+backward, in fp32 (train.py on CPU) and under bf16 autocast (train.py on GPU with DDP; CPU autocast
+casts the same ops: linear and SDPA). Within a tolerance: the peak of a forward/backward pass, which
+depends on when PyTorch frees temporaries. FSDP2 and SMP's FSDP1 on GPU compute with bf16 gathered
+weights and no autocast: not measured here (CPU runs fp32); the planner counts them as autocast without
+the weight copies (docs/plan.md), and tests/training/test_precision.py checks the policies train.py
+applies.
 """
 
 import functools
@@ -117,7 +118,7 @@ def test_saved_activations_per_layer_and_head_are_exact(preset, batch, seq_len, 
     shape, tokens = PRESETS[preset], batch * seq_len
     net = built(preset)
     saved = saved_bytes(net, torch.randint(0, shape["vocab_size"], (batch, seq_len + 1)), autocast)
-    # Under autocast the bf16 copy of each weight is saved too: the planner's bf16_weight_copies (DDP, SMP).
+    # Under autocast the bf16 copy of each weight is saved too: the planner's bf16_weight_copies (DDP).
     layer_weights = (
         2 * matmul_parameter_count({**shape, "num_hidden_layers": 1, "vocab_size": 0}) if autocast else 0
     )

@@ -46,6 +46,7 @@ def main(parallelism: str) -> None:
         activation_checkpointing=False,
         compile_layers=False,
         materialize=lambda module: initialize(module, hf_model, runtime.device, 0, allocate=True),
+        seed=0,
     )
     batch = torch.randint(0, config.vocab_size, (2, 33))
     before = live_tensor_bytes()

@@ -105,12 +105,13 @@ def test_every_tensor_arrives_on_every_rank_in_chunks_of_one_tensor(tmp_path, pa
     )
 
 
-def dry_run_reports(tmp_path, *flags: str) -> list[dict[str, int]]:
+def dry_run_reports(tmp_path, *flags: str, env: dict[str, str] | None = None) -> list[dict[str, int]]:
     result = subprocess.run(
         torchrun_command("--dry-run", "--parallelism", "fsdp", "--model-dir", str(tmp_path / "dry"), *flags),
         capture_output=True,
         text=True,
         timeout=900,
+        env=env,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     lines = re.findall(r"dry_run rank=\d+ .*?peak_rss_bytes=\d+", result.stdout)  # ranks may share a line

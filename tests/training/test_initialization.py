@@ -66,11 +66,11 @@ def test_the_meta_device_path_sets_every_tensor(nan_memory):
 @pytest.mark.image_stack
 @pytest.mark.newer_stack
 def test_smps_delayed_initialization_hook_sets_every_tensor_as_the_meta_device_path_does(nan_memory):
-    """FSDP1 under SMP calls the hook once per module whose own tensors are still on the meta device."""
+    """FSDP1 under SMP calls the hook once per module whose own tensors are still on the meta device, in
+    its own order (unit by unit): each module's values come from its name, so the order does not matter."""
     model, reference = tiny_model(), tiny_model()
-    torch.manual_seed(3)
-    hook = delayed_initializer(model.config, CPU)
-    for module in model.modules():
+    hook = delayed_initializer(model, CPU, seed=3)
+    for module in reversed(list(model.modules())):
         hook(module)
     assert_initialized(model)
     initialize(reference, reference, CPU, seed=3, allocate=True)

@@ -175,7 +175,9 @@ def test_toolkit_style_flags_and_sagemaker_environment_are_read(channels, monkey
         ("torchrun", False, False, True, "torchrun", "cpu:gloo,cuda:nccl", False),
         ("smp", True, True, True, "smp", "cpu:gloo,cuda:nccl", False),
         ("smp", False, False, True, "torchrun", "cpu:gloo,cuda:nccl", True),
-        ("smp", True, False, False, "torchrun", "gloo", True),
+        ("smp", False, False, False, "torchrun", "gloo", True),
+        # smp: torch.sagemaker serves this machine's device (the CPU stand-in of tests/training/test_smp.py)
+        ("smp", True, False, False, "smp", "gloo", False),
         ("smddp", True, True, True, "smddp", "smddp", False),
         ("smddp", False, False, True, "torchrun", "cpu:gloo,cuda:nccl", True),
         ("smddp", True, False, False, "torchrun", "gloo", True),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import distributed  # noqa: E402  (training_scripts/ is on sys.path, as in /opt/ml/code)
 import pytest
+import smp
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -31,7 +32,7 @@ def _runtime(device: str, strategy: str = "torchrun") -> distributed.Runtime:
         ("cuda", "smddp", "fsdp", False),
         ("cuda", "torchrun", "ddp", True),
         ("cuda", "smddp", "ddp", True),
-        ("cuda", "smp", "fsdp", True),  # SMP's FSDP1 has no policy here
+        ("cuda", "smp", "fsdp", False),  # SMP's FSDP1 casts by AWS's MixedPrecision (smp.py)
         ("cpu", "torchrun", "fsdp", False),  # CPU: fp32 throughout
         ("cpu", "torchrun", "ddp", False),
     ],
@@ -44,6 +45,17 @@ def test_fsdp2_policy_is_bf16_compute_with_fp32_reduction_on_gpu_and_fp32_on_cpu
     gpu, cpu = distributed.fsdp_mixed_precision("cuda"), distributed.fsdp_mixed_precision("cpu")
     assert (gpu.param_dtype, gpu.reduce_dtype) == (torch.bfloat16, torch.float32)
     assert (cpu.param_dtype, cpu.reduce_dtype) == (None, None)
+
+
+def test_smps_fsdp1_policy_is_awss_bf16_gathers_and_reductions_with_fp32_buffers_on_gpu_and_none_on_cpu():
+    """AWS's SMP v2 example, train_lib.py:569-575 (amazon-sagemaker-examples @7378156)."""
+    gpu = smp.fsdp1_mixed_precision("cuda")
+    assert (gpu.param_dtype, gpu.reduce_dtype, gpu.buffer_dtype) == (
+        torch.bfloat16,
+        torch.bfloat16,
+        torch.float32,
+    )
+    assert smp.fsdp1_mixed_precision("cpu") is None
 
 
 @pytest.fixture
@@ -72,6 +84,7 @@ def test_fsdp_wrapping_on_the_gpu_path_gathers_bf16_and_keeps_fp32_shards_and_gr
         False,
         False,
         lambda module: initialize(module, model, runtime.device, 0, allocate=True),
+        seed=0,
     )
     tokens = torch.randint(0, config.vocab_size, (2, 33))
     logits = wrapped(input_ids=tokens[:, :-1]).logits

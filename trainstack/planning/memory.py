@@ -5,15 +5,16 @@ What train.py does, and so what is counted (docs/plan.md derives every term):
   divided by the ranks a parameter is sharded over (FSDP2 / SMP's FSDP). Gradients stay sharded through
   gradient accumulation: FSDP reduce-scatters every micro-batch (distributed.gradient_sync); DDP's are
   full-size anyway. SMP tensor parallelism is refused (trainstack/profiles.py): nothing is divided by it;
-- on GPU under DDP and SMP, bf16 autocast: every matmul weight is cast to bf16 per forward, and that copy
+- on GPU under DDP, bf16 autocast: every matmul weight is cast to bf16 per forward, and that copy
   lives until the backward pass has used it, whole (not sharded): 2 bytes per matmul parameter. FSDP2
   (torchrun/smddp) instead gathers bf16 layers by its mixed-precision policy and reduce-scatters fp32
-  gradients: no whole-model copy, the gathered layers are its working buffers;
+  gradients; SMP's FSDP1 gathers bf16 and reduce-scatters bf16 gradients by AWS's MixedPrecision
+  (training_scripts/smp.py): no whole-model copy, the gathered layers are their working buffers;
 - activations: Korthikanti et al. 2022 counted per layer for train.py's Llama (fp32 residual stream
   and RMSNorm, bf16 matmul inputs, SwiGLU, SDPA flash/memory-efficient attention that keeps no
   s x s scores; grouped-query K/V as transformers 4.44.2, the image's, computes it: `repeat_kv` copies
   K and V to every query head before SDPA, which keeps the copies), plus the loss over the vocabulary
-  in fp32; under FSDP2's bf16 policy the same count, an upper bound (bf16 residual stream, matmul
+  in fp32; under the FSDP bf16 policies the same count, an upper bound (bf16 residual stream, matmul
   inputs kept once);
 - working buffers: FSDP's gathered layers, or DDP's gradient buckets (a second copy of the gradients);
 - an allowance: CUDA context, cuBLAS/NCCL workspaces and caching-allocator fragmentation.
@@ -52,8 +53,10 @@ class Layout:
     world_size: int
     shard_degree: int  # ranks one parameter is sharded over (FSDP/SMP); 1: replicated (DDP)
     ddp: bool = False  # DDP keeps gradient buckets: a second, flat copy of the gradients
-    # FSDP2 (outside SMP): its policy gathers bf16 layers on GPU, so autocast makes no weight copies
+    # FSDP2 and SMP's FSDP1: their policies gather bf16 layers on GPU, so autocast makes no weight copies
     bf16_gather: bool = False
+    # SMP's FSDP1 (reduce_dtype bf16) reduce-scatters the bf16 gradient itself; FSDP2 an fp32 copy of it
+    bf16_reduce: bool = False
 
 
 @dataclass(frozen=True)
@@ -199,8 +202,8 @@ def estimate_memory(workload: Workload, layout: Layout) -> MemoryEstimate:
 def _working_buffers(shape: Mapping, layout: Layout, bf16: bool) -> int:
     """DDP: flat gradient buckets as large as the gradients. FSDP: the gathered parameters of the
     unsharded root (embedding, output projection, final norm), of the layer running and of the one
-    prefetched, and the unsharded gradients of the layer being reduced. SMP's FSDP gathers fp32;
-    FSDP2's bf16 policy gathers bf16 (even on one rank) and its bf16 gradients are reduced in an fp32 copy."""
+    prefetched, and the unsharded gradients of the layer being reduced. Both bf16 policies gather bf16
+    (even on one rank); FSDP2 reduces its bf16 gradients in an fp32 copy, SMP's FSDP1 in bf16."""
     if layout.ddp:
         return GRADIENT_BYTES * parameter_count(shape)
     bf16_gather = layout.bf16_gather and bf16
@@ -208,7 +211,7 @@ def _working_buffers(shape: Mapping, layout: Layout, bf16: bool) -> int:
         return 0
     root = parameter_count(shape) - shape["num_hidden_layers"] * layer_parameter_count(shape)
     layer = layer_parameter_count(shape)
-    weight, gradient = (BF16, BF16 + FP32) if bf16_gather else (WEIGHT_BYTES, GRADIENT_BYTES)
+    weight, gradient = (BF16, BF16 if layout.bf16_reduce else BF16 + FP32) if bf16_gather else (FP32, FP32)
     return weight * (root + 2 * layer) + gradient * max(root, layer)
 
 

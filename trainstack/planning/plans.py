@@ -31,7 +31,8 @@ class Setup:
     def layout(self, spec: InstanceType, instance_count: int) -> Layout:
         world = spec.gpus * instance_count
         if self.strategy == "smp":
-            return Layout(world, min(self.hybrid_shard_degree or world, world))
+            shard = min(self.hybrid_shard_degree or world, world)
+            return Layout(world, shard, bf16_gather=True, bf16_reduce=True)  # AWS's MixedPrecision (smp.py)
         if self.parallelism == "ddp":
             return Layout(world, 1, ddp=True)
         return Layout(world, world, bf16_gather=True)
@@ -99,6 +100,7 @@ class Plan:
                 "shard_degree": layout.shard_degree,
                 "ddp": layout.ddp,
                 "bf16_gather": layout.bf16_gather,
+                "bf16_reduce": layout.bf16_reduce,
             },
             "tokens_per_second": self.throughput and round(self.throughput.tokens_per_second),
             "assumed_mfu": self.throughput and round(self.throughput.mfu, 3),

@@ -81,7 +81,7 @@ def setup_for_profile(profile: Profile) -> Setup:
         seq_len=seq_len,
         micro_batch_size=micro_batch,
         grad_accum=grad_accum,
-        # SMP's sm_activation_offloading is not counted: train.py does not apply SMP's offloading wrapper.
+        # SMP's sm_activation_offloading is not counted: the config check and train.py refuse it.
         activation_checkpointing=str(value("activation_checkpointing")).lower() in _TRUE,
         strategy=profile.strategy,
         parallelism=value("parallelism"),
