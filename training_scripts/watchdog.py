@@ -93,18 +93,22 @@ class Watchdog:
         self.last_progress = clock()
         self._changed = threading.Condition()
         self._stopped = False
+        self._thread: threading.Thread | None = None
 
     def start(self) -> None:
         """Watch from now on."""
         with self._changed:
             self.last_progress = self.clock()
-        threading.Thread(target=self._watch, name="watchdog", daemon=True).start()
+        self._thread = threading.Thread(target=self._watch, name="watchdog", daemon=True)
+        self._thread.start()
 
     def stop(self) -> None:
         """Once the process groups are torn down: a teardown blocked by a dead peer ends as a hang too."""
         with self._changed:
             self._stopped = True
             self._changed.notify()
+        if self._thread is not None:  # gone when stop returns: it holds nothing else it could wait on
+            self._thread.join()
 
     def step_completed(self, step: int) -> None:
         with self._changed:
