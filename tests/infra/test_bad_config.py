@@ -61,8 +61,8 @@ BAD_CONFIGS = {
             ]
         },
         "profiles.0: profile llama-7b-smp cannot fit model 7b on instance_preferences.1 (ml.g5.48xlarge): "
-        "it needs 41.1 GiB per GPU and the GPU has 22.5 GiB (short 18.6 GiB); smallest change that fits: "
-        "no change of this strategy makes it fit",
+        "it needs 25.7 GiB per GPU and the GPU has 22.5 GiB (short 3.2 GiB); smallest change that fits: "
+        "shard wider: smp.hybrid_shard_degree 16.",
     ),
     "boundary_not_a_policy_arn": (
         {"iam": {"permissions_boundary": "PlatformBoundary"}},
