@@ -226,7 +226,7 @@ def test_an_infrastructure_fault_is_submitted_again_as_the_next_attempt_on_the_s
         (1, "infrastructure", "nccl")
     ]
     submitted = [call["jobName"] for operation, call in fifo.batch.calls if operation == "SubmitServiceJob"]
-    assert submitted == ["trainstack-fault-1", "trainstack-fault-2"]
+    assert submitted == [service_job("trainstack-fault-1"), service_job("trainstack-fault-2")]
     assert {job["CheckpointConfig"]["S3Uri"] for job in fifo.sagemaker.created} == {
         "s3://trainstack-checkpoints-test/trainstack-fault/"
     }
