@@ -5,7 +5,7 @@ retrainings, then teamB one. The pipeline (synthesized in queue mode) submits ea
 Batch queue (localaws.emulator.fake_batch); teamA's first two take both instances, its third and
 teamB's wait RUNNABLE. When an instance frees up, fair share starts teamB's run before teamA's third,
 although teamA's was submitted first: teamA already uses an instance, teamB none. Every run trains a
-tiny model in a real local process (localaws.demo.local_sagemaker) and finishes.
+tiny model in a real local process (localaws.sagemaker.local_processes) and finishes.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import shutil
 import time
 from pathlib import Path
 
-from localaws.demo.local_sagemaker import LocalSageMaker, serving
 from localaws.demo.run import demo_hyperparameters, prepare_dataset, say
 from localaws.demo.synthesized import load_pipeline
+from localaws.sagemaker.local_processes import LocalTraining, serving
 from trainstack.config import load_settings
 from trainstack.queue_settings import QueueSettings
 
@@ -79,14 +79,14 @@ def main(argv: list[str] | None = None) -> int:
         {"AWS_ACCESS_KEY_ID": "demo", "AWS_SECRET_ACCESS_KEY": "demo", "AWS_DEFAULT_REGION": settings.region}
     )
     os.environ.pop("AWS_PROFILE", None)
-    sagemaker = LocalSageMaker(args.workdir.resolve(), dataset)
-    outcomes, started = run_queue(args, settings, pipeline, sagemaker)
+    training = LocalTraining(args.workdir.resolve(), dataset)
+    outcomes, started = run_queue(args, settings, pipeline, training)
     order = " -> ".join(started)
     say(f"4/4 Batch started the jobs in this order: {order}")
     for name, (status, output) in outcomes.items():
         say(f"   {name}: {status}, training job {output.get('trainingJobName', '-')}")
     if any(status != "SUCCEEDED" for status, _ in outcomes.values()):
-        say(f"a run did not succeed; job logs: {sagemaker.root / 'jobs'}")
+        say(f"a run did not succeed; job logs: {training.root / 'jobs'}")
         return 1
     say(
         "fair share: teamB's run started before teamA's third, which was submitted earlier, because teamA "
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def run_queue(args, settings, pipeline, sagemaker: LocalSageMaker):
+def run_queue(args, settings, pipeline, training: LocalTraining):
     import boto3
     import pytest
     from moto import mock_aws
@@ -109,8 +109,8 @@ def run_queue(args, settings, pipeline, sagemaker: LocalSageMaker):
     with (
         mock_aws(config={"stepfunctions": {"execute_state_machine": True}}),
         local_stepfunctions(ScaledClock(args.speedup)) as clock,
-        serving(sagemaker),
         pytest.MonkeyPatch.context() as monkeypatch,
+        serving(training, monkeypatch) as sagemaker,
     ):
         batch = FakeBatch(
             sagemaker=sagemaker,

@@ -4,7 +4,7 @@
 2. A small dataset (the Python standard library's sources, byte tokens) stands for the dataset bucket.
 3. moto's Step Functions runs the state machine (localaws.emulator: AWS's JSONata and error names,
    a clock running --speedup times faster so that back-offs and polls are short); SageMaker is
-   simulated by real local training processes (localaws.demo.local_sagemaker).
+   simulated by real local training processes (localaws.sagemaker.local_processes).
 4. `trainstack start --wait` starts the retraining and follows it. The first attempt loses its
    capacity after its first checkpoint (CapacityError); the pipeline backs off and creates the next
    attempt on the same checkpoint prefix, which resumes from that checkpoint and finishes.
@@ -31,8 +31,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from unittest import mock
 
-from localaws.demo.local_sagemaker import TRAINING_SCRIPTS, LocalSageMaker, serving
 from localaws.demo.synthesized import load_pipeline
+from localaws.opt_ml import TRAINING_SCRIPTS
+from localaws.sagemaker.local_processes import LocalTraining
+from localaws.sagemaker.training_jobs import FakeSageMaker
 from trainstack.config import load_settings
 from trainstack.faults import CAPACITY_REASON_PREFIX, classify, describe
 
@@ -93,12 +95,12 @@ WATCHDOG_DEMO_BOUND = {
 HANG_STEPS_AFTER_CHECKPOINT = 5
 
 
-def simulated_sagemaker(args: argparse.Namespace, workdir: Path, dataset: Path) -> LocalSageMaker:
+def simulated_training(args: argparse.Namespace, workdir: Path, dataset: Path) -> LocalTraining:
     if args.fault == "hang":
         hang_step = args.checkpoint_interval + HANG_STEPS_AFTER_CHECKPOINT
         hang = {"inject_hang_at_step": str(hang_step), **WATCHDOG_DEMO_BOUND}
-        return LocalSageMaker(workdir, dataset, hang_failures=1, hang_hyperparameters=hang)
-    return LocalSageMaker(workdir, dataset, capacity_failures=1)
+        return LocalTraining(workdir, dataset, hang_failures=1, hang_hyperparameters=hang)
+    return LocalTraining(workdir, dataset, capacity_failures=1)
 
 
 def say(message: str) -> None:
@@ -121,11 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     os.environ.pop("AWS_PROFILE", None)
     run_name = f"{settings.project}-demo-{datetime.now(UTC):%H%M%S}"
-    sagemaker = simulated_sagemaker(args, args.workdir.resolve(), dataset)
-    output = run_pipeline(args, settings, pipeline, sagemaker, run_name)
+    training = simulated_training(args, args.workdir.resolve(), dataset)
+    output = run_pipeline(args, settings, pipeline, training, run_name)
     if output is None:
         return 1
-    return check_model(sagemaker, output, run_name)
+    return check_model(training, output, run_name)
 
 
 def prepare_dataset(workdir: Path) -> Path:
@@ -168,18 +170,21 @@ def demo_hyperparameters(max_steps: int, checkpoint_interval: int) -> dict[str, 
     }
 
 
-def run_pipeline(args, settings, pipeline, sagemaker: LocalSageMaker, run_name: str) -> dict | None:
+def run_pipeline(args, settings, pipeline, training: LocalTraining, run_name: str) -> dict | None:
     import boto3
+    import pytest
     from moto import mock_aws
 
     from localaws.emulator import ScaledClock, local_stepfunctions
+    from localaws.sagemaker.local_processes import serving
     from trainstack.cli import main as trainstack
 
     hyperparameters = demo_hyperparameters(args.max_steps, args.checkpoint_interval)
     with (
         mock_aws(config={"stepfunctions": {"execute_state_machine": True}}),
         local_stepfunctions(ScaledClock(args.speedup)) as clock,
-        serving(sagemaker),
+        pytest.MonkeyPatch.context() as monkeypatch,
+        serving(training, monkeypatch) as sagemaker,
     ):
         for child, child_definition in pipeline.children.items():
             boto3.client("stepfunctions").create_state_machine(
@@ -194,7 +199,7 @@ def run_pipeline(args, settings, pipeline, sagemaker: LocalSageMaker, run_name: 
         )["stateMachineArn"]
         say(
             f"3/5 emulator: {state_machine_arn} in moto; SageMaker runs jobs as local processes under "
-            f"{sagemaker.root / 'jobs'}; emulated time runs {args.speedup:g}x faster (a 300 s back-off takes "
+            f"{training.root / 'jobs'}; emulated time runs {args.speedup:g}x faster (a 300 s back-off takes "
             f"{300 / args.speedup:g} s; the elapsed column below is emulated time); {FAULTS[args.fault]}"
         )
         command = [
@@ -224,17 +229,18 @@ def run_pipeline(args, settings, pipeline, sagemaker: LocalSageMaker, run_name: 
         pipeline = ["--config", args.config, "--state-machine-arn", state_machine_arn]
         trainstack(["report", run_name, *pipeline, "--out", str(report)])
         trainstack(["status", run_name, *pipeline])  # ends with the run's goodput line
-    report_attempts(sagemaker)
+    report_attempts(sagemaker, training)
     if code != 0:
-        say(f"the retraining did not succeed (exit {code}); job logs: {sagemaker.root / 'jobs'}")
+        say(f"the retraining did not succeed (exit {code}); job logs: {training.root / 'jobs'}")
         return None
     return json.loads(described["output"])
 
 
-def report_attempts(sagemaker: LocalSageMaker) -> None:
+def report_attempts(sagemaker: FakeSageMaker, training: LocalTraining) -> None:
     for number, job in enumerate(sorted(sagemaker.jobs.values(), key=lambda job: job.created), start=1):
-        status, _, reason = job.status()
-        log = job.log_path.read_text(errors="replace") if job.log_path.exists() else ""
+        phase = job.current()
+        status, reason, log_path = phase.status, phase.failure_reason, job.run.log_path
+        log = log_path.read_text(errors="replace") if log_path.exists() else ""
         resumed = re.search(r"Resumed from \S+ \(step (\d+)\)", log)
         steps = re.findall(r"\bstep[ =:]+(\d+)", log)
         story = (
@@ -245,11 +251,11 @@ def report_attempts(sagemaker: LocalSageMaker) -> None:
             end += f" [{describe(classify(reason))}]"
         last = f", last logged step {steps[-1]}" if steps else ""
         board = job.request.get("TensorBoardOutputConfig", {}).get("S3OutputPath")
-        events = f"; TensorBoard event files in {sagemaker.local_path(board)}" if board else ""
+        events = f"; TensorBoard event files in {training.local_path(board)}" if board else ""
         say(f"   attempt {number}: {job.name} {story}{last}, {end}{events}")
 
 
-def check_model(sagemaker: LocalSageMaker, output: dict, run_name: str) -> int:
+def check_model(training: LocalTraining, output: dict, run_name: str) -> int:
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as transformers_logging
 
@@ -260,7 +266,7 @@ def check_model(sagemaker: LocalSageMaker, output: dict, run_name: str) -> int:
     if uri is None:
         say(f"the execution output names no model folder (.../output/model/): {output}")
         return 1
-    model_dir = sagemaker.local_path(uri)
+    model_dir = training.local_path(uri)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     parameters = sum(parameter.numel() for parameter in model.parameters())
     say(

@@ -24,7 +24,7 @@ Assumed (no AWS source): the attempt id's form (32 hex digits), the statusReason
 failures, how InstancePreferences count against the capacity limit (the largest count), that Batch
 re-starts a job on the pass after a capacity failure, and the payload alternative's `-b<n>` names of
 re-submissions. Jobs advance when they are described (each DescribeServiceJob describes its training
-job once), the way FakeSageMaker jobs advance per DescribeTrainingJob.
+job once), the way scripted SageMaker jobs advance per DescribeTrainingJob (localaws/sagemaker/scripted.py).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import boto3
 import pytest
 
 from localaws.emulator import VirtualClock
-from tests.cleanup.sagemaker import CleanupSageMaker
+from localaws.sagemaker import FakeSageMaker, scripted_sagemaker
 from tests.pipeline import harness
 from tests.pipeline.conftest import state_machines
 from trainstack.job_request import EXECUTION_TAG
@@ -99,7 +99,7 @@ def definitions(default_app) -> CleanupDefinitions:
 
 @dataclass
 class World:
-    fake: CleanupSageMaker
+    fake: FakeSageMaker
     clock: VirtualClock
     cleanup_arn: str
     sweeper_arn: str
@@ -116,11 +116,11 @@ class World:
     def stop_during(self, call: str, name: str, execution_input: dict | None = None) -> str:
         """Start an execution and stop it while its SageMaker `call` is in flight; the call then returns
         (it was already on its way when the execution stopped)."""
-        self.fake.hold(call)
+        self.fake.control.hold(call)
         arn = self.start_pipeline(name, execution_input)
-        harness.wait_until(lambda: self.fake.waiting[call])
+        harness.wait_until(lambda: self.fake.control.waiting[call])
         self.stop_pipeline(arn)
-        self.fake.release_gate(call)
+        self.fake.control.release_gate(call)
         return arn
 
     def status(self, execution_arn: str) -> str:
@@ -141,10 +141,9 @@ class World:
 
 @pytest.fixture
 def world(definitions, monkeypatch) -> Iterator[World]:
-    fake = CleanupSageMaker()
-    fake.install(monkeypatch)
+    fake = scripted_sagemaker()
     with harness.pipeline_environment(fake, monkeypatch) as clock:
-        fake.clock = clock
+        fake.now = clock.time  # a job appears `create_latency` clock seconds after its create call
         world = World(
             fake=fake,
             clock=clock,
@@ -161,4 +160,4 @@ def world(definitions, monkeypatch) -> Iterator[World]:
                 running = client.list_executions(stateMachineArn=machine, statusFilter="RUNNING")
                 for execution in running["executions"]:
                     world.stop_pipeline(execution["executionArn"])
-            fake.release_all()
+            fake.control.release_all()

@@ -7,11 +7,11 @@ import json
 import boto3
 
 from localaws.emulator.errors import aws_sdk_error_name
+from localaws.sagemaker import COMPLETED, TRAINING
 from stacks.pipeline.monitoring import STOPPED_ORPHAN_PATTERNS
 from tests.cleanup.conftest import World, stand_in_pipeline
 from tests.infra.templates import resources
 from tests.pipeline import harness
-from tests.pipeline.harness import COMPLETED, TRAINING
 from tests.pipeline.metric_filter import published
 
 IN_FLIGHT_CREATE_SECONDS = 120
@@ -67,34 +67,34 @@ def test_timed_out_execution_has_its_job_stopped(world):
 
 def test_cleanup_walks_every_attempt_and_stops_only_jobs_still_in_progress(world):
     # Attempts 1 and 2 ended (capacity), attempt 3 runs: the cleanup describes 1..4 and stops 3.
-    world.fake.hold("ListTrainingJobs")
+    world.fake.control.hold("ListTrainingJobs")
     arn = world.start_pipeline("three-attempts", {"runName": "trainstack-retried"})
-    harness.wait_until(lambda: world.fake.waiting["ListTrainingJobs"])
+    harness.wait_until(lambda: world.fake.control.waiting["ListTrainingJobs"])
     for attempt, phase in ((2, COMPLETED), (3, TRAINING)):
-        world.fake.script([[phase]])
+        world.fake.behaviour.script([[phase]])
         world.fake.create(
             {
                 **world.fake.jobs["trainstack-retried-1"].request,
                 "TrainingJobName": f"trainstack-retried-{attempt}",
             }
         )
-    world.fake.jobs["trainstack-retried-1"].stopped = True
+    world.fake.jobs["trainstack-retried-1"].stop_requested = True
     world.stop_pipeline(arn)
-    world.fake.release_gate("ListTrainingJobs")
+    world.fake.control.release_gate("ListTrainingJobs")
     world.fake.stop_requests.clear()
 
     cleanup = world.clean_up_after(arn)
 
     assert cleanup.output == {"stopped": ["trainstack-retried-3"]}
     assert world.fake.stop_requests == ["trainstack-retried-3"]
-    assert world.fake.calls["DescribeTrainingJob"] == 4
+    assert world.fake.control.calls["DescribeTrainingJob"] == 4
     assert len(cleanup.history) == 41 + 2 * 9  # an attempt that is not running: describe, choice, next
 
 
 def test_cleanup_leaves_a_job_of_another_execution_with_the_same_run_name_alone(world):
-    world.fake.hold("ListTrainingJobs")
+    world.fake.control.hold("ListTrainingJobs")
     running = world.start_pipeline("first", {"runName": "trainstack-shared"})
-    harness.wait_until(lambda: world.fake.waiting["ListTrainingJobs"])
+    harness.wait_until(lambda: world.fake.control.waiting["ListTrainingJobs"])
     # A second execution with the same runName fails at create (ResourceInUse): nothing of its own runs.
     second = world.start_pipeline("second", {"runName": "trainstack-shared"})
     assert harness.wait_for(second).status == "FAILED"
@@ -111,18 +111,18 @@ def test_cleanup_of_a_run_name_the_pipeline_rejects_asks_sagemaker_nothing(world
     world.stop_pipeline(arn)
     cleanup = world.clean_up_after(arn)
     assert cleanup.status == "SUCCEEDED", cleanup.cause
-    assert world.fake.calls["DescribeTrainingJob"] == 0
+    assert world.fake.control.calls["DescribeTrainingJob"] == 0
 
 
 def test_throttled_describe_tags_and_stop_are_retried_until_the_job_is_stopped(world):
     arn = world.stop_during("ListTrainingJobs", "throttled")
-    world.fake.throttles.update({"DescribeTrainingJob": 3, "ListTags": 2, "StopTrainingJob": 2})
+    world.fake.control.throttles.update({"DescribeTrainingJob": 3, "ListTags": 2, "StopTrainingJob": 2})
 
     cleanup = world.clean_up_after(arn)
 
     assert cleanup.status == "SUCCEEDED", cleanup.cause
     assert cleanup.output == {"stopped": ["trainstack-throttled-1"]}
-    assert world.fake.throttled == {"DescribeTrainingJob": 3, "ListTags": 2, "StopTrainingJob": 2}
+    assert world.fake.control.throttled == {"DescribeTrainingJob": 3, "ListTags": 2, "StopTrainingJob": 2}
     # Describe throttling is read from the Cause and backed off (5 s doubling, up to +50 %).
     backoffs = world.clock.waits[-3:]
     assert [5 <= backoffs[0] <= 8, 10 <= backoffs[1] <= 15, 20 <= backoffs[2] <= 30] == [True] * 3
@@ -143,13 +143,13 @@ def test_describe_failing_for_another_reason_fails_the_cleanup_loudly(world):
 
 
 def test_sweeper_stops_orphans_and_leaves_jobs_of_running_executions_alone(world):
-    world.fake.hold("ListTrainingJobs")
+    world.fake.control.hold("ListTrainingJobs")
     running = world.start_pipeline("still-running")
     orphaned = world.start_pipeline("orphaned")
-    harness.wait_until(lambda: world.fake.waiting["ListTrainingJobs"] == 2)
+    harness.wait_until(lambda: world.fake.control.waiting["ListTrainingJobs"] == 2)
     world.stop_pipeline(orphaned)
     # The stopped execution's status call returns (it ends ABORTED); the other one's stays in flight.
-    world.fake.release_gate("ListTrainingJobs", caller="trainstack-orphaned")
+    world.fake.control.release_gate("ListTrainingJobs", caller="trainstack-orphaned")
     assert harness.wait_for(orphaned).status == "ABORTED"
     # A job of another pipeline's execution, and one without the tag: not the sweeper's business.
     for name, tags in (
@@ -167,7 +167,7 @@ def test_sweeper_stops_orphans_and_leaves_jobs_of_running_executions_alone(world
         world.fake.create(
             {**world.fake.jobs["trainstack-orphaned-1"].request, "TrainingJobName": name, "Tags": tags}
         )
-    world.fake.throttles.update({"Search": 2, "StopTrainingJob": 1})
+    world.fake.control.throttles.update({"Search": 2, "StopTrainingJob": 1})
 
     sweep = world.sweep()
 
@@ -178,7 +178,7 @@ def test_sweeper_stops_orphans_and_leaves_jobs_of_running_executions_alone(world
     assert world.fake.stop_requests == ["trainstack-orphaned-1"]
     assert in_progress(world, "trainstack-still-running-1")
     assert world.status(running) == "RUNNING"
-    assert world.fake.throttled == {"Search": 2, "StopTrainingJob": 1}
+    assert world.fake.control.throttled == {"Search": 2, "StopTrainingJob": 1}
 
 
 def test_cleanup_catches_only_names_aws_produces(definitions):

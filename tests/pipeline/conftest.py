@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from localaws.emulator import VirtualClock
+from localaws.sagemaker import FakeSageMaker, scripted_sagemaker
 from stacks.pipeline.state_machine_facts import substitution_names, with_values
 from tests.infra.templates import resources
 from tests.pipeline import harness
@@ -109,7 +110,7 @@ def pipeline(default_app) -> SynthesizedPipeline:
 class Interpreter:
     """moto's Step Functions running the pipeline definitions against FakeSageMaker."""
 
-    fake: harness.FakeSageMaker
+    fake: FakeSageMaker
     clock: VirtualClock
     pipeline_arn: str
     attempt_arn: str
@@ -128,7 +129,7 @@ def interpreter(pipeline, monkeypatch) -> Iterator[Callable[..., Interpreter]]:
     contexts = []
 
     def start(**fake_fields: Any) -> Interpreter:
-        fake = harness.FakeSageMaker(**fake_fields)
+        fake = scripted_sagemaker(**fake_fields)
         context = harness.pipeline_environment(fake, monkeypatch)
         clock = context.__enter__()
         contexts.append(context)

@@ -1,12 +1,6 @@
-"""Run the synthesized state machine definitions in moto's Step Functions interpreter.
-
-moto's SageMaker reports every job Completed at once, lacks StopTrainingJob and validates nothing.
-This harness, for tests only, replaces moto's training-job handlers with FakeSageMaker: jobs follow a
-per-scenario script of statuses and FailureReasons, scripted errors are raised on create, any call can
-be throttled a given number of times (ThrottlingException, "Rate exceeded"), SageMaker's server-side
-checks are applied (botocore's model for types/required/ranges, the job-name pattern and length), and
-StopTrainingJob, Search (by tag, Equals and Exists) and ListTags exist. `refuse_start_executions` makes
-Step Functions refuse StartExecution of a state machine (ExecutionLimitExceeded) a given number of times.
+"""Test-harness glue for running the synthesized state machine definitions in moto's Step Functions
+interpreter against the scripted SageMaker (localaws.sagemaker): a session with both installed on a
+virtual clock, Step Functions refusing StartExecution, and executions run and read back.
 
 The interpreter itself runs as localaws.emulator makes it run: JSONata through jsonata-python, AWS's
 error names (`SageMaker.<Code>Exception` for codes SageMaker's model declares, SageMakerException for
@@ -16,326 +10,33 @@ the rest) and a virtual clock, so that no test waits on the wall clock for a Wai
 from __future__ import annotations
 
 import json
-import re
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from typing import Any
 
 import boto3
-import botocore.session
-from botocore.validate import ParamValidator
 from moto import mock_aws
-from moto.core.responses import ActionResult, EmptyResult
-from moto.sagemaker.responses import SageMakerResponse
+from moto.core.responses import ActionResult
 from moto.stepfunctions.responses import StepFunctionResponse
 
 from localaws.emulator import VirtualClock, local_stepfunctions, service_error
+from localaws.sagemaker import ACCOUNT, FakeSageMaker, install_fake_sagemaker
+from localaws.sagemaker.calls import HANG_GUARD_SECONDS
 
 REGION = "us-east-1"
-ACCOUNT = "123456789012"
 ROLE_ARN = f"arn:aws:iam::{ACCOUNT}:role/states-test"
-JOB_NAME_PATTERN = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
-CAPACITY_ERROR = (
-    "CapacityError: Unable to provision requested ML compute capacity. "
-    "Please retry using a different ML instance type."
-)
-
-_SAGEMAKER_MODEL = botocore.session.get_session().get_service_model("sagemaker")
-
-
-def FakeSageMakerError(code: str, message: str) -> Exception:  # noqa: N802 (reads like the exception it makes)
-    return service_error(code, message)
-
-
-THROTTLED = ("ThrottlingException", "Rate exceeded")
-
-
-@dataclass(frozen=True)
-class Phase:
-    """One DescribeTrainingJob answer; the last phase of a script repeats."""
-
-    status: str
-    secondary: str
-    failure_reason: str | None = None
-    # More DescribeTrainingJob fields (times as epoch seconds): TrainingStartTime, transitions, ...
-    fields: dict[str, Any] = field(default_factory=dict)
-
-
-STARTING = Phase("InProgress", "Starting")
-TRAINING = Phase("InProgress", "Training")
-COMPLETED = Phase("Completed", "Completed")
-CAPACITY_FAILURE = Phase("Failed", "Failed", CAPACITY_ERROR)
-# Managed spot: capacity never came within MaxWaitTimeInSeconds.
-SPOT_WAIT_EXCEEDED = Phase("Stopped", "MaxWaitTimeExceeded")
-
-
-def failed(reason: str) -> Phase:
-    return Phase("Failed", "Failed", reason)
-
-
-@dataclass
-class FakeJob:
-    request: dict[str, Any]
-    phases: list[Phase]
-    describes: int = 0
-    stopped: bool = False
-
-    @property
-    def name(self) -> str:
-        return self.request["TrainingJobName"]
-
-    def current(self) -> Phase:
-        if self.stopped:
-            return Phase("Stopped", "Stopped")
-        return self.phases[min(self.describes, len(self.phases) - 1)]
-
-
-@dataclass
-class FakeSageMaker:
-    """Scripted SageMaker: job i follows job_scripts[i] (the last script repeats)."""
-
-    job_scripts: list[list[Phase]] = field(default_factory=lambda: [[STARTING, TRAINING, COMPLETED]])
-    # Errors raised by successive CreateTrainingJob calls before any job is made: (code, message).
-    create_errors: list[tuple[str, str]] = field(default_factory=list)
-    # A deterministic rejection: every CreateTrainingJob call fails so (code, message).
-    reject_creates: tuple[str, str] | None = None
-    jobs: dict[str, FakeJob] = field(default_factory=dict)
-    create_calls: int = 0
-    # What Describe/Stop of an unknown job raise (SageMaker answers ValidationException; its model lists
-    # ResourceNotFound).
-    missing_job_error: tuple[str, str] = ("ValidationException", "Requested resource not found.")
-    # Jobs created before job_scripts was last set: scripts apply from the next job on.
-    script_offset: int = 0
-    stop_requests: list[str] = field(default_factory=list)
-    # Calls answered ThrottlingException before they pass, by action ("DescribeTrainingJob": 3).
-    throttles: dict[str, int] = field(default_factory=dict)
-    throttled: dict[str, int] = field(default_factory=dict)
-    # Describe calls after which throttling starts (a throttled status call mid-run).
-    throttle_describes_after: int = 0
-    # When set, DescribeTrainingJob blocks until it is set again (`held` tells a call is waiting).
-    release: threading.Event | None = None
-    held: threading.Event = field(default_factory=threading.Event)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def _throttle(self, action: str) -> None:
-        """Raise ThrottlingException while `action` has throttled answers left (call under the lock)."""
-        if action == "DescribeTrainingJob" and sum(job.describes for job in self.jobs.values()) < (
-            self.throttle_describes_after
-        ):
-            return
-        if self.throttles.get(action, 0) > 0:
-            self.throttles[action] -= 1
-            self.throttled[action] = self.throttled.get(action, 0) + 1
-            raise FakeSageMakerError(*THROTTLED)
-
-    def script(self, job_scripts: list[list[Phase]]) -> None:
-        """Script the jobs created from now on."""
-        with self.lock:
-            self.job_scripts = job_scripts
-            self.script_offset = len(self.jobs)
-
-    @property
-    def created(self) -> list[dict[str, Any]]:
-        return [job.request for job in self.jobs.values()]
-
-    def create(self, request: dict[str, Any]) -> dict[str, Any]:
-        with self.lock:
-            self.create_calls += 1
-            self._throttle("CreateTrainingJob")
-            validate_create_request(request)
-            if self.reject_creates:
-                raise FakeSageMakerError(*self.reject_creates)
-            if self.create_errors:
-                raise FakeSageMakerError(*self.create_errors.pop(0))
-            name = request["TrainingJobName"]
-            if name in self.jobs:
-                raise FakeSageMakerError("ResourceInUse", f"Training job names must be unique: {name}")
-            index = len(self.jobs) - self.script_offset
-            script = self.job_scripts[min(index, len(self.job_scripts) - 1)]
-            self.jobs[name] = FakeJob(request=request, phases=list(script))
-            return {"TrainingJobArn": _job_arn(name)}
-
-    def describe(self, name: str) -> dict[str, Any]:
-        validate_job_name(name)
-        if self.release is not None and not self.release.is_set():
-            self.held.set()
-            self.release.wait()
-        with self.lock:
-            self._throttle("DescribeTrainingJob")
-            job = self._job(name)
-            phase = job.current()
-            job.describes += 1
-            request = job.request
-            resource_config = dict(request["ResourceConfig"])
-            preferences = resource_config.get("InstancePreferences")
-            if preferences and phase.status == "Completed":
-                resource_config["SelectedInstanceType"] = preferences[0]["InstanceType"]
-                resource_config["SelectedInstanceCount"] = preferences[0].get(
-                    "InstanceCount", resource_config.get("InstanceCount")
-                )
-            response = {
-                "TrainingJobName": job.name,
-                "TrainingJobArn": _job_arn(job.name),
-                "ModelArtifacts": {
-                    # CompressionType NONE: the model dir's files under output/model/ (see
-                    # localaws/demo/local_sagemaker.py for the source; the trailing slash is assumed).
-                    "S3ModelArtifacts": (
-                        f"{request['OutputDataConfig']['S3OutputPath']}{job.name}/output/model/"
-                    )
-                },
-                "TrainingJobStatus": phase.status,
-                "SecondaryStatus": phase.secondary,
-                "ResourceConfig": resource_config,
-                "StoppingCondition": request["StoppingCondition"],
-                "CheckpointConfig": request.get("CheckpointConfig", {}),
-                "CreationTime": datetime.now(UTC).timestamp(),
-            }
-            if phase.failure_reason:
-                response["FailureReason"] = phase.failure_reason
-            return response | phase.fields
-
-    def stop(self, name: str) -> None:
-        with self.lock:
-            self._throttle("StopTrainingJob")
-            job = self._job(name)
-            if job.current().status != "InProgress":
-                raise FakeSageMakerError("ValidationException", f"The job {name} is not in progress.")
-            job.stopped = True
-            self.stop_requests.append(name)
-
-    def search(self, request: dict[str, Any]) -> dict[str, Any]:
-        filters = request.get("SearchExpression", {}).get("Filters", [])
-        with self.lock:
-            self._throttle("Search")
-            results = []
-            for job in self.jobs.values():
-                tags = {tag["Key"]: tag["Value"] for tag in job.request.get("Tags", [])}
-                facts = {
-                    **{f"Tags.{key}": value for key, value in tags.items()},
-                    "TrainingJobStatus": job.current().status,
-                }
-                if all(_matches(facts, item) for item in filters):
-                    results.append(
-                        {
-                            "TrainingJob": {
-                                "TrainingJobName": job.name,
-                                "TrainingJobStatus": job.current().status,
-                                "Tags": job.request.get("Tags", []),
-                            }
-                        }
-                    )
-            return {"Results": results}
-
-    def list_tags(self, arn: str) -> dict[str, Any]:
-        with self.lock:
-            self._throttle("ListTags")
-            name = next((job.name for job in self.jobs.values() if _job_arn(job.name) == arn), "")
-            return {"Tags": self._job(name).request.get("Tags", [])}
-
-    def _job(self, name: str) -> FakeJob:
-        # SageMaker writes ARNs in lower case; a job is found by its name in any case (assumed, as the
-        # name in an ARN must find the job: docs/emulator.md).
-        found = self.jobs.get(name) or next(
-            (job for key, job in self.jobs.items() if key.lower() == name.lower()), None
-        )
-        if found is None:
-            raise FakeSageMakerError(*self.missing_job_error)
-        return found
-
-
-def _matches(facts: dict[str, str], search_filter: dict[str, str]) -> bool:
-    if search_filter["Operator"] == "Exists":
-        return search_filter["Name"] in facts
-    assert search_filter["Operator"] == "Equals", search_filter
-    return facts.get(search_filter["Name"]) == search_filter["Value"]
-
-
-def _job_arn(name: str) -> str:
-    return f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-job/{name.lower()}"
-
-
-def validate_job_name(name: Any) -> None:
-    if not isinstance(name, str) or len(name) > 63 or not JOB_NAME_PATTERN.fullmatch(name):
-        raise FakeSageMakerError(
-            "ValidationException",
-            f"1 validation error detected: Value '{name}' at 'trainingJobName' failed to satisfy constraint: "
-            "Member must satisfy regular expression pattern: [a-zA-Z0-9](-*[a-zA-Z0-9]){0,62} "
-            "and length <= 63",
-        )
-
-
-def validate_create_request(request: dict[str, Any]) -> None:
-    """SageMaker's server-side validation, as far as these tests need it (AWS's message format)."""
-    validate_job_name(request.get("TrainingJobName", ""))
-    report = ParamValidator().validate(
-        request, _SAGEMAKER_MODEL.operation_model("CreateTrainingJob").input_shape
-    )
-    if report.has_errors():
-        raise FakeSageMakerError(
-            "ValidationException", f"1 validation error detected: {report.generate_report()}"
-        )
-    for key, value in request.get("HyperParameters", {}).items():
-        if len(key) > 256 or len(value) > 2500:
-            raise FakeSageMakerError(
-                "ValidationException",
-                "1 validation error detected: Value at 'hyperParameters' failed to satisfy constraint: "
-                "Map keys must have length <= 256 and map values length <= 2500",
-            )
-    counts = [request["ResourceConfig"].get("InstanceCount")] + [
-        preference.get("InstanceCount")
-        for preference in request["ResourceConfig"].get("InstancePreferences", [])
-    ]
-    for count in counts:
-        if count is not None and count < 1:
-            raise FakeSageMakerError(
-                "ValidationException",
-                f"1 validation error detected: Value '{count}' at 'resourceConfig.instanceCount' failed to "
-                "satisfy constraint: Member must have value greater than or equal to 1",
-            )
-
-
-# ---------------------------------------------------------------- moto patches
 
 
 @contextmanager
 def pipeline_environment(fake: FakeSageMaker, monkeypatch) -> Iterator[VirtualClock]:
-    """mock_aws with the interpreter enabled, FakeSageMaker installed, on a virtual clock."""
-
-    def body(response: SageMakerResponse) -> dict[str, Any]:
-        return json.loads(response.body or "{}")
-
-    def create_training_job(self) -> ActionResult:
-        return ActionResult(fake.create(body(self)))
-
-    def describe_training_job(self) -> ActionResult:
-        return ActionResult(fake.describe(body(self)["TrainingJobName"]))
-
-    def stop_training_job(self) -> EmptyResult:
-        fake.stop(body(self)["TrainingJobName"])
-        return EmptyResult()
-
-    def search(self) -> ActionResult:
-        return ActionResult(fake.search(body(self)))
-
-    def list_tags(self) -> ActionResult:
-        return ActionResult(fake.list_tags(body(self)["ResourceArn"]))
-
-    for name, handler in (
-        ("create_training_job", create_training_job),
-        ("describe_training_job", describe_training_job),
-        ("stop_training_job", stop_training_job),
-        ("search", search),
-        ("list_tags", list_tags),
-    ):
-        monkeypatch.setattr(SageMakerResponse, name, handler, raising=False)
+    """mock_aws with the interpreter enabled, `fake` installed, on a virtual clock."""
     monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.setenv("MOTO_ACCOUNT_ID", ACCOUNT)
+    install_fake_sagemaker(fake, monkeypatch)
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
         with local_stepfunctions(VirtualClock()) as clock:
             yield clock
@@ -435,10 +136,6 @@ def start(state_machine_arn: str, execution_input: Any, name: str = "exec-1") ->
     return client.start_execution(
         stateMachineArn=state_machine_arn, name=name, input=json.dumps(execution_input)
     )["executionArn"]
-
-
-# Guards against a hung execution only: executions run on the virtual clock, nothing waits for time.
-HANG_GUARD_SECONDS = 600
 
 
 def wait_for(execution_arn: str, timeout: float = HANG_GUARD_SECONDS) -> Outcome:

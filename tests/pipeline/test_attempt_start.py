@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from localaws.sagemaker import COMPLETED, STARTING, TRAINING
 from stacks.pipeline.training_state_machine import START_REFUSED_ERRORS
 from tests.pipeline import harness
-from tests.pipeline.harness import COMPLETED, STARTING, TRAINING
 
 REFUSED = "StepFunctions.ExecutionLimitExceeded"
 # AWS's developer guide names the refusal REFUSED; LocalStack's snapshots, recorded against AWS, name it

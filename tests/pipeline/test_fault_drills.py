@@ -8,8 +8,8 @@ toolkit's `ExecuteUserScriptError:\\nExitCode N\\nErrorMessage "..."` where no t
 
 from __future__ import annotations
 
+from localaws.sagemaker import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING, failed
 from stacks.pipeline.state_machine_facts import polls_until
-from tests.pipeline.harness import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING, failed
 from tests.pipeline.test_scenarios import assigned
 
 SUCCESS = [STARTING, TRAINING, COMPLETED]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import boto3
 
+from localaws.sagemaker import COMPLETED, STARTING, TRAINING
 from tests.pipeline import harness
-from tests.pipeline.harness import COMPLETED, STARTING, TRAINING
 from tests.pipeline.test_fault_drills import HANG, NCCL, USER_CONFIG
 from trainstack.cli import main as trainstack
 from trainstack.report.collect import collect

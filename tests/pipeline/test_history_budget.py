@@ -12,9 +12,9 @@ import json
 
 import pytest
 
+from localaws.sagemaker import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING
 from stacks.pipeline.attempt.training_attempt import CREATE_THROTTLE_LOOPS
 from stacks.pipeline.state_machine_facts import HISTORY_EVENT_BUDGET, worst_case_history
-from tests.pipeline.harness import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING
 from trainstack.profiles import MAX_ATTEMPTS_LIMIT, MAX_FAULT_RETRIES, FaultRetryPolicy, RetryPolicy
 
 # AWS records a TaskSubmitted event for a .sync child execution, which the local interpreter omits.
@@ -23,7 +23,7 @@ EVENTS_NOT_EMULATED_PER_ATTEMPT = 1
 
 def run(sm, script, name, **fake) -> tuple[int, list[int]]:
     """Events of the pipeline execution and of each of its attempts."""
-    sm.fake.script(script)
+    sm.fake.behaviour.script(script)
     for key, value in fake.items():
         setattr(sm.fake, key, value)
     before = {attempt.execution_arn for attempt in sm.attempts()}

@@ -11,6 +11,7 @@ import boto3
 import pytest
 from moto.cloudwatch.responses import CloudWatchResponse
 
+from localaws.sagemaker import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING, failed
 from stacks.pipeline.attempt.training_attempt import ATTEMPT_STATUSES
 from stacks.pipeline.attempt_metrics import (
     ATTEMPTS,
@@ -28,7 +29,6 @@ from stacks.pipeline.monitoring import (
 )
 from tests.infra.templates import resources
 from tests.pipeline import harness
-from tests.pipeline.harness import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING, failed
 from tests.pipeline.metric_filter import matches, published
 from training_scripts.metrics import METRIC_DEFINITIONS
 
@@ -106,7 +106,7 @@ def test_runs_failed_filter_counts_failed_runs_but_not_invalid_input(interpreter
     sm = interpreter(job_scripts=[[STARTING, TRAINING, failed("OutOfMemoryError: CUDA out of memory")]])
     runs = [sm.run({"runName": "trainstack-oom"}, name="oom")]
     runs.append(sm.run({"runName": "not-this-project"}, name="bad-input"))
-    sm.fake.script([SUCCESS])
+    sm.fake.behaviour.script([SUCCESS])
     runs.append(sm.run({"runName": "trainstack-fine"}, name="fine"))
     assert [(run.status, run.error) for run in runs] == [
         ("FAILED", "TrainingFailed"),

@@ -11,8 +11,8 @@ import boto3
 import pytest
 
 from localaws.demo.local_logs import stream_prefix_filter
+from localaws.sagemaker import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING, Phase
 from tests.pipeline import harness
-from tests.pipeline.harness import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING, Phase
 from training_scripts.metrics import format_checkpoint_pause_line, format_train_line, format_val_line
 from trainstack.cli import main as trainstack
 from trainstack.report.collect import collect

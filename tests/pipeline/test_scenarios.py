@@ -4,15 +4,11 @@ names, virtual clock) against scripted SageMaker outcomes."""
 from __future__ import annotations
 
 import json
-import threading
 
 import boto3
 import pytest
 
-from stacks.pipeline.state_machine_facts import POLL_MIN_SECONDS, poll_seconds
-from tests.domain.input_cases import MALFORMED_INPUTS
-from tests.pipeline import harness
-from tests.pipeline.harness import (
+from localaws.sagemaker import (
     CAPACITY_FAILURE,
     COMPLETED,
     SPOT_WAIT_EXCEEDED,
@@ -21,6 +17,9 @@ from tests.pipeline.harness import (
     Phase,
     failed,
 )
+from stacks.pipeline.state_machine_facts import POLL_MIN_SECONDS, poll_seconds
+from tests.domain.input_cases import MALFORMED_INPUTS
+from tests.pipeline import harness
 from trainstack.execution_input import InvalidInputError, validate_execution_input
 from trainstack.job_request import build_create_training_job_request
 
@@ -143,7 +142,7 @@ def test_throttled_status_calls_mid_run_neither_end_the_run_nor_stop_its_job(int
     )
     outcome = sm.run({"runName": "trainstack-throttled-describe"})
     assert outcome.status == "SUCCEEDED", outcome.cause
-    assert sm.fake.throttled == {"DescribeTrainingJob": 9}
+    assert sm.fake.control.throttled == {"DescribeTrainingJob": 9}
     assert sm.fake.stop_requests == []
     assert set(task_errors(sm.attempts(), "describeTrainingJob")) == {SAGEMAKER_ERROR}
 
@@ -330,15 +329,15 @@ def test_errors_are_named_as_aws_names_them(pipeline):
 
 def test_aborted_execution_has_its_job_stopped_by_the_cleanup_machine(interpreter):
     sm = interpreter(job_scripts=[[STARTING, TRAINING]])
-    sm.fake.release = threading.Event()  # the attempt's first status call waits: the run is mid-poll
+    sm.fake.control.hold("DescribeTrainingJob")  # the attempt's first status call waits: the run is mid-poll
     arn = harness.start(sm.pipeline_arn, {"runName": "trainstack-aborted"}, "to-abort")
-    harness.wait_until(sm.fake.held.is_set)
+    harness.wait_until(lambda: sm.fake.control.waiting["DescribeTrainingJob"])
     client = boto3.client("stepfunctions", region_name=harness.REGION)
     client.stop_execution(executionArn=arn, error="Cancelled", cause="operator")
     assert harness.wait_for(arn).status == "ABORTED"
     assert sm.fake.jobs["trainstack-aborted-1"].current().status == "InProgress"
 
-    sm.fake.release.set()  # the cleanup describes the job too
+    sm.fake.control.release_gate("DescribeTrainingJob")  # the cleanup describes the job too
     cleanup = harness.run(sm.cleanup_arn, harness.status_change_event(arn, "ABORTED"), "cleanup-1")
     assert cleanup.status == "SUCCEEDED", cleanup.cause
     assert sm.fake.stop_requests == ["trainstack-aborted-1"]

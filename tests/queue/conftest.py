@@ -3,7 +3,6 @@ FakeBatch and FakeSageMaker."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 
 import boto3
@@ -13,7 +12,7 @@ from moto import mock_aws
 from localaws.emulator import VirtualClock, local_stepfunctions
 from localaws.emulator.batch_routes import install_fake_batch
 from localaws.emulator.fake_batch import FakeBatch
-from tests.pipeline.harness import COMPLETED, STARTING, TRAINING, FakeSageMaker
+from localaws.sagemaker import COMPLETED, STARTING, TRAINING, install_fake_sagemaker, scripted_sagemaker
 from trainstack.queue_settings import service_job_name, training_queue_name
 
 REGION, ACCOUNT = "us-east-1", "123456789012"
@@ -57,24 +56,6 @@ def definition_of(build: Callable[[object], object]) -> str:
     )
 
 
-def install_fake_sagemaker(fake: FakeSageMaker, monkeypatch) -> None:
-    from moto.core.responses import ActionResult, EmptyResult
-    from moto.sagemaker.responses import SageMakerResponse
-
-    handlers = {
-        "create_training_job": lambda self: ActionResult(fake.create(json.loads(self.body))),
-        "describe_training_job": lambda self: ActionResult(
-            fake.describe(json.loads(self.body)["TrainingJobName"])
-        ),
-        "stop_training_job": lambda self: (
-            fake.stop(json.loads(self.body)["TrainingJobName"]),
-            EmptyResult(),
-        )[1],
-    }
-    for name, handler in handlers.items():
-        monkeypatch.setattr(SageMakerResponse, name, handler, raising=False)
-
-
 @pytest.fixture
 def queue_world(monkeypatch):
     for name, value in (
@@ -84,7 +65,7 @@ def queue_world(monkeypatch):
     ):
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("MOTO_ACCOUNT_ID", ACCOUNT)
-    sagemaker = FakeSageMaker(job_scripts=[[STARTING, TRAINING, TRAINING, COMPLETED]])
+    sagemaker = scripted_sagemaker(job_scripts=[[STARTING, TRAINING, TRAINING, COMPLETED]])
     with (
         mock_aws(config={"stepfunctions": {"execute_state_machine": True}}),
         local_stepfunctions(VirtualClock()) as clock,

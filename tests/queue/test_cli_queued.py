@@ -12,9 +12,9 @@ import yaml
 
 from localaws.emulator.batch_routes import install_fake_batch
 from localaws.emulator.fake_batch import FakeBatch
+from localaws.sagemaker import STARTING, TRAINING, scripted_sagemaker
 from tests.aws_fixtures import KEEPS_RUNNING, REGION, pipeline
 from tests.conftest import default_config_data
-from tests.pipeline.harness import STARTING, TRAINING, FakeSageMaker
 from tests.queue.conftest import install_fake_sagemaker, service_job
 from tests.queue.test_fake_batch import payload
 from trainstack.cli import main
@@ -28,7 +28,7 @@ def queued_world(aws, monkeypatch, tmp_path):
     path = tmp_path / "queue.yaml"
     path.write_text(yaml.safe_dump(config))
     monkeypatch.setenv("TRAINSTACK_CONFIG", str(path))
-    sagemaker = FakeSageMaker(job_scripts=[[STARTING, TRAINING]])
+    sagemaker = scripted_sagemaker(job_scripts=[[STARTING, TRAINING]])
     batch = FakeBatch(sagemaker=sagemaker, max_instances=2)
     install_fake_batch(batch, monkeypatch)
     install_fake_sagemaker(sagemaker, monkeypatch)

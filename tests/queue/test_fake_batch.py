@@ -12,7 +12,7 @@ from moto import mock_aws
 from localaws.emulator.batch_jobs import TRAINING_JOB_NAMES
 from localaws.emulator.batch_routes import install_fake_batch
 from localaws.emulator.fake_batch import CAPACITY_TERMINATED, CAPACITY_WAITING, FakeBatch, FakeBatchError
-from tests.pipeline.harness import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING, FakeSageMaker, Phase
+from localaws.sagemaker import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING, Phase, scripted_sagemaker
 
 ROLE = "arn:aws:iam::123456789012:role/trainstack-sagemaker"
 
@@ -57,7 +57,7 @@ def world(monkeypatch):
         ("AWS_SECRET_ACCESS_KEY", "testing"),
     ):
         monkeypatch.setenv(name, value)
-    sagemaker = FakeSageMaker(job_scripts=[[STARTING, TRAINING, COMPLETED]])
+    sagemaker = scripted_sagemaker(job_scripts=[[STARTING, TRAINING, COMPLETED]])
     clock = Clock()
     batch = FakeBatch(sagemaker=sagemaker, max_instances=2, now=clock)
     install_fake_batch(batch, monkeypatch)
@@ -97,7 +97,7 @@ def test_a_full_environment_keeps_the_second_job_runnable_until_the_first_ends(w
 
 def test_service_job_status_follows_the_training_jobs_status_as_the_user_guide_maps_it(world):
     client, _, sagemaker, _ = world
-    sagemaker.script(
+    sagemaker.behaviour.script(
         [
             [
                 Phase("InProgress", "Pending"),
@@ -162,7 +162,7 @@ def test_fair_share_gives_each_share_capacity_in_proportion_to_its_weight(world)
 
 def test_capacity_error_sends_the_job_back_to_runnable_and_batch_starts_it_again(world):
     client, batch, sagemaker, _ = world
-    sagemaker.script([[CAPACITY_FAILURE], [STARTING, TRAINING, COMPLETED]])
+    sagemaker.behaviour.script([[CAPACITY_FAILURE], [STARTING, TRAINING, COMPLETED]])
     job = submit(client, "run")
     assert status(client, job) == "RUNNABLE"  # the training job failed with CapacityError
     assert client.describe_service_job(jobId=job)["statusReason"] == CAPACITY_WAITING
@@ -177,7 +177,7 @@ def test_capacity_error_sends_the_job_back_to_runnable_and_batch_starts_it_again
 def test_capacity_wait_beyond_the_time_limit_terminates_the_job(world):
     client, batch, sagemaker, clock = world
     batch.capacity_wait_seconds = 3600
-    sagemaker.script([[Phase("InProgress", "Starting"), CAPACITY_FAILURE]])
+    sagemaker.behaviour.script([[Phase("InProgress", "Starting"), CAPACITY_FAILURE]])
     job = submit(client, "run")
     for _ in range(6):
         clock.seconds += 900
@@ -240,7 +240,7 @@ def test_unknown_job_and_server_side_rules_are_client_exceptions(world):
 def test_training_jobs_are_named_as_each_alternative_says(world, naming):
     client, batch, sagemaker, _ = world
     batch.training_job_names = naming
-    sagemaker.script([[CAPACITY_FAILURE], [STARTING, COMPLETED]])
+    sagemaker.behaviour.script([[CAPACITY_FAILURE], [STARTING, COMPLETED]])
     name = "a" * 45 if naming == "truncated" else "run"  # too long for SageMaker unless truncated
     run_to_end(client, submit(client, name))
     first, second = batch.training_jobs_of(name)

@@ -7,8 +7,9 @@ import json
 
 import boto3
 
+from localaws.sagemaker import STARTING, TRAINING
 from stacks.pipeline.monitoring import STOPPED_ORPHAN_PATTERNS
-from tests.pipeline.harness import STARTING, TRAINING, wait_for
+from tests.pipeline.harness import wait_for
 from tests.pipeline.metric_filter import published
 from tests.queue.conftest import (
     ACCOUNT,
@@ -86,7 +87,7 @@ def submit(name: str, execution: str | None) -> str:
 def test_cleanup_terminates_the_ended_runs_jobs_and_leaves_other_runs_alone(queue_world):
     client, batch, sagemaker, _ = queue_world
     batch.page_size = 1  # every job on a page of its own: the cleanup must follow nextToken
-    sagemaker.script([[STARTING, TRAINING]])  # every job runs until stopped
+    sagemaker.behaviour.script([[STARTING, TRAINING]])  # every job runs until stopped
     # started: takes the 2 instances
     running = submit(service_job("trainstack-a-1"), f"{EXECUTION_PREFIX}trainstack-a")
     waiting = submit(service_job("trainstack-a-2"), f"{EXECUTION_PREFIX}trainstack-a")
@@ -112,7 +113,7 @@ def test_cleanup_terminates_the_ended_runs_jobs_and_leaves_other_runs_alone(queu
 def test_sweeper_terminates_waiting_jobs_of_executions_that_ended(queue_world):
     client, batch, sagemaker, _ = queue_world
     batch.page_size = 2  # three pages of waiting jobs
-    sagemaker.script([[STARTING, TRAINING]])
+    sagemaker.behaviour.script([[STARTING, TRAINING]])
     # A task token nobody returns keeps "alive" RUNNING whatever the (virtual) clock does; "gone" ends at
     # once. (Not a stop of a held execution: moto does not always end an execution stopped while it waits
     # for a task token, and the test then hangs.)

@@ -17,11 +17,18 @@ import pytest
 from localaws.emulator.batch_jobs import TRAINING_JOB_NAMES
 from localaws.emulator.batch_routes import install_fake_batch
 from localaws.emulator.fake_batch import FakeBatch
+from localaws.sagemaker import (
+    CAPACITY_FAILURE,
+    COMPLETED,
+    STARTING,
+    TRAINING,
+    FakeSageMaker,
+    scripted_sagemaker,
+)
 from stacks.pipeline.queue.training_queue import weight_factor
 from tests.conftest import synthesize
 from tests.pipeline import harness
 from tests.pipeline.conftest import fake_value, state_machine_arn, state_machines
-from tests.pipeline.harness import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING, FakeSageMaker
 from tests.pipeline.test_fault_drills import NCCL, USER_CONFIG
 from tests.queue.conftest import service_job
 from tests.queue.test_queue_config import settings_with
@@ -119,7 +126,7 @@ class Queue:
 
 
 def queue_for(pipeline: QueuedPipeline, monkeypatch, scripts, naming: str = "awsbatch") -> Any:
-    sagemaker = FakeSageMaker(job_scripts=scripts)
+    sagemaker = scripted_sagemaker(job_scripts=scripts)
     context = harness.pipeline_environment(sagemaker, monkeypatch)
     clock = context.__enter__()
     queue = pipeline.settings.queue
@@ -161,7 +168,7 @@ def fair(fair_pipeline, monkeypatch):
 def release_first_job(queue: Queue) -> None:
     # The job is in the queue before Batch creates its training job (within the same submit call).
     harness.wait_until(lambda: queue.sagemaker.jobs)
-    next(iter(queue.sagemaker.jobs.values())).phases.append(COMPLETED)
+    next(iter(queue.sagemaker.jobs.values())).run.phases.append(COMPLETED)
 
 
 def test_second_run_waits_runnable_while_the_first_uses_the_instances_then_runs(fifo):
@@ -195,7 +202,7 @@ def test_second_run_waits_runnable_while_the_first_uses_the_instances_then_runs(
 
 
 def test_capacity_error_is_retried_by_batch_and_resumes_from_the_same_checkpoint(fifo):
-    fifo.sagemaker.script([[CAPACITY_FAILURE], [STARTING, TRAINING, COMPLETED]])
+    fifo.sagemaker.behaviour.script([[CAPACITY_FAILURE], [STARTING, TRAINING, COMPLETED]])
     outcome = harness.wait_for(fifo.start("run", {"runName": "trainstack-retry"}))
     assert outcome.status == "SUCCEEDED", outcome.cause
     assert outcome.output["attempts"] == 1  # one submission; Batch did the retry
@@ -211,7 +218,7 @@ def test_capacity_error_is_retried_by_batch_and_resumes_from_the_same_checkpoint
 
 def test_an_infrastructure_fault_is_submitted_again_as_the_next_attempt_on_the_same_checkpoint(fifo):
     """Batch retries capacity only; the pipeline retries a fault with a new service job `<run>-2`."""
-    fifo.sagemaker.script([[STARTING, TRAINING, NCCL], [STARTING, TRAINING, COMPLETED]])
+    fifo.sagemaker.behaviour.script([[STARTING, TRAINING, NCCL], [STARTING, TRAINING, COMPLETED]])
     outcome = harness.wait_for(fifo.start("run", {"runName": "trainstack-fault"}))
     assert outcome.status == "SUCCEEDED", outcome.cause
     assert outcome.output["attempts"] == 2
@@ -219,14 +226,14 @@ def test_an_infrastructure_fault_is_submitted_again_as_the_next_attempt_on_the_s
         (1, "infrastructure", "nccl")
     ]
     submitted = [call["jobName"] for operation, call in fifo.batch.calls if operation == "SubmitServiceJob"]
-    assert submitted == ["trainstack-fault-1", "trainstack-fault-2"]
+    assert submitted == [service_job("trainstack-fault-1"), service_job("trainstack-fault-2")]
     assert {job["CheckpointConfig"]["S3Uri"] for job in fifo.sagemaker.created} == {
         "s3://trainstack-checkpoints-test/trainstack-fault/"
     }
 
 
 def test_a_user_error_in_queue_mode_fails_at_once(fifo):
-    fifo.sagemaker.script([[STARTING, USER_CONFIG]])
+    fifo.sagemaker.behaviour.script([[STARTING, USER_CONFIG]])
     outcome = harness.wait_for(fifo.start("run", {"runName": "trainstack-usererr"}))
     assert (outcome.status, outcome.error) == ("FAILED", "TrainingFailed")
     assert outcome.cause.endswith("Classified: user error (config).")
@@ -247,7 +254,7 @@ def test_a_refused_start_of_the_attempt_is_retried_in_queue_mode_too(fifo, monke
 
 
 def test_capacity_never_coming_ends_as_capacity_exhausted(fifo):
-    fifo.sagemaker.script([[STARTING, STARTING, CAPACITY_FAILURE]])
+    fifo.sagemaker.behaviour.script([[STARTING, STARTING, CAPACITY_FAILURE]])
     outcome = harness.wait_for(fifo.start("run", {"runName": "trainstack-starved"}))
     assert outcome.error == "CapacityExhausted"
     assert "capacity_wait_hours" in outcome.cause
@@ -284,7 +291,7 @@ def test_a_capacity_wait_longer_than_the_profiles_time_limit_ends_as_capacity_ex
 def test_a_user_stop_ends_the_run_and_the_cleanup_takes_its_started_job_down(fifo):
     import boto3
 
-    fifo.sagemaker.script([[STARTING, TRAINING]])  # runs until stopped
+    fifo.sagemaker.behaviour.script([[STARTING, TRAINING]])  # runs until stopped
     running = fifo.start("running", {"runName": "trainstack-running"})
     harness.wait_until(lambda: fifo.batch.training_jobs_of(service_job("trainstack-running-1")))
     stepfunctions = boto3.client("stepfunctions", region_name=harness.REGION)

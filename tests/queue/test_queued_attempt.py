@@ -8,17 +8,9 @@ from typing import Any
 import pytest
 
 from localaws.emulator.fake_batch import FakeBatch
+from localaws.sagemaker import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING, FakeSageMaker, failed
 from tests.domain.conftest import FSX_RESOURCES
-from tests.pipeline.harness import (
-    CAPACITY_FAILURE,
-    COMPLETED,
-    STARTING,
-    TRAINING,
-    FakeSageMaker,
-    failed,
-    wait_for,
-    wait_until,
-)
+from tests.pipeline.harness import wait_for, wait_until
 from tests.queue.conftest import (
     ACCOUNT,
     JOB_ARN,
@@ -121,12 +113,12 @@ def started(batch: FakeBatch) -> list[str]:
 
 def blocking(sagemaker: FakeSageMaker) -> None:
     """The next training job runs until release(); the ones after it complete."""
-    sagemaker.script([[STARTING, TRAINING], [STARTING, TRAINING, COMPLETED]])
+    sagemaker.behaviour.script([[STARTING, TRAINING], [STARTING, TRAINING, COMPLETED]])
 
 
 def release(sagemaker: FakeSageMaker, batch: FakeBatch, name: str) -> None:
     """Complete the training job Batch started for service job `name`."""
-    sagemaker.jobs[batch.training_jobs_of(name)[0]].phases.append(COMPLETED)
+    sagemaker.jobs[batch.training_jobs_of(name)[0]].run.phases.append(COMPLETED)
 
 
 def test_second_run_waits_runnable_while_the_environment_is_full_then_runs(world):
@@ -195,7 +187,7 @@ def test_fair_share_gives_the_heavier_share_more_instances(world):
 
 def test_capacity_error_is_retried_by_batch_with_the_same_checkpoint_prefix(world):
     client, arn, batch, sagemaker, _ = world
-    sagemaker.script([[CAPACITY_FAILURE], [STARTING, TRAINING, COMPLETED]])
+    sagemaker.behaviour.script([[CAPACITY_FAILURE], [STARTING, TRAINING, COMPLETED]])
     outcome = wait_for(start(client, arn, "run", attempt_input("trainstack-run")))
     assert outcome.output["status"] == "Completed", outcome.output
     assert [call for call, _ in batch.calls].count(
@@ -213,7 +205,7 @@ def test_capacity_error_is_retried_by_batch_with_the_same_checkpoint_prefix(worl
 def test_capacity_wait_over_the_queue_limit_ends_the_attempt_as_capacity(world):
     client, arn, batch, sagemaker, _ = world
     batch.capacity_wait_seconds = 1800
-    sagemaker.script([[STARTING, STARTING, STARTING, CAPACITY_FAILURE]])
+    sagemaker.behaviour.script([[STARTING, STARTING, STARTING, CAPACITY_FAILURE]])
     outcome = wait_for(start(client, arn, "run", attempt_input("trainstack-run")))
     assert outcome.output["status"] == "Capacity"
     assert "capacity_wait_hours" in outcome.output["cause"]
@@ -222,7 +214,7 @@ def test_capacity_wait_over_the_queue_limit_ends_the_attempt_as_capacity(world):
 
 def test_training_failure_is_reported_with_its_reason(world):
     client, arn, batch, sagemaker, _ = world
-    sagemaker.script([[STARTING, failed("AlgorithmError: loss is nan")]])
+    sagemaker.behaviour.script([[STARTING, failed("AlgorithmError: loss is nan")]])
     outcome = wait_for(start(client, arn, "run", attempt_input("trainstack-run")))
     assert outcome.output["status"] == "Failed"
     [name] = batch.training_jobs_of(service_job("trainstack-run-1"))

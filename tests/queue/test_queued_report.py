@@ -7,9 +7,9 @@ from __future__ import annotations
 import boto3
 import yaml
 
+from localaws.sagemaker import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING
 from tests.conftest import default_config_data
 from tests.pipeline import harness
-from tests.pipeline.harness import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING
 from tests.queue.conftest import service_job
 from tests.queue.test_queue_pipeline import (  # noqa: F401 (fifo_pipeline: a fixture)
     FIFO,

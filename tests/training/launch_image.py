@@ -5,11 +5,8 @@ record what they were asked to run. tests/training/test_launch_matrix.py runs it
 Where each input comes from:
 - The image's environment: the ENV instructions of container/Dockerfile's final stage, parsed here, on top
   of the base's as AWS's PyTorch 2.5.1 DLC Dockerfile sets it (`DLC_BASE_ENV`), which SMP's image extends.
-- `/opt/ml/input/config/resourceconfig.json`: the keys SageMaker writes ("Distributed Training
-  Configuration", https://docs.aws.amazon.com/sagemaker/latest/dg/your-algorithms-training-algo-running-container.html)
-  and the toolkit reads (sagemaker-training 5.1.4 environment.py: current_host, hosts,
-  current_instance_type, current_group_name, instance_groups, network_interface_name).
-- `hyperparameters.json`: the HyperParameters of the product's own CreateTrainingJob request.
+- `/opt/ml` as SageMaker writes it (localaws/opt_ml.py, with its sources), from the product's own
+  CreateTrainingJob request: its HyperParameters, its channels, its first instance preference.
 
 What cannot run on this machine is replaced, and nothing else:
 - `torchrun`, `mpirun`, `smddprun`: stand-ins first on PATH that record argv and environment, exit 0.
@@ -37,6 +34,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from localaws import opt_ml
 from tests.domain.conftest import S3_RESOURCES
 from trainstack.instances import instance_type
 from trainstack.job_request import RunRequest, build_create_training_job_request
@@ -46,8 +44,6 @@ REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "container" / "Dockerfile"
 VENV_BIN = Path(sys.executable).parent
 LAUNCHERS = ("torchrun", "mpirun", "smddprun")
-# SageMaker's name for the one instance group of a job without InstanceGroups (toolkit environment.py).
-HOMOGENEOUS_GROUP = "homogeneousCluster"
 
 # AWS's PyTorch 2.5.1 training DLC (aws/deep-learning-containers, pytorch/training/docker/2.5/py3/cu124/
 # Dockerfile.gpu at 64a7c2365dca8626258cd86b09c9f7fd5f2a22c6): the variables the launch reads, in order.
@@ -140,20 +136,6 @@ class Launch:
         return [record for record in self.records if record["kind"] == kind]
 
 
-def resource_config(instance: str, count: int, current: int = 1) -> dict:
-    hosts = [f"algo-{index}" for index in range(1, count + 1)]
-    return {
-        "current_host": f"algo-{current}",
-        "current_instance_type": instance,
-        "current_group_name": HOMOGENEOUS_GROUP,
-        "hosts": hosts,
-        "instance_groups": [
-            {"instance_group_name": HOMOGENEOUS_GROUP, "instance_type": instance, "hosts": hosts}
-        ],
-        "network_interface_name": "eth0",
-    }
-
-
 def job_request(profile: Profile) -> dict:
     run = RunRequest(profile.name, "trainstack-run")
     return build_create_training_job_request(profile, S3_RESOURCES, run, attempt=1)
@@ -164,23 +146,12 @@ def launch(profile: Profile, root: Path, dockerfile_text: str | None = None, tim
     preference = profile.instance_preferences[0]
     request = job_request(profile)
     base = root / "ml"
-    config = base / "input" / "config"
-    config.mkdir(parents=True)
-    (config / "hyperparameters.json").write_text(json.dumps(request["HyperParameters"]))
-    (config / "resourceconfig.json").write_text(
-        json.dumps(resource_config(preference.instance_type, preference.instance_count))
+    opt_ml.lay_out(
+        base,
+        request["HyperParameters"],
+        opt_ml.resource_config(preference.instance_type, preference.instance_count),
+        opt_ml.input_data_config(request),
     )
-    (config / "inputdataconfig.json").write_text(
-        json.dumps(
-            {
-                channel["ChannelName"]: {"TrainingInputMode": channel["InputMode"]}
-                for channel in request["InputDataConfig"]
-            }
-        )
-    )
-    shutil.copytree(REPO / "training_scripts", base / "code", ignore=shutil.ignore_patterns("__pycache__"))
-    (base / "output").mkdir()
-    (base / "model").mkdir()
 
     stand_ins = _stand_ins(root / "stand-ins", instance_type(preference.instance_type).gpus)
     image = dockerfile_env(dockerfile_text or DOCKERFILE.read_text(), base_image_env())

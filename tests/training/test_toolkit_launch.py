@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -22,8 +21,9 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM
 
+from localaws import opt_ml
 from tests.domain.conftest import S3_RESOURCES
-from tests.training.harness import SCRIPTS, load_weights, write_learnable_shards
+from tests.training.harness import load_weights, write_learnable_shards
 from training_scripts.metrics import parse_metrics
 from trainstack.job_request import base_request
 from trainstack.profiles import Profile
@@ -57,27 +57,17 @@ def job_hyperparameters(profile: Profile) -> dict[str, str]:
     return base_request(profile, S3_RESOURCES)["HyperParameters"]
 
 
-def opt_ml_tree(base: Path, hyperparameters: dict[str, str]) -> None:
+def opt_ml_tree(base: Path, profile: Profile, hyperparameters: dict[str, str]) -> None:
     """What SageMaker lays out before it starts the container (the checkpoint dir comes from the flag)."""
-    config = base / "input" / "config"
-    config.mkdir(parents=True)
-    (config / "hyperparameters.json").write_text(json.dumps(hyperparameters))
-    (config / "resourceconfig.json").write_text(
-        json.dumps({"current_host": "algo-1", "hosts": ["algo-1"], "network_interface_name": "eth0"})
+    preference = profile.instance_preferences[0]
+    opt_ml.lay_out(
+        base,
+        hyperparameters,
+        opt_ml.resource_config(preference.instance_type, preference.instance_count),
+        channels={"train": opt_ml.FILE_CHANNEL, "val": opt_ml.FILE_CHANNEL},
     )
-    channel = {
-        "TrainingInputMode": "File",
-        "S3DistributionType": "FullyReplicated",
-        "RecordWrapperType": "None",
-    }
-    (config / "inputdataconfig.json").write_text(json.dumps({"train": channel, "val": channel}))
     write_learnable_shards(base / "input" / "data" / "train", 8_000, seed=1)
     write_learnable_shards(base / "input" / "data" / "val", 2_000, seed=2)
-    shutil.copytree(
-        SCRIPTS, base / "code", ignore=shutil.ignore_patterns("__pycache__")
-    )  # COPY in the Dockerfile
-    (base / "output").mkdir()
-    (base / "model").mkdir()
 
 
 def free_port() -> int:
@@ -88,13 +78,14 @@ def free_port() -> int:
 
 def launch(tmp_path: Path, **extra_hyperparameters: str) -> tuple[subprocess.CompletedProcess, Path, str]:
     """Run the toolkit on a torchrun profile's hyperparameters; (result, /opt/ml stand-in, output)."""
-    hyperparameters = job_hyperparameters(torchrun_profile())
+    profile = torchrun_profile()
+    hyperparameters = job_hyperparameters(profile)
     assert json.loads(hyperparameters["sagemaker_torch_distributed_enabled"]) is True
     hyperparameters["sagemaker_mpi_num_of_processes_per_host"] = "2"  # CPU: see module docstring
     hyperparameters["checkpoint_dir"] = str(tmp_path / "checkpoints")  # /opt/ml/checkpoints on SageMaker
     hyperparameters.update(extra_hyperparameters)
     base = tmp_path / "ml"
-    opt_ml_tree(base, hyperparameters)
+    opt_ml_tree(base, profile, hyperparameters)
     environment = {
         **os.environ,
         "SAGEMAKER_BASE_DIR": str(base),

@@ -1,0 +1,227 @@
+"""Training jobs run by real local training processes, for the demos (`make demo`).
+
+Each job gets an /opt/ml tree (localaws/opt_ml.py) and SageMaker's training toolkit started on it, which
+starts torchrun and train.py on CPU with the job's hyperparameters, as `make local-train` and
+tests/training/test_toolkit_launch.py do. S3 is a local folder: `s3://B/K` is `<root>/s3/B/K`. The job's
+checkpoint dir is the folder standing for CheckpointConfig.S3Uri (SageMaker syncs /opt/ml/checkpoints
+with it), the train and val channels read the local dataset folder, and on success the model dir is
+uploaded as SageMaker does by OutputDataConfig.CompressionType (training_jobs.model_uri). The job's
+/opt/ml/output/tensorboard (TensorBoardOutputConfig's default LocalPath) is copied to the folder standing
+for TensorBoardOutputConfig.S3OutputPath once its process ended, whatever the outcome (SageMaker uploads
+it during and after the job: "Prepare a training job to collect TensorBoard output data").
+
+DescribeTrainingJob reports the process's real state: InProgress while it runs (SecondaryStatus
+Uploading while its model is archived and its log put into CloudWatch Logs, local_logs.py), then
+Completed, or Failed with the toolkit's failure file as the reason. StopTrainingJob sends SIGTERM to its
+process group (train.py saves a checkpoint and exits), then the job is Stopped. `capacity_failures=N`
+makes the first N jobs fail like a lost capacity block: once the job has written a checkpoint, its
+processes get SIGTERM and the job ends Failed with SageMaker's `CapacityError:` reason.
+`hang_failures=N` makes the first N jobs hang instead: their hyperparameters get `hang_hyperparameters`
+(train.py's `--inject-hang-at-step` and the watchdog's bound), train.py's watchdog ends the job and its
+failure file (`trainstack-fault:infrastructure:hang ...`) becomes the FailureReason, as on SageMaker.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from localaws import opt_ml
+from localaws.demo import local_logs
+from localaws.sagemaker.scripted import CAPACITY_ERROR
+from localaws.sagemaker.training_jobs import FakeSageMaker, Phase, TrainingJob, model_uri
+
+# CPU stands in for the instance's GPUs: two processes per host (the toolkit starts one otherwise).
+PROCESSES_PER_HOST = "2"
+DATASET_CHANNELS = ("train", "val")
+
+
+@dataclass
+class LocalRun:
+    base: Path  # the job's /opt/ml
+    checkpoint_dir: Path
+    process: subprocess.Popen
+    log_path: Path
+    simulate_capacity_failure: bool
+    capacity_failed: bool = False
+    ended: datetime | None = None
+
+    def phase(self, job: TrainingJob) -> Phase:
+        times = {"TrainingStartTime": job.created} | (
+            {"TrainingEndTime": self.ended.timestamp()} if self.ended else {}
+        )
+        fields = times | {
+            key: job.request[key]
+            for key in ("HyperParameters", "AlgorithmSpecification", "RoleArn", "OutputDataConfig")
+            if key in job.request
+        }
+        if "TensorBoardOutputConfig" in job.request:
+            fields["TensorBoardOutputConfig"] = job.request["TensorBoardOutputConfig"]
+        code = self.process.poll()
+        if code is None:
+            secondary = "Stopping" if job.stop_requested else "Training"
+            return Phase("InProgress", secondary, fields=fields, instances_selected=True)
+        if self.ended is None:  # SageMaker reports the end once the model and the logs are delivered
+            return Phase("InProgress", "Uploading", fields=fields, instances_selected=True)
+        status, reason = self.outcome(job, code)
+        return Phase(status, status, reason, fields=fields, instances_selected=True)
+
+    def outcome(self, job: TrainingJob, code: int) -> tuple[str, str | None]:
+        """How the ended process ends the job: (status, FailureReason)."""
+        if self.capacity_failed:
+            return "Failed", CAPACITY_ERROR
+        if job.stop_requested:
+            return "Stopped", None
+        if code == 0 and (self.base / "output" / "success").exists():
+            return "Completed", None
+        failure = self.base / "output" / "failure"
+        reason = failure.read_text().strip()[-1000:] if failure.exists() else f"the process exited {code}"
+        return "Failed", f"AlgorithmError: {reason}"
+
+    def stop(self, job: TrainingJob) -> None:
+        _signal_group(self.process, signal.SIGTERM)
+
+
+@dataclass
+class LocalTraining:
+    """The training jobs of one demo, under `root` (S3 in root/s3, jobs in root/jobs)."""
+
+    root: Path
+    dataset_dir: Path
+    capacity_failures: int = 0
+    hang_failures: int = 0
+    hang_hyperparameters: dict[str, str] = field(default_factory=dict)
+    logs: Any = None  # a CloudWatch Logs client: each job's log goes there as it ends
+    runs: list[LocalRun] = field(default_factory=list)
+
+    def local_path(self, s3_uri: str) -> Path:
+        return self.root / "s3" / s3_uri.removeprefix("s3://")
+
+    def start(self, job: TrainingJob) -> LocalRun:
+        request = job.request
+        checkpoint_dir = self.local_path(request["CheckpointConfig"]["S3Uri"])
+        checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        base = self.root / "jobs" / job.name / "ml"
+        present = [name for name in DATASET_CHANNELS if (self.dataset_dir / name).is_dir()]
+        opt_ml.lay_out(
+            base,
+            hyperparameters={
+                **request.get("HyperParameters", {}),
+                "sagemaker_mpi_num_of_processes_per_host": PROCESSES_PER_HOST,
+                "checkpoint_dir": str(checkpoint_dir),  # CheckpointConfig.LocalPath, synced with S3Uri
+                **(self.hang_hyperparameters if len(self.runs) < self.hang_failures else {}),
+            },
+            resources=opt_ml.resource_config(*opt_ml.first_choice(request)),
+            channels={name: opt_ml.FILE_CHANNEL for name in present},
+            channel_data={name: self.dataset_dir / name for name in present},
+        )
+        log_path = base / "output" / "job.log"
+        run = LocalRun(
+            base,
+            checkpoint_dir,
+            _start_toolkit(base, log_path),
+            log_path,
+            simulate_capacity_failure=len(self.runs) < self.capacity_failures,
+        )
+        self.runs.append(run)
+        threading.Thread(target=self._supervise, args=(job, run), daemon=True).start()
+        return run
+
+    def shutdown(self) -> None:
+        """Stop whatever still runs (the demo was interrupted)."""
+        for run in self.runs:
+            if run.process.poll() is None:
+                _signal_group(run.process, signal.SIGKILL)
+
+    def _supervise(self, job: TrainingJob, run: LocalRun) -> None:
+        """Ends the job: simulated capacity loss after its first new checkpoint, model upload on success."""
+        if run.simulate_capacity_failure:
+            before = set(run.checkpoint_dir.glob("step_*/COMPLETE"))
+            while run.process.poll() is None and not (
+                set(run.checkpoint_dir.glob("step_*/COMPLETE")) - before
+            ):
+                threading.Event().wait(0.5)
+            if run.process.poll() is None:
+                run.capacity_failed = True
+                _signal_group(run.process, signal.SIGTERM)
+        code = run.process.wait()
+        try:
+            self._upload_tensorboard(job, run)
+            if run.outcome(job, code)[0] == "Completed":
+                self._upload_model(job, run)
+            if self.logs is not None:
+                local_logs.publish(
+                    self.logs, job.name, datetime.fromtimestamp(job.created, UTC), run.log_path
+                )
+        finally:
+            run.ended = datetime.now(UTC)
+
+    def _upload_model(self, job: TrainingJob, run: LocalRun) -> None:
+        model = self.local_path(model_uri(job.request))
+        if model.name != "model.tar.gz":
+            shutil.copytree(run.base / "model", model)
+            return
+        model.parent.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(model, "w:gz") as archive:
+            for item in sorted((run.base / "model").iterdir()):
+                archive.add(item, arcname=item.name)
+
+    def _upload_tensorboard(self, job: TrainingJob, run: LocalRun) -> None:
+        board, events = job.request.get("TensorBoardOutputConfig"), run.base / "output" / "tensorboard"
+        if board and events.is_dir():
+            shutil.copytree(events, self.local_path(board["S3OutputPath"]), dirs_exist_ok=True)
+
+
+def _start_toolkit(base: Path, log_path: Path) -> subprocess.Popen:
+    environment = {
+        **os.environ,
+        "SAGEMAKER_BASE_DIR": str(base),
+        "SM_STUDIO_LOCAL_MODE": "true",  # else the toolkit waits to resolve host algo-1
+        "SAGEMAKER_TRAINING_MODULE": "sagemaker_pytorch_container.training:main",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "OMP_NUM_THREADS": "1",
+    }
+    with log_path.open("w") as log:
+        return subprocess.Popen(
+            [str(Path(sys.executable).parent / "train")],
+            env=environment,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: stop and capacity loss signal all of it
+        )
+
+
+def _signal_group(process: subprocess.Popen, signum: int) -> None:
+    try:
+        os.killpg(process.pid, signum)
+    except ProcessLookupError:
+        pass
+
+
+@contextmanager
+def serving(training: LocalTraining, monkeypatch) -> Iterator[FakeSageMaker]:
+    """A FakeSageMaker running its jobs as `training`'s processes, behind moto (inside mock_aws), its jobs'
+    logs put into moto's CloudWatch Logs; whatever still runs is stopped on the way out."""
+    import boto3
+
+    from localaws.sagemaker.routes import install_fake_sagemaker
+
+    sagemaker = FakeSageMaker(behaviour=training)
+    training.logs = boto3.client("logs")
+    install_fake_sagemaker(sagemaker, monkeypatch)
+    with local_logs.stream_prefix_filter():
+        try:
+            yield sagemaker
+        finally:
+            training.shutdown()
