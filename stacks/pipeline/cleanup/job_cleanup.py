@@ -19,7 +19,6 @@ not found: the walk is over; anything else: the cleanup fails, loudly).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -31,8 +30,18 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from stacks.pipeline.jsonata_text import expression
+from stacks.pipeline.jsonata_text import expression, literal
 from stacks.pipeline.logged_state_machine import logged_state_machine
+from stacks.pipeline.machine_kit import (
+    EXECUTION_GONE_ERROR,
+    NOT_FOUND_CAUSE,
+    RUN_NAME_MAX_LENGTH,
+    SAGEMAKER_ERROR,
+    SAGEMAKER_NOT_FOUND_ERROR,
+    STEP_FUNCTIONS_ERROR,
+    THROTTLE_CAUSE,
+    retry_must_succeed_call,
+)
 from stacks.pipeline.queue.training_queue import batch_training_jobs
 from stacks.pipeline.training_state_machine import training_job_arn
 from stacks.validation import acknowledge
@@ -46,16 +55,8 @@ EXECUTION_STATUS_CHANGE = "Step Functions Execution Status Change"
 IN_FLIGHT_CREATE_SECONDS = 120
 SWEEP_EVERY = cdk.Duration.minutes(15)
 STOP_BATCH_JOBS = "StopBatchTrainingJobs"
-SAGEMAKER_ERROR = "SageMaker.SageMakerException"
-NOT_FOUND_ERROR = "SageMaker.ResourceNotFoundException"
-STEP_FUNCTIONS_ERROR = "Sfn.SfnException"
-EXECUTION_GONE_ERROR = "Sfn.ExecutionDoesNotExistException"
-THROTTLE_CAUSE = "/rate exceeded|throttl/i"
-NOT_FOUND_CAUSE = "/not found/i"
 # Throttled DescribeTrainingJob calls of one job before the cleanup gives up (about 10 minutes).
 MAX_THROTTLED_DESCRIBES = 12
-# Job names are <runName>-<attempt> with at most 63 characters and attempts <= 99.
-MAX_RUN_NAME_LENGTH = 60
 
 
 def execution_status_pattern(
@@ -66,23 +67,6 @@ def execution_status_pattern(
         source=["aws.states"],
         detail_type=[EXECUTION_STATUS_CHANGE],
         detail={"stateMachineArn": [state_machine.state_machine_arn], "status": list(statuses)},
-    )
-
-
-def literal(value: Any) -> str:
-    """A JSONata literal (JSON's string syntax is JSONata's)."""
-    return json.dumps(value)
-
-
-def retry_throttling(task: sfn.TaskStateBase, error: str) -> None:
-    """2 s doubling to 60 s, full jitter, 8 attempts: about 4 minutes of throttling survived."""
-    task.add_retry(
-        errors=[error],
-        interval=cdk.Duration.seconds(2),
-        backoff_rate=2,
-        max_attempts=8,
-        max_delay=cdk.Duration.seconds(60),
-        jitter_strategy=sfn.JitterType.FULL,
     )
 
 
@@ -190,7 +174,7 @@ class JobCleanup(Construct):
             iam_action="states:DescribeExecution",
             **kwargs,
         )
-        retry_throttling(task, STEP_FUNCTIONS_ERROR)
+        retry_must_succeed_call(task, [STEP_FUNCTIONS_ERROR])
         return task
 
     # ------------------------------------------------------------ stop by name
@@ -243,7 +227,7 @@ class JobCleanup(Construct):
                 )
             },
         )
-        retry_throttling(read_tags, SAGEMAKER_ERROR)
+        retry_must_succeed_call(read_tags, [SAGEMAKER_ERROR])
         owned = sfn.Choice.jsonata(self, "IsJobOfExecution")
         stop = self._sagemaker(
             "StopJob",
@@ -251,7 +235,7 @@ class JobCleanup(Construct):
             {"TrainingJobName": expression("$job.name")},
             assign={"stopped": expression("$append($stopped, $job.name)")},
         )
-        retry_throttling(stop, SAGEMAKER_ERROR)
+        retry_must_succeed_call(stop, [SAGEMAKER_ERROR])
         next_attempt = sfn.Pass.jsonata(
             self, "NextAttempt", assign={"attempt": expression("$attempt + 1"), "throttles": 0}
         )
@@ -276,7 +260,7 @@ class JobCleanup(Construct):
 
         # No such execution: no job of it to stop.
         read_execution.add_catch(done, errors=[EXECUTION_GONE_ERROR], assign={"stopped": expression("[]")})
-        describe.add_catch(done, errors=[NOT_FOUND_ERROR])
+        describe.add_catch(done, errors=[SAGEMAKER_NOT_FOUND_ERROR])
         describe.add_catch(
             describe_failed, errors=[SAGEMAKER_ERROR], assign={"error": expression("$states.errorOutput")}
         )
@@ -285,7 +269,7 @@ class JobCleanup(Construct):
         any_job.when(
             sfn.Condition.jsonata(
                 expression(
-                    f"$length($runName) <= {MAX_RUN_NAME_LENGTH} and "
+                    f"$length($runName) <= {RUN_NAME_MAX_LENGTH} and "
                     f"$contains($runName, /^{project}-[a-zA-Z0-9](-*[a-zA-Z0-9])*$/)"
                 )
             ),
@@ -345,7 +329,7 @@ class JobCleanup(Construct):
             "FindMoreRunningJobs", "search", {**search, "NextToken": expression("$nextToken")}, assign=found
         )
         for task in (find, find_more):
-            retry_throttling(task, SAGEMAKER_ERROR)
+            retry_must_succeed_call(task, [SAGEMAKER_ERROR])
         check = sfn.Map.jsonata(
             self,
             "CheckJobs",
@@ -370,7 +354,7 @@ class JobCleanup(Construct):
             {"TrainingJobName": expression("$job.name")},
             outputs=expression("$job.name"),
         )
-        retry_throttling(stop, SAGEMAKER_ERROR)
+        retry_must_succeed_call(stop, [SAGEMAKER_ERROR])
         stop.add_catch(keep, errors=[SAGEMAKER_ERROR])  # ended in between
         describe.add_catch(stop, errors=[EXECUTION_GONE_ERROR], assign={"job": expression("$states.input")})
         still_running = sfn.Choice.jsonata(self, "IsExecutionRunning")

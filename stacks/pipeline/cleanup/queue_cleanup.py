@@ -29,10 +29,10 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from stacks.pipeline.attempt.queued_training_attempt import CLIENT_ERROR, TRANSIENT_ERRORS
 from stacks.pipeline.cleanup.job_cleanup import ENDED_UNSUCCESSFULLY, execution_status_pattern
 from stacks.pipeline.jsonata_text import expression
 from stacks.pipeline.logged_state_machine import logged_state_machine
+from stacks.pipeline.machine_kit import BATCH_CLIENT_ERROR, BATCH_TRANSIENT_ERRORS, retry_must_succeed_call
 from stacks.pipeline.queue.training_queue import TrainingQueue, run_job_prefix_of
 from stacks.validation import acknowledge
 from trainstack.job_request import EXECUTION_TAG
@@ -43,14 +43,7 @@ UNFINISHED = ("SUBMITTED", "PENDING", "RUNNABLE", "SCHEDULED", "STARTING", "RUNN
 
 
 def _retry(task: sfn.TaskStateBase) -> sfn.TaskStateBase:
-    task.add_retry(
-        errors=TRANSIENT_ERRORS,
-        interval=Duration.seconds(2),
-        backoff_rate=2,
-        max_attempts=8,
-        max_delay=Duration.seconds(60),
-        jitter_strategy=sfn.JitterType.FULL,
-    )
+    retry_must_succeed_call(task, BATCH_TRANSIENT_ERRORS)
     return task
 
 
@@ -68,7 +61,7 @@ def _terminate(
         )
     )
     # The job ended (or was removed) meanwhile: nothing left to do.
-    terminate.add_catch(sfn.Succeed.jsonata(scope, f"{construct_id}Gone"), errors=[CLIENT_ERROR])
+    terminate.add_catch(sfn.Succeed.jsonata(scope, f"{construct_id}Gone"), errors=[BATCH_CLIENT_ERROR])
     return terminate
 
 
