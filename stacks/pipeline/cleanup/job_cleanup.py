@@ -57,6 +57,8 @@ SWEEP_EVERY = cdk.Duration.minutes(15)
 STOP_BATCH_JOBS = "StopBatchTrainingJobs"
 # Throttled DescribeTrainingJob calls of one job before the cleanup gives up (about 10 minutes).
 MAX_THROTTLED_DESCRIBES = 12
+# The job of each attempt of the run, as the pipeline names it.
+ATTEMPT_JOB_NAME = "$runName & '-' & $string($attempt)"
 
 
 def execution_status_pattern(
@@ -181,8 +183,34 @@ class JobCleanup(Construct):
 
     def _stop_by_name(self) -> sfn.IChainable:
         """Input: the EventBridge event (`detail.executionArn`). Output: {"stopped": [job names]}."""
-        project = self._project
         done = sfn.Succeed.jsonata(self, "Done", outputs={"stopped": expression("$stopped")})
+        why_describe_failed = sfn.Choice.jsonata(self, "WhyDescribeFailed")
+        read_execution = self._read_execution(done)
+        describe = self._describe_job(done, why_describe_failed)
+        read_tags = self._read_job_tags()
+        stop = self._stop_job(describe)
+        next_attempt = sfn.Pass.jsonata(
+            self, "NextAttempt", assign={"attempt": expression("$attempt + 1"), "throttles": 0}
+        )
+        could_jobs_exist = self._could_jobs_exist(describe, done)
+        in_progress = sfn.Choice.jsonata(self, "IsJobInProgress")
+        of_execution = sfn.Choice.jsonata(self, "IsJobOfExecution")
+
+        describe.next(
+            in_progress.when(
+                sfn.Condition.jsonata(expression("$job.status = 'InProgress'")),
+                read_tags.next(
+                    of_execution.when(
+                        sfn.Condition.jsonata(expression("$owned")), stop.next(next_attempt)
+                    ).otherwise(next_attempt)
+                ),
+            ).otherwise(next_attempt)
+        )
+        next_attempt.next(describe)
+        self._classify_describe_error(why_describe_failed, describe, done)
+        return read_execution.next(could_jobs_exist)
+
+    def _read_execution(self, done: sfn.IChainable) -> tasks.CallAwsService:
         read_execution = self._describe_execution(
             "ReadExecution",
             "$states.input.detail.executionArn",
@@ -191,24 +219,23 @@ class JobCleanup(Construct):
                 # The pipeline's rule: runName from the input, else <project>-<execution name>.
                 "runName": expression(
                     f"($given := $parse($states.result.Input).runName; $type($given) = 'string' ? $given : "
-                    f"{literal(project + '-')} & $states.result.Name)"
+                    f"{literal(self._project + '-')} & $states.result.Name)"
                 ),
                 "attempt": 1,
                 "throttles": 0,
                 "stopped": expression("[]"),
             },
         )
-        any_job = sfn.Choice.jsonata(self, "CouldJobsExist")
-        settle = sfn.Wait.jsonata(
-            self,
-            "WaitOutInFlightCreate",
-            time=sfn.WaitTime.duration(cdk.Duration.seconds(IN_FLIGHT_CREATE_SECONDS)),
-        )
-        job_name = "$runName & '-' & $string($attempt)"
+        # No such execution: no job of it to stop.
+        read_execution.add_catch(done, errors=[EXECUTION_GONE_ERROR], assign={"stopped": expression("[]")})
+        return read_execution
+
+    def _describe_job(self, done: sfn.IChainable, why_failed: sfn.IChainable) -> tasks.CallAwsService:
+        """DescribeTrainingJob of `<runName>-<attempt>`; not found: the walk is over."""
         describe = self._sagemaker(
             "DescribeJob",
             "describeTrainingJob",
-            {"TrainingJobName": expression(job_name)},
+            {"TrainingJobName": expression(ATTEMPT_JOB_NAME)},
             assign={
                 "job": expression(
                     "{'name': $states.result.TrainingJobName, 'arn': $states.result.TrainingJobArn, "
@@ -216,7 +243,13 @@ class JobCleanup(Construct):
                 )
             },
         )
-        running = sfn.Choice.jsonata(self, "IsJobInProgress")
+        describe.add_catch(done, errors=[SAGEMAKER_NOT_FOUND_ERROR])
+        describe.add_catch(
+            why_failed, errors=[SAGEMAKER_ERROR], assign={"error": expression("$states.errorOutput")}
+        )
+        return describe
+
+    def _read_job_tags(self) -> tasks.CallAwsService:
         read_tags = self._sagemaker(
             "ReadJobTags",
             "listTags",
@@ -228,7 +261,9 @@ class JobCleanup(Construct):
             },
         )
         retry_must_succeed_call(read_tags, [SAGEMAKER_ERROR])
-        owned = sfn.Choice.jsonata(self, "IsJobOfExecution")
+        return read_tags
+
+    def _stop_job(self, describe: sfn.IChainable) -> tasks.CallAwsService:
         stop = self._sagemaker(
             "StopJob",
             "stopTrainingJob",
@@ -236,10 +271,31 @@ class JobCleanup(Construct):
             assign={"stopped": expression("$append($stopped, $job.name)")},
         )
         retry_must_succeed_call(stop, [SAGEMAKER_ERROR])
-        next_attempt = sfn.Pass.jsonata(
-            self, "NextAttempt", assign={"attempt": expression("$attempt + 1"), "throttles": 0}
+        # The job ended between describe and stop (SageMaker: not in progress): look at it again.
+        stop.add_catch(describe, errors=[SAGEMAKER_ERROR])
+        return stop
+
+    def _could_jobs_exist(self, describe: sfn.IChainable, done: sfn.IChainable) -> sfn.Choice:
+        """A run name the pipeline could have given: wait out an in-flight create, then walk its jobs."""
+        settle = sfn.Wait.jsonata(
+            self,
+            "WaitOutInFlightCreate",
+            time=sfn.WaitTime.duration(cdk.Duration.seconds(IN_FLIGHT_CREATE_SECONDS)),
         )
-        describe_failed = sfn.Choice.jsonata(self, "WhyDescribeFailed")
+        possible_run_name = (
+            f"$length($runName) <= {RUN_NAME_MAX_LENGTH} and "
+            f"$contains($runName, /^{self._project}-[a-zA-Z0-9](-*[a-zA-Z0-9])*$/)"
+        )
+        return (
+            sfn.Choice.jsonata(self, "CouldJobsExist")
+            .when(sfn.Condition.jsonata(expression(possible_run_name)), settle.next(describe))
+            .otherwise(done)
+        )
+
+    def _classify_describe_error(
+        self, why_failed: sfn.Choice, describe: sfn.IChainable, done: sfn.IChainable
+    ) -> None:
+        """Throttled: back off and describe again; not found: the walk is over; else the cleanup fails."""
         back_off = sfn.Wait.jsonata(
             self,
             "BackOffThrottled",
@@ -254,49 +310,13 @@ class JobCleanup(Construct):
             "CleanupFailed",
             error="CleanupFailed",
             cause=expression(
-                f"'Could not tell whether training job ' & {job_name} & ' exists: ' & $error.Cause"
+                f"'Could not tell whether training job ' & {ATTEMPT_JOB_NAME} & ' exists: ' & $error.Cause"
             ),
         )
-
-        # No such execution: no job of it to stop.
-        read_execution.add_catch(done, errors=[EXECUTION_GONE_ERROR], assign={"stopped": expression("[]")})
-        describe.add_catch(done, errors=[SAGEMAKER_NOT_FOUND_ERROR])
-        describe.add_catch(
-            describe_failed, errors=[SAGEMAKER_ERROR], assign={"error": expression("$states.errorOutput")}
-        )
-        # The job ended between describe and stop (SageMaker: not in progress): look at it again.
-        stop.add_catch(describe, errors=[SAGEMAKER_ERROR])
-        any_job.when(
-            sfn.Condition.jsonata(
-                expression(
-                    f"$length($runName) <= {RUN_NAME_MAX_LENGTH} and "
-                    f"$contains($runName, /^{project}-[a-zA-Z0-9](-*[a-zA-Z0-9])*$/)"
-                )
-            ),
-            settle.next(describe),
-        ).otherwise(done)
-        describe.next(
-            running.when(
-                sfn.Condition.jsonata(expression("$job.status = 'InProgress'")),
-                read_tags.next(
-                    owned.when(
-                        sfn.Condition.jsonata(expression("$owned")), stop.next(next_attempt)
-                    ).otherwise(next_attempt)
-                ),
-            ).otherwise(next_attempt)
-        )
-        next_attempt.next(describe)
-        describe_failed.when(
-            sfn.Condition.jsonata(
-                expression(
-                    f"$contains($error.Cause, {THROTTLE_CAUSE}) and $throttles < {MAX_THROTTLED_DESCRIBES}"
-                )
-            ),
-            back_off.next(describe),
-        ).when(
+        throttled = f"$contains($error.Cause, {THROTTLE_CAUSE}) and $throttles < {MAX_THROTTLED_DESCRIBES}"
+        why_failed.when(sfn.Condition.jsonata(expression(throttled)), back_off.next(describe)).when(
             sfn.Condition.jsonata(expression(f"$contains($error.Cause, {NOT_FOUND_CAUSE})")), done
         ).otherwise(give_up)
-        return read_execution.next(any_job)
 
     # ------------------------------------------------------------ sweeper
 
