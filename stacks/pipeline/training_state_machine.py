@@ -231,9 +231,8 @@ class TrainingStateMachine(Construct):
         )
 
     def _pipeline(self, settings: Settings, resources: PipelineResources) -> sfn.IChainable:
-        scope = self
         read_input = sfn.Pass.jsonata(
-            scope,
+            self,
             "ReadInput",
             comment="The profiles: each one's CreateTrainingJob base request and retry policy.",
             # As a JSONata literal: moto's ASL parser keeps JSON escapes of plain Assign values (a
@@ -241,13 +240,29 @@ class TrainingStateMachine(Construct):
             assign={"profiles": expression(literal(profile_table(settings.profiles, resources)))},
         )
         check_input = sfn.Pass.jsonata(
-            scope, "CheckInput", assign={"checked": expression(check_input_expression(settings))}
+            self, "CheckInput", assign={"checked": expression(check_input_expression(settings))}
         )
         invalid_input = sfn.Fail.jsonata(
-            scope, "InvalidInput", error=ERROR_INVALID_INPUT, cause=expression("$checked.problem")
+            self, "InvalidInput", error=ERROR_INVALID_INPUT, cause=expression("$checked.problem")
         )
-        prepare_run = sfn.Pass.jsonata(
-            scope,
+        prepare_run = self._prepare_run(resources)
+        run_attempt = self._run_attempt(settings, resources)
+        classify = self._classify_attempt(run_attempt)
+        publish = publish_attempt_metrics(
+            self, "PublishAttemptMetrics", project=settings.project, partition=literal_partition(self)
+        )
+        # Metrics are a side effect: a failed publish never changes the run's outcome.
+        publish.add_catch(classify, errors=["States.ALL"], outputs={})
+        valid = (
+            sfn.Choice.jsonata(self, "IsInputValid")
+            .when(sfn.Condition.jsonata(expression("$checked.problem != null")), invalid_input)
+            .otherwise(prepare_run.next(run_attempt).next(publish).next(classify))
+        )
+        return read_input.next(check_input).next(valid)
+
+    def _prepare_run(self, resources: PipelineResources) -> sfn.Pass:
+        return sfn.Pass.jsonata(
+            self,
             "PrepareRun",
             comment="The run's request (profile base request + run fields) and its limits; attempt 1.",
             assign={
@@ -261,8 +276,10 @@ class TrainingStateMachine(Construct):
                 "checked": expression("null"),
             },
         )
+
+    def _run_attempt(self, settings: Settings, resources: PipelineResources) -> sfn.TaskStateBase:
         run_attempt = tasks.StepFunctionsStartExecution.jsonata(
-            scope,
+            self,
             "RunAttempt",
             comment="Attempt N creates and follows job <runName>-N; every attempt shares the checkpoint URI.",
             state_machine=self.attempt_machine,
@@ -292,53 +309,21 @@ class TrainingStateMachine(Construct):
             max_delay=cdk.Duration.seconds(120),
             jitter_strategy=sfn.JitterType.FULL,
         )
-        wait_before_retry = sfn.Wait.jsonata(
-            scope, "WaitBeforeRetry", time=sfn.WaitTime.seconds(expression("$backoffSeconds"))
-        )
-        succeeded = sfn.Succeed.jsonata(
-            scope,
-            "Succeeded",
-            outputs={
-                "trainingJobName": expression("$outcome.job.name"),
-                "instanceType": expression("$outcome.job.instanceType"),
-                "instanceCount": expression("$outcome.job.instanceCount"),
-                "modelArtifacts": expression("$outcome.job.artifacts"),
-                "checkpointUri": expression("$request.CheckpointConfig.S3Uri"),
-                "attempts": expression("$attempt"),
-                "retriedFaults": expression("$retriedFaults"),
-            },
-        )
+        return run_attempt
+
+    def _classify_attempt(self, run_attempt: sfn.IChainable) -> sfn.Choice:
+        """How the attempt ended: the run succeeded, another attempt after a wait, or the run fails."""
         attempts = capacity_attempts()
-        retries_cause = (
-            f'($last := "; last job " & $plan.runName & "-" & $string($attempt) & ": " & $outcome.cause; '
-            f"{attempts} >= $plan.maxAttempts "
-            f'? "No capacity after " & $string({attempts}) & " attempts (profile " & $plan.profile '
-            '& " allows " '
-            '& $string($plan.maxAttempts) & ")" & $last '
-            ': "No capacity within the retry deadline of " & $string($plan.deadlineSeconds) & " seconds '
-            f'(profile " & $plan.profile & ") after " & $string({attempts}) & " attempts" & $last)'
-        )
-        capacity_exhausted = sfn.Fail.jsonata(
-            scope,
-            "CapacityExhausted",
-            error=ERROR_CAPACITY_EXHAUSTED,
-            # Queue mode: Batch retried the capacity errors until the queue's capacity_wait_hours.
-            cause=expression("$outcome.cause" if self.queue else retries_cause),
-        )
-
-        def fail(state_id: str, error: str, cause: str = "$outcome.cause") -> sfn.Fail:
-            return sfn.Fail.jsonata(scope, state_id, error=error, cause=expression(cause))
-
-        def status_in(*statuses: str) -> str:
-            return f"$outcome.status in {literal(list(statuses))}"
-
-        no_capacity = status_in("Capacity", "Throttled")
+        no_capacity = _status_in("Capacity", "Throttled")
         # No attempt starts after the deadline, even after its longest backoff (cap plus jitter).
         time_left = (
             "$millis() + 1000 * $plan.backoff.maxSeconds * (1 + $plan.backoff.jitter) <= $plan.deadlineMillis"
         )
-        classify = sfn.Choice.jsonata(scope, "ClassifyAttempt").when(
-            sfn.Condition.jsonata(expression(status_in("Completed"))), succeeded
+        wait_before_retry = sfn.Wait.jsonata(
+            self, "WaitBeforeRetry", time=sfn.WaitTime.seconds(expression("$backoffSeconds"))
+        )
+        classify = sfn.Choice.jsonata(self, "ClassifyAttempt").when(
+            sfn.Condition.jsonata(expression(_status_in("Completed"))), self._succeeded()
         )
         # Queue mode: Batch alone retries capacity errors (docs/queue.md); the pipeline never stacks its own.
         if self.queue is None:
@@ -359,37 +344,68 @@ class TrainingStateMachine(Construct):
             assign={name: expression(value) for name, value in fault_retry_assignments().items()},
         )
         wait_before_retry.next(run_attempt)
-        (
-            classify.when(sfn.Condition.jsonata(expression(no_capacity)), capacity_exhausted)
-            .when(
-                sfn.Condition.jsonata(expression(status_in("Quota"))),
-                fail("QuotaExceeded", ERROR_QUOTA_EXCEEDED),
-            )
-            .when(
-                sfn.Condition.jsonata(expression(status_in("Rejected", "NameInUse"))),
-                fail("RejectedBySageMaker", ERROR_INVALID_INPUT),
-            )
-            .when(
-                sfn.Condition.jsonata(expression(infrastructure_exhausted_condition())),
-                fail(
-                    "InfrastructureRetriesExhausted",
-                    ERROR_INFRASTRUCTURE_RETRIES_EXHAUSTED,
-                    infrastructure_exhausted_cause(),
-                ),
-            )
-            .when(
-                sfn.Condition.jsonata(expression(status_in("Failed"))),
-                fail("TrainingFailed", ERROR_TRAINING_FAILED, training_failed_cause()),
-            )
-            .otherwise(fail("TrainingStopped", ERROR_TRAINING_STOPPED))
+        classify.when(sfn.Condition.jsonata(expression(no_capacity)), self._capacity_exhausted())
+        failures = (
+            (_status_in("Quota"), "QuotaExceeded", ERROR_QUOTA_EXCEEDED, "$outcome.cause"),
+            (
+                _status_in("Rejected", "NameInUse"),
+                "RejectedBySageMaker",
+                ERROR_INVALID_INPUT,
+                "$outcome.cause",
+            ),
+            (
+                infrastructure_exhausted_condition(),
+                "InfrastructureRetriesExhausted",
+                ERROR_INFRASTRUCTURE_RETRIES_EXHAUSTED,
+                infrastructure_exhausted_cause(),
+            ),
+            (_status_in("Failed"), "TrainingFailed", ERROR_TRAINING_FAILED, training_failed_cause()),
         )
-        publish = publish_attempt_metrics(
-            scope, "PublishAttemptMetrics", project=settings.project, partition=literal_partition(self)
+        for condition, state_id, error, cause in failures:
+            classify.when(
+                sfn.Condition.jsonata(expression(condition)),
+                sfn.Fail.jsonata(self, state_id, error=error, cause=expression(cause)),
+            )
+        return classify.otherwise(
+            sfn.Fail.jsonata(
+                self, "TrainingStopped", error=ERROR_TRAINING_STOPPED, cause=expression("$outcome.cause")
+            )
         )
-        publish.add_catch(classify, errors=["States.ALL"], outputs={})
-        valid = (
-            sfn.Choice.jsonata(scope, "IsInputValid")
-            .when(sfn.Condition.jsonata(expression("$checked.problem != null")), invalid_input)
-            .otherwise(prepare_run.next(run_attempt).next(publish).next(classify))
+
+    def _succeeded(self) -> sfn.Succeed:
+        return sfn.Succeed.jsonata(
+            self,
+            "Succeeded",
+            outputs={
+                "trainingJobName": expression("$outcome.job.name"),
+                "instanceType": expression("$outcome.job.instanceType"),
+                "instanceCount": expression("$outcome.job.instanceCount"),
+                "modelArtifacts": expression("$outcome.job.artifacts"),
+                "checkpointUri": expression("$request.CheckpointConfig.S3Uri"),
+                "attempts": expression("$attempt"),
+                "retriedFaults": expression("$retriedFaults"),
+            },
         )
-        return read_input.next(check_input).next(valid)
+
+    def _capacity_exhausted(self) -> sfn.Fail:
+        attempts = capacity_attempts()
+        retries_cause = (
+            f'($last := "; last job " & $plan.runName & "-" & $string($attempt) & ": " & $outcome.cause; '
+            f"{attempts} >= $plan.maxAttempts "
+            f'? "No capacity after " & $string({attempts}) & " attempts (profile " & $plan.profile '
+            '& " allows " '
+            '& $string($plan.maxAttempts) & ")" & $last '
+            ': "No capacity within the retry deadline of " & $string($plan.deadlineSeconds) & " seconds '
+            f'(profile " & $plan.profile & ") after " & $string({attempts}) & " attempts" & $last)'
+        )
+        return sfn.Fail.jsonata(
+            self,
+            "CapacityExhausted",
+            error=ERROR_CAPACITY_EXHAUSTED,
+            # Queue mode: Batch retried the capacity errors until the queue's capacity_wait_hours.
+            cause=expression("$outcome.cause" if self.queue else retries_cause),
+        )
+
+
+def _status_in(*statuses: str) -> str:
+    return f"$outcome.status in {literal(list(statuses))}"
