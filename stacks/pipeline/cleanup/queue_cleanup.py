@@ -32,7 +32,12 @@ from constructs import Construct
 from stacks.pipeline.cleanup.job_cleanup import ENDED_UNSUCCESSFULLY, execution_status_pattern
 from stacks.pipeline.jsonata_text import expression
 from stacks.pipeline.logged_state_machine import logged_state_machine
-from stacks.pipeline.machine_kit import BATCH_CLIENT_ERROR, BATCH_TRANSIENT_ERRORS, retry_must_succeed_call
+from stacks.pipeline.machine_kit import (
+    BATCH_CLIENT_ERROR,
+    BATCH_TRANSIENT_ERRORS,
+    STEP_FUNCTIONS_ERROR,
+    retry_must_succeed_call,
+)
 from stacks.pipeline.queue.training_queue import TrainingQueue, run_job_prefix_of
 from stacks.validation import acknowledge
 from trainstack.job_request import EXECUTION_TAG
@@ -152,20 +157,9 @@ def terminate_run_service_jobs(
     )
 
 
-def terminate_orphaned_service_jobs(
-    scope: Construct,
-    *,
-    job_queue_arn: str,
-    service_job_arn: str,
-    execution_prefix: str,
-    executions_arn: str,
-    done: sfn.IChainable,
-) -> sfn.TaskStateBase:
-    """First state: terminate RUNNABLE service jobs whose pipeline execution is not RUNNING, then `done`.
-    A job without this pipeline's execution tag (another project's, or one submitted by hand) is left
-    alone: its `$lookup` is guarded, as AWS fails a state whose expression evaluates to nothing
-    (States.QueryEvaluationError)."""
-    describe = _retry(
+def _read_waiting_job(scope: Construct) -> sfn.TaskStateBase:
+    """DescribeServiceJob of a RUNNABLE job: its id and the execution its tag names (null if none)."""
+    return _retry(
         tasks.CallAwsService.jsonata(
             scope,
             "ReadWaitingJob",
@@ -184,21 +178,41 @@ def terminate_orphaned_service_jobs(
             outputs={},
         )
     )
+
+
+def _read_owner_execution(scope: Construct, executions_arn: str) -> sfn.TaskStateBase:
+    read_owner = tasks.CallAwsService.jsonata(
+        scope,
+        "ReadOwnerExecution",
+        service="sfn",
+        action="describeExecution",
+        parameters={"ExecutionArn": expression("$owner")},
+        iam_resources=[executions_arn],
+        iam_action="states:DescribeExecution",
+        assign={"ownerStatus": expression("$states.result.Status")},
+        outputs={},
+    )
+    retry_must_succeed_call(read_owner, [STEP_FUNCTIONS_ERROR])
+    return read_owner
+
+
+def terminate_orphaned_service_jobs(
+    scope: Construct,
+    *,
+    job_queue_arn: str,
+    service_job_arn: str,
+    execution_prefix: str,
+    executions_arn: str,
+    done: sfn.IChainable,
+) -> sfn.TaskStateBase:
+    """First state: terminate RUNNABLE service jobs whose pipeline execution is not RUNNING, then `done`.
+    A job without this pipeline's execution tag (another project's, or one submitted by hand) is left
+    alone: its `$lookup` is guarded, as AWS fails a state whose expression evaluates to nothing
+    (States.QueryEvaluationError)."""
+    describe = _read_waiting_job(scope)
     not_ours = sfn.Succeed.jsonata(scope, "NotThisPipelinesJob")
     owner_running = sfn.Succeed.jsonata(scope, "ExecutionStillRunning")
-    read_owner = _retry(
-        tasks.CallAwsService.jsonata(
-            scope,
-            "ReadOwnerExecution",
-            service="sfn",
-            action="describeExecution",
-            parameters={"ExecutionArn": expression("$owner")},
-            iam_resources=[executions_arn],
-            iam_action="states:DescribeExecution",
-            assign={"ownerStatus": expression("$states.result.Status")},
-            outputs={},
-        )
-    )
+    read_owner = _read_owner_execution(scope, executions_arn)
     is_ours = (
         sfn.Choice.jsonata(scope, "IsJobOfThisPipeline")
         .when(
