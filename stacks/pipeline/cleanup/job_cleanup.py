@@ -322,6 +322,19 @@ class JobCleanup(Construct):
 
     def _sweep(self) -> sfn.IChainable:
         """Input: the scheduled event (ignored). Output: {"stopped": [job names]}."""
+        find, find_more = self._find_running_jobs()
+        check = self._check_jobs()
+        more = sfn.Choice.jsonata(self, "MorePages")
+        done = sfn.Succeed.jsonata(self, "SweepDone", outputs={"stopped": expression("$stopped")})
+        find.next(check)
+        find_more.next(check)
+        check.next(
+            more.when(sfn.Condition.jsonata(expression("$nextToken != ''")), find_more).otherwise(done)
+        )
+        return find
+
+    def _find_running_jobs(self) -> tuple[tasks.CallAwsService, tasks.CallAwsService]:
+        """The first page and each following page of InProgress jobs tagged with an execution."""
         execution = f"Tags[Key = {literal(EXECUTION_TAG)}].Value"
         found = {
             # Jobs of this pipeline's executions only (other pipelines may use the same tag key).
@@ -350,6 +363,10 @@ class JobCleanup(Construct):
         )
         for task in (find, find_more):
             retry_must_succeed_call(task, [SAGEMAKER_ERROR])
+        return find, find_more
+
+    def _check_jobs(self) -> sfn.Map:
+        """Each job of a page: stopped unless its execution is still RUNNING; output the stopped names."""
         check = sfn.Map.jsonata(
             self,
             "CheckJobs",
@@ -385,11 +402,4 @@ class JobCleanup(Construct):
                 ).otherwise(stop)
             )
         )
-        more = sfn.Choice.jsonata(self, "MorePages")
-        done = sfn.Succeed.jsonata(self, "SweepDone", outputs={"stopped": expression("$stopped")})
-        find.next(check)
-        find_more.next(check)
-        check.next(
-            more.when(sfn.Condition.jsonata(expression("$nextToken != ''")), find_more).otherwise(done)
-        )
-        return find
+        return check
