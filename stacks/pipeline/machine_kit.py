@@ -13,15 +13,14 @@ from collections.abc import Sequence
 
 from aws_cdk import Duration
 from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import aws_stepfunctions_tasks as tasks
+from constructs import Construct
 
+from stacks.pipeline.jsonata_text import expression
 from trainstack.execution_input import RUN_NAME_MAX_LENGTH
 
-__all__ = [
-    "RUN_NAME_MAX_LENGTH",
-    "SAGEMAKER_ERROR",
-    "retry_poll_call",
-    "retry_must_succeed_call",
-]
+# Re-exported: the machines take the run-name limit from where the input check defines it.
+__all__ = ["RUN_NAME_MAX_LENGTH"]
 
 SAGEMAKER_ERROR = "SageMaker.SageMakerException"
 SAGEMAKER_QUOTA_ERROR = "SageMaker.ResourceLimitExceededException"
@@ -39,26 +38,41 @@ NOT_FOUND_CAUSE = "/not found/i"
 
 
 def retry_poll_call(task: sfn.TaskStateBase, errors: Sequence[str]) -> None:
-    """A status call inside a polling loop: 2 s doubling to 60 s, full jitter, 5 attempts; when they run
-    out, the next poll asks again, so the loop never ends on throttling."""
+    """A status call inside a polling loop: 5 attempts; when they run out, the next poll asks again, so
+    the loop never ends on throttling."""
+    _retry_with_backoff(task, errors, max_attempts=5)
+
+
+def retry_must_succeed_call(task: sfn.TaskStateBase, errors: Sequence[str]) -> None:
+    """A call nothing asks again after (a submit, a cleanup's call): 8 attempts, about 4 minutes of
+    throttling survived."""
+    _retry_with_backoff(task, errors, max_attempts=8)
+
+
+def _retry_with_backoff(task: sfn.TaskStateBase, errors: Sequence[str], *, max_attempts: int) -> None:
+    """2 s doubling to 60 s, full jitter."""
     task.add_retry(
         errors=list(errors),
         interval=Duration.seconds(2),
         backoff_rate=2,
-        max_attempts=5,
+        max_attempts=max_attempts,
         max_delay=Duration.seconds(60),
         jitter_strategy=sfn.JitterType.FULL,
     )
 
 
-def retry_must_succeed_call(task: sfn.TaskStateBase, errors: Sequence[str]) -> None:
-    """A call nothing asks again after (a submit, a cleanup's call): 2 s doubling to 60 s, full jitter,
-    8 attempts: about 4 minutes of throttling survived."""
-    task.add_retry(
-        errors=list(errors),
-        interval=Duration.seconds(2),
-        backoff_rate=2,
-        max_attempts=8,
-        max_delay=Duration.seconds(60),
-        jitter_strategy=sfn.JitterType.FULL,
+def describe_service_job(
+    scope: Construct, construct_id: str, job_id: str, assign: dict[str, str]
+) -> tasks.CallAwsService:
+    """batch:DescribeServiceJob of `job_id` (a JSONata expression), its result only in `assign`."""
+    return tasks.CallAwsService.jsonata(
+        scope,
+        construct_id,
+        service="batch",
+        action="describeServiceJob",
+        parameters={"JobId": expression(job_id)},
+        # DescribeServiceJob supports no resource types (Service Authorization Reference, AWS Batch).
+        iam_resources=["*"],
+        assign=assign,
+        outputs={},
     )

@@ -36,12 +36,14 @@ from stacks.pipeline.attempt.training_attempt import (
     failed_outcome,
     outcome,
     poll_wait,
+    report_when,
 )
 from stacks.pipeline.jsonata_text import expression
 from stacks.pipeline.machine_kit import (
     BATCH_CLIENT_ERROR,
     BATCH_TRANSIENT_ERRORS,
     SAGEMAKER_ERROR,
+    describe_service_job,
     retry_must_succeed_call,
     retry_poll_call,
 )
@@ -149,15 +151,11 @@ class QueuedTrainingAttempt(Construct):
         return submit
 
     def _describe_service_job(self, wait: sfn.IChainable) -> tasks.CallAwsService:
-        describe = tasks.CallAwsService.jsonata(
+        describe = describe_service_job(
             self,
             "DescribeServiceJob",
-            service="batch",
-            action="describeServiceJob",
-            parameters={"JobId": expression("$service.id")},
-            # DescribeServiceJob supports no resource types (Service Authorization Reference, AWS Batch).
-            iam_resources=["*"],
-            assign={
+            "$service.id",
+            {
                 "service": expression(
                     '{"id": $service.id, "status": $states.result.Status, '
                     '"reason": $states.result.StatusReason, '
@@ -169,7 +167,6 @@ class QueuedTrainingAttempt(Construct):
                     "? ($runningSince = 0 ? $millis() : $runningSince) : 0"
                 ),
             },
-            outputs={},
         )
         retry_poll_call(describe, BATCH_TRANSIENT_ERRORS)
         describe.add_catch(wait, errors=[BATCH_CLIENT_ERROR, *BATCH_TRANSIENT_ERRORS], outputs={})
@@ -238,20 +235,10 @@ class QueuedTrainingAttempt(Construct):
                 )
             },
         )
-        classify_training_job = (
-            sfn.Choice.jsonata(self, "ClassifyTrainingJob")
-            .when(
-                sfn.Condition.jsonata(expression(f'{status} = "Completed"')),
-                report,
-                assign={"outcome": outcome("Completed")},
-            )
-            .when(
-                sfn.Condition.jsonata(expression(f'{status} = "Failed"')),
-                report,
-                assign={"outcome": failed_outcome()},
-            )
-            .otherwise(stopped.next(report))
-        )
+        classify_training_job = sfn.Choice.jsonata(self, "ClassifyTrainingJob")
+        report_when(classify_training_job, f'{status} = "Completed"', report, outcome("Completed"))
+        report_when(classify_training_job, f'{status} = "Failed"', report, failed_outcome())
+        classify_training_job.otherwise(stopped.next(report))
         describe_started_job.next(classify_training_job)
         return describe_started_job
 
@@ -293,19 +280,9 @@ class QueuedTrainingAttempt(Construct):
             ),
         )
         overdue = "$runningSince > 0 and $millis() > $runningSince + $limits.timeLimitSeconds * 1000"
-        check = (
-            sfn.Choice.jsonata(self, "CheckServiceJob")
-            .when(
-                sfn.Condition.jsonata(expression(capacity_time_limit)),
-                report,
-                assign={"outcome": outcome("Capacity", capacity_cause)},
-            )
-            .when(sfn.Condition.jsonata(expression(training_job_ended)), describe_started_job)
-        )
+        check = sfn.Choice.jsonata(self, "CheckServiceJob")
+        report_when(check, capacity_time_limit, report, outcome("Capacity", capacity_cause))
+        check.when(sfn.Condition.jsonata(expression(training_job_ended)), describe_started_job)
         for condition, outcome_status, cause in failed_before_training:
-            check.when(
-                sfn.Condition.jsonata(expression(condition)),
-                report,
-                assign={"outcome": outcome(outcome_status, cause)},
-            )
+            report_when(check, condition, report, outcome(outcome_status, cause))
         return check.when(sfn.Condition.jsonata(expression(overdue)), terminate).otherwise(wait)

@@ -143,6 +143,11 @@ def outcome(status: str, cause: str = "null", *, with_job: bool = True) -> str:
     return expression(f'{{"status": "{status}", "cause": {cause}{job}}}')
 
 
+def report_when(choice: sfn.Choice, condition: str, report: sfn.IChainable, result: str) -> sfn.Choice:
+    """The branch of an attempt's Choice that reports `result` (an outcome()) when `condition` holds."""
+    return choice.when(sfn.Condition.jsonata(expression(condition)), report, assign={"outcome": result})
+
+
 def _rejected_cause() -> str:
     chain = '"The input"'
     for needle, field in reversed(REJECTED_FIELDS):
@@ -302,28 +307,11 @@ class TrainingAttempt(Construct):
             'MaxWaitTimeInSeconds (" & $described.secondary & ")"'
         )
         stopped_cause = '"Training job " & $job.name & " was stopped (" & $described.secondary & ")."'
-        return (
-            sfn.Choice.jsonata(self, "CheckJob")
-            .when(
-                sfn.Condition.jsonata(expression(f'{status} = "Completed"')),
-                report,
-                assign={"outcome": outcome("Completed")},
-            )
-            .when(
-                sfn.Condition.jsonata(expression(capacity)),
-                report,
-                assign={"outcome": outcome("Capacity", capacity_cause)},
-            )
-            .when(
-                sfn.Condition.jsonata(expression(f'{status} = "Failed"')),
-                report,
-                assign={"outcome": failed_outcome()},
-            )
-            .when(
-                sfn.Condition.jsonata(expression(f'{status} = "Stopped"')),
-                report,
-                assign={"outcome": outcome("Stopped", stopped_cause)},
-            )
-            .when(sfn.Condition.jsonata(expression("$millis() > $limits.stopAtMillis")), stop)
-            .otherwise(wait_for_job)
-        )
+        check_job = sfn.Choice.jsonata(self, "CheckJob")
+        report_when(check_job, f'{status} = "Completed"', report, outcome("Completed"))
+        report_when(check_job, capacity, report, outcome("Capacity", capacity_cause))
+        report_when(check_job, f'{status} = "Failed"', report, failed_outcome())
+        report_when(check_job, f'{status} = "Stopped"', report, outcome("Stopped", stopped_cause))
+        return check_job.when(
+            sfn.Condition.jsonata(expression("$millis() > $limits.stopAtMillis")), stop
+        ).otherwise(wait_for_job)

@@ -36,6 +36,7 @@ from stacks.pipeline.machine_kit import (
     BATCH_CLIENT_ERROR,
     BATCH_TRANSIENT_ERRORS,
     STEP_FUNCTIONS_ERROR,
+    describe_service_job,
     retry_must_succeed_call,
 )
 from stacks.pipeline.queue.training_queue import TrainingQueue, run_job_prefix_of
@@ -160,22 +161,17 @@ def terminate_run_service_jobs(
 def _read_waiting_job(scope: Construct) -> sfn.TaskStateBase:
     """DescribeServiceJob of a RUNNABLE job: its id and the execution its tag names (null if none)."""
     return _retry(
-        tasks.CallAwsService.jsonata(
+        describe_service_job(
             scope,
             "ReadWaitingJob",
-            service="batch",
-            action="describeServiceJob",
-            parameters={"JobId": expression("$states.input")},
-            # DescribeServiceJob supports no resource types (Service Authorization Reference, AWS Batch).
-            iam_resources=["*"],
-            assign={
+            "$states.input",
+            {
                 "jobId": expression("$states.result.JobId"),
                 "owner": expression(
                     f"($o := $lookup($states.result.Tags, {json.dumps(EXECUTION_TAG)}); "
                     '$type($o) = "string" ? $o : null)'
                 ),
             },
-            outputs={},
         )
     )
 
