@@ -4,6 +4,7 @@ notifications and per-profile schedules. docs/pipeline.md describes the behaviou
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
@@ -16,13 +17,14 @@ from stacks.pipeline.cleanup.job_cleanup import JobCleanup
 from stacks.pipeline.cleanup.queue_cleanup import QueueCleanup
 from stacks.pipeline.monitoring import TRAINING_METRICS_NAMESPACE, PipelineMonitoring
 from stacks.pipeline.pipeline_notifications import PipelineNotifications
+from stacks.pipeline.pipeline_runs import PipelineRuns
 from stacks.pipeline.queue.training_queue import TrainingQueue
 from stacks.pipeline.training_state_machine import TrainingStateMachine
 from stacks.storage.storage_stack import StorageStack
 from stacks.validation import acknowledge
 from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements
-from trainstack.config import Settings
 from trainstack.job_request import PipelineResources
+from trainstack.profiles import Profile
 from trainstack.queue_settings import (
     BATCH_TRAINING_JOB_PREFIX,
     QueueSettings,
@@ -45,7 +47,8 @@ class PipelineStack(cdk.Stack):
         scope: Construct,
         construct_id: str,
         *,
-        settings: Settings,
+        runs: PipelineRuns,
+        notification_emails: Sequence[str],
         network: NetworkStack,
         storage: StorageStack,
         image: ImageStack,
@@ -58,20 +61,20 @@ class PipelineStack(cdk.Stack):
             "notifications, dashboard and alarms",
             **kwargs,
         )
-        project = settings.project
-        self.sagemaker_role = self._sagemaker_role(settings, network, storage, image)
+        project = runs.project
+        self.sagemaker_role = self._sagemaker_role(project, runs.queue.enabled, network, storage, image)
         self.resources = _pipeline_resources(project, self.sagemaker_role, network, storage, image)
-        self.queue = self._training_queue(project, settings.queue) if settings.queue.enabled else None
+        self.queue = self._training_queue(project, runs.queue) if runs.queue.enabled else None
         self.training = TrainingStateMachine(
             self,
             "Training",
-            settings=settings,
+            runs=runs,
             resources=self.resources,
             sagemaker_role=self.sagemaker_role,
             queue=self.queue,
         )
         self.state_machine = self.training.state_machine
-        queued = settings.queue.enabled
+        queued = runs.queue.enabled
         self.cleanup = JobCleanup(
             self, "JobCleanup", project=project, pipeline=self.state_machine, batch_jobs=queued
         )
@@ -84,7 +87,7 @@ class PipelineStack(cdk.Stack):
             "Notifications",
             project=project,
             pipeline=self.state_machine,
-            emails=settings.notification_emails,
+            emails=notification_emails,
         )
         cleanups = [self.cleanup] + ([self.queue_cleanup] if self.queue is not None else [])
         self.monitoring = PipelineMonitoring(
@@ -99,7 +102,7 @@ class PipelineStack(cdk.Stack):
             sweepers=[cleanup.sweeper for cleanup in cleanups],
             topic=self.notifications.topic,
         )
-        self._schedules(settings)
+        self._schedules(project, runs.profiles)
         self._outputs()
 
     def _training_queue(self, project: str, queue: QueueSettings) -> TrainingQueue:
@@ -134,11 +137,10 @@ class PipelineStack(cdk.Stack):
         )
 
     def _sagemaker_role(
-        self, settings: Settings, network: NetworkStack, storage: StorageStack, image: ImageStack
+        self, project: str, queued: bool, network: NetworkStack, storage: StorageStack, image: ImageStack
     ) -> iam.Role:
         """What a training job may do: read the dataset, read/write checkpoints and artifacts, pull the
         image, write its logs and metrics, and manage the ENIs of its VPC placement."""
-        project = settings.project
         role = iam.Role(
             self,
             "SageMakerExecutionRole",
@@ -150,7 +152,7 @@ class PipelineStack(cdk.Stack):
             image.repository.grant_pull(role)
         else:
             role.add_to_policy(iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"]))
-        self._log_and_metric_permissions(role, project, queued=settings.queue.enabled)
+        self._log_and_metric_permissions(role, project, queued=queued)
         self._vpc_permissions(role, network)
         _acknowledge_role(role, project)
         return role
@@ -239,9 +241,9 @@ class PipelineStack(cdk.Stack):
             )
         )
 
-    def _schedules(self, settings: Settings) -> None:
+    def _schedules(self, project: str, profiles: Sequence[Profile]) -> None:
         """An EventBridge Scheduler schedule per profile that sets `schedule`: {"profile": <name>}."""
-        scheduled = [profile for profile in settings.profiles if profile.schedule]
+        scheduled = [profile for profile in profiles if profile.schedule]
         if not scheduled:
             return
         role = iam.Role(
@@ -250,14 +252,14 @@ class PipelineStack(cdk.Stack):
             assumed_by=iam.ServicePrincipal(
                 "scheduler.amazonaws.com", conditions={"StringEquals": {"aws:SourceAccount": self.account}}
             ),
-            description=f"{settings.project} schedules: start pipeline executions",
+            description=f"{project} schedules: start pipeline executions",
         )
         self.state_machine.grant_start_execution(role)
         for profile in scheduled:
             scheduler.CfnSchedule(
                 self,
                 f"Schedule-{profile.name}",
-                name=f"{settings.project}-{profile.name}",
+                name=f"{project}-{profile.name}",
                 description=f"Periodic retraining with profile {profile.name}",
                 schedule_expression=profile.schedule,
                 schedule_expression_timezone="UTC",

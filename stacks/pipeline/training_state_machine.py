@@ -12,7 +12,7 @@ TrainingStopped.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
@@ -44,6 +44,7 @@ from stacks.pipeline.pipeline_run_request import (
     plan_expression,
     request_expression,
 )
+from stacks.pipeline.pipeline_runs import PipelineRuns
 from stacks.pipeline.queue.training_queue import TrainingQueue, batch_training_jobs
 from stacks.pipeline.state_machine_facts import (
     ERROR_CAPACITY_EXHAUSTED,
@@ -59,8 +60,8 @@ from stacks.pipeline.state_machine_facts import (
 )
 from stacks.validation import acknowledge
 from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements
-from trainstack.config import Settings
 from trainstack.job_request import PipelineResources
+from trainstack.profiles import Profile
 
 # CreateTrainingJob with Tags needs AddTags on the new job.
 CREATE_ACTIONS = ("sagemaker:CreateTrainingJob", "sagemaker:AddTags")
@@ -95,9 +96,9 @@ def training_job_arn(scope: Construct, job_name_pattern: str) -> str:
     )
 
 
-def training_plans(settings: Settings) -> list[str]:
+def training_plans(profiles: Sequence[Profile]) -> list[str]:
     """The training plans the profiles' requests name, each once, in config order."""
-    plans = (plan for profile in settings.profiles for plan in profile.training_plan_arns if plan)
+    plans = (plan for profile in profiles for plan in profile.training_plan_arns if plan)
     return list(dict.fromkeys(plans))
 
 
@@ -109,13 +110,13 @@ class TrainingStateMachine(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        settings: Settings,
+        runs: PipelineRuns,
         resources: PipelineResources,
         sagemaker_role: iam.IRole,
         queue: TrainingQueue | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
-        project, profiles = settings.project, settings.profiles
+        project, profiles = runs.project, runs.profiles
         if not profiles:
             raise ValueError("the pipeline needs at least one profile under profiles: in the config")
         placeholders = with_placeholders(resources)
@@ -144,7 +145,7 @@ class TrainingStateMachine(Construct):
         self.attempt_machine, self.attempt_log_group = logged_state_machine(
             self, "AttemptStateMachine", name=f"{project}-pipeline-attempt", chain=attempt, timeout=None
         )
-        chain = self._pipeline(settings, placeholders)
+        chain = self._pipeline(runs, placeholders)
         self.state_machine, self.log_group = logged_state_machine(
             self,
             "StateMachine",
@@ -160,7 +161,7 @@ class TrainingStateMachine(Construct):
                 "their names are generated at run time under the attempt machine's name."
             },
         )
-        self._grant(self.attempt_machine, job_arn, sagemaker_role, training_plans(settings))
+        self._grant(self.attempt_machine, job_arn, sagemaker_role, training_plans(profiles))
         grant_publish(self.state_machine.role, project)
         for machine in (self.state_machine, self.attempt_machine):
             acknowledge(
@@ -230,26 +231,26 @@ class TrainingStateMachine(Construct):
             },
         )
 
-    def _pipeline(self, settings: Settings, resources: PipelineResources) -> sfn.IChainable:
+    def _pipeline(self, runs: PipelineRuns, resources: PipelineResources) -> sfn.IChainable:
         read_input = sfn.Pass.jsonata(
             self,
             "ReadInput",
             comment="The profiles: each one's CreateTrainingJob base request and retry policy.",
             # As a JSONata literal: moto's ASL parser keeps JSON escapes of plain Assign values (a
             # MetricDefinitions regex "\\." would reach SageMaker as "\\\\."); JSONata reads them as AWS does.
-            assign={"profiles": expression(literal(profile_table(settings.profiles, resources)))},
+            assign={"profiles": expression(literal(profile_table(runs.profiles, resources)))},
         )
         check_input = sfn.Pass.jsonata(
-            self, "CheckInput", assign={"checked": expression(check_input_expression(settings))}
+            self, "CheckInput", assign={"checked": expression(check_input_expression(runs))}
         )
         invalid_input = sfn.Fail.jsonata(
             self, "InvalidInput", error=ERROR_INVALID_INPUT, cause=expression("$checked.problem")
         )
         prepare_run = self._prepare_run(resources)
-        run_attempt = self._run_attempt(settings, resources)
+        run_attempt = self._run_attempt(runs, resources)
         classify = self._classify_attempt(run_attempt)
         publish = publish_attempt_metrics(
-            self, "PublishAttemptMetrics", project=settings.project, partition=literal_partition(self)
+            self, "PublishAttemptMetrics", project=runs.project, partition=literal_partition(self)
         )
         # Metrics are a side effect: a failed publish never changes the run's outcome.
         publish.add_catch(classify, errors=["States.ALL"], outputs={})
@@ -277,7 +278,7 @@ class TrainingStateMachine(Construct):
             },
         )
 
-    def _run_attempt(self, settings: Settings, resources: PipelineResources) -> sfn.TaskStateBase:
+    def _run_attempt(self, runs: PipelineRuns, resources: PipelineResources) -> sfn.TaskStateBase:
         run_attempt = tasks.StepFunctionsStartExecution.jsonata(
             self,
             "RunAttempt",
@@ -292,7 +293,7 @@ class TrainingStateMachine(Construct):
                     "runName": expression("$plan.runName"),
                     "stopAtMillis": expression("$plan.stopAtMillis"),
                     "timeLimitSeconds": expression("$plan.timeLimitSeconds"),
-                    **(queue_attempt_fields(settings) if self.queue else {}),
+                    **(queue_attempt_fields(runs.profiles, runs.queue) if self.queue else {}),
                 }
             ),
             assign={"outcome": expression("$states.result.Output")},

@@ -25,6 +25,7 @@ waited the queue's capacity time limit. So this attempt:
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_stepfunctions as sfn
@@ -48,22 +49,21 @@ from stacks.pipeline.machine_kit import (
     retry_poll_call,
 )
 from stacks.pipeline.queue.training_queue import CAPACITY_REASON, service_job_name
-from trainstack.config import Settings
+from trainstack.profiles import Profile
+from trainstack.queue_settings import QueueSettings
 
 TIME_LIMIT_PREFIX = "Terminated by JobStateTimeLimit action due to reason: " + CAPACITY_REASON
 # Service job states in which the training job has its instances: the time limit counts only there.
 HAS_INSTANCES = ("STARTING", "RUNNING")
 
 
-def queue_attempt_fields(settings: Settings) -> dict[str, str]:
+def queue_attempt_fields(profiles: Sequence[Profile], queue: QueueSettings) -> dict[str, str]:
     """What the pipeline adds to a queued attempt's input: Batch's schedulingPriority and shareIdentifier,
     from the execution input (checked already), else the profile's priority and the queue's first share;
     null when there is none. `$plan.profile` names the run's profile."""
     given = "$states.context.Execution.Input"
-    priorities = {
-        profile.name: profile.priority for profile in settings.profiles if profile.priority is not None
-    }
-    default_share = next(iter(settings.queue.shares), None)
+    priorities = {profile.name: profile.priority for profile in profiles if profile.priority is not None}
+    default_share = next(iter(queue.shares), None)
     return {
         "priority": expression(
             f"$exists({given}.priority) ? {given}.priority : "
