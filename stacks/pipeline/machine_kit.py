@@ -9,9 +9,11 @@ Error names under aws-sdk:<service>:* integrations: errors a service's API model
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
+import aws_cdk as cdk
 from aws_cdk import Duration
+from aws_cdk import aws_events as events
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
@@ -32,6 +34,9 @@ EXECUTION_GONE_ERROR = "Sfn.ExecutionDoesNotExistException"
 # included, is Batch.BatchException.
 BATCH_CLIENT_ERROR = "Batch.ClientException"
 BATCH_TRANSIENT_ERRORS = ("Batch.ServerException", "Batch.BatchException")
+# Execution statuses after which a job of that execution must not keep running.
+ENDED_UNSUCCESSFULLY = ("FAILED", "TIMED_OUT", "ABORTED")
+EXECUTION_STATUS_CHANGE = "Step Functions Execution Status Change"
 # JSONata regexes over an error's Cause.
 THROTTLE_CAUSE = "/rate exceeded|throttl/i"
 NOT_FOUND_CAUSE = "/not found/i"
@@ -75,4 +80,30 @@ def describe_service_job(
         iam_resources=["*"],
         assign=assign,
         outputs={},
+    )
+
+
+def literal_partition(scope: Construct) -> str:
+    """The partition as text: Task Resource ARNs are validated as literals (cfn-lint E3601), and the
+    stacks always have a region (config), from which CDK knows the partition."""
+    partition = cdk.Stack.of(scope).partition
+    if cdk.Token.is_unresolved(partition):
+        raise ValueError("the pipeline stack needs a concrete region (config: region) to name its partition")
+    return partition
+
+
+def training_job_arn(scope: Construct, job_name_pattern: str) -> str:
+    return cdk.Stack.of(scope).format_arn(
+        service="sagemaker", resource="training-job", resource_name=job_name_pattern
+    )
+
+
+def execution_status_pattern(
+    state_machine: sfn.IStateMachine, statuses: Iterable[str]
+) -> events.EventPattern:
+    """EventBridge pattern for the given execution statuses of one state machine."""
+    return events.EventPattern(
+        source=["aws.states"],
+        detail_type=[EXECUTION_STATUS_CHANGE],
+        detail={"stateMachineArn": [state_machine.state_machine_arn], "status": list(statuses)},
     )

@@ -34,6 +34,7 @@ from stacks.pipeline.fault_retries import (
 )
 from stacks.pipeline.jsonata_text import expression, literal
 from stacks.pipeline.logged_state_machine import logged_state_machine
+from stacks.pipeline.machine_kit import literal_partition, training_job_arn
 from stacks.pipeline.pipeline_input_rules import (
     backoff_seconds_expression,
     check_input_expression,
@@ -79,21 +80,6 @@ START_REFUSED_ERRORS = (
     "StepFunctions.ExecutionLimitExceeded",
     "StepFunctions.ExecutionLimitExceededException",
 )
-
-
-def literal_partition(scope: Construct) -> str:
-    """The partition as text: Task Resource ARNs are validated as literals (cfn-lint E3601), and the
-    stacks always have a region (config), from which CDK knows the partition."""
-    partition = cdk.Stack.of(scope).partition
-    if cdk.Token.is_unresolved(partition):
-        raise ValueError("the pipeline stack needs a concrete region (config: region) to name its partition")
-    return partition
-
-
-def training_job_arn(scope: Construct, job_name_pattern: str) -> str:
-    return cdk.Stack.of(scope).format_arn(
-        service="sagemaker", resource="training-job", resource_name=job_name_pattern
-    )
 
 
 def training_plans(profiles: Sequence[Profile]) -> list[str]:

@@ -19,7 +19,6 @@ not found: the walk is over; anything else: the cleanup fails, loudly).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 import aws_cdk as cdk
@@ -33,6 +32,7 @@ from constructs import Construct
 from stacks.pipeline.jsonata_text import expression, literal
 from stacks.pipeline.logged_state_machine import logged_state_machine
 from stacks.pipeline.machine_kit import (
+    ENDED_UNSUCCESSFULLY,
     EXECUTION_GONE_ERROR,
     NOT_FOUND_CAUSE,
     RUN_NAME_MAX_LENGTH,
@@ -40,17 +40,15 @@ from stacks.pipeline.machine_kit import (
     SAGEMAKER_NOT_FOUND_ERROR,
     STEP_FUNCTIONS_ERROR,
     THROTTLE_CAUSE,
+    execution_status_pattern,
     retry_must_succeed_call,
+    training_job_arn,
 )
 from stacks.pipeline.queue.training_queue import batch_training_jobs
-from stacks.pipeline.training_state_machine import training_job_arn
 from stacks.validation import acknowledge
 from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements, flatten_reference
 from trainstack.job_request import EXECUTION_TAG
 
-# Execution statuses after which a job of that execution must not keep running.
-ENDED_UNSUCCESSFULLY = ("FAILED", "TIMED_OUT", "ABORTED")
-EXECUTION_STATUS_CHANGE = "Step Functions Execution Status Change"
 # Longer than a CreateTrainingJob call can stay in flight (the SDK's 60 s socket timeout plus retries).
 IN_FLIGHT_CREATE_SECONDS = 120
 SWEEP_EVERY = cdk.Duration.minutes(15)
@@ -59,17 +57,6 @@ STOP_BATCH_JOBS = "StopBatchTrainingJobs"
 MAX_THROTTLED_DESCRIBES = 12
 # The job of each attempt of the run, as the pipeline names it.
 ATTEMPT_JOB_NAME = "$runName & '-' & $string($attempt)"
-
-
-def execution_status_pattern(
-    state_machine: sfn.IStateMachine, statuses: Iterable[str]
-) -> events.EventPattern:
-    """EventBridge pattern for the given execution statuses of one state machine."""
-    return events.EventPattern(
-        source=["aws.states"],
-        detail_type=[EXECUTION_STATUS_CHANGE],
-        detail={"stateMachineArn": [state_machine.state_machine_arn], "status": list(statuses)},
-    )
 
 
 class JobCleanup(Construct):

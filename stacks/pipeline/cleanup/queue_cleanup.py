@@ -29,14 +29,15 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from stacks.pipeline.cleanup.job_cleanup import ENDED_UNSUCCESSFULLY, execution_status_pattern
 from stacks.pipeline.jsonata_text import expression
 from stacks.pipeline.logged_state_machine import logged_state_machine
 from stacks.pipeline.machine_kit import (
     BATCH_CLIENT_ERROR,
     BATCH_TRANSIENT_ERRORS,
+    ENDED_UNSUCCESSFULLY,
     STEP_FUNCTIONS_ERROR,
     describe_service_job,
+    execution_status_pattern,
     retry_must_succeed_call,
 )
 from stacks.pipeline.queue.training_queue import TrainingQueue, run_job_prefix_of
