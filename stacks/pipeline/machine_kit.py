@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 import aws_cdk as cdk
 from aws_cdk import Duration
 from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
@@ -37,6 +38,9 @@ BATCH_TRANSIENT_ERRORS = ("Batch.ServerException", "Batch.BatchException")
 # Execution statuses after which a job of that execution must not keep running.
 ENDED_UNSUCCESSFULLY = ("FAILED", "TIMED_OUT", "ABORTED")
 EXECUTION_STATUS_CHANGE = "Step Functions Execution Status Change"
+# Sweepers run this often and end before the next one starts.
+SWEEP_EVERY = Duration.minutes(15)
+SWEEP_TIMEOUT = Duration.minutes(14)
 # JSONata regexes over an error's Cause.
 THROTTLE_CAUSE = "/rate exceeded|throttl/i"
 NOT_FOUND_CAUSE = "/not found/i"
@@ -107,3 +111,36 @@ def execution_status_pattern(
         detail_type=[EXECUTION_STATUS_CHANGE],
         detail={"stateMachineArn": [state_machine.state_machine_arn], "status": list(statuses)},
     )
+
+
+def execution_prefix(scope: Construct, pipeline: sfn.StateMachine) -> str:
+    """`arn:...:execution:<pipeline name>:`, the start of every ARN of the pipeline's executions (a literal
+    name keeps the definitions free of references)."""
+    return cdk.Stack.of(scope).format_arn(
+        service="states",
+        resource="execution",
+        resource_name=f"{pipeline.node.default_child.state_machine_name or pipeline.state_machine_name}:",
+        arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
+    )
+
+
+def start_when_execution_ended(
+    scope: Construct, machine: sfn.StateMachine, pipeline: sfn.StateMachine, description: str
+) -> events.Rule:
+    """Rule `OnExecutionEnded`: `machine` runs, with the event as input, for every pipeline execution that
+    failed, timed out or was aborted."""
+    rule = events.Rule(
+        scope,
+        "OnExecutionEnded",
+        description=description,
+        event_pattern=execution_status_pattern(pipeline, ENDED_UNSUCCESSFULLY),
+    )
+    rule.add_target(targets.SfnStateMachine(machine))
+    return rule
+
+
+def start_every_sweep(scope: Construct, sweeper: sfn.StateMachine, description: str) -> events.Rule:
+    """Rule `Sweep`: `sweeper` runs every SWEEP_EVERY (each sweep ends within SWEEP_TIMEOUT)."""
+    rule = events.Rule(scope, "Sweep", description=description, schedule=events.Schedule.rate(SWEEP_EVERY))
+    rule.add_target(targets.SfnStateMachine(sweeper))
+    return rule

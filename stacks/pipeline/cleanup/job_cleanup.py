@@ -22,8 +22,6 @@ from __future__ import annotations
 from typing import Any
 
 import aws_cdk as cdk
-from aws_cdk import aws_events as events
-from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
@@ -32,16 +30,18 @@ from constructs import Construct
 from stacks.pipeline.jsonata_text import expression, literal
 from stacks.pipeline.logged_state_machine import logged_state_machine
 from stacks.pipeline.machine_kit import (
-    ENDED_UNSUCCESSFULLY,
     EXECUTION_GONE_ERROR,
     NOT_FOUND_CAUSE,
     RUN_NAME_MAX_LENGTH,
     SAGEMAKER_ERROR,
     SAGEMAKER_NOT_FOUND_ERROR,
     STEP_FUNCTIONS_ERROR,
+    SWEEP_TIMEOUT,
     THROTTLE_CAUSE,
-    execution_status_pattern,
+    execution_prefix,
     retry_must_succeed_call,
+    start_every_sweep,
+    start_when_execution_ended,
     training_job_arn,
 )
 from stacks.pipeline.queue.training_queue import batch_training_jobs
@@ -51,7 +51,6 @@ from trainstack.job_request import EXECUTION_TAG
 
 # Longer than a CreateTrainingJob call can stay in flight (the SDK's 60 s socket timeout plus retries).
 IN_FLIGHT_CREATE_SECONDS = 120
-SWEEP_EVERY = cdk.Duration.minutes(15)
 STOP_BATCH_JOBS = "StopBatchTrainingJobs"
 # Throttled DescribeTrainingJob calls of one job before the cleanup gives up (about 10 minutes).
 MAX_THROTTLED_DESCRIBES = 12
@@ -75,34 +74,25 @@ class JobCleanup(Construct):
         super().__init__(scope, construct_id)
         self._project = project
         self._job_arns = training_job_arn(self, f"{project}-*")
-        self._execution_prefix = cdk.Stack.of(self).format_arn(
-            service="states",
-            resource="execution",
-            # The name the pipeline was given (a literal keeps the definition free of references).
-            resource_name=f"{pipeline.node.default_child.state_machine_name or pipeline.state_machine_name}:",
-            arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
-        )
+        self._execution_prefix = execution_prefix(self, pipeline)
         self._executions = f"{self._execution_prefix}*"
         self.state_machine = self._machine(
             "StateMachine", f"{project}-job-cleanup", self._stop_by_name(), timeout=cdk.Duration.hours(2)
         )
-        self.rule = events.Rule(
+        self.rule = start_when_execution_ended(
             self,
-            "OnExecutionEnded",
-            description=f"Stop the jobs of {project} pipeline executions that failed, timed out, aborted",
-            event_pattern=execution_status_pattern(pipeline, ENDED_UNSUCCESSFULLY),
+            self.state_machine,
+            pipeline,
+            f"Stop the jobs of {project} pipeline executions that failed, timed out, aborted",
         )
-        self.rule.add_target(targets.SfnStateMachine(self.state_machine))
         self.sweeper = self._machine(
-            "Sweeper", f"{project}-job-sweeper", self._sweep(), timeout=cdk.Duration.minutes(14)
+            "Sweeper", f"{project}-job-sweeper", self._sweep(), timeout=SWEEP_TIMEOUT
         )
-        self.schedule = events.Rule(
+        self.schedule = start_every_sweep(
             self,
-            "Sweep",
-            description=f"Stop InProgress {project} jobs whose pipeline execution is no longer running",
-            schedule=events.Schedule.rate(SWEEP_EVERY),
+            self.sweeper,
+            f"Stop InProgress {project} jobs whose pipeline execution is no longer running",
         )
-        self.schedule.add_target(targets.SfnStateMachine(self.sweeper))
         if batch_jobs:
             self.sweeper.add_to_role_policy(
                 batch_training_jobs(self, project, STOP_BATCH_JOBS, ["sagemaker:StopTrainingJob"])
