@@ -11,6 +11,7 @@ from stacks.checkov_skips import skip_project_wide_checks
 from stacks.governed_account import apply_governance, governed, synthesizer
 from stacks.image.image_stack import ImageStack
 from stacks.network.network_stack import NetworkStack
+from stacks.pipeline.pipeline_runs import PipelineRuns
 from stacks.pipeline.pipeline_stack import PipelineStack
 from stacks.storage.storage_stack import StorageStack
 from trainstack.config import Settings
@@ -36,15 +37,7 @@ def build_app(app: cdk.App, settings: Settings, *, nag: bool = True) -> Trainsta
     network = network_stack(app, settings, **common)
     storage = storage_stack(app, settings, network, **common)
     image = image_stack(app, settings, network, **common)
-    pipeline = PipelineStack(
-        app,
-        f"{settings.project}-pipeline",
-        settings=settings,
-        network=network,
-        storage=storage,
-        image=image,
-        **common,
-    )
+    pipeline = pipeline_stack(app, settings, network, storage, image, **common)
     stacks = TrainstackStacks(network=network, storage=storage, image=image, pipeline=pipeline)
     for stack in stacks.all:
         for key, value in settings.tags.items():
@@ -99,5 +92,25 @@ def image_stack(app: cdk.App, settings: Settings, network: NetworkStack | None, 
         project=settings.project,
         image=settings.image,
         handlers_network=network if governed(settings) else None,
+        **kwargs,
+    )
+
+
+def pipeline_stack(
+    app: cdk.App,
+    settings: Settings,
+    network: NetworkStack,
+    storage: StorageStack,
+    image: ImageStack,
+    **kwargs,
+) -> PipelineStack:
+    return PipelineStack(
+        app,
+        f"{settings.project}-pipeline",
+        runs=PipelineRuns(project=settings.project, profiles=tuple(settings.profiles), queue=settings.queue),
+        notification_emails=settings.notification_emails,
+        network=network,
+        storage=storage,
+        image=image,
         **kwargs,
     )

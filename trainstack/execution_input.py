@@ -20,10 +20,10 @@ is reported as `InvalidInput` too.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from trainstack.config import Settings
 from trainstack.job_request import RunRequest
@@ -35,6 +35,22 @@ from trainstack.profiles import (
     RESERVED_HYPERPARAMETERS,
     Profile,
 )
+from trainstack.queue_settings import QueueSettings
+
+
+class RunConfig(Protocol):
+    """What the input rules read of the config: Settings has it, and so does the pipeline's own slice
+    (stacks.pipeline.pipeline_runs.PipelineRuns)."""
+
+    @property
+    def project(self) -> str: ...
+
+    @property
+    def profiles(self) -> Sequence[Profile]: ...
+
+    @property
+    def queue(self) -> QueueSettings: ...
+
 
 FIELDS = ("profile", "runName", "hyperparameters", "instanceCount", "maxRuntimeHours", "resumeFrom")
 QUEUE_FIELDS = ("priority", "share")
@@ -71,7 +87,7 @@ class InputRule:
     field: str  # input field, or "" for the input as a whole
     rule: str  # short id of the check, e.g. "integer>=1"
     message: str  # the cause; {profiles}, {prefix}, {fields} ... are filled from the config
-    accepts: Callable[[Any, Settings], bool]  # called only when the field is present
+    accepts: Callable[[Any, RunConfig], bool]  # called only when the field is present
     queue_only: bool = False  # checked only in queue mode (queue.enabled)
 
 
@@ -84,12 +100,12 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def input_fields(settings: Settings) -> tuple[str, ...]:
+def input_fields(settings: RunConfig) -> tuple[str, ...]:
     """The fields an execution input may hold under this config."""
     return FIELDS + QUEUE_FIELDS if settings.queue.enabled else FIELDS
 
 
-def _hyperparameters(check: Callable[[str, Any], bool]) -> Callable[[Any, Settings], bool]:
+def _hyperparameters(check: Callable[[str, Any], bool]) -> Callable[[Any, RunConfig], bool]:
     return lambda value, _: all(check(name, item) for name, item in value.items())
 
 
@@ -250,12 +266,12 @@ def default_run_name(settings: Settings, profile: str, now: datetime | None = No
     return f"{settings.project}-{profile}-{now:%Y%m%d-%H%M%S}"
 
 
-def input_rules(settings: Settings) -> tuple[InputRule, ...]:
+def input_rules(settings: RunConfig) -> tuple[InputRule, ...]:
     """INPUT_RULES that apply under this config (the queue's rules only in queue mode)."""
     return tuple(rule for rule in INPUT_RULES if settings.queue.enabled or not rule.queue_only)
 
 
-def message_context(settings: Settings, unknown: str) -> dict[str, str]:
+def message_context(settings: RunConfig, unknown: str) -> dict[str, str]:
     """What the {placeholders} of INPUT_RULES' messages stand for; `unknown` lists the unknown fields."""
     return {
         "fields": ", ".join(input_fields(settings)),

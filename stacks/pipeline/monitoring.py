@@ -105,6 +105,32 @@ class PipelineMonitoring(Construct):
         for sweeper in sweepers:
             self._orphan_filter(sweeper, namespace)
         self.alarms = [
+            *self._run_and_cleanup_alarms(pipeline, runs_failed, cleanup_machines, namespace),
+            *self._attempt_and_quota_alarms(pipeline, namespace),
+        ]
+        for alarm in self.alarms:
+            alarm.add_alarm_action(cloudwatch_actions.SnsAction(topic))
+        self.dashboard = cloudwatch.Dashboard(
+            self,
+            "Dashboard",
+            dashboard_name=f"{project}-training",
+            default_interval=cdk.Duration.days(7),
+            widgets=[
+                self._pipeline_row(pipeline, namespace, runs_failed),
+                self._training_row(),
+                self._instance_row(),
+            ],
+        )
+
+    def _run_and_cleanup_alarms(
+        self,
+        pipeline: sfn.StateMachine,
+        runs_failed: logs.MetricFilter,
+        cleanup_machines: Sequence[sfn.StateMachine],
+        namespace: str,
+    ) -> list[cloudwatch.Alarm]:
+        project = self._project
+        return [
             self._alarm(
                 "RunFailed",
                 f"A {project} run failed for a reason other than {ERROR_INVALID_INPUT}, or timed out",
@@ -138,6 +164,11 @@ class PipelineMonitoring(Construct):
                     namespace=namespace, metric_name=ORPHANS_STOPPED, statistic="Sum", period=SWEEP_PERIOD
                 ),
             ),
+        ]
+
+    def _attempt_and_quota_alarms(self, pipeline: sfn.StateMachine, namespace: str) -> list[cloudwatch.Alarm]:
+        project = self._project
+        return [
             self._alarm(
                 "CapacityWaitLong",
                 f"A {project} run has been without capacity for {CAPACITY_WAIT_ALARM_HOURS} hours or more",
@@ -163,19 +194,6 @@ class PipelineMonitoring(Construct):
                 pipeline.metric_throttled(statistic="Sum", period=ALARM_PERIOD),
             ),
         ]
-        for alarm in self.alarms:
-            alarm.add_alarm_action(cloudwatch_actions.SnsAction(topic))
-        self.dashboard = cloudwatch.Dashboard(
-            self,
-            "Dashboard",
-            dashboard_name=f"{project}-training",
-            default_interval=cdk.Duration.days(7),
-            widgets=[
-                self._pipeline_row(pipeline, namespace, runs_failed),
-                self._training_row(),
-                self._instance_row(),
-            ],
-        )
 
     def _orphan_filter(self, sweeper: sfn.StateMachine, namespace: str) -> None:
         name = sweeper.node.default_child.state_machine_name

@@ -14,7 +14,6 @@ from typing import Any
 
 from stacks.pipeline.jsonata_text import literal
 from stacks.pipeline.state_machine_facts import extra_time_seconds
-from trainstack.config import Settings
 from trainstack.execution_input import (
     EXECUTION_NAME_MESSAGE,
     HYPERPARAMETER_NAME_MAX_LENGTH,
@@ -26,6 +25,7 @@ from trainstack.execution_input import (
     RUN_NAME_PATTERN,
     S3_URI_PATTERN,
     UNSAFE_EXECUTION_NAME_CHARACTER,
+    RunConfig,
     input_fields,
     input_rules,
     message_context,
@@ -49,7 +49,7 @@ def regex(pattern: str) -> str:
     return "/" + pattern.replace("/", "\\/") + "/"
 
 
-def _conditions(settings: Settings) -> dict[tuple[str, str], str]:
+def _conditions(settings: RunConfig) -> dict[tuple[str, str], str]:
     """What each rule accepts; `$v` is the field's value, `$p` the chosen profile's table entry."""
     names = literal([profile.name for profile in settings.profiles])
     prefix = f"{settings.project}-"
@@ -109,7 +109,7 @@ def _profile_rule_causes() -> dict[str, str]:
     }
 
 
-def check_input_expression(settings: Settings) -> str:
+def check_input_expression(settings: RunConfig) -> str:
     """The JSONata block that checks `$states.input` against `$profiles` (see module docstring)."""
     conditions = _conditions(settings)
     context = message_context(settings, unknown="\0")

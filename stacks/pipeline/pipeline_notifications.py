@@ -15,7 +15,7 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from stacks.pipeline.cleanup.job_cleanup import execution_status_pattern
+from stacks.pipeline.machine_kit import execution_status_pattern
 
 FINISHED = ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED")
 

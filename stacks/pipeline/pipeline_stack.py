@@ -4,6 +4,7 @@ notifications and per-profile schedules. docs/pipeline.md describes the behaviou
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
@@ -16,14 +17,20 @@ from stacks.pipeline.cleanup.job_cleanup import JobCleanup
 from stacks.pipeline.cleanup.queue_cleanup import QueueCleanup
 from stacks.pipeline.monitoring import TRAINING_METRICS_NAMESPACE, PipelineMonitoring
 from stacks.pipeline.pipeline_notifications import PipelineNotifications
+from stacks.pipeline.pipeline_runs import PipelineRuns
 from stacks.pipeline.queue.training_queue import TrainingQueue
 from stacks.pipeline.training_state_machine import TrainingStateMachine
 from stacks.storage.storage_stack import StorageStack
 from stacks.validation import acknowledge
 from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements
-from trainstack.config import Settings
 from trainstack.job_request import PipelineResources
-from trainstack.queue_settings import BATCH_TRAINING_JOB_PREFIX, queue_job_prefix, training_queue_name
+from trainstack.profiles import Profile
+from trainstack.queue_settings import (
+    BATCH_TRAINING_JOB_PREFIX,
+    QueueSettings,
+    queue_job_prefix,
+    training_queue_name,
+)
 
 # Where SageMaker training jobs write their logs (fixed by SageMaker).
 TRAINING_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
@@ -40,7 +47,8 @@ class PipelineStack(cdk.Stack):
         scope: Construct,
         construct_id: str,
         *,
-        settings: Settings,
+        runs: PipelineRuns,
+        notification_emails: Sequence[str],
         network: NetworkStack,
         storage: StorageStack,
         image: ImageStack,
@@ -53,40 +61,20 @@ class PipelineStack(cdk.Stack):
             "notifications, dashboard and alarms",
             **kwargs,
         )
-        project = settings.project
-        self.sagemaker_role = self._sagemaker_role(settings, network, storage, image)
-        self.resources = PipelineResources(
-            role_arn=self.sagemaker_role.role_arn,
-            image_uri=image.image_uri,
-            job_name_prefix=f"{project}-",
-            checkpoint_bucket=storage.checkpoint_bucket.bucket_name,
-            artifact_bucket=storage.artifact_bucket.bucket_name,
-            dataset_bucket=storage.dataset_bucket.bucket_name,
-            dataset_prefix=storage.dataset_prefix,
-            subnet_ids=tuple(subnet.subnet_id for subnet in network.training_subnets),
-            security_group_ids=(network.training_security_group.security_group_id,),
-            file_system_id=storage.file_system_id,
-            file_system_directory_path=storage.file_system_dataset_path,
-        )
-        self.queue = None
-        if settings.queue.enabled:
-            self.queue = TrainingQueue(self, "Queue", project=project, queue=settings.queue)
-            cdk.CfnOutput(
-                self,
-                TRAINING_QUEUE_ARN_OUTPUT,
-                value=self.queue.job_queue_arn,
-                description="AWS Batch job queue that holds training jobs until instances are free",
-            )
+        project = runs.project
+        self.sagemaker_role = self._sagemaker_role(project, runs.queue.enabled, network, storage, image)
+        self.resources = _pipeline_resources(project, self.sagemaker_role, network, storage, image)
+        self.queue = self._training_queue(project, runs.queue) if runs.queue.enabled else None
         self.training = TrainingStateMachine(
             self,
             "Training",
-            settings=settings,
+            runs=runs,
             resources=self.resources,
             sagemaker_role=self.sagemaker_role,
             queue=self.queue,
         )
         self.state_machine = self.training.state_machine
-        queued = settings.queue.enabled
+        queued = runs.queue.enabled
         self.cleanup = JobCleanup(
             self, "JobCleanup", project=project, pipeline=self.state_machine, batch_jobs=queued
         )
@@ -99,7 +87,7 @@ class PipelineStack(cdk.Stack):
             "Notifications",
             project=project,
             pipeline=self.state_machine,
-            emails=settings.notification_emails,
+            emails=notification_emails,
         )
         cleanups = [self.cleanup] + ([self.queue_cleanup] if self.queue is not None else [])
         self.monitoring = PipelineMonitoring(
@@ -114,7 +102,21 @@ class PipelineStack(cdk.Stack):
             sweepers=[cleanup.sweeper for cleanup in cleanups],
             topic=self.notifications.topic,
         )
-        self._schedules(settings)
+        self._schedules(project, runs.profiles)
+        self._outputs()
+
+    def _training_queue(self, project: str, queue: QueueSettings) -> TrainingQueue:
+        training_queue = TrainingQueue(self, "Queue", project=project, queue=queue)
+        cdk.CfnOutput(
+            self,
+            TRAINING_QUEUE_ARN_OUTPUT,
+            value=training_queue.job_queue_arn,
+            description="AWS Batch job queue that holds training jobs until instances are free",
+        )
+        return training_queue
+
+    def _outputs(self) -> None:
+        """What the CLI reads (trainstack start/status) and a person needs to start or follow a run."""
         cdk.CfnOutput(
             self,
             STATE_MACHINE_ARN_OUTPUT,
@@ -135,59 +137,28 @@ class PipelineStack(cdk.Stack):
         )
 
     def _sagemaker_role(
-        self, settings: Settings, network: NetworkStack, storage: StorageStack, image: ImageStack
+        self, project: str, queued: bool, network: NetworkStack, storage: StorageStack, image: ImageStack
     ) -> iam.Role:
         """What a training job may do: read the dataset, read/write checkpoints and artifacts, pull the
         image, write its logs and metrics, and manage the ENIs of its VPC placement."""
-        project = settings.project
         role = iam.Role(
             self,
             "SageMakerExecutionRole",
             assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
             description=f"{project} training jobs: their buckets, image, logs and VPC network interfaces",
         )
-        dataset = storage.dataset_bucket
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="ListDataset",
-                actions=["s3:ListBucket"],
-                resources=[dataset.bucket_arn],
-                conditions={"StringLike": {"s3:prefix": [f"{storage.dataset_prefix}*"]}},
-            )
-        )
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="ReadDataset",
-                actions=["s3:GetObject"],
-                resources=[dataset.arn_for_objects(f"{storage.dataset_prefix}*")],
-            )
-        )
-        # Checkpoints sync both ways (resume, save); resumeFrom may point at checkpoints or artifacts.
-        run_buckets = (storage.checkpoint_bucket, storage.artifact_bucket)
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="ListRunBuckets",
-                actions=["s3:ListBucket"],
-                resources=[bucket.bucket_arn for bucket in run_buckets],
-                conditions={"StringLike": {"s3:prefix": [f"{project}-*"]}},
-            )
-        )
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="ReadWriteRuns",
-                actions=["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
-                resources=[bucket.arn_for_objects(f"{project}-*") for bucket in run_buckets],
-            )
-        )
-        if storage.encryption_key is not None:
-            # SSE-KMS reads and writes (multipart uploads decrypt too): no wildcard actions.
-            storage.encryption_key.grant(role, "kms:Decrypt", "kms:GenerateDataKey")
-        if storage.dataset_key is not None:
-            storage.dataset_key.grant_decrypt(role)  # an existing SSE-KMS dataset bucket
+        _grant_data(role, project, storage)
         if image.repository is not None:
             image.repository.grant_pull(role)
         else:
             role.add_to_policy(iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"]))
+        self._log_and_metric_permissions(role, project, queued=queued)
+        self._vpc_permissions(role, network)
+        _acknowledge_role(role, project)
+        return role
+
+    def _log_and_metric_permissions(self, role: iam.Role, project: str, *, queued: bool) -> None:
+        """The job's log streams in SageMaker's fixed group, and its metrics in their namespace."""
         log_group_arn = self.format_arn(
             service="logs",
             resource="log-group",
@@ -202,7 +173,7 @@ class PipelineStack(cdk.Stack):
             )
         )
         batch_jobs = BATCH_TRAINING_JOB_PREFIX + queue_job_prefix(training_queue_name(project))
-        job_name_prefixes = [f"{project}-", *([batch_jobs] if settings.queue.enabled else [])]
+        job_name_prefixes = [f"{project}-", *([batch_jobs] if queued else [])]
         role.add_to_policy(
             iam.PolicyStatement(
                 sid="TrainingLogStreams",
@@ -221,29 +192,6 @@ class PipelineStack(cdk.Stack):
                 conditions={"StringEquals": {"cloudwatch:namespace": TRAINING_METRICS_NAMESPACE}},
             )
         )
-        self._vpc_permissions(role, network)
-        acknowledge(
-            role,
-            "AwsSolutions-IAM5[Resource::*]",
-            "ecr:GetAuthorizationToken, cloudwatch:PutMetricData (limited by the namespace condition) and "
-            "the EC2 Describe* calls SageMaker makes for VPC placement support no resource-level "
-            "permissions.",
-        )
-        acknowledge_wildcard_statements(
-            role,
-            {
-                "ReadDataset": "Training reads every object under the configured dataset prefix.",
-                "ReadWriteRuns": f"Runs own s3://<bucket>/<runName>/ and run names start with {project}-; "
-                "the run names are chosen per execution.",
-                "TrainingLogs": "SageMaker writes job logs as streams of its fixed group "
-                f"{TRAINING_LOG_GROUP}.",
-                "TrainingLogStreams": f"Streams are named after the job; job names start with {project}-.",
-                "ManageInterfacesInTrainingVpc": "SageMaker creates the job's network interfaces at run "
-                "time; "
-                "the ec2:Vpc condition limits them to the training VPC.",
-            },
-        )
-        return role
 
     def _vpc_permissions(self, role: iam.Role, network: NetworkStack) -> None:
         """ENI actions SageMaker performs for jobs with VpcConfig, scoped to the training VPC."""
@@ -293,9 +241,9 @@ class PipelineStack(cdk.Stack):
             )
         )
 
-    def _schedules(self, settings: Settings) -> None:
+    def _schedules(self, project: str, profiles: Sequence[Profile]) -> None:
         """An EventBridge Scheduler schedule per profile that sets `schedule`: {"profile": <name>}."""
-        scheduled = [profile for profile in settings.profiles if profile.schedule]
+        scheduled = [profile for profile in profiles if profile.schedule]
         if not scheduled:
             return
         role = iam.Role(
@@ -304,14 +252,14 @@ class PipelineStack(cdk.Stack):
             assumed_by=iam.ServicePrincipal(
                 "scheduler.amazonaws.com", conditions={"StringEquals": {"aws:SourceAccount": self.account}}
             ),
-            description=f"{settings.project} schedules: start pipeline executions",
+            description=f"{project} schedules: start pipeline executions",
         )
         self.state_machine.grant_start_execution(role)
         for profile in scheduled:
             scheduler.CfnSchedule(
                 self,
                 f"Schedule-{profile.name}",
-                name=f"{settings.project}-{profile.name}",
+                name=f"{project}-{profile.name}",
                 description=f"Periodic retraining with profile {profile.name}",
                 schedule_expression=profile.schedule,
                 schedule_expression_timezone="UTC",
@@ -323,3 +271,87 @@ class PipelineStack(cdk.Stack):
                     retry_policy=scheduler.CfnSchedule.RetryPolicyProperty(maximum_retry_attempts=3),
                 ),
             )
+
+
+def _grant_data(role: iam.Role, project: str, storage: StorageStack) -> None:
+    """Read the dataset; read and write the runs' checkpoints and artifacts (and their keys)."""
+    dataset = storage.dataset_bucket
+    role.add_to_policy(
+        iam.PolicyStatement(
+            sid="ListDataset",
+            actions=["s3:ListBucket"],
+            resources=[dataset.bucket_arn],
+            conditions={"StringLike": {"s3:prefix": [f"{storage.dataset_prefix}*"]}},
+        )
+    )
+    role.add_to_policy(
+        iam.PolicyStatement(
+            sid="ReadDataset",
+            actions=["s3:GetObject"],
+            resources=[dataset.arn_for_objects(f"{storage.dataset_prefix}*")],
+        )
+    )
+    # Checkpoints sync both ways (resume, save); resumeFrom may point at checkpoints or artifacts.
+    run_buckets = (storage.checkpoint_bucket, storage.artifact_bucket)
+    role.add_to_policy(
+        iam.PolicyStatement(
+            sid="ListRunBuckets",
+            actions=["s3:ListBucket"],
+            resources=[bucket.bucket_arn for bucket in run_buckets],
+            conditions={"StringLike": {"s3:prefix": [f"{project}-*"]}},
+        )
+    )
+    role.add_to_policy(
+        iam.PolicyStatement(
+            sid="ReadWriteRuns",
+            actions=["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
+            resources=[bucket.arn_for_objects(f"{project}-*") for bucket in run_buckets],
+        )
+    )
+    if storage.encryption_key is not None:
+        # SSE-KMS reads and writes (multipart uploads decrypt too): no wildcard actions.
+        storage.encryption_key.grant(role, "kms:Decrypt", "kms:GenerateDataKey")
+    if storage.dataset_key is not None:
+        storage.dataset_key.grant_decrypt(role)  # an existing SSE-KMS dataset bucket
+
+
+def _acknowledge_role(role: iam.Role, project: str) -> None:
+    acknowledge(
+        role,
+        "AwsSolutions-IAM5[Resource::*]",
+        "ecr:GetAuthorizationToken, cloudwatch:PutMetricData (limited by the namespace condition) and "
+        "the EC2 Describe* calls SageMaker makes for VPC placement support no resource-level "
+        "permissions.",
+    )
+    acknowledge_wildcard_statements(
+        role,
+        {
+            "ReadDataset": "Training reads every object under the configured dataset prefix.",
+            "ReadWriteRuns": f"Runs own s3://<bucket>/<runName>/ and run names start with {project}-; "
+            "the run names are chosen per execution.",
+            "TrainingLogs": f"SageMaker writes job logs as streams of its fixed group {TRAINING_LOG_GROUP}.",
+            "TrainingLogStreams": f"Streams are named after the job; job names start with {project}-.",
+            "ManageInterfacesInTrainingVpc": "SageMaker creates the job's network interfaces at run "
+            "time; "
+            "the ec2:Vpc condition limits them to the training VPC.",
+        },
+    )
+
+
+def _pipeline_resources(
+    project: str, sagemaker_role: iam.Role, network: NetworkStack, storage: StorageStack, image: ImageStack
+) -> PipelineResources:
+    """What the job requests name: the role, image, buckets, VPC placement and file system."""
+    return PipelineResources(
+        role_arn=sagemaker_role.role_arn,
+        image_uri=image.image_uri,
+        job_name_prefix=f"{project}-",
+        checkpoint_bucket=storage.checkpoint_bucket.bucket_name,
+        artifact_bucket=storage.artifact_bucket.bucket_name,
+        dataset_bucket=storage.dataset_bucket.bucket_name,
+        dataset_prefix=storage.dataset_prefix,
+        subnet_ids=tuple(subnet.subnet_id for subnet in network.training_subnets),
+        security_group_ids=(network.training_security_group.security_group_id,),
+        file_system_id=storage.file_system_id,
+        file_system_directory_path=storage.file_system_dataset_path,
+    )

@@ -12,7 +12,7 @@ TrainingStopped.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
@@ -34,6 +34,7 @@ from stacks.pipeline.fault_retries import (
 )
 from stacks.pipeline.jsonata_text import expression, literal
 from stacks.pipeline.logged_state_machine import logged_state_machine
+from stacks.pipeline.machine_kit import literal_partition, training_job_arn
 from stacks.pipeline.pipeline_input_rules import (
     backoff_seconds_expression,
     check_input_expression,
@@ -44,6 +45,7 @@ from stacks.pipeline.pipeline_run_request import (
     plan_expression,
     request_expression,
 )
+from stacks.pipeline.pipeline_runs import PipelineRuns
 from stacks.pipeline.queue.training_queue import TrainingQueue, batch_training_jobs
 from stacks.pipeline.state_machine_facts import (
     ERROR_CAPACITY_EXHAUSTED,
@@ -59,8 +61,8 @@ from stacks.pipeline.state_machine_facts import (
 )
 from stacks.validation import acknowledge
 from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements
-from trainstack.config import Settings
 from trainstack.job_request import PipelineResources
+from trainstack.profiles import Profile
 
 # CreateTrainingJob with Tags needs AddTags on the new job.
 CREATE_ACTIONS = ("sagemaker:CreateTrainingJob", "sagemaker:AddTags")
@@ -80,24 +82,9 @@ START_REFUSED_ERRORS = (
 )
 
 
-def literal_partition(scope: Construct) -> str:
-    """The partition as text: Task Resource ARNs are validated as literals (cfn-lint E3601), and the
-    stacks always have a region (config), from which CDK knows the partition."""
-    partition = cdk.Stack.of(scope).partition
-    if cdk.Token.is_unresolved(partition):
-        raise ValueError("the pipeline stack needs a concrete region (config: region) to name its partition")
-    return partition
-
-
-def training_job_arn(scope: Construct, job_name_pattern: str) -> str:
-    return cdk.Stack.of(scope).format_arn(
-        service="sagemaker", resource="training-job", resource_name=job_name_pattern
-    )
-
-
-def training_plans(settings: Settings) -> list[str]:
+def training_plans(profiles: Sequence[Profile]) -> list[str]:
     """The training plans the profiles' requests name, each once, in config order."""
-    plans = (plan for profile in settings.profiles for plan in profile.training_plan_arns if plan)
+    plans = (plan for profile in profiles for plan in profile.training_plan_arns if plan)
     return list(dict.fromkeys(plans))
 
 
@@ -109,13 +96,13 @@ class TrainingStateMachine(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        settings: Settings,
+        runs: PipelineRuns,
         resources: PipelineResources,
         sagemaker_role: iam.IRole,
         queue: TrainingQueue | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
-        project, profiles = settings.project, settings.profiles
+        project, profiles = runs.project, runs.profiles
         if not profiles:
             raise ValueError("the pipeline needs at least one profile under profiles: in the config")
         placeholders = with_placeholders(resources)
@@ -144,7 +131,7 @@ class TrainingStateMachine(Construct):
         self.attempt_machine, self.attempt_log_group = logged_state_machine(
             self, "AttemptStateMachine", name=f"{project}-pipeline-attempt", chain=attempt, timeout=None
         )
-        chain = self._pipeline(settings, placeholders)
+        chain = self._pipeline(runs, placeholders)
         self.state_machine, self.log_group = logged_state_machine(
             self,
             "StateMachine",
@@ -160,7 +147,7 @@ class TrainingStateMachine(Construct):
                 "their names are generated at run time under the attempt machine's name."
             },
         )
-        self._grant(self.attempt_machine, job_arn, sagemaker_role, training_plans(settings))
+        self._grant(self.attempt_machine, job_arn, sagemaker_role, training_plans(profiles))
         grant_publish(self.state_machine.role, project)
         for machine in (self.state_machine, self.attempt_machine):
             acknowledge(
@@ -230,24 +217,39 @@ class TrainingStateMachine(Construct):
             },
         )
 
-    def _pipeline(self, settings: Settings, resources: PipelineResources) -> sfn.IChainable:
-        scope = self
+    def _pipeline(self, runs: PipelineRuns, resources: PipelineResources) -> sfn.IChainable:
         read_input = sfn.Pass.jsonata(
-            scope,
+            self,
             "ReadInput",
             comment="The profiles: each one's CreateTrainingJob base request and retry policy.",
             # As a JSONata literal: moto's ASL parser keeps JSON escapes of plain Assign values (a
             # MetricDefinitions regex "\\." would reach SageMaker as "\\\\."); JSONata reads them as AWS does.
-            assign={"profiles": expression(literal(profile_table(settings.profiles, resources)))},
+            assign={"profiles": expression(literal(profile_table(runs.profiles, resources)))},
         )
         check_input = sfn.Pass.jsonata(
-            scope, "CheckInput", assign={"checked": expression(check_input_expression(settings))}
+            self, "CheckInput", assign={"checked": expression(check_input_expression(runs))}
         )
         invalid_input = sfn.Fail.jsonata(
-            scope, "InvalidInput", error=ERROR_INVALID_INPUT, cause=expression("$checked.problem")
+            self, "InvalidInput", error=ERROR_INVALID_INPUT, cause=expression("$checked.problem")
         )
-        prepare_run = sfn.Pass.jsonata(
-            scope,
+        prepare_run = self._prepare_run(resources)
+        run_attempt = self._run_attempt(runs, resources)
+        classify = self._classify_attempt(run_attempt)
+        publish = publish_attempt_metrics(
+            self, "PublishAttemptMetrics", project=runs.project, partition=literal_partition(self)
+        )
+        # Metrics are a side effect: a failed publish never changes the run's outcome.
+        publish.add_catch(classify, errors=["States.ALL"], outputs={})
+        valid = (
+            sfn.Choice.jsonata(self, "IsInputValid")
+            .when(sfn.Condition.jsonata(expression("$checked.problem != null")), invalid_input)
+            .otherwise(prepare_run.next(run_attempt).next(publish).next(classify))
+        )
+        return read_input.next(check_input).next(valid)
+
+    def _prepare_run(self, resources: PipelineResources) -> sfn.Pass:
+        return sfn.Pass.jsonata(
+            self,
             "PrepareRun",
             comment="The run's request (profile base request + run fields) and its limits; attempt 1.",
             assign={
@@ -261,8 +263,10 @@ class TrainingStateMachine(Construct):
                 "checked": expression("null"),
             },
         )
+
+    def _run_attempt(self, runs: PipelineRuns, resources: PipelineResources) -> sfn.TaskStateBase:
         run_attempt = tasks.StepFunctionsStartExecution.jsonata(
-            scope,
+            self,
             "RunAttempt",
             comment="Attempt N creates and follows job <runName>-N; every attempt shares the checkpoint URI.",
             state_machine=self.attempt_machine,
@@ -275,7 +279,7 @@ class TrainingStateMachine(Construct):
                     "runName": expression("$plan.runName"),
                     "stopAtMillis": expression("$plan.stopAtMillis"),
                     "timeLimitSeconds": expression("$plan.timeLimitSeconds"),
-                    **(queue_attempt_fields(settings) if self.queue else {}),
+                    **(queue_attempt_fields(runs.profiles, runs.queue) if self.queue else {}),
                 }
             ),
             assign={"outcome": expression("$states.result.Output")},
@@ -292,53 +296,21 @@ class TrainingStateMachine(Construct):
             max_delay=cdk.Duration.seconds(120),
             jitter_strategy=sfn.JitterType.FULL,
         )
-        wait_before_retry = sfn.Wait.jsonata(
-            scope, "WaitBeforeRetry", time=sfn.WaitTime.seconds(expression("$backoffSeconds"))
-        )
-        succeeded = sfn.Succeed.jsonata(
-            scope,
-            "Succeeded",
-            outputs={
-                "trainingJobName": expression("$outcome.job.name"),
-                "instanceType": expression("$outcome.job.instanceType"),
-                "instanceCount": expression("$outcome.job.instanceCount"),
-                "modelArtifacts": expression("$outcome.job.artifacts"),
-                "checkpointUri": expression("$request.CheckpointConfig.S3Uri"),
-                "attempts": expression("$attempt"),
-                "retriedFaults": expression("$retriedFaults"),
-            },
-        )
+        return run_attempt
+
+    def _classify_attempt(self, run_attempt: sfn.IChainable) -> sfn.Choice:
+        """How the attempt ended: the run succeeded, another attempt after a wait, or the run fails."""
         attempts = capacity_attempts()
-        retries_cause = (
-            f'($last := "; last job " & $plan.runName & "-" & $string($attempt) & ": " & $outcome.cause; '
-            f"{attempts} >= $plan.maxAttempts "
-            f'? "No capacity after " & $string({attempts}) & " attempts (profile " & $plan.profile '
-            '& " allows " '
-            '& $string($plan.maxAttempts) & ")" & $last '
-            ': "No capacity within the retry deadline of " & $string($plan.deadlineSeconds) & " seconds '
-            f'(profile " & $plan.profile & ") after " & $string({attempts}) & " attempts" & $last)'
-        )
-        capacity_exhausted = sfn.Fail.jsonata(
-            scope,
-            "CapacityExhausted",
-            error=ERROR_CAPACITY_EXHAUSTED,
-            # Queue mode: Batch retried the capacity errors until the queue's capacity_wait_hours.
-            cause=expression("$outcome.cause" if self.queue else retries_cause),
-        )
-
-        def fail(state_id: str, error: str, cause: str = "$outcome.cause") -> sfn.Fail:
-            return sfn.Fail.jsonata(scope, state_id, error=error, cause=expression(cause))
-
-        def status_in(*statuses: str) -> str:
-            return f"$outcome.status in {literal(list(statuses))}"
-
-        no_capacity = status_in("Capacity", "Throttled")
+        no_capacity = _status_in("Capacity", "Throttled")
         # No attempt starts after the deadline, even after its longest backoff (cap plus jitter).
         time_left = (
             "$millis() + 1000 * $plan.backoff.maxSeconds * (1 + $plan.backoff.jitter) <= $plan.deadlineMillis"
         )
-        classify = sfn.Choice.jsonata(scope, "ClassifyAttempt").when(
-            sfn.Condition.jsonata(expression(status_in("Completed"))), succeeded
+        wait_before_retry = sfn.Wait.jsonata(
+            self, "WaitBeforeRetry", time=sfn.WaitTime.seconds(expression("$backoffSeconds"))
+        )
+        classify = sfn.Choice.jsonata(self, "ClassifyAttempt").when(
+            sfn.Condition.jsonata(expression(_status_in("Completed"))), self._succeeded()
         )
         # Queue mode: Batch alone retries capacity errors (docs/queue.md); the pipeline never stacks its own.
         if self.queue is None:
@@ -359,37 +331,68 @@ class TrainingStateMachine(Construct):
             assign={name: expression(value) for name, value in fault_retry_assignments().items()},
         )
         wait_before_retry.next(run_attempt)
-        (
-            classify.when(sfn.Condition.jsonata(expression(no_capacity)), capacity_exhausted)
-            .when(
-                sfn.Condition.jsonata(expression(status_in("Quota"))),
-                fail("QuotaExceeded", ERROR_QUOTA_EXCEEDED),
-            )
-            .when(
-                sfn.Condition.jsonata(expression(status_in("Rejected", "NameInUse"))),
-                fail("RejectedBySageMaker", ERROR_INVALID_INPUT),
-            )
-            .when(
-                sfn.Condition.jsonata(expression(infrastructure_exhausted_condition())),
-                fail(
-                    "InfrastructureRetriesExhausted",
-                    ERROR_INFRASTRUCTURE_RETRIES_EXHAUSTED,
-                    infrastructure_exhausted_cause(),
-                ),
-            )
-            .when(
-                sfn.Condition.jsonata(expression(status_in("Failed"))),
-                fail("TrainingFailed", ERROR_TRAINING_FAILED, training_failed_cause()),
-            )
-            .otherwise(fail("TrainingStopped", ERROR_TRAINING_STOPPED))
+        classify.when(sfn.Condition.jsonata(expression(no_capacity)), self._capacity_exhausted())
+        failures = (
+            (_status_in("Quota"), "QuotaExceeded", ERROR_QUOTA_EXCEEDED, "$outcome.cause"),
+            (
+                _status_in("Rejected", "NameInUse"),
+                "RejectedBySageMaker",
+                ERROR_INVALID_INPUT,
+                "$outcome.cause",
+            ),
+            (
+                infrastructure_exhausted_condition(),
+                "InfrastructureRetriesExhausted",
+                ERROR_INFRASTRUCTURE_RETRIES_EXHAUSTED,
+                infrastructure_exhausted_cause(),
+            ),
+            (_status_in("Failed"), "TrainingFailed", ERROR_TRAINING_FAILED, training_failed_cause()),
         )
-        publish = publish_attempt_metrics(
-            scope, "PublishAttemptMetrics", project=settings.project, partition=literal_partition(self)
+        for condition, state_id, error, cause in failures:
+            classify.when(
+                sfn.Condition.jsonata(expression(condition)),
+                sfn.Fail.jsonata(self, state_id, error=error, cause=expression(cause)),
+            )
+        return classify.otherwise(
+            sfn.Fail.jsonata(
+                self, "TrainingStopped", error=ERROR_TRAINING_STOPPED, cause=expression("$outcome.cause")
+            )
         )
-        publish.add_catch(classify, errors=["States.ALL"], outputs={})
-        valid = (
-            sfn.Choice.jsonata(scope, "IsInputValid")
-            .when(sfn.Condition.jsonata(expression("$checked.problem != null")), invalid_input)
-            .otherwise(prepare_run.next(run_attempt).next(publish).next(classify))
+
+    def _succeeded(self) -> sfn.Succeed:
+        return sfn.Succeed.jsonata(
+            self,
+            "Succeeded",
+            outputs={
+                "trainingJobName": expression("$outcome.job.name"),
+                "instanceType": expression("$outcome.job.instanceType"),
+                "instanceCount": expression("$outcome.job.instanceCount"),
+                "modelArtifacts": expression("$outcome.job.artifacts"),
+                "checkpointUri": expression("$request.CheckpointConfig.S3Uri"),
+                "attempts": expression("$attempt"),
+                "retriedFaults": expression("$retriedFaults"),
+            },
         )
-        return read_input.next(check_input).next(valid)
+
+    def _capacity_exhausted(self) -> sfn.Fail:
+        attempts = capacity_attempts()
+        retries_cause = (
+            f'($last := "; last job " & $plan.runName & "-" & $string($attempt) & ": " & $outcome.cause; '
+            f"{attempts} >= $plan.maxAttempts "
+            f'? "No capacity after " & $string({attempts}) & " attempts (profile " & $plan.profile '
+            '& " allows " '
+            '& $string($plan.maxAttempts) & ")" & $last '
+            ': "No capacity within the retry deadline of " & $string($plan.deadlineSeconds) & " seconds '
+            f'(profile " & $plan.profile & ") after " & $string({attempts}) & " attempts" & $last)'
+        )
+        return sfn.Fail.jsonata(
+            self,
+            "CapacityExhausted",
+            error=ERROR_CAPACITY_EXHAUSTED,
+            # Queue mode: Batch retried the capacity errors until the queue's capacity_wait_hours.
+            cause=expression("$outcome.cause" if self.queue else retries_cause),
+        )
+
+
+def _status_in(*statuses: str) -> str:
+    return f"$outcome.status in {literal(list(statuses))}"

@@ -18,6 +18,7 @@ from tests.infra.templates import only, resources
 from tests.infra.test_app_quality import LINT_PLUGINS, run_cfn_lint, validation_report
 from tests.pipeline.test_monitoring import assert_alarms
 from tests.queue.test_queue_config import QUEUE, settings_with
+from trainstack.execution_input import RUN_NAME_MAX_LENGTH
 from trainstack.queue_settings import queue_job_prefix
 
 BATCH_TYPES = ("AWS::Batch::ServiceEnvironment", "AWS::Batch::JobQueue", "AWS::Batch::SchedulingPolicy")
@@ -187,3 +188,38 @@ def test_without_queue_mode_there_is_no_batch_resource(default_app):
 def _actions(statement: dict[str, Any]) -> list[str]:
     value = statement["Action"]
     return value if isinstance(value, list) else [value]
+
+
+def _definition(template: dict[str, Any], logical_prefix: str) -> dict[str, Any]:
+    """The state machine's definition, its partition references read as `aws`."""
+    (machine,) = (
+        resource
+        for logical_id, resource in resources(template, "AWS::StepFunctions::StateMachine").items()
+        if logical_id.startswith(logical_prefix)
+    )
+    parts = machine["Properties"]["DefinitionString"]["Fn::Join"][1]
+    return json.loads("".join(part if isinstance(part, str) else "aws" for part in parts))
+
+
+def _retry(state: dict[str, Any]) -> tuple[list[str], int, int]:
+    (retry,) = state["Retry"]
+    return retry["ErrorEquals"], retry["MaxAttempts"], retry["MaxDelaySeconds"]
+
+
+def test_each_call_retries_by_its_purpose_and_names_the_errors_it_can_raise(queued_app):
+    """Issue 25's fixes of drifted copies: a status call in a poll loop retries like the direct attempt's
+    (5 tries, 60 s apart at most), a call nothing asks again like the cleanups' (8 tries), and a
+    Step Functions call retries Step Functions' error, not Batch's; the job cleanup walks run names up to
+    the input check's limit."""
+    template, _ = queued_app
+    batch_errors = ["Batch.ServerException", "Batch.BatchException"]
+    attempt = _definition(template, "TrainingAttemptStateMachine")["States"]
+    assert _retry(attempt["SubmitServiceJob"]) == (batch_errors, 8, 60)
+    assert _retry(attempt["DescribeServiceJob"]) == (batch_errors, 5, 60)
+    assert _retry(attempt["TerminateOverdueServiceJob"]) == (batch_errors, 5, 60)
+    assert _retry(attempt["DescribeTrainingJob"]) == (["SageMaker.SageMakerException"], 5, 60)
+    sweeper = _definition(template, "QueueCleanupSweeper")
+    (each,) = (state for name, state in sweeper["States"].items() if name.startswith("Each"))
+    assert _retry(each["ItemProcessor"]["States"]["ReadOwnerExecution"]) == (["Sfn.SfnException"], 8, 60)
+    could_jobs_exist = _definition(template, "JobCleanupStateMachine")["States"]["CouldJobsExist"]
+    assert f"$length($runName) <= {RUN_NAME_MAX_LENGTH} " in could_jobs_exist["Choices"][0]["Condition"]

@@ -25,42 +25,45 @@ waited the queue's capacity time limit. So this attempt:
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
-from aws_cdk import Duration
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from stacks.pipeline.attempt.training_attempt import (
-    SAGEMAKER_ERROR,
     describe_training_job,
     failed_outcome,
     outcome,
     poll_wait,
+    report_when,
 )
 from stacks.pipeline.jsonata_text import expression
+from stacks.pipeline.machine_kit import (
+    BATCH_CLIENT_ERROR,
+    BATCH_TRANSIENT_ERRORS,
+    SAGEMAKER_ERROR,
+    describe_service_job,
+    retry_must_succeed_call,
+    retry_poll_call,
+)
 from stacks.pipeline.queue.training_queue import CAPACITY_REASON, service_job_name
-from trainstack.config import Settings
+from trainstack.profiles import Profile
+from trainstack.queue_settings import QueueSettings
 
-# aws-sdk:batch:* error names (botocore's batch model declares ClientException and ServerException;
-# everything else, throttling included, is Batch.BatchException).
-CLIENT_ERROR = "Batch.ClientException"
-TRANSIENT_ERRORS = ["Batch.ServerException", "Batch.BatchException"]
 TIME_LIMIT_PREFIX = "Terminated by JobStateTimeLimit action due to reason: " + CAPACITY_REASON
 # Service job states in which the training job has its instances: the time limit counts only there.
 HAS_INSTANCES = ("STARTING", "RUNNING")
 
 
-def queue_attempt_fields(settings: Settings) -> dict[str, str]:
+def queue_attempt_fields(profiles: Sequence[Profile], queue: QueueSettings) -> dict[str, str]:
     """What the pipeline adds to a queued attempt's input: Batch's schedulingPriority and shareIdentifier,
     from the execution input (checked already), else the profile's priority and the queue's first share;
     null when there is none. `$plan.profile` names the run's profile."""
     given = "$states.context.Execution.Input"
-    priorities = {
-        profile.name: profile.priority for profile in settings.profiles if profile.priority is not None
-    }
-    default_share = next(iter(settings.queue.shares), None)
+    priorities = {profile.name: profile.priority for profile in profiles if profile.priority is not None}
+    default_share = next(iter(queue.shares), None)
     return {
         "priority": expression(
             f"$exists({given}.priority) ? {given}.priority : "
@@ -89,6 +92,21 @@ class QueuedTrainingAttempt(Construct):
         the attempt describe the training jobs Batch names itself (training_queue.batch_training_jobs)."""
         super().__init__(scope, construct_id)
         report = sfn.Succeed.jsonata(self, "ReportOutcome", outputs=expression("$outcome"))
+        submit = self._submit_service_job(partition, job_queue_arn, queue_name, report)
+        wait = poll_wait(self, "WaitForServiceJob")
+        describe = self._describe_service_job(wait)
+        terminate = self._terminate_overdue_service_job(service_job_arn, wait, report)
+        describe_started_job = self._describe_started_training_job(
+            job_arns, batch_job_permissions, wait, report
+        )
+        check = self._check_service_job(report, describe_started_job, terminate, wait)
+
+        submit.next(wait).next(describe).next(check)
+        self.start: sfn.IChainable = submit
+
+    def _submit_service_job(
+        self, partition: str, job_queue_arn: str, queue_name: str, report: sfn.IChainable
+    ) -> sfn.CustomState:
         request = "$states.input.request"
         attempt = f"$substring({request}.TrainingJobName, $length($states.input.runName) + 1)"
         job_name = service_job_name(queue_name, "$states.input.runName", attempt)
@@ -119,18 +137,10 @@ class QueuedTrainingAttempt(Construct):
                 "Output": {},
             },
         )
-        transient = {
-            "errors": TRANSIENT_ERRORS,
-            "interval": Duration.seconds(2),
-            "backoff_rate": 2,
-            "max_attempts": 6,
-            "max_delay": Duration.seconds(120),
-            "jitter_strategy": sfn.JitterType.FULL,
-        }
-        submit.add_retry(**transient)
+        retry_must_succeed_call(submit, BATCH_TRANSIENT_ERRORS)
         submit.add_catch(
             report,
-            errors=[CLIENT_ERROR, *TRANSIENT_ERRORS],
+            errors=[BATCH_CLIENT_ERROR, *BATCH_TRANSIENT_ERRORS],
             assign={
                 "job": expression(f'{{"name": {request}.TrainingJobName}}'),
                 "outcome": outcome(
@@ -138,17 +148,14 @@ class QueuedTrainingAttempt(Construct):
                 ),
             },
         )
+        return submit
 
-        wait = poll_wait(self, "WaitForServiceJob")
-        describe = tasks.CallAwsService.jsonata(
+    def _describe_service_job(self, wait: sfn.IChainable) -> tasks.CallAwsService:
+        describe = describe_service_job(
             self,
             "DescribeServiceJob",
-            service="batch",
-            action="describeServiceJob",
-            parameters={"JobId": expression("$service.id")},
-            # DescribeServiceJob supports no resource types (Service Authorization Reference, AWS Batch).
-            iam_resources=["*"],
-            assign={
+            "$service.id",
+            {
                 "service": expression(
                     '{"id": $service.id, "status": $states.result.Status, '
                     '"reason": $states.result.StatusReason, '
@@ -160,11 +167,14 @@ class QueuedTrainingAttempt(Construct):
                     "? ($runningSince = 0 ? $millis() : $runningSince) : 0"
                 ),
             },
-            outputs={},
         )
-        describe.add_retry(**transient)
-        describe.add_catch(wait, errors=[CLIENT_ERROR, *TRANSIENT_ERRORS], outputs={})
+        retry_poll_call(describe, BATCH_TRANSIENT_ERRORS)
+        describe.add_catch(wait, errors=[BATCH_CLIENT_ERROR, *BATCH_TRANSIENT_ERRORS], outputs={})
+        return describe
 
+    def _terminate_overdue_service_job(
+        self, service_job_arn: str, wait: sfn.IChainable, report: sfn.IChainable
+    ) -> tasks.CallAwsService:
         terminate = tasks.CallAwsService.jsonata(
             self,
             "TerminateOverdueServiceJob",
@@ -188,13 +198,21 @@ class QueuedTrainingAttempt(Construct):
             },
             outputs={},
         )
-        terminate.add_retry(**transient)
-        terminate.add_catch(wait, errors=[CLIENT_ERROR, *TRANSIENT_ERRORS], outputs={})
+        retry_poll_call(terminate, BATCH_TRANSIENT_ERRORS)
+        terminate.add_catch(wait, errors=[BATCH_CLIENT_ERROR, *BATCH_TRANSIENT_ERRORS], outputs={})
         terminate.next(report)
+        return terminate
 
-        # The training job Batch started: its name is the ARN's last part (Batch's guide shows ARNs
-        # training-job/AWSBatch<jobName><attemptId>; should SageMaker write the ARN in lower case, the
-        # request's own name is used when it is that name).
+    def _describe_started_training_job(
+        self,
+        job_arns: list[str],
+        batch_job_permissions: list[iam.PolicyStatement],
+        wait: sfn.IChainable,
+        report: sfn.IChainable,
+    ) -> tasks.CallAwsService:
+        """The training job Batch started, and how it ended: its name is the ARN's last part (Batch's guide
+        shows ARNs training-job/AWSBatch<jobName><attemptId>; should SageMaker write the ARN in lower case,
+        the request's own name is used when it is that name)."""
         arn_name = '$split($service.trainingJobArn, "/")[-1]'
         describe_started_job = describe_training_job(
             self,
@@ -206,110 +224,65 @@ class QueuedTrainingAttempt(Construct):
         # Retries used up: ask Batch and SageMaker again after the next wait.
         describe_started_job.add_catch(wait, errors=[SAGEMAKER_ERROR], outputs={})
         status = "$described.status"
-        classify_training_job = (
-            sfn.Choice.jsonata(self, "ClassifyTrainingJob")
-            .when(
-                sfn.Condition.jsonata(expression(f'{status} = "Completed"')),
-                report,
-                assign={"outcome": outcome("Completed")},
-            )
-            .when(
-                sfn.Condition.jsonata(expression(f'{status} = "Failed"')),
-                report,
-                assign={"outcome": failed_outcome()},
-            )
-            .otherwise(
-                sfn.Pass.jsonata(
-                    self,
-                    "TrainingJobStopped",
-                    assign={
-                        "outcome": outcome(
-                            "Stopped",
-                            '"Training job " & $job.name & " was stopped (" & $described.secondary & "): " & '
-                            "$service.reason",
-                        )
-                    },
-                ).next(report)
-            )
+        stopped = sfn.Pass.jsonata(
+            self,
+            "TrainingJobStopped",
+            assign={
+                "outcome": outcome(
+                    "Stopped",
+                    '"Training job " & $job.name & " was stopped (" & $described.secondary & "): " & '
+                    "$service.reason",
+                )
+            },
         )
+        classify_training_job = sfn.Choice.jsonata(self, "ClassifyTrainingJob")
+        report_when(classify_training_job, f'{status} = "Completed"', report, outcome("Completed"))
+        report_when(classify_training_job, f'{status} = "Failed"', report, failed_outcome())
+        classify_training_job.otherwise(stopped.next(report))
         describe_started_job.next(classify_training_job)
+        return describe_started_job
 
-        service_status = "$service.status"
+    def _check_service_job(
+        self,
+        report: sfn.IChainable,
+        describe_started_job: sfn.IChainable,
+        terminate: sfn.IChainable,
+        wait: sfn.IChainable,
+    ) -> sfn.Choice:
+        """What Batch says of the service job: ended (how), overdue, or still to be waited for."""
+        status = "$service.status"
         reason = '($service.reason ? $service.reason : "")'
-        check = (
-            sfn.Choice.jsonata(self, "CheckServiceJob")
-            .when(
-                sfn.Condition.jsonata(
-                    expression(
-                        f'{service_status} = "FAILED" and '
-                        f"$substring({reason}, 0, {len(TIME_LIMIT_PREFIX)}) = "
-                        f'"{TIME_LIMIT_PREFIX}"'
-                    )
-                ),
-                report,
-                assign={
-                    "outcome": outcome(
-                        "Capacity",
-                        '"AWS Batch kept meeting insufficient capacity for " & $job.name & '
-                        '" and gave up after the queue\'s capacity_wait_hours: " & $service.reason',
-                    )
-                },
-            )
-            .when(
-                sfn.Condition.jsonata(
-                    expression(
-                        f'{service_status} = "SUCCEEDED" or ({service_status} = "FAILED" and '
-                        "$exists($service.trainingJobArn))"
-                    )
-                ),
-                describe_started_job,
-            )
-            .when(
-                sfn.Condition.jsonata(
-                    expression(
-                        f'{service_status} = "FAILED" and $contains({reason}, "ResourceLimitExceeded")'
-                    )
-                ),
-                report,
-                assign={
-                    "outcome": outcome(
-                        "Quota",
-                        '"SageMaker refused the job: a service quota is exhausted (" & '
-                        '$service.reason & ")."',
-                    )
-                },
-            )
-            .when(
-                sfn.Condition.jsonata(
-                    expression(f'{service_status} = "FAILED" and $contains({reason}, "ValidationException")')
-                ),
-                report,
-                assign={
-                    "outcome": outcome("Rejected", '"SageMaker rejected the request: " & $service.reason')
-                },
-            )
-            .when(
-                sfn.Condition.jsonata(expression(f'{service_status} = "FAILED"')),
-                report,
-                assign={
-                    "outcome": outcome(
-                        "Stopped",
-                        '"Service job " & $job.name & " was terminated before it started: " & '
-                        "$service.reason",
-                    )
-                },
-            )
-            .when(
-                sfn.Condition.jsonata(
-                    expression(
-                        "$runningSince > 0 and $millis() > $runningSince + $limits.timeLimitSeconds * 1000"
-                    )
-                ),
-                terminate,
-            )
-            .otherwise(wait)
+        failed = f'{status} = "FAILED"'
+        capacity_time_limit = (
+            f'{failed} and $substring({reason}, 0, {len(TIME_LIMIT_PREFIX)}) = "{TIME_LIMIT_PREFIX}"'
         )
-        submit.next(wait)
-        wait.next(describe)
-        describe.next(check)
-        self.start: sfn.IChainable = submit
+        capacity_cause = (
+            '"AWS Batch kept meeting insufficient capacity for " & $job.name & '
+            '" and gave up after the queue\'s capacity_wait_hours: " & $service.reason'
+        )
+        training_job_ended = f'{status} = "SUCCEEDED" or ({failed} and $exists($service.trainingJobArn))'
+        # A FAILED service job without a training job: condition, the attempt's status and cause.
+        failed_before_training = (
+            (
+                f'{failed} and $contains({reason}, "ResourceLimitExceeded")',
+                "Quota",
+                '"SageMaker refused the job: a service quota is exhausted (" & $service.reason & ")."',
+            ),
+            (
+                f'{failed} and $contains({reason}, "ValidationException")',
+                "Rejected",
+                '"SageMaker rejected the request: " & $service.reason',
+            ),
+            (
+                failed,
+                "Stopped",
+                '"Service job " & $job.name & " was terminated before it started: " & $service.reason',
+            ),
+        )
+        overdue = "$runningSince > 0 and $millis() > $runningSince + $limits.timeLimitSeconds * 1000"
+        check = sfn.Choice.jsonata(self, "CheckServiceJob")
+        report_when(check, capacity_time_limit, report, outcome("Capacity", capacity_cause))
+        check.when(sfn.Condition.jsonata(expression(training_job_ended)), describe_started_job)
+        for condition, outcome_status, cause in failed_before_training:
+            report_when(check, condition, report, outcome(outcome_status, cause))
+        return check.when(sfn.Condition.jsonata(expression(overdue)), terminate).otherwise(wait)

@@ -27,12 +27,16 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from stacks.pipeline.jsonata_text import expression, literal
+from stacks.pipeline.machine_kit import (
+    SAGEMAKER_ERROR,
+    SAGEMAKER_IN_USE_ERROR,
+    SAGEMAKER_QUOTA_ERROR,
+    THROTTLE_CAUSE,
+    retry_poll_call,
+)
 from stacks.pipeline.state_machine_facts import poll_seconds_expression
 from trainstack.faults import CAPACITY_REASON_PREFIX, SPOT_CAPACITY_SECONDARY_STATUS, fault_expression
 
-SAGEMAKER_ERROR = "SageMaker.SageMakerException"
-QUOTA_ERROR = "SageMaker.ResourceLimitExceededException"
-IN_USE_ERROR = "SageMaker.ResourceInUseException"
 # What the pipeline does with each status: see training_state_machine.
 ATTEMPT_STATUSES = (
     "Completed",
@@ -49,7 +53,6 @@ ATTEMPT_STATUSES = (
 CREATE_QUICK_RETRIES = 2
 # Throttled creates after the quick retries: this many more, 15 s doubling to 120 s, plus jitter.
 CREATE_THROTTLE_LOOPS = 6
-THROTTLE_CAUSE = "/rate exceeded|throttl/i"
 # What both attempt kinds (this one and the queued one) read from DescribeTrainingJob, and the cause
 # of a failed job.
 DESCRIBED_STATUS = (
@@ -83,18 +86,6 @@ def described_job(*, with_name: bool = False) -> str:
         '"instanceCount": $c.SelectedInstanceCount ? $c.SelectedInstanceCount : $c.InstanceCount, '
         '"artifacts": $r.ModelArtifacts.S3ModelArtifacts}]))'
     )
-
-
-# DescribeTrainingJob / StopTrainingJob: a SageMakerException (throttling) is retried with backoff; when
-# the retries run out, the next poll asks again.
-STATUS_CALL_RETRY = {
-    "errors": [SAGEMAKER_ERROR],
-    "interval": Duration.seconds(2),
-    "backoff_rate": 2,
-    "max_attempts": 5,
-    "max_delay": Duration.seconds(60),
-    "jitter_strategy": sfn.JitterType.FULL,
-}
 
 
 def poll_wait(scope: Construct, construct_id: str) -> sfn.Wait:
@@ -132,7 +123,7 @@ def describe_training_job(
         },
         outputs={},
     )
-    describe.add_retry(**STATUS_CALL_RETRY)
+    retry_poll_call(describe, [SAGEMAKER_ERROR])
     return describe
 
 
@@ -152,6 +143,11 @@ def outcome(status: str, cause: str = "null", *, with_job: bool = True) -> str:
     return expression(f'{{"status": "{status}", "cause": {cause}{job}}}')
 
 
+def report_when(choice: sfn.Choice, condition: str, report: sfn.IChainable, result: str) -> sfn.Choice:
+    """The branch of an attempt's Choice that reports `result` (an outcome()) when `condition` holds."""
+    return choice.when(sfn.Condition.jsonata(expression(condition)), report, assign={"outcome": result})
+
+
 def _rejected_cause() -> str:
     chain = '"The input"'
     for needle, field in reversed(REJECTED_FIELDS):
@@ -159,16 +155,30 @@ def _rejected_cause() -> str:
     return f'($c := $states.errorOutput.Cause; {chain} & " was rejected by SageMaker: " & $c)'
 
 
+JOB_NAME = "$states.context.Execution.Input.request.TrainingJobName"
+
+
 class TrainingAttempt(Construct):
     """The attempt state machine's chain of states (`self.start`); the caller builds the machine."""
 
     def __init__(self, scope: Construct, construct_id: str, *, partition: str, job_arn: str) -> None:
         super().__init__(scope, construct_id)
+        self._job_arn = job_arn
         report = sfn.Succeed.jsonata(self, "ReportOutcome", outputs=expression("$outcome"))
-        job_name = "$states.context.Execution.Input.request.TrainingJobName"
+        create = self._create_training_job(partition, report)
+        wait_for_job = poll_wait(self, "WaitForJob")
+        describe = describe_training_job(self, name="$job.name", job_arns=[job_arn])
+        # Retries used up: the next poll asks again.
+        describe.add_catch(wait_for_job, errors=[SAGEMAKER_ERROR], outputs={})
+        stop = self._stop_overdue_job(wait_for_job, report)
+        check_job = self._check_job(report, stop, wait_for_job)
 
-        # One create task for every profile's request shape: the request is one JSONata value.
-        # CallAwsService takes Arguments as an object of fields only, hence a custom state.
+        create.next(wait_for_job).next(describe).next(check_job)
+        self.start: sfn.IChainable = create
+
+    def _create_training_job(self, partition: str, report: sfn.IChainable) -> sfn.CustomState:
+        """One create task for every profile's request shape: the request is one JSONata value.
+        CallAwsService takes Arguments as an object of fields only, hence a custom state."""
         create = sfn.CustomState(
             self,
             "CreateTrainingJob",
@@ -177,7 +187,7 @@ class TrainingAttempt(Construct):
                 "Resource": f"arn:{partition}:states:::aws-sdk:sagemaker:createTrainingJob",
                 "Arguments": expression("$states.context.Execution.Input.request"),
                 "Assign": {
-                    "job": expression(f'{{"name": {job_name}, "createdMillis": $millis()}}'),
+                    "job": expression(f'{{"name": {JOB_NAME}, "createdMillis": $millis()}}'),
                     "limits": expression(
                         '{"stopAtMillis": $states.context.Execution.Input.stopAtMillis, '
                         '"timeLimitSeconds": $states.context.Execution.Input.timeLimitSeconds}'
@@ -194,26 +204,25 @@ class TrainingAttempt(Construct):
         )
         name_in_use = (
             '"runName " & $states.context.Execution.Input.runName & " is already used by training job " & '
-            f'{job_name} & "; choose another runName."'
+            f'{JOB_NAME} & "; choose another runName."'
         )
         quota = (
-            f'"SageMaker refused job " & {job_name} & ": a service quota is exhausted (" & '
+            f'"SageMaker refused job " & {JOB_NAME} & ": a service quota is exhausted (" & '
             '$states.errorOutput.Cause & "). Request a higher quota in Service Quotas or wait for running '
             'jobs to end."'
         )
         create.add_catch(
-            report, errors=[QUOTA_ERROR], assign={"outcome": outcome("Quota", quota, with_job=False)}
+            report,
+            errors=[SAGEMAKER_QUOTA_ERROR],
+            assign={"outcome": outcome("Quota", quota, with_job=False)},
         )
         create.add_catch(
             report,
-            errors=[IN_USE_ERROR],
+            errors=[SAGEMAKER_IN_USE_ERROR],
             assign={"outcome": outcome("NameInUse", name_in_use, with_job=False)},
         )
-        classify_create_error = sfn.Choice.jsonata(
-            self, "ClassifyCreateError", comment="Throttling is retried; any other error is a rejection."
-        )
         create.add_catch(
-            classify_create_error,
+            self._classify_create_error(create, report),
             errors=[SAGEMAKER_ERROR],
             assign={
                 # Unless its Cause says throttling, the error is SageMaker rejecting the request.
@@ -222,6 +231,11 @@ class TrainingAttempt(Construct):
                 "throttles": expression("$exists($throttles) ? $throttles + 1 : 1"),
             },
         )
+        return create
+
+    def _classify_create_error(self, create: sfn.IChainable, report: sfn.IChainable) -> sfn.Choice:
+        """Throttled: wait (15 s doubling to 120 s, plus jitter) and create again, up to
+        CREATE_THROTTLE_LOOPS times, then report Throttled; any other error is a rejection."""
         wait_after_throttle = sfn.Wait.jsonata(
             self,
             "WaitAfterThrottle",
@@ -232,25 +246,29 @@ class TrainingAttempt(Construct):
                 )
             ),
         )
-        wait_after_throttle.next(create)
         throttled = f"$contains($createError.Cause, {THROTTLE_CAUSE})"
-        classify_create_error.when(
-            sfn.Condition.jsonata(expression(f"{throttled} and $throttles <= {CREATE_THROTTLE_LOOPS}")),
-            wait_after_throttle,
-        ).when(
-            sfn.Condition.jsonata(expression(throttled)),
-            report,
-            assign={
-                "outcome": expression(
-                    '{"status": "Throttled", "cause": "SageMaker kept throttling CreateTrainingJob: " & '
-                    "$createError.Cause}"
-                )
-            },
-        ).otherwise(report)
+        return (
+            sfn.Choice.jsonata(
+                self, "ClassifyCreateError", comment="Throttling is retried; any other error is a rejection."
+            )
+            .when(
+                sfn.Condition.jsonata(expression(f"{throttled} and $throttles <= {CREATE_THROTTLE_LOOPS}")),
+                wait_after_throttle.next(create),
+            )
+            .when(
+                sfn.Condition.jsonata(expression(throttled)),
+                report,
+                assign={
+                    "outcome": expression(
+                        '{"status": "Throttled", "cause": "SageMaker kept throttling CreateTrainingJob: " & '
+                        "$createError.Cause}"
+                    )
+                },
+            )
+            .otherwise(report)
+        )
 
-        wait_for_job = poll_wait(self, "WaitForJob")
-        describe = describe_training_job(self, name="$job.name", job_arns=[job_arn])
-        describe.add_catch(wait_for_job, errors=[SAGEMAKER_ERROR], outputs={})
+    def _stop_overdue_job(self, wait_for_job: sfn.IChainable, report: sfn.IChainable) -> tasks.CallAwsService:
         stop = tasks.CallAwsService.jsonata(
             self,
             "StopOverdueJob",
@@ -258,7 +276,7 @@ class TrainingAttempt(Construct):
             service="sagemaker",
             action="stopTrainingJob",
             parameters={"TrainingJobName": expression("$job.name")},
-            iam_resources=[job_arn],
+            iam_resources=[self._job_arn],
             assign={
                 "outcome": outcome(
                     "Overdue",
@@ -269,51 +287,31 @@ class TrainingAttempt(Construct):
             },
             outputs={},
         )
-        stop.add_retry(**STATUS_CALL_RETRY)
+        retry_poll_call(stop, [SAGEMAKER_ERROR])
         # A stop that fails (the job may just have ended) is followed by the next poll.
         stop.add_catch(wait_for_job, errors=[SAGEMAKER_ERROR], outputs={})
         stop.next(report)
+        return stop
 
+    def _check_job(self, report: sfn.IChainable, stop: sfn.IChainable, wait_for_job: sfn.IChainable):
+        """How the job ended, or the stop once it is overdue, or the next poll."""
         status = "$described.status"
-        check_job = sfn.Choice.jsonata(self, "CheckJob")
-        check_job.when(
-            sfn.Condition.jsonata(expression(f'{status} = "Completed"')),
-            report,
-            assign={"outcome": outcome("Completed")},
-        ).when(
-            sfn.Condition.jsonata(
-                expression(
-                    f'({status} = "Failed" and '
-                    f"$substring($described.reason, 0, {len(CAPACITY_REASON_PREFIX)}) = "
-                    f'{literal(CAPACITY_REASON_PREFIX)}) or ({status} = "Stopped" and $described.secondary = '
-                    f"{literal(SPOT_CAPACITY_SECONDARY_STATUS)})"
-                )
-            ),
-            report,
-            assign={
-                "outcome": outcome(
-                    "Capacity",
-                    '$described.reason ? $described.reason : "spot capacity did not come within '
-                    'MaxWaitTimeInSeconds (" & $described.secondary & ")"',
-                )
-            },
-        ).when(
-            sfn.Condition.jsonata(expression(f'{status} = "Failed"')),
-            report,
-            assign={"outcome": failed_outcome()},
-        ).when(
-            sfn.Condition.jsonata(expression(f'{status} = "Stopped"')),
-            report,
-            assign={
-                "outcome": outcome(
-                    "Stopped", '"Training job " & $job.name & " was stopped (" & $described.secondary & ")."'
-                )
-            },
-        ).when(sfn.Condition.jsonata(expression("$millis() > $limits.stopAtMillis")), stop).otherwise(
-            wait_for_job
+        capacity = (
+            f'({status} = "Failed" and '
+            f"$substring($described.reason, 0, {len(CAPACITY_REASON_PREFIX)}) = "
+            f'{literal(CAPACITY_REASON_PREFIX)}) or ({status} = "Stopped" and $described.secondary = '
+            f"{literal(SPOT_CAPACITY_SECONDARY_STATUS)})"
         )
-
-        create.next(wait_for_job)
-        wait_for_job.next(describe)
-        describe.next(check_job)
-        self.start: sfn.IChainable = create
+        capacity_cause = (
+            '$described.reason ? $described.reason : "spot capacity did not come within '
+            'MaxWaitTimeInSeconds (" & $described.secondary & ")"'
+        )
+        stopped_cause = '"Training job " & $job.name & " was stopped (" & $described.secondary & ")."'
+        check_job = sfn.Choice.jsonata(self, "CheckJob")
+        report_when(check_job, f'{status} = "Completed"', report, outcome("Completed"))
+        report_when(check_job, capacity, report, outcome("Capacity", capacity_cause))
+        report_when(check_job, f'{status} = "Failed"', report, failed_outcome())
+        report_when(check_job, f'{status} = "Stopped"', report, outcome("Stopped", stopped_cause))
+        return check_job.when(
+            sfn.Condition.jsonata(expression("$millis() > $limits.stopAtMillis")), stop
+        ).otherwise(wait_for_job)

@@ -19,71 +19,43 @@ not found: the walk is over; anything else: the cleanup fails, loudly).
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable
 from typing import Any
 
 import aws_cdk as cdk
-from aws_cdk import aws_events as events
-from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from stacks.pipeline.jsonata_text import expression
+from stacks.pipeline.jsonata_text import expression, literal
 from stacks.pipeline.logged_state_machine import logged_state_machine
+from stacks.pipeline.machine_kit import (
+    EXECUTION_GONE_ERROR,
+    NOT_FOUND_CAUSE,
+    RUN_NAME_MAX_LENGTH,
+    SAGEMAKER_ERROR,
+    SAGEMAKER_NOT_FOUND_ERROR,
+    STEP_FUNCTIONS_ERROR,
+    SWEEP_TIMEOUT,
+    THROTTLE_CAUSE,
+    execution_prefix,
+    retry_must_succeed_call,
+    start_every_sweep,
+    start_when_execution_ended,
+    training_job_arn,
+)
 from stacks.pipeline.queue.training_queue import batch_training_jobs
-from stacks.pipeline.training_state_machine import training_job_arn
 from stacks.validation import acknowledge
 from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements, flatten_reference
 from trainstack.job_request import EXECUTION_TAG
 
-# Execution statuses after which a job of that execution must not keep running.
-ENDED_UNSUCCESSFULLY = ("FAILED", "TIMED_OUT", "ABORTED")
-EXECUTION_STATUS_CHANGE = "Step Functions Execution Status Change"
 # Longer than a CreateTrainingJob call can stay in flight (the SDK's 60 s socket timeout plus retries).
 IN_FLIGHT_CREATE_SECONDS = 120
-SWEEP_EVERY = cdk.Duration.minutes(15)
 STOP_BATCH_JOBS = "StopBatchTrainingJobs"
-SAGEMAKER_ERROR = "SageMaker.SageMakerException"
-NOT_FOUND_ERROR = "SageMaker.ResourceNotFoundException"
-STEP_FUNCTIONS_ERROR = "Sfn.SfnException"
-EXECUTION_GONE_ERROR = "Sfn.ExecutionDoesNotExistException"
-THROTTLE_CAUSE = "/rate exceeded|throttl/i"
-NOT_FOUND_CAUSE = "/not found/i"
 # Throttled DescribeTrainingJob calls of one job before the cleanup gives up (about 10 minutes).
 MAX_THROTTLED_DESCRIBES = 12
-# Job names are <runName>-<attempt> with at most 63 characters and attempts <= 99.
-MAX_RUN_NAME_LENGTH = 60
-
-
-def execution_status_pattern(
-    state_machine: sfn.IStateMachine, statuses: Iterable[str]
-) -> events.EventPattern:
-    """EventBridge pattern for the given execution statuses of one state machine."""
-    return events.EventPattern(
-        source=["aws.states"],
-        detail_type=[EXECUTION_STATUS_CHANGE],
-        detail={"stateMachineArn": [state_machine.state_machine_arn], "status": list(statuses)},
-    )
-
-
-def literal(value: Any) -> str:
-    """A JSONata literal (JSON's string syntax is JSONata's)."""
-    return json.dumps(value)
-
-
-def retry_throttling(task: sfn.TaskStateBase, error: str) -> None:
-    """2 s doubling to 60 s, full jitter, 8 attempts: about 4 minutes of throttling survived."""
-    task.add_retry(
-        errors=[error],
-        interval=cdk.Duration.seconds(2),
-        backoff_rate=2,
-        max_attempts=8,
-        max_delay=cdk.Duration.seconds(60),
-        jitter_strategy=sfn.JitterType.FULL,
-    )
+# The job of each attempt of the run, as the pipeline names it.
+ATTEMPT_JOB_NAME = "$runName & '-' & $string($attempt)"
 
 
 class JobCleanup(Construct):
@@ -102,34 +74,25 @@ class JobCleanup(Construct):
         super().__init__(scope, construct_id)
         self._project = project
         self._job_arns = training_job_arn(self, f"{project}-*")
-        self._execution_prefix = cdk.Stack.of(self).format_arn(
-            service="states",
-            resource="execution",
-            # The name the pipeline was given (a literal keeps the definition free of references).
-            resource_name=f"{pipeline.node.default_child.state_machine_name or pipeline.state_machine_name}:",
-            arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
-        )
+        self._execution_prefix = execution_prefix(self, pipeline)
         self._executions = f"{self._execution_prefix}*"
         self.state_machine = self._machine(
             "StateMachine", f"{project}-job-cleanup", self._stop_by_name(), timeout=cdk.Duration.hours(2)
         )
-        self.rule = events.Rule(
+        self.rule = start_when_execution_ended(
             self,
-            "OnExecutionEnded",
-            description=f"Stop the jobs of {project} pipeline executions that failed, timed out, aborted",
-            event_pattern=execution_status_pattern(pipeline, ENDED_UNSUCCESSFULLY),
+            self.state_machine,
+            pipeline,
+            f"Stop the jobs of {project} pipeline executions that failed, timed out, aborted",
         )
-        self.rule.add_target(targets.SfnStateMachine(self.state_machine))
         self.sweeper = self._machine(
-            "Sweeper", f"{project}-job-sweeper", self._sweep(), timeout=cdk.Duration.minutes(14)
+            "Sweeper", f"{project}-job-sweeper", self._sweep(), timeout=SWEEP_TIMEOUT
         )
-        self.schedule = events.Rule(
+        self.schedule = start_every_sweep(
             self,
-            "Sweep",
-            description=f"Stop InProgress {project} jobs whose pipeline execution is no longer running",
-            schedule=events.Schedule.rate(SWEEP_EVERY),
+            self.sweeper,
+            f"Stop InProgress {project} jobs whose pipeline execution is no longer running",
         )
-        self.schedule.add_target(targets.SfnStateMachine(self.sweeper))
         if batch_jobs:
             self.sweeper.add_to_role_policy(
                 batch_training_jobs(self, project, STOP_BATCH_JOBS, ["sagemaker:StopTrainingJob"])
@@ -190,15 +153,41 @@ class JobCleanup(Construct):
             iam_action="states:DescribeExecution",
             **kwargs,
         )
-        retry_throttling(task, STEP_FUNCTIONS_ERROR)
+        retry_must_succeed_call(task, [STEP_FUNCTIONS_ERROR])
         return task
 
     # ------------------------------------------------------------ stop by name
 
     def _stop_by_name(self) -> sfn.IChainable:
         """Input: the EventBridge event (`detail.executionArn`). Output: {"stopped": [job names]}."""
-        project = self._project
         done = sfn.Succeed.jsonata(self, "Done", outputs={"stopped": expression("$stopped")})
+        why_describe_failed = sfn.Choice.jsonata(self, "WhyDescribeFailed")
+        read_execution = self._read_execution(done)
+        describe = self._describe_job(done, why_describe_failed)
+        read_tags = self._read_job_tags()
+        stop = self._stop_job(describe)
+        next_attempt = sfn.Pass.jsonata(
+            self, "NextAttempt", assign={"attempt": expression("$attempt + 1"), "throttles": 0}
+        )
+        could_jobs_exist = self._could_jobs_exist(describe, done)
+        in_progress = sfn.Choice.jsonata(self, "IsJobInProgress")
+        of_execution = sfn.Choice.jsonata(self, "IsJobOfExecution")
+
+        describe.next(
+            in_progress.when(
+                sfn.Condition.jsonata(expression("$job.status = 'InProgress'")),
+                read_tags.next(
+                    of_execution.when(
+                        sfn.Condition.jsonata(expression("$owned")), stop.next(next_attempt)
+                    ).otherwise(next_attempt)
+                ),
+            ).otherwise(next_attempt)
+        )
+        next_attempt.next(describe)
+        self._classify_describe_error(why_describe_failed, describe, done)
+        return read_execution.next(could_jobs_exist)
+
+    def _read_execution(self, done: sfn.IChainable) -> tasks.CallAwsService:
         read_execution = self._describe_execution(
             "ReadExecution",
             "$states.input.detail.executionArn",
@@ -207,24 +196,23 @@ class JobCleanup(Construct):
                 # The pipeline's rule: runName from the input, else <project>-<execution name>.
                 "runName": expression(
                     f"($given := $parse($states.result.Input).runName; $type($given) = 'string' ? $given : "
-                    f"{literal(project + '-')} & $states.result.Name)"
+                    f"{literal(self._project + '-')} & $states.result.Name)"
                 ),
                 "attempt": 1,
                 "throttles": 0,
                 "stopped": expression("[]"),
             },
         )
-        any_job = sfn.Choice.jsonata(self, "CouldJobsExist")
-        settle = sfn.Wait.jsonata(
-            self,
-            "WaitOutInFlightCreate",
-            time=sfn.WaitTime.duration(cdk.Duration.seconds(IN_FLIGHT_CREATE_SECONDS)),
-        )
-        job_name = "$runName & '-' & $string($attempt)"
+        # No such execution: no job of it to stop.
+        read_execution.add_catch(done, errors=[EXECUTION_GONE_ERROR], assign={"stopped": expression("[]")})
+        return read_execution
+
+    def _describe_job(self, done: sfn.IChainable, why_failed: sfn.IChainable) -> tasks.CallAwsService:
+        """DescribeTrainingJob of `<runName>-<attempt>`; not found: the walk is over."""
         describe = self._sagemaker(
             "DescribeJob",
             "describeTrainingJob",
-            {"TrainingJobName": expression(job_name)},
+            {"TrainingJobName": expression(ATTEMPT_JOB_NAME)},
             assign={
                 "job": expression(
                     "{'name': $states.result.TrainingJobName, 'arn': $states.result.TrainingJobArn, "
@@ -232,7 +220,13 @@ class JobCleanup(Construct):
                 )
             },
         )
-        running = sfn.Choice.jsonata(self, "IsJobInProgress")
+        describe.add_catch(done, errors=[SAGEMAKER_NOT_FOUND_ERROR])
+        describe.add_catch(
+            why_failed, errors=[SAGEMAKER_ERROR], assign={"error": expression("$states.errorOutput")}
+        )
+        return describe
+
+    def _read_job_tags(self) -> tasks.CallAwsService:
         read_tags = self._sagemaker(
             "ReadJobTags",
             "listTags",
@@ -243,19 +237,42 @@ class JobCleanup(Construct):
                 )
             },
         )
-        retry_throttling(read_tags, SAGEMAKER_ERROR)
-        owned = sfn.Choice.jsonata(self, "IsJobOfExecution")
+        retry_must_succeed_call(read_tags, [SAGEMAKER_ERROR])
+        return read_tags
+
+    def _stop_job(self, describe: sfn.IChainable) -> tasks.CallAwsService:
         stop = self._sagemaker(
             "StopJob",
             "stopTrainingJob",
             {"TrainingJobName": expression("$job.name")},
             assign={"stopped": expression("$append($stopped, $job.name)")},
         )
-        retry_throttling(stop, SAGEMAKER_ERROR)
-        next_attempt = sfn.Pass.jsonata(
-            self, "NextAttempt", assign={"attempt": expression("$attempt + 1"), "throttles": 0}
+        retry_must_succeed_call(stop, [SAGEMAKER_ERROR])
+        # The job ended between describe and stop (SageMaker: not in progress): look at it again.
+        stop.add_catch(describe, errors=[SAGEMAKER_ERROR])
+        return stop
+
+    def _could_jobs_exist(self, describe: sfn.IChainable, done: sfn.IChainable) -> sfn.Choice:
+        """A run name the pipeline could have given: wait out an in-flight create, then walk its jobs."""
+        settle = sfn.Wait.jsonata(
+            self,
+            "WaitOutInFlightCreate",
+            time=sfn.WaitTime.duration(cdk.Duration.seconds(IN_FLIGHT_CREATE_SECONDS)),
         )
-        describe_failed = sfn.Choice.jsonata(self, "WhyDescribeFailed")
+        possible_run_name = (
+            f"$length($runName) <= {RUN_NAME_MAX_LENGTH} and "
+            f"$contains($runName, /^{self._project}-[a-zA-Z0-9](-*[a-zA-Z0-9])*$/)"
+        )
+        return (
+            sfn.Choice.jsonata(self, "CouldJobsExist")
+            .when(sfn.Condition.jsonata(expression(possible_run_name)), settle.next(describe))
+            .otherwise(done)
+        )
+
+    def _classify_describe_error(
+        self, why_failed: sfn.Choice, describe: sfn.IChainable, done: sfn.IChainable
+    ) -> None:
+        """Throttled: back off and describe again; not found: the walk is over; else the cleanup fails."""
         back_off = sfn.Wait.jsonata(
             self,
             "BackOffThrottled",
@@ -270,54 +287,31 @@ class JobCleanup(Construct):
             "CleanupFailed",
             error="CleanupFailed",
             cause=expression(
-                f"'Could not tell whether training job ' & {job_name} & ' exists: ' & $error.Cause"
+                f"'Could not tell whether training job ' & {ATTEMPT_JOB_NAME} & ' exists: ' & $error.Cause"
             ),
         )
-
-        # No such execution: no job of it to stop.
-        read_execution.add_catch(done, errors=[EXECUTION_GONE_ERROR], assign={"stopped": expression("[]")})
-        describe.add_catch(done, errors=[NOT_FOUND_ERROR])
-        describe.add_catch(
-            describe_failed, errors=[SAGEMAKER_ERROR], assign={"error": expression("$states.errorOutput")}
-        )
-        # The job ended between describe and stop (SageMaker: not in progress): look at it again.
-        stop.add_catch(describe, errors=[SAGEMAKER_ERROR])
-        any_job.when(
-            sfn.Condition.jsonata(
-                expression(
-                    f"$length($runName) <= {MAX_RUN_NAME_LENGTH} and "
-                    f"$contains($runName, /^{project}-[a-zA-Z0-9](-*[a-zA-Z0-9])*$/)"
-                )
-            ),
-            settle.next(describe),
-        ).otherwise(done)
-        describe.next(
-            running.when(
-                sfn.Condition.jsonata(expression("$job.status = 'InProgress'")),
-                read_tags.next(
-                    owned.when(
-                        sfn.Condition.jsonata(expression("$owned")), stop.next(next_attempt)
-                    ).otherwise(next_attempt)
-                ),
-            ).otherwise(next_attempt)
-        )
-        next_attempt.next(describe)
-        describe_failed.when(
-            sfn.Condition.jsonata(
-                expression(
-                    f"$contains($error.Cause, {THROTTLE_CAUSE}) and $throttles < {MAX_THROTTLED_DESCRIBES}"
-                )
-            ),
-            back_off.next(describe),
-        ).when(
+        throttled = f"$contains($error.Cause, {THROTTLE_CAUSE}) and $throttles < {MAX_THROTTLED_DESCRIBES}"
+        why_failed.when(sfn.Condition.jsonata(expression(throttled)), back_off.next(describe)).when(
             sfn.Condition.jsonata(expression(f"$contains($error.Cause, {NOT_FOUND_CAUSE})")), done
         ).otherwise(give_up)
-        return read_execution.next(any_job)
 
     # ------------------------------------------------------------ sweeper
 
     def _sweep(self) -> sfn.IChainable:
         """Input: the scheduled event (ignored). Output: {"stopped": [job names]}."""
+        find, find_more = self._find_running_jobs()
+        check = self._check_jobs()
+        more = sfn.Choice.jsonata(self, "MorePages")
+        done = sfn.Succeed.jsonata(self, "SweepDone", outputs={"stopped": expression("$stopped")})
+        find.next(check)
+        find_more.next(check)
+        check.next(
+            more.when(sfn.Condition.jsonata(expression("$nextToken != ''")), find_more).otherwise(done)
+        )
+        return find
+
+    def _find_running_jobs(self) -> tuple[tasks.CallAwsService, tasks.CallAwsService]:
+        """The first page and each following page of InProgress jobs tagged with an execution."""
         execution = f"Tags[Key = {literal(EXECUTION_TAG)}].Value"
         found = {
             # Jobs of this pipeline's executions only (other pipelines may use the same tag key).
@@ -345,7 +339,11 @@ class JobCleanup(Construct):
             "FindMoreRunningJobs", "search", {**search, "NextToken": expression("$nextToken")}, assign=found
         )
         for task in (find, find_more):
-            retry_throttling(task, SAGEMAKER_ERROR)
+            retry_must_succeed_call(task, [SAGEMAKER_ERROR])
+        return find, find_more
+
+    def _check_jobs(self) -> sfn.Map:
+        """Each job of a page: stopped unless its execution is still RUNNING; output the stopped names."""
         check = sfn.Map.jsonata(
             self,
             "CheckJobs",
@@ -370,7 +368,7 @@ class JobCleanup(Construct):
             {"TrainingJobName": expression("$job.name")},
             outputs=expression("$job.name"),
         )
-        retry_throttling(stop, SAGEMAKER_ERROR)
+        retry_must_succeed_call(stop, [SAGEMAKER_ERROR])
         stop.add_catch(keep, errors=[SAGEMAKER_ERROR])  # ended in between
         describe.add_catch(stop, errors=[EXECUTION_GONE_ERROR], assign={"job": expression("$states.input")})
         still_running = sfn.Choice.jsonata(self, "IsExecutionRunning")
@@ -381,11 +379,4 @@ class JobCleanup(Construct):
                 ).otherwise(stop)
             )
         )
-        more = sfn.Choice.jsonata(self, "MorePages")
-        done = sfn.Succeed.jsonata(self, "SweepDone", outputs={"stopped": expression("$stopped")})
-        find.next(check)
-        find_more.next(check)
-        check.next(
-            more.when(sfn.Condition.jsonata(expression("$nextToken != ''")), find_more).otherwise(done)
-        )
-        return find
+        return check

@@ -21,36 +21,33 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import aws_cdk as cdk
-from aws_cdk import Duration
-from aws_cdk import aws_events as events
-from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from stacks.pipeline.attempt.queued_training_attempt import CLIENT_ERROR, TRANSIENT_ERRORS
-from stacks.pipeline.cleanup.job_cleanup import ENDED_UNSUCCESSFULLY, execution_status_pattern
 from stacks.pipeline.jsonata_text import expression
 from stacks.pipeline.logged_state_machine import logged_state_machine
+from stacks.pipeline.machine_kit import (
+    BATCH_CLIENT_ERROR,
+    BATCH_TRANSIENT_ERRORS,
+    STEP_FUNCTIONS_ERROR,
+    SWEEP_TIMEOUT,
+    describe_service_job,
+    execution_prefix,
+    retry_must_succeed_call,
+    start_every_sweep,
+    start_when_execution_ended,
+)
 from stacks.pipeline.queue.training_queue import TrainingQueue, run_job_prefix_of
 from stacks.validation import acknowledge
 from trainstack.job_request import EXECUTION_TAG
 
-SWEEP_EVERY = Duration.minutes(15)
 # Service job states Batch has not finished (DescribeServiceJob's enum minus SUCCEEDED and FAILED).
 UNFINISHED = ("SUBMITTED", "PENDING", "RUNNABLE", "SCHEDULED", "STARTING", "RUNNING")
 
 
 def _retry(task: sfn.TaskStateBase) -> sfn.TaskStateBase:
-    task.add_retry(
-        errors=TRANSIENT_ERRORS,
-        interval=Duration.seconds(2),
-        backoff_rate=2,
-        max_attempts=8,
-        max_delay=Duration.seconds(60),
-        jitter_strategy=sfn.JitterType.FULL,
-    )
+    retry_must_succeed_call(task, BATCH_TRANSIENT_ERRORS)
     return task
 
 
@@ -68,7 +65,7 @@ def _terminate(
         )
     )
     # The job ended (or was removed) meanwhile: nothing left to do.
-    terminate.add_catch(sfn.Succeed.jsonata(scope, f"{construct_id}Gone"), errors=[CLIENT_ERROR])
+    terminate.add_catch(sfn.Succeed.jsonata(scope, f"{construct_id}Gone"), errors=[BATCH_CLIENT_ERROR])
     return terminate
 
 
@@ -159,6 +156,40 @@ def terminate_run_service_jobs(
     )
 
 
+def _read_waiting_job(scope: Construct) -> sfn.TaskStateBase:
+    """DescribeServiceJob of a RUNNABLE job: its id and the execution its tag names (null if none)."""
+    return _retry(
+        describe_service_job(
+            scope,
+            "ReadWaitingJob",
+            "$states.input",
+            {
+                "jobId": expression("$states.result.JobId"),
+                "owner": expression(
+                    f"($o := $lookup($states.result.Tags, {json.dumps(EXECUTION_TAG)}); "
+                    '$type($o) = "string" ? $o : null)'
+                ),
+            },
+        )
+    )
+
+
+def _read_owner_execution(scope: Construct, executions_arn: str) -> sfn.TaskStateBase:
+    read_owner = tasks.CallAwsService.jsonata(
+        scope,
+        "ReadOwnerExecution",
+        service="sfn",
+        action="describeExecution",
+        parameters={"ExecutionArn": expression("$owner")},
+        iam_resources=[executions_arn],
+        iam_action="states:DescribeExecution",
+        assign={"ownerStatus": expression("$states.result.Status")},
+        outputs={},
+    )
+    retry_must_succeed_call(read_owner, [STEP_FUNCTIONS_ERROR])
+    return read_owner
+
+
 def terminate_orphaned_service_jobs(
     scope: Construct,
     *,
@@ -172,40 +203,10 @@ def terminate_orphaned_service_jobs(
     A job without this pipeline's execution tag (another project's, or one submitted by hand) is left
     alone: its `$lookup` is guarded, as AWS fails a state whose expression evaluates to nothing
     (States.QueryEvaluationError)."""
-    describe = _retry(
-        tasks.CallAwsService.jsonata(
-            scope,
-            "ReadWaitingJob",
-            service="batch",
-            action="describeServiceJob",
-            parameters={"JobId": expression("$states.input")},
-            # DescribeServiceJob supports no resource types (Service Authorization Reference, AWS Batch).
-            iam_resources=["*"],
-            assign={
-                "jobId": expression("$states.result.JobId"),
-                "owner": expression(
-                    f"($o := $lookup($states.result.Tags, {json.dumps(EXECUTION_TAG)}); "
-                    '$type($o) = "string" ? $o : null)'
-                ),
-            },
-            outputs={},
-        )
-    )
+    describe = _read_waiting_job(scope)
     not_ours = sfn.Succeed.jsonata(scope, "NotThisPipelinesJob")
     owner_running = sfn.Succeed.jsonata(scope, "ExecutionStillRunning")
-    read_owner = _retry(
-        tasks.CallAwsService.jsonata(
-            scope,
-            "ReadOwnerExecution",
-            service="sfn",
-            action="describeExecution",
-            parameters={"ExecutionArn": expression("$owner")},
-            iam_resources=[executions_arn],
-            iam_action="states:DescribeExecution",
-            assign={"ownerStatus": expression("$states.result.Status")},
-            outputs={},
-        )
-    )
+    read_owner = _read_owner_execution(scope, executions_arn)
     is_ours = (
         sfn.Choice.jsonata(scope, "IsJobOfThisPipeline")
         .when(
@@ -266,13 +267,7 @@ class QueueCleanup(Construct):
         queue: TrainingQueue,
     ) -> None:
         super().__init__(scope, construct_id)
-        stack = cdk.Stack.of(self)
-        execution_prefix = stack.format_arn(
-            service="states",
-            resource="execution",
-            resource_name=f"{project}-pipeline:",
-            arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
-        )
+        executions = execution_prefix(self, pipeline)
         first = terminate_run_service_jobs(
             self,
             job_queue_arn=queue.job_queue_arn,
@@ -283,40 +278,35 @@ class QueueCleanup(Construct):
             done=sfn.Succeed.jsonata(self, "Cleaned"),
         )
         self.state_machine = self._machine(f"{project}-queue-cleanup", "Cleanup", first, queue)
-        self.rule = events.Rule(
+        self.rule = start_when_execution_ended(
             self,
-            "OnExecutionEnded",
-            description=f"Take the queued jobs of {project} pipeline executions that ended unsuccessfully "
+            self.state_machine,
+            pipeline,
+            f"Take the queued jobs of {project} pipeline executions that ended unsuccessfully "
             "out of the queue",
-            event_pattern=execution_status_pattern(pipeline, ENDED_UNSUCCESSFULLY),
         )
-        self.rule.add_target(targets.SfnStateMachine(self.state_machine))
         first = terminate_orphaned_service_jobs(
             self,
             job_queue_arn=queue.job_queue_arn,
             service_job_arn=queue.service_job_arn,
-            execution_prefix=execution_prefix,
-            executions_arn=f"{execution_prefix}*",
+            execution_prefix=executions,
+            executions_arn=f"{executions}*",
             done=sfn.Succeed.jsonata(self, "Swept"),
         )
         self.sweeper = self._machine(f"{project}-queue-sweeper", "Sweeper", first, queue)
-        self.schedule = events.Rule(
+        self.schedule = start_every_sweep(
             self,
-            "Sweep",
-            description=f"Terminate queued {project} jobs whose pipeline execution is no longer running",
-            schedule=events.Schedule.rate(SWEEP_EVERY),
+            self.sweeper,
+            f"Terminate queued {project} jobs whose pipeline execution is no longer running",
         )
-        self.schedule.add_target(targets.SfnStateMachine(self.sweeper))
         acknowledge(
             self.sweeper.role,
-            f"AwsSolutions-IAM5[Resource::{execution_prefix}*]",
+            f"AwsSolutions-IAM5[Resource::{executions}*]",
             "The owners of waiting jobs are found at run time; all are executions of the pipeline.",
         )
 
     def _machine(self, name: str, construct_id: str, chain: sfn.IChainable, queue: TrainingQueue):
-        machine, _ = logged_state_machine(
-            self, construct_id, name=name, chain=chain, timeout=Duration.minutes(14)
-        )
+        machine, _ = logged_state_machine(self, construct_id, name=name, chain=chain, timeout=SWEEP_TIMEOUT)
         acknowledge(
             machine.role,
             "AwsSolutions-IAM5[Resource::*]",
