@@ -8,7 +8,6 @@ SageMaker's environment. See docs/training.md.
 """
 
 import argparse
-import contextlib
 import logging
 import math
 import os
@@ -17,7 +16,6 @@ import sys
 import threading
 import time
 from datetime import timedelta
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -32,6 +30,7 @@ from model import model_config
 from model_shapes import flops_per_token, peak_bf16_flops
 from optimizer import parameter_groups
 from startup import build_parallel_model, check_writable, dry_run, open_datasets, sample_order
+from step_profiler import StepProfiler
 from tensorboard_scalars import (
     GRAD_NORM,
     LEARNING_RATE,
@@ -321,31 +320,6 @@ class Trainer:
             log.info("Saved the model (%s) to %s.", self.args.export_dtype, self.args.model_dir)
         # No rank tears the process groups down while rank 0 still writes: all end together.
         dist.barrier(group=self.runtime.checkpoint_group)
-
-
-class StepProfiler:
-    """A torch profiler trace of the steps in `steps` (1-based), one file per rank in `directory`."""
-
-    def __init__(self, steps: range | None, directory: str, runtime: Runtime):
-        self.steps, self.directory, self.runtime, self._profile = steps, Path(directory), runtime, None
-
-    @contextlib.contextmanager
-    def step(self, step: int):
-        if self.steps and step == self.steps.start:
-            activities = [torch.profiler.ProfilerActivity.CPU]
-            if self.runtime.device.type == "cuda":
-                activities.append(torch.profiler.ProfilerActivity.CUDA)
-            self._profile = torch.profiler.profile(activities=activities, record_shapes=True)
-            self._profile.__enter__()
-        yield
-        if self._profile and step == self.steps[-1]:
-            self._profile.__exit__(None, None, None)
-            self.directory.mkdir(parents=True, exist_ok=True)
-            path = self.directory / f"trace_steps_{self.steps.start}-{step}_rank_{self.runtime.rank}.json"
-            self._profile.export_chrome_trace(str(path))
-            self._profile = None
-            if self.runtime.is_main:
-                log.info("Wrote the profiler trace of steps %d-%d to %s.", self.steps.start, step, path)
 
 
 def configure_logging(rank: int) -> None:

@@ -29,13 +29,13 @@ from trainstack.config import Settings
 from trainstack.job_request import RunRequest
 from trainstack.planning.setups import instance_count_problem
 from trainstack.profiles import (
-    MAX_ATTEMPTS_LIMIT,
     MAX_PRIORITY,
     MAX_RUNTIME_HOURS_LIMIT,
     RESERVED_HYPERPARAMETERS,
     Profile,
 )
 from trainstack.queue_settings import QueueSettings
+from trainstack.retry_policies import MAX_ATTEMPTS_LIMIT
 
 
 class RunConfig(Protocol):

@@ -10,7 +10,7 @@ from typing import Annotated
 from pydantic import Field, field_validator
 
 from trainstack.base import StrictModel
-from trainstack.profiles import MAX_ATTEMPTS_LIMIT
+from trainstack.retry_policies import MAX_ATTEMPTS_LIMIT
 
 # AWS Batch share identifiers: letters and digits only (the API reference says alphanumeric).
 _SHARE_NAME = re.compile(r"[A-Za-z0-9]{1,255}")

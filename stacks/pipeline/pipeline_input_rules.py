@@ -36,9 +36,9 @@ from trainstack.profiles import (
     MAX_PRIORITY,
     MAX_RUNTIME_HOURS_LIMIT,
     RESERVED_HYPERPARAMETERS,
-    Backoff,
     Profile,
 )
+from trainstack.retry_policies import Backoff
 
 # Fraction of each capacity backoff added at random (jitter).
 JITTER_FRACTION = 0.1

@@ -10,7 +10,8 @@ from tests.conftest import NO_ENV, default_config_data
 from trainstack.cli import main
 from trainstack.config import ConfigError, parse_settings
 from trainstack.planning.setups import instance_count_problem
-from trainstack.profiles import Profile, RetryPolicy
+from trainstack.profiles import Profile
+from trainstack.retry_policies import RetryPolicy
 
 P5 = {"instance_type": "ml.p5.48xlarge", "instance_count": 2}
 P4DE = {"instance_type": "ml.p4de.24xlarge", "instance_count": 2}

@@ -15,7 +15,7 @@ import pytest
 from localaws.sagemaker import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING
 from stacks.pipeline.attempt.training_attempt import CREATE_THROTTLE_LOOPS
 from stacks.pipeline.state_machine_facts import HISTORY_EVENT_BUDGET, worst_case_history
-from trainstack.profiles import MAX_ATTEMPTS_LIMIT, MAX_FAULT_RETRIES, FaultRetryPolicy, RetryPolicy
+from trainstack.retry_policies import MAX_ATTEMPTS_LIMIT, MAX_FAULT_RETRIES, FaultRetryPolicy, RetryPolicy
 
 # AWS records a TaskSubmitted event for a .sync child execution, which the local interpreter omits.
 EVENTS_NOT_EMULATED_PER_ATTEMPT = 1

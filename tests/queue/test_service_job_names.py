@@ -12,7 +12,6 @@ from localaws.emulator.batch_jobs import JOB_NAME, SAGEMAKER_NAME_LENGTH, TRAINI
 from tests.queue.conftest import QUEUE_NAME, create_machine, service_job
 from tests.queue.test_queued_attempt import DEFINITION, attempt_input, run
 from trainstack.execution_input import RUN_NAME_MAX_LENGTH
-from trainstack.profiles import MAX_ATTEMPTS_LIMIT
 from trainstack.queue_settings import (
     BATCH_ATTEMPT_ID_LENGTH,
     BATCH_TRAINING_JOB_PREFIX,
@@ -20,6 +19,7 @@ from trainstack.queue_settings import (
     queue_job_prefix,
     service_job_name,
 )
+from trainstack.retry_policies import MAX_ATTEMPTS_LIMIT
 
 LONGEST_RUN = "r" * RUN_NAME_MAX_LENGTH
 
