@@ -10,13 +10,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainstack.report.collect import Attempt, RunReport, Span
-from trainstack.report.goodput import HANG, HANG_FAILURE, KEPT, LOST, PARTS, SAVING, STARTING, ledger_of
+from trainstack.report.goodput import HANG, KEPT, LOST, PARTS, SAVING, STARTING, ledger_of
 from trainstack.report.progress import Pause, Progress, read_progress
 from trainstack.report.render import PART_COLOURS, render
 
 START = datetime(2026, 11, 1, 8, 0, tzinfo=UTC)
 P4D_HOURLY = 37.688  # trainstack.prices: ml.p4d.24xlarge on demand
-HANG_REASON = f"AlgorithmError: {HANG_FAILURE}: no optimizer step for 600 s after step 50 (rank 1)"
+HANG_REASON = (
+    "AlgorithmError: trainstack-fault:infrastructure:hang: no optimizer step for 600 s after step 50 (rank 1)"
+)
 
 
 def at(minutes: float) -> datetime:

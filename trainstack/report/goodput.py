@@ -16,8 +16,9 @@ smaller than the training time with managed spot). Each attempt's billed seconds
 - checkpoint saving: the loop's checkpoint pauses (`checkpoint_step=N paused_seconds=S`), and the billed
   time after the `Training` phase ended (Uploading the model and output);
 - lost work: from that kept point to the failure (the end of the `Training` phase, else TrainingEndTime);
-- idle in a hang: a job the watchdog ended (FailureReason holding HANG_FAILURE): from its last logged
-  step to the failure. Steps done after the last logged one count as idle (the log is the only record).
+- idle in a hang: a job the watchdog ended (trainstack.faults classifies its FailureReason
+  infrastructure/hang): from its last logged step to the failure. Steps done after the last logged
+  one count as idle (the log is the only record).
 
 Moments inside a job come from its log's timestamps (progress.py); where the billed time differs from
 the wall time (managed spot), each part gets its share of the billed time. Parts are whole
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from fractions import Fraction
 
+from trainstack.faults import INFRASTRUCTURE, Fault, classify
 from trainstack.prices import SAGEMAKER_TRAINING_PRICES
 from trainstack.report.collect import Attempt, RunReport
 from trainstack.runs import hms
@@ -48,7 +50,8 @@ STARTING, KEPT, SAVING, LOST, HANG = (
 )
 PARTS = (STARTING, KEPT, SAVING, LOST, HANG)
 # What train.py's watchdog writes to /opt/ml/output/failure (SageMaker's FailureReason) for a hang.
-HANG_FAILURE = "trainstack-fault:infrastructure:hang"
+# The watchdog's class and kind, whichever way the FailureReason says it (its token, or ExitCode 75).
+HANG_FAULT = Fault(INFRASTRUCTURE, "hang")
 
 
 @dataclass(frozen=True)
@@ -74,17 +77,19 @@ class RunLedger:
     attempts: list[AttemptLedger]
     backoff_seconds: float
 
-    def instance_seconds(self, part: str | None = None) -> float:
-        """Billed instance-seconds of one part, or of all (None)."""
-        return (
-            sum((a.billed_ms if part is None else a.parts_ms[part]) * a.instance_count for a in self.attempts)
-            / 1000
+    def instance_ms(self, part: str | None = None) -> int:
+        """Billed instance-milliseconds of one part, or of all (None): whole numbers, so ratios are exact."""
+        return sum(
+            (a.billed_ms if part is None else a.parts_ms[part]) * a.instance_count for a in self.attempts
         )
+
+    def instance_seconds(self, part: str | None = None) -> float:
+        return self.instance_ms(part) / 1000
 
     @property
     def goodput_percent(self) -> float | None:
-        billed = self.instance_seconds()
-        return 100 * self.instance_seconds(KEPT) / billed if billed else None
+        billed = self.instance_ms()
+        return 100 * self.instance_ms(KEPT) / billed if billed else None
 
     @property
     def lost_usd(self) -> float | None:
@@ -172,7 +177,7 @@ def wall_parts(
     else:
         kept_until = min(max(clip(_kept_point(attempt, following) or loop_start), loop_start), loop_end)
     idle_from = loop_end
-    if HANG_FAILURE in attempt.job.get("FailureReason", ""):
+    if classify(attempt.job.get("FailureReason")) == HANG_FAULT:
         last_step = max((when for _, when in progress.steps if when <= loop_end), default=loop_start)
         idle_from = max(kept_until, clip(last_step))
     seconds = {
