@@ -6,7 +6,7 @@ from pathlib import Path
 
 import aws_cdk as cdk
 
-from trainstack.config import ConfigError, load_settings
+from trainstack.config_loading import ConfigError, load_settings
 from trainstack.fsx_sizing import quota_warning, summary
 from trainstack.governance_costs import cost_summary
 

@@ -32,7 +32,7 @@ import aws_cdk as cdk  # noqa: E402
 from aws_cdk import aws_s3 as s3  # noqa: E402
 
 from stacks.app_builder import build_app  # noqa: E402
-from trainstack.config import load_settings  # noqa: E402
+from trainstack.config_loading import load_settings  # noqa: E402
 
 CDK_CLI = REPO_ROOT / "node_modules" / ".bin" / "cdk"
 CDK_CONTEXT = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]

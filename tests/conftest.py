@@ -48,7 +48,7 @@ def default_config_data() -> dict[str, Any]:
 @pytest.fixture
 def make_settings() -> Callable[..., Any]:
     """Settings from config/default.yaml with nested overrides applied (keys set to None are kept as None)."""
-    from trainstack.config import parse_settings
+    from trainstack.config_loading import parse_settings
 
     def build(overrides: dict[str, Any] | None = None):
         return parse_settings(
@@ -74,7 +74,7 @@ def synthesize(settings, outdir: Path | None = None):
 @pytest.fixture(scope="session")
 def default_app(tmp_path_factory):
     """The default config's app, synthesized once per test process (synth is slow: jsii + node)."""
-    from trainstack.config import parse_settings
+    from trainstack.config_loading import parse_settings
 
     settings = parse_settings(default_config_data(), NO_ENV, source=str(DEFAULT_CONFIG))
     stacks, assembly = synthesize(settings, tmp_path_factory.mktemp("cdk.out"))

@@ -1,7 +1,7 @@
-"""The one validated config model: file -> Settings -> stacks.
+"""The one validated config model: Settings and its parts, what stacks and commands read.
 
-Every user error ends in a ConfigError whose message is one sentence naming the
-field and what is allowed.
+Each check raises a ValueError whose message names the field and what is allowed; reading a file into
+Settings, and its one-sentence ConfigError, is trainstack/config_loading.py.
 """
 
 from __future__ import annotations
@@ -10,23 +10,17 @@ import functools
 import importlib.resources
 import ipaddress
 import json
-import os
-from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-import yaml
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from trainstack.base import PATTERN_WORDS, StrictModel, matching
+from trainstack.base import StrictModel, matching
 from trainstack.fsx_sizing import FsxPlan, FsxSettings, plan_for
 from trainstack.governance import BOOTSTRAP_QUALIFIER, CONTROL_TOWER, Compliance, IamSettings
 from trainstack.planning.setups import fit_problems
 from trainstack.profiles import Profile
 from trainstack.queue_settings import QueueSettings
-
-DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "config" / "default.yaml"
 
 # AZ ids start with a per-region code (use1-az4 is in us-east-1); AZ id -> name differs per account,
 # so the region check is all that can be done offline.
@@ -75,10 +69,6 @@ def botocore_version() -> str:
     import botocore  # the package alone: no HTTP stack
 
     return botocore.__version__
-
-
-class ConfigError(Exception):
-    """A config the user wrote that cannot be deployed; str() is one sentence."""
 
 
 class ExistingNetwork(StrictModel):
@@ -331,79 +321,3 @@ class Settings(StrictModel):
             if profile.name == name:
                 return profile
         raise KeyError(name)
-
-
-def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
-    """Walk the model along an error location to list the keys allowed where an unknown one was found."""
-    current: Any = model
-    for part in loc[:-1]:
-        if isinstance(part, int) or current is None:
-            continue
-        field = current.model_fields.get(part)
-        if field is None:
-            return []
-        current = _model_in(field.annotation)
-    return sorted(current.model_fields) if current is not None else []
-
-
-def _model_in(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in getattr(annotation, "__args__", ()) or ():
-        found = _model_in(arg)
-        if found is not None:
-            return found
-    return None
-
-
-def _describe(error: dict[str, Any]) -> str:
-    loc = tuple(part for part in error["loc"] if not (isinstance(part, str) and part.startswith("function-")))
-    field = ".".join(str(part) for part in loc)
-    if error["type"] == "extra_forbidden":
-        allowed = _allowed_keys(Settings, loc)
-        return f"{field}: unknown key; allowed keys here: {', '.join(allowed)}"
-    message = error["msg"].removeprefix("Value error, ")
-    if error["type"] == "string_pattern_mismatch":
-        message = f"{error['input']!r} is not {PATTERN_WORDS[error['ctx']['pattern']]}"
-    # Model-level checks already name their fields in the message.
-    return f"{field}: {message}" if field else message
-
-
-def parse_settings(
-    data: Mapping[str, Any], environ: Mapping[str, str] | None = None, source: str = "config"
-) -> Settings:
-    """Validate a config mapping. The file's values win; what it leaves out is filled in this order:
-    region from availability_zone (us-east-1a -> us-east-1), then account and region from
-    CDK_DEFAULT_ACCOUNT/CDK_DEFAULT_REGION (the CDK CLI sets them from the caller's AWS profile, and to
-    us-east-1 on a machine without one, so they can never override a file)."""
-    environ = os.environ if environ is None else environ
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{source}: the file must hold a YAML mapping of settings.")
-    merged = dict(data)
-    zone = merged.get("availability_zone")
-    if not merged.get("region") and isinstance(zone, str) and zone[-1:].isalpha():
-        merged["region"] = zone[:-1]
-    for key, variable in (("account", "CDK_DEFAULT_ACCOUNT"), ("region", "CDK_DEFAULT_REGION")):
-        if not merged.get(key) and environ.get(variable):
-            merged[key] = environ[variable]
-    try:
-        return Settings.model_validate(merged)
-    except ValidationError as error:
-        raise ConfigError(f"{source}: {_describe(error.errors()[0]).rstrip('.')}.") from None
-
-
-def load_settings(
-    path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
-) -> Settings:
-    path = Path(path) if path else DEFAULT_CONFIG_PATH
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise ConfigError(f"{path}: cannot read the config file ({error.strerror}).") from None
-    try:
-        data = yaml.safe_load(text) or {}
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path}: not valid YAML{where}.") from None
-    return parse_settings(data, environ, source=str(path))

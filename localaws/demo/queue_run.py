@@ -20,7 +20,7 @@ from pathlib import Path
 from localaws.demo.run import demo_hyperparameters, prepare_dataset, say
 from localaws.demo.synthesized import load_pipeline
 from localaws.sagemaker.local_processes import LocalTraining, serving
-from trainstack.config import load_settings
+from trainstack.config_loading import load_settings
 from trainstack.queue_settings import QueueSettings
 
 SHARES = {"teamA": 1, "teamB": 1}

@@ -35,7 +35,7 @@ from localaws.demo.synthesized import load_pipeline
 from localaws.opt_ml import TRAINING_SCRIPTS
 from localaws.sagemaker.local_processes import LocalTraining
 from localaws.sagemaker.training_jobs import FakeSageMaker
-from trainstack.config import load_settings
+from trainstack.config_loading import load_settings
 from trainstack.faults import CAPACITY_REASON_PREFIX, classify, describe
 
 CORPUS_MODULES = (

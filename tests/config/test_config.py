@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import DEFAULT_CONFIG, NO_ENV, default_config_data
-from trainstack.config import ConfigError, load_settings, parse_settings
+from trainstack.config_loading import ConfigError, load_settings, parse_settings
 
 
 def error_for(overrides: dict, environ: dict | None = None) -> str:

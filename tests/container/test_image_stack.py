@@ -31,7 +31,7 @@ def synthesize_image(overrides: dict[str, Any], outdir: Path) -> Synthesized:
     from cdk_nag import AwsSolutionsChecks
 
     from stacks.app_builder import image_stack
-    from trainstack.config import parse_settings
+    from trainstack.config_loading import parse_settings
 
     data = deep_merge(default_config_data(), overrides)
     settings = parse_settings(data, NO_ENV, source=str(DEFAULT_CONFIG))
@@ -156,7 +156,7 @@ def test_template_snapshot(built, snapshot):
 
 
 def test_a_malformed_base_digest_is_a_config_error_naming_the_field():
-    from trainstack.config import ConfigError, parse_settings
+    from trainstack.config_loading import ConfigError, parse_settings
 
     data = deep_merge(default_config_data(), {"image": {"base_digest": "2.5.1-gpu-py311-cu124"}})
     with pytest.raises(

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from tests.conftest import DEFAULT_CONFIG, NO_ENV
-from trainstack.config import load_settings
+from trainstack.config_loading import load_settings
 from trainstack.job_request import PipelineResources
 
 FSX_RESOURCES = PipelineResources(

@@ -25,7 +25,7 @@ import sagemaker.telemetry.telemetry_logging
 from sagemaker.pytorch import PyTorch
 from sagemaker.session import Session
 
-from trainstack.config import load_settings
+from trainstack.config_loading import load_settings
 from trainstack.profiles import MPIRUN_STOP_OPTIONS, Profile
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ import pytest
 
 from tests.conftest import NO_ENV, default_config_data
 from trainstack.cli import main
-from trainstack.config import ConfigError, parse_settings
+from trainstack.config_loading import ConfigError, parse_settings
 from trainstack.planning.setups import instance_count_problem
 from trainstack.profiles import Profile
 from trainstack.retry_policies import RetryPolicy

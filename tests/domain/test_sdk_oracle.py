@@ -12,7 +12,7 @@ import pytest
 
 from tests.domain.conftest import S3_RESOURCES
 from tests.domain.test_job_request import toolkit_value
-from trainstack.config import load_settings
+from trainstack.config_loading import load_settings
 from trainstack.job_request import base_request
 
 REPO = Path(__file__).resolve().parents[2]

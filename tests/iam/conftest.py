@@ -73,7 +73,7 @@ def simulated_default(default_app) -> SimulatedMode:
 @pytest.fixture(scope="session")
 def simulated_mode(tmp_path_factory):
     """mode name -> its app synthesized and simulated, once per test process."""
-    from trainstack.config import parse_settings
+    from trainstack.config_loading import parse_settings
 
     done: dict[str, SimulatedMode] = {}
 

@@ -51,7 +51,7 @@ NAMED = {"training-plan": {"sagemaker:CreateTrainingJob": [TRAINING_PLAN]}}
 @pytest.fixture(scope="module")
 def synthesized(tmp_path_factory):
     """synthesized(mode) -> (settings, templates), each mode synthesized once per module (the whole app)."""
-    from trainstack.config import parse_settings
+    from trainstack.config_loading import parse_settings
 
     apps: dict[str, tuple[Any, dict[str, dict[str, Any]]]] = {}
 

@@ -36,7 +36,7 @@ class InfraApp:
 
 
 def settings_with(overrides: dict[str, Any]):
-    from trainstack.config import parse_settings
+    from trainstack.config_loading import parse_settings
 
     return parse_settings(deep_merge(default_config_data(), overrides), NO_ENV, source=str(DEFAULT_CONFIG))
 

@@ -48,7 +48,7 @@ DEFAULT_MODE_FAILURES = {
 
 
 def governed_settings(overrides: dict | None = None):
-    from trainstack.config import parse_settings
+    from trainstack.config_loading import parse_settings
 
     return parse_settings(
         deep_merge(deep_merge(default_config_data(), GOVERNED), overrides or {}), NO_ENV, source="governed"

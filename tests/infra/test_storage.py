@@ -214,7 +214,7 @@ def test_an_sse_kms_dataset_bucket_can_be_read_by_training_jobs(make_settings, d
 
 
 def test_a_dataset_key_without_an_existing_bucket_is_refused(make_settings):
-    from trainstack.config import ConfigError
+    from trainstack.config_loading import ConfigError
 
     with pytest.raises(ConfigError) as raised:
         make_settings({"dataset": {"kms_key_arn": DATASET_KEY}})

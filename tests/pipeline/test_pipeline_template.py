@@ -14,7 +14,7 @@ from stacks.pipeline.pipeline_stack import STATE_MACHINE_ARN_OUTPUT
 from tests.conftest import REPO_ROOT, deep_merge, default_config_data, synthesize
 from tests.infra.templates import mask_asset_hashes, only, resources
 from tests.pipeline.conftest import state_machines
-from trainstack.config import parse_settings
+from trainstack.config_loading import parse_settings
 
 PROJECT = "trainstack"
 

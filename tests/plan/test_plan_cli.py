@@ -8,7 +8,7 @@ import pytest
 
 from tests.conftest import DEFAULT_CONFIG, NO_ENV
 from trainstack.cli import main
-from trainstack.config import load_settings
+from trainstack.config_loading import load_settings
 from trainstack.instances import instance_type
 from trainstack.planning.plans import plan, recommend
 from trainstack.planning.setups import (

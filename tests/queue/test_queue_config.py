@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import NO_ENV, deep_merge, default_config_data
-from trainstack.config import ConfigError, parse_settings
+from trainstack.config_loading import ConfigError, parse_settings
 from trainstack.execution_input import FIELDS, InvalidInputError, input_fields, validate_execution_input
 
 QUEUE = {

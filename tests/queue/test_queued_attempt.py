@@ -22,7 +22,7 @@ from tests.queue.conftest import (
     definition_of,
     service_job,
 )
-from trainstack.config import load_settings
+from trainstack.config_loading import load_settings
 from trainstack.job_request import RunRequest, build_create_training_job_request
 
 

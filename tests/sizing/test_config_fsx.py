@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from trainstack.config import ConfigError
+from trainstack.config_loading import ConfigError
 from trainstack.fsx_sizing import plan_for
 
 
@@ -86,7 +86,7 @@ def test_oversized_dataset_is_fine_when_fsx_is_disabled(make_settings):
 
 def test_config_and_sizing_import_without_cdk():
     code = (
-        "import sys, trainstack.config, trainstack.fsx_sizing, trainstack.commands.size_fsx; "
+        "import sys, trainstack.config_loading, trainstack.fsx_sizing, trainstack.commands.size_fsx; "
         "sys.exit(any(name.startswith(('aws_cdk', 'constructs', 'jsii')) for name in sys.modules))"
     )
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

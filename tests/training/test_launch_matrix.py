@@ -12,7 +12,7 @@ import pytest
 
 from tests.training.launch_image import DOCKERFILE, Launch, base_image_env, dockerfile_env, launch
 from training_scripts.flags import parse_args
-from trainstack.config import load_settings
+from trainstack.config_loading import load_settings
 from trainstack.instances import instance_type
 from trainstack.planning.checkpoints import MPIRUN_SIGKILL_TIMEOUT_SECONDS
 from trainstack.profiles import Profile

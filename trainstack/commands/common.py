@@ -18,7 +18,8 @@ import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
 from trainstack.cli import COMMANDS
-from trainstack.config import ConfigError, Settings, load_settings
+from trainstack.config import Settings
+from trainstack.config_loading import ConfigError, load_settings
 from trainstack.queue_settings import training_queue_name
 from trainstack.runs import (
     Job,

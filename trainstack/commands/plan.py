@@ -14,7 +14,7 @@ import sys
 from dataclasses import replace
 
 from training_scripts.model_shapes import PRESETS
-from trainstack.config import ConfigError, load_settings
+from trainstack.config_loading import ConfigError, load_settings
 from trainstack.instances import INSTANCE_TYPES, InstanceType
 from trainstack.planning.checkpoints import ASSUMED_WRITE_BYTES_PER_SECOND, GB
 from trainstack.planning.memory import GIB
