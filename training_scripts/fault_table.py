@@ -44,10 +44,13 @@ FAULT_PATTERNS: tuple[FaultPattern, ...] = (
     FaultPattern(
         CAPACITY,
         "capacity",
-        "^CapacityError|Unable to provision requested ML compute capacity",
+        "^CapacityError|Unable to provision requested ML compute capacity|^EC2InsufficientCapacityError",
         "SageMaker's FailureReason when it found no instances: 'CapacityError: Unable to provision requested "
         "ML compute capacity. Please retry using a different ML instance type.' (DESIGN.md Facts; "
-        "comic/grand-challenge.org amazon_sagemaker_base.py; sagemaker-python-sdk session._check_job_status)",
+        "DIAGNijmegen/rse-grand-challenge#2631), and 'EC2InsufficientCapacityError: Instance type ... is "
+        "temporarily unavailable in supported availability zones [...]' (aws/amazon-sagemaker-feedback#99, a "
+        "Studio space; assumed to reach training jobs too). The phrase alone also matches the wording inside "
+        "other wrappers ('Failure Reason: Unable to provision requested ML compute capacity due to ...')",
         in_script=False,
     ),
     FaultPattern(
