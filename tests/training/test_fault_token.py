@@ -38,9 +38,6 @@ def test_train_py_classifies_a_real_exception_as_the_pipeline_classifies_its_tex
     monkeypatch.delenv("SM_OUTPUT_DIR", raising=False)
     fault, _ = classify(raised(entry))
     # A script exception no row names is train.py's user:exception, the toolkit wrapper's user:script.
-    kind = "exception" if entry.kind == "script" else entry.kind
     assert entry.accepts(fault.cause, "script" if fault.kind == "exception" else fault.kind), fault
-    if not entry.debatable:
-        assert (fault.cause, fault.kind) == (entry.fault_class, kind)
     line = report(fault, "Rank 0 stopped.", echo=False)  # the line train.py writes, as the pipeline reads it
     assert classify_reason(f"AlgorithmError: {line}").as_dict() == {"class": fault.cause, "kind": fault.kind}
