@@ -7,7 +7,10 @@ which SageMaker reports as the job's FailureReason) and logs the same line as an
 
 `cause` is `infrastructure` (retry from the checkpoint) or `user` (fail fast). The pipeline matches
 FAULT_PATTERN anywhere in FailureReason; docs/training.md ("Failure reasons and exit codes") says
-which text SageMaker shows in each case and why, with the toolkit's source lines.
+which text SageMaker shows in each case and why, with the toolkit's source lines. An exception is
+classified by the same table the pipeline applies to FailureReasons (fault_table.py): by its class where
+one says it (torch.OutOfMemoryError, DistNetworkError, DistStoreError, DistBackendError), by its text where
+CUDA's and NCCL's errors arrive as a plain RuntimeError.
 
 The Python exception class named after the token is the one that ended the run, or the builtin that
 describes it (a hang is a TimeoutError): sagemaker-training's stderr filter starts copying lines into
@@ -21,11 +24,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
 from data import UserError
+from fault_table import INFRASTRUCTURE, SCRIPT_PATTERNS, TOKEN_PATTERN, USER, FaultPattern, first_match
 
-INFRASTRUCTURE, USER = "infrastructure", "user"
-FAULT_PATTERN = re.compile(r"trainstack-fault:(infrastructure|user):([a-z]+)")
+FAULT_PATTERN = re.compile(TOKEN_PATTERN)
 # sysexits.h EX_TEMPFAIL, "a temporary failure ... the user is invited to retry later": the watchdog's
 # exit, which a launcher passes on (plain python, mpirun); torchrun exits 1 whatever its workers' codes.
 EXIT_INFRASTRUCTURE = 75
@@ -50,12 +52,19 @@ class Fault:
 
 
 HANG = Fault(INFRASTRUCTURE, "hang", "TimeoutError")  # the watchdog: no optimizer step within its bound
-COLLECTIVE = Fault(INFRASTRUCTURE, "collective", "RuntimeError")  # a DistError, or gloo's transport failed
 CONFIG = Fault(USER, "config", "ValueError")  # a UserError: flags, inputs, checkpoints
 NONFINITE = Fault(USER, "nonfinite", "FloatingPointError")  # the NaN guard stopped training
-OOM = Fault(USER, "oom", "MemoryError")  # torch.OutOfMemoryError
 EXCEPTION = Fault(USER, "exception", "Exception")  # any other exception in the script
-FAULTS = (HANG, COLLECTIVE, CONFIG, NONFINITE, OOM, EXCEPTION)
+# The builtin named on the line of a fault the table found: the closest one to what happened.
+PYTHON_ERRORS = {"oom": "MemoryError", "disk-full": "OSError", "port-in-use": "OSError"}
+
+
+def table_fault(row: FaultPattern) -> Fault:
+    default = "RuntimeError" if row.fault_class == INFRASTRUCTURE else "Exception"
+    return Fault(row.fault_class, row.kind, PYTHON_ERRORS.get(row.kind, default))
+
+
+FAULTS = (HANG, CONFIG, NONFINITE, EXCEPTION, *map(table_fault, SCRIPT_PATTERNS))
 
 
 class NonFiniteError(UserError):
@@ -68,13 +77,20 @@ def classify(error: BaseException) -> tuple[Fault, str]:
         return NONFINITE, str(error)
     if isinstance(error, UserError):
         return CONFIG, str(error)
-    if isinstance(error, torch.OutOfMemoryError):
-        return OOM, f"{_first_line(error)} Lower --micro-batch-size or use more or larger instances."
-    # NCCL errors, store and network failures; gloo's transport raises a plain RuntimeError naming its source
-    # ("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer ...").
-    if isinstance(error, torch.distributed.DistError) or "gloo/transport/" in str(error):
-        return COLLECTIVE, f"{type(error).__name__}: {_first_line(error)}"
-    return EXCEPTION, f"{type(error).__name__}: {_first_line(error)}"
+    said = f"{type(error).__name__}: {_first_line(error)}"
+    row = first_match(described(error), SCRIPT_PATTERNS)
+    if row is None:
+        return EXCEPTION, said
+    if row.kind == "oom":
+        return table_fault(row), f"{said} Lower --micro-batch-size or use more or larger instances."
+    return table_fault(row), said
+
+
+def described(error: BaseException) -> str:
+    """The exception as the table reads it: its class and every base class by name (the table names
+    torch's classes: a subclass is classified as its base), then its whole message."""
+    names = [cls.__name__ for cls in type(error).__mro__ if cls not in (object, BaseException, Exception)]
+    return f"{', '.join(names)}: {error}"
 
 
 def report(fault: Fault, sentence: str, echo: bool = True) -> str:

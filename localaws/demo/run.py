@@ -36,7 +36,7 @@ from localaws.opt_ml import TRAINING_SCRIPTS
 from localaws.sagemaker.local_processes import LocalTraining
 from localaws.sagemaker.training_jobs import FakeSageMaker
 from trainstack.config_loading import load_settings
-from trainstack.faults import CAPACITY_REASON_PREFIX, classify, describe
+from trainstack.faults import CAPACITY, classify, describe
 
 CORPUS_MODULES = (
     "argparse",
@@ -247,7 +247,7 @@ def report_attempts(sagemaker: FakeSageMaker, training: LocalTraining) -> None:
             f"resumed from the checkpoint of step {resumed.group(1)}" if resumed else "started from scratch"
         )
         end = f"ended {status}" + (f": {reason.split('.')[0]}" if reason else "")
-        if status == "Failed" and reason and not reason.startswith(CAPACITY_REASON_PREFIX):
+        if status == "Failed" and reason and classify(reason).fault_class != CAPACITY:
             end += f" [{describe(classify(reason))}]"
         last = f", last logged step {steps[-1]}" if steps else ""
         board = job.request.get("TensorBoardOutputConfig", {}).get("S3OutputPath")

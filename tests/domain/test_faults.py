@@ -1,5 +1,6 @@
-"""trainstack.faults: the classification table, applied in Python and as the JSONata the attempt machines
-run (through the emulator's evaluator, jsonata-python), over FailureReasons as SageMaker reports them."""
+"""trainstack.faults beyond the table's rows (those are tested on real texts in tests/faults): train.py's
+token decides over the table, in Python and in the JSONata the attempt machines run (through the emulator's
+evaluator, jsonata-python); a missing reason is unknown; docs/faults.md lists every row."""
 
 from __future__ import annotations
 
@@ -12,13 +13,6 @@ from localaws.emulator import VirtualClock
 from localaws.emulator.functions import jsonata_evaluator
 from trainstack.faults import FAULT_PATTERNS, TOKEN_PATTERN, Fault, classify, describe, fault_expression
 
-
-def toolkit_reason(exit_code: int, message: str) -> str:
-    """sagemaker-training 5.1.4 errors.py _CalledProcessError.__str__, with SageMaker's prefix."""
-    head = f"AlgorithmError: ExecuteUserScriptError:\nExitCode {exit_code}"
-    return f'{head}\nErrorMessage "{message}"\nCommand "x"'
-
-
 REASONS = [
     # train.py's failure file (docs/training.md): the token decides, whatever follows it.
     (
@@ -26,86 +20,22 @@ REASONS = [
         ("infrastructure", "hang"),
     ),
     (
-        "AlgorithmError: trainstack-fault:infrastructure:collective RuntimeError: DistBackendError: NCCL",
-        (
-            "infrastructure",
-            "collective",
-        ),
-    ),
-    (
         "AlgorithmError: trainstack-fault:user:nonfinite FloatingPointError: loss is nan",
         ("user", "nonfinite"),
     ),
-    ("AlgorithmError: trainstack-fault:user:config ValueError: --seq-len must be ...", ("user", "config")),
-    # The toolkit's text with the token inside: the first token is the cause, the rest consequences.
+    # A kind with a hyphen (the slow-host check's).
     (
-        toolkit_reason(
-            1, "trainstack-fault:user:oom MemoryError: x [rank1] trainstack-fault:infrastructure:collective"
-        ),
+        "AlgorithmError: trainstack-fault:infrastructure:slow-host RuntimeError: Rank 3 ran 2.4 x the median",
+        ("infrastructure", "slow-host"),
+    ),
+    # The token inside the toolkit's wrapper: the first token is the cause, the rest consequences, and it
+    # wins over the table (an OOM reported as such even where a peer's NCCL error follows).
+    (
+        'AlgorithmError: ExecuteUserScriptError:\nExitCode 1\nErrorMessage "trainstack-fault:user:oom '
+        "MemoryError: x [rank1] trainstack-fault:infrastructure:nccl RuntimeError: DistBackendError: NCCL "
+        'error in: ..., remote process exited or there was a network error"\nCommand "x"',
         ("user", "oom"),
     ),
-    (
-        "InternalServerError: We encountered an internal error. Please try again.",
-        ("infrastructure", "sagemaker-internal"),
-    ),
-    (toolkit_reason(75, "TimeoutError: no step"), ("infrastructure", "hang")),
-    (toolkit_reason(2, "usage: train.py [-h]"), ("user", "config")),
-    (
-        toolkit_reason(1, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"),
-        ("user", "oom"),
-    ),
-    (
-        'AlgorithmError: ExecuteUserScriptError:\nExitCode 137\nErrorMessage ""\n'
-        'ExtraInfo "OutOfMemory: Process killed by SIGKILL (signal 9)"\nCommand "x"',
-        ("user", "oom"),
-    ),
-    # An OOM on one rank makes the others lose their peers: the OOM is the cause.
-    (
-        toolkit_reason(1, "CUDA out of memory. ... remote process exited or there was a network error"),
-        ("user", "oom"),
-    ),
-    (
-        toolkit_reason(
-            1, "[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE)"
-        ),
-        (
-            "infrastructure",
-            "collective-timeout",
-        ),
-    ),
-    (
-        toolkit_reason(
-            1, "DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error"
-        ),
-        (
-            "infrastructure",
-            "nccl",
-        ),
-    ),
-    (
-        toolkit_reason(1, "NCCL error in: x.cpp:1, internal error - please report this issue"),
-        ("infrastructure", "nccl"),
-    ),
-    (
-        toolkit_reason(1, "torch.distributed.DistNetworkError: Connection reset by peer"),
-        ("infrastructure", "network"),
-    ),
-    (
-        "AlgorithmError: Training failed due to hardware failure after cluster repair",
-        ("infrastructure", "hardware"),
-    ),
-    (
-        toolkit_reason(1, "RuntimeError: CUDA error: uncorrectable ECC error encountered"),
-        ("infrastructure", "hardware"),
-    ),
-    # A script exception without an infrastructure sign is the user's (NCCL's "invalid usage" included).
-    (toolkit_reason(1, "KeyError: 'input_ids'"), ("user", "script")),
-    (
-        toolkit_reason(1, "NCCL error in: x.cpp:1, invalid usage (run with NCCL_DEBUG=WARN for details)"),
-        ("user", "script"),
-    ),
-    ('AlgorithmError: ImportModuleError:\nExitCode 1\nErrorMessage "No module named x"', ("user", "script")),
-    ("AlgorithmError: Framework Error: \nTraceback (most recent call last): ...", ("unknown", "unknown")),
     (None, ("unknown", "unknown")),
     ("", ("unknown", "unknown")),
 ]
@@ -119,10 +49,8 @@ def test_python_and_the_state_machines_jsonata_classify_alike(reason, expected):
     assert (in_jsonata["class"], in_jsonata["kind"]) == expected
 
 
-def test_every_row_of_the_table_is_exercised_and_sourced():
-    kinds = {expected for _, expected in REASONS}
+def test_every_row_of_the_table_is_sourced():
     for row in FAULT_PATTERNS:
-        assert (row.fault_class, row.kind) in kinds, row
         assert len(row.source) > 40, row
 
 
@@ -133,6 +61,7 @@ def test_describe_names_the_class_and_kind():
 
 def test_docs_faults_lists_every_row_of_the_table():
     page = (Path(__file__).parents[2] / "docs" / "faults.md").read_text()
+
     def cell(pattern: str) -> str:  # a Markdown table cell escapes |
         return "`" + pattern.replace("|", "\\|") + "`"
 

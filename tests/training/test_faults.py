@@ -28,14 +28,14 @@ def output_dir(tmp_path, monkeypatch):
         (torch.OutOfMemoryError("CUDA out of memory."), "trainstack-fault:user:oom MemoryError", "of memory"),
         (
             torch.distributed.DistBackendError("NCCL error in: ..."),
-            "trainstack-fault:infrastructure:collective RuntimeError",
+            "trainstack-fault:infrastructure:nccl RuntimeError",
             "DistBackendError: NCCL error",
         ),
         (
             RuntimeError(
                 "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [::1]:1"
             ),
-            "trainstack-fault:infrastructure:collective RuntimeError",
+            "trainstack-fault:infrastructure:network RuntimeError",
             "RuntimeError: [../third_party/gloo",
         ),
         (ZeroDivisionError("division by zero"), "trainstack-fault:user:exception Exception", "ZeroDivision"),

@@ -20,7 +20,7 @@ from typing import Any
 
 from training_scripts.metrics import METRIC_DEFINITIONS
 from trainstack import runs
-from trainstack.faults import CAPACITY_REASON_PREFIX, SPOT_CAPACITY_SECONDARY_STATUS, classify, describe
+from trainstack.faults import CAPACITY, SPOT_CAPACITY_SECONDARY_STATUS, classify, describe
 from trainstack.job_request import CHECKPOINT_LOCAL_PATH
 from trainstack.prices import SAGEMAKER_TRAINING_PRICES
 from trainstack.report.progress import STEP, Progress, read_progress
@@ -80,7 +80,8 @@ class Attempt:
             return "capacity"
         if self.status != "Failed":
             return None
-        return "capacity" if reason.startswith(CAPACITY_REASON_PREFIX) else describe(classify(reason))
+        fault = classify(reason)
+        return CAPACITY if fault.fault_class == CAPACITY else describe(fault)
 
     @property
     def instance_type(self) -> str | None:

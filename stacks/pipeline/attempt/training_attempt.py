@@ -35,7 +35,7 @@ from stacks.pipeline.machine_kit import (
     retry_poll_call,
 )
 from stacks.pipeline.state_machine_facts import poll_seconds_expression
-from trainstack.faults import CAPACITY_REASON_PREFIX, SPOT_CAPACITY_SECONDARY_STATUS, fault_expression
+from trainstack.faults import SPOT_CAPACITY_SECONDARY_STATUS, capacity_expression, fault_expression
 
 # What the pipeline does with each status: see training_state_machine.
 ATTEMPT_STATUSES = (
@@ -296,11 +296,10 @@ class TrainingAttempt(Construct):
     def _check_job(self, report: sfn.IChainable, stop: sfn.IChainable, wait_for_job: sfn.IChainable):
         """How the job ended, or the stop once it is overdue, or the next poll."""
         status = "$described.status"
+        # Capacity as the fault table recognises it, in any of SageMaker's wordings.
         capacity = (
-            f'({status} = "Failed" and '
-            f"$substring($described.reason, 0, {len(CAPACITY_REASON_PREFIX)}) = "
-            f'{literal(CAPACITY_REASON_PREFIX)}) or ({status} = "Stopped" and $described.secondary = '
-            f"{literal(SPOT_CAPACITY_SECONDARY_STATUS)})"
+            f'({status} = "Failed" and {capacity_expression("$described.reason")}) or '
+            f'({status} = "Stopped" and $described.secondary = {literal(SPOT_CAPACITY_SECONDARY_STATUS)})'
         )
         capacity_cause = (
             '$described.reason ? $described.reason : "spot capacity did not come within '
