@@ -30,6 +30,8 @@ ASSUMED_IMAGE_PULL_SECONDS = 180.0
 ASSUMED_DOWNLOAD_BYTES_PER_SECOND = 1 * GB
 # - an async save's staging copy, device to host, per GPU (PCIe; DCP's async_save stages before it returns);
 ASSUMED_STAGING_BYTES_PER_SECOND = 5 * GB
+# - what every save costs beyond moving bytes (DCP's save planning, its collectives, the commit);
+ASSUMED_SAVE_OVERHEAD_SECONDS = 1.0
 # - the unbilled wait for instances before a restart (not in goodput, shown in wall time).
 ASSUMED_PROVISIONING_SECONDS = 600.0
 DEFAULT_GOAL_PERCENT = 90.0
@@ -72,8 +74,9 @@ class Forecast:
     def line(self) -> str:
         parts = ", ".join(f"{name} {value:.2f}" for name, value in self.goodput.parts_percent().items())
         return (
-            f"goodput {self.goodput.percent:.1f}% (lost: {parts} %); job MTBF {self.mtbf_seconds / 3600:,.1f} h "
-            f"on {self.gpus:,} GPUs; checkpoint every {self.goodput.interval_steps:,} steps "
+            f"goodput {self.goodput.percent:.1f}% (lost: {parts} %); "
+            f"job MTBF {self.mtbf_seconds / 3600:,.1f} h on {self.gpus:,} GPUs; "
+            f"checkpoint every {self.goodput.interval_steps:,} steps "
             f"({_duration(self.goodput.interval_seconds)}), each blocking {self.costs.save_blocking:,.1f} s "
             f"({'async' if self.costs.asynchronous else 'sync'}); restart {self.costs.restart:,.0f} s billed "
             f"(image {self.costs.image_pull:,.0f}, checkpoint download {self.costs.download:,.0f}, "
@@ -100,12 +103,13 @@ def costs_of(item: Plan, asynchronous: bool, download_bytes: float | None = None
     if step is None:
         return None
     world = item.instance_count * item.spec.gpus
-    staging = item.checkpoint.size / world / ASSUMED_STAGING_BYTES_PER_SECOND
+    staging = item.checkpoint.size / world / ASSUMED_STAGING_BYTES_PER_SECOND + ASSUMED_SAVE_OVERHEAD_SECONDS
+    write = item.checkpoint.save_seconds + ASSUMED_SAVE_OVERHEAD_SECONDS
     download = item.checkpoint.restart_download_per_node if download_bytes is None else download_bytes
     return Costs(
         step=step,
-        save_blocking=staging if asynchronous else item.checkpoint.save_seconds,
-        save_write=item.checkpoint.save_seconds,
+        save_blocking=staging if asynchronous else write,
+        save_write=write,
         image_pull=ASSUMED_IMAGE_PULL_SECONDS,
         download=download / ASSUMED_DOWNLOAD_BYTES_PER_SECOND,
         warmup=WARMUP_STEPS * step,
@@ -134,10 +138,9 @@ def at_interval(result: Forecast, steps: int) -> Goodput:
 def levers(result: Forecast, faults: FaultModel) -> list[tuple[str, float]]:
     """(lever, goodput % with it), best first: faster restarts and a smaller blocking save."""
     item, costs = result.plan, result.costs
+    fsx = "checkpoints on FSx for Lustre (a restart reads one checkpoint, not keep_checkpoints from S3)"
     options = {
-        "checkpoints on FSx for Lustre (a restart reads one checkpoint, not keep_checkpoints from S3)": replace(
-            costs, download=item.checkpoint.per_node / ASSUMED_DOWNLOAD_BYTES_PER_SECOND
-        ),
+        fsx: replace(costs, download=item.checkpoint.per_node / ASSUMED_DOWNLOAD_BYTES_PER_SECOND),
         "warm pools (keep_alive_seconds: no image pull on a restart)": replace(costs, image_pull=0.0),
     }
     if not costs.asynchronous:
@@ -146,7 +149,9 @@ def levers(result: Forecast, faults: FaultModel) -> list[tuple[str, float]]:
         options["a smaller blocking save (half the staging time)"] = replace(
             costs, save_blocking=costs.save_blocking / 2
         )
-    gains = [(name, forecast_with(item, changed, faults).goodput.percent) for name, changed in options.items()]
+    gains = [
+        (name, forecast_with(item, changed, faults).goodput.percent) for name, changed in options.items()
+    ]
     return sorted(gains, key=lambda pair: -pair[1])
 
 
@@ -171,4 +176,3 @@ def _duration(seconds: float) -> str:
     if seconds >= 60:
         return f"{seconds / 60:.0f} min"
     return f"{seconds:.0f} s"
-
