@@ -9,18 +9,26 @@ import math
 import pytest
 
 from tests.domain.conftest import S3_RESOURCES
+from tests.domain.test_goodput import hang_then_resume
 from trainstack.cli import main as trainstack
 from trainstack.config_loading import ConfigError
 from trainstack.fault_model import LLAMA3_GPU_MTBF_HOURS, FaultModel
+from trainstack.instances import INSTANCE_TYPES
 from trainstack.job_request import base_request
 from trainstack.planning.auto_interval import auto_interval
+from trainstack.planning.forecast import at_interval, forecast
 from trainstack.planning.goodput_model import (
     best_interval,
     goodput_at,
     interval_goodput,
     optimal_work_seconds,
 )
+from trainstack.planning.plans import plan
+from trainstack.planning.setups import setup_for_profile
 from trainstack.planning.simulation import Scenario, simulate
+from trainstack.report.expected import forecast_line
+from trainstack.report.goodput import ledger_of
+from trainstack.report.render import render
 
 HOUR = 3600.0
 
@@ -143,3 +151,22 @@ def test_plan_prints_the_forecast_at_every_scale_and_the_lever_below_the_goal(ca
 def test_bad_goodput_flags_get_one_sentence(capsys, flags, message):
     assert trainstack(["plan", "--instance-type", "ml.p5.48xlarge", *flags]) == 2
     assert capsys.readouterr().err.strip() == f"trainstack plan: {message}"
+
+
+def test_the_report_shows_the_forecast_beside_the_measured_goodput(make_settings):
+    settings = make_settings()
+    report = hang_then_resume()  # 2 x ml.p4d.24xlarge, goodput measured by the ledger
+    report.execution["input"] = json.dumps({"profile": "llama-7b-smp"})
+    report.attempts[-1].job["HyperParameters"] = {"checkpoint_interval": "500"}
+    ledger = ledger_of(report, report.attempts[-1].ended)
+    line = forecast_line(report, ledger, settings)
+    item = plan(
+        setup_for_profile(settings.profile("llama-7b-smp")), INSTANCE_TYPES["ml.p4d.24xlarge"], 2, None
+    )
+    expected = at_interval(forecast(item, FaultModel(), asynchronous=False), 500)  # the interval the job got
+    assert line.startswith(
+        f"forecast goodput: {expected.percent:.1f}% in the long run on 2 x ml.p4d.24xlarge "
+        "(job MTBF 3,167.3 h, checkpoint every 500 steps; best "
+    )
+    assert line.endswith(f"; measured (ledger): {ledger.goodput_percent:.1f}%")
+    assert f'<p id="goodput-forecast">{line}</p>' in render(report, line)
