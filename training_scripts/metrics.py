@@ -26,6 +26,9 @@ METRIC_DEFINITIONS: list[dict] = [
     {"Name": "train:grad_norm", "Regex": rf"grad_norm={_NUMBER}"},
     {"Name": "train:tokens_per_second", "Regex": rf"tokens_per_sec={_NUMBER}"},
     {"Name": "train:mfu_percent", "Regex": rf"mfu_pct={_NUMBER}"},
+    # The blocking part of each checkpoint save (format_checkpoint_pause_line): the pipeline refines
+    # `checkpoint_interval: auto` from its final value (stacks/pipeline/checkpoint_interval.py).
+    {"Name": "train:checkpoint_pause_seconds", "Regex": rf"paused_seconds={_NUMBER}"},
 ]
 
 
