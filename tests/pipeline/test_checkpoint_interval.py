@@ -4,8 +4,11 @@ interval re-solved from what the job measured (DescribeTrainingJob's FinalMetric
 
 from __future__ import annotations
 
+import pytest
+from jsonata import Jsonata
+
 from localaws.sagemaker import COMPLETED, STARTING, TRAINING, Phase
-from stacks.pipeline.checkpoint_interval import PAUSE_METRIC, SPEED_METRIC
+from stacks.pipeline.checkpoint_interval import PAUSE_METRIC, SPEED_METRIC, refined_request_expression
 from tests.pipeline.test_fault_drills import HANG
 from trainstack.planning.auto_interval import auto_interval
 from trainstack.planning.goodput_model import best_interval
@@ -37,8 +40,36 @@ def test_auto_reaches_the_job_and_the_next_attempt_gets_the_measured_optimum(int
     assert intervals(sm) == [str(auto_interval(profile)), str(refined.interval_steps)]
 
 
-def test_a_run_that_sets_the_interval_keeps_it(interpreter):
-    sm = interpreter(job_scripts=[[STARTING, TRAINING, measured(HANG)], [STARTING, TRAINING, COMPLETED]])
-    outcome = sm.run({"runName": "trainstack-given", "hyperparameters": {"checkpoint_interval": "50"}})
-    assert outcome.status == "SUCCEEDED", outcome.cause
-    assert intervals(sm) == ["50", "50"]
+def refine(settings, given: dict, metrics: list[dict], job_type: str = "ml.p5.48xlarge", count: int = 2):
+    """The pipeline's expression evaluated as RunAttempt evaluates it (jsonata-python, as the emulator)."""
+    outcome = {
+        "status": "Failed",
+        "job": {"instanceType": job_type, "instanceCount": count, "metrics": metrics},
+    }
+    bindings = {
+        "states": {"result": {"Output": outcome}, "context": {"Execution": {"Input": given}}},
+        "request": {"HyperParameters": {"checkpoint_interval": "7"}},
+        "plan": {"profile": given.get("profile", "llama-7b-smp")},
+    }
+    result = Jsonata(refined_request_expression(settings.profiles)).evaluate(None, bindings)
+    return result["HyperParameters"]["checkpoint_interval"]
+
+
+@pytest.mark.parametrize(("pause", "speed", "count"), [(0.4, 2e6, 64), (40.0, 30_000.0, 2), (3.0, 9e5, 16)])
+def test_the_state_machines_optimum_is_pythons(make_settings, pause, speed, count):
+    settings = make_settings({"fault_model": {"gpu_mtbf_hours": 5_000}})
+    metrics = [{"MetricName": PAUSE_METRIC, "Value": pause}, {"MetricName": SPEED_METRIC, "Value": speed}]
+    step = 4096 * 2 * 8 * count / speed
+    expected = best_interval(step, pause, 0.0, 5_000 * 3600 / (8 * count)).interval_steps
+    assert refine(settings, {}, metrics, count=count) == str(expected)
+
+
+def test_the_interval_stays_as_planned_without_measurements_or_when_the_run_sets_it(make_settings):
+    settings = make_settings()
+    metrics = [{"MetricName": PAUSE_METRIC, "Value": 5.0}, {"MetricName": SPEED_METRIC, "Value": 1e5}]
+    assert refine(settings, {}, metrics) != "7"
+    assert refine(settings, {}, metrics[:1]) == "7"  # no tokens/s
+    assert refine(settings, {"hyperparameters": {"checkpoint_interval": "7"}}, metrics) == "7"
+    assert refine(settings, {"hyperparameters": {"seq_len": "1024"}}, metrics) == "7"
+    assert refine(settings, {"profile": "llama-1b-smddp"}, metrics) == "7"  # not auto
+    assert refine(settings, {}, metrics, job_type="ml.c5.xlarge") == "7"  # not a preferred GPU type
