@@ -21,13 +21,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from stacks.pipeline.jsonata_text import expression, literal
+from training_scripts.metrics import CHECKPOINT_PAUSE_METRIC as PAUSE_METRIC
+from training_scripts.metrics import TOKENS_PER_SECOND_METRIC as SPEED_METRIC
 from trainstack.planning.auto_interval import is_auto, profile_forecasts
 from trainstack.planning.forecast import INTERVAL_HYPERPARAMETER
 from trainstack.planning.setups import setup_for_profile
 from trainstack.profiles import Profile
 
-PAUSE_METRIC = "train:checkpoint_pause_seconds"
-SPEED_METRIC = "train:tokens_per_second"
 # Hyperparameters that fix the tokens of a step: a run that sets one keeps the planned interval.
 STEP_SHAPE = ("seq_len", "micro_batch_size", "grad_accum")
 # Bisection steps over x = work / MTBF in (0, 1): 2^-60 of the MTBF.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from html import escape
 
 import pytest
 
@@ -26,7 +27,7 @@ from trainstack.planning.goodput_model import (
 from trainstack.planning.plans import plan
 from trainstack.planning.setups import setup_for_profile
 from trainstack.planning.simulation import Scenario, simulate
-from trainstack.report.expected import forecast_line
+from trainstack.report.expected import forecast_line, interval_lines
 from trainstack.report.goodput import ledger_of
 from trainstack.report.render import render
 
@@ -169,4 +170,16 @@ def test_the_report_shows_the_forecast_beside_the_measured_goodput(make_settings
         "(job MTBF 3,167.3 h, checkpoint every 500 steps; best "
     )
     assert line.endswith(f"; measured (ledger): {ledger.goodput_percent:.1f}%")
-    assert f'<p id="goodput-forecast">{line}</p>' in render(report, line)
+    report.attempts[0].job["HyperParameters"] = {"checkpoint_interval": "300"}
+    report.attempts[0].job["FinalMetricDataList"] = [
+        {"MetricName": "train:checkpoint_pause_seconds", "Value": 30.0},
+        {"MetricName": "train:tokens_per_second", "Value": 20_000.0},
+    ]
+    how = interval_lines(report)
+    assert how == [
+        "attempt 1: checkpoint every 300 steps; measured: last save paused 30.0 s, 20,000 tokens/s "
+        "(the next attempt's interval of an auto profile is solved from these)",
+        "attempt 2: checkpoint every 500 steps",
+    ]
+    page = render(report, [line, *how])
+    assert f'<div id="goodput-forecast"><p>{escape(line)}</p><p>{escape(how[0])}</p>' in page

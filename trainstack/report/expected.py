@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from training_scripts.metrics import CHECKPOINT_PAUSE_METRIC as PAUSE_METRIC
+from training_scripts.metrics import TOKENS_PER_SECOND_METRIC as SPEED_METRIC
 from trainstack.instances import INSTANCE_TYPES
 from trainstack.planning.forecast import INTERVAL_HYPERPARAMETER, asynchronous_saves, at_interval, forecast
 from trainstack.planning.plans import plan
@@ -53,3 +55,24 @@ def _forecast(report: RunReport, settings: Any) -> str:
         f"(job MTBF {result.mtbf_seconds / 3600:,.1f} h, checkpoint every {steps:,} steps; "
         f"best {result.goodput.interval_steps:,} steps: {result.goodput.percent:.1f}%)"
     )
+
+
+def interval_lines(report: RunReport) -> list[str]:
+    """How each attempt's checkpoint interval came about: the number its job got and what the job measured
+    (DescribeTrainingJob's FinalMetricDataList), from which the pipeline re-solves `auto` for the next
+    attempt (stacks/pipeline/checkpoint_interval.py)."""
+    lines = []
+    for attempt in report.attempts:
+        hyperparameters = attempt.job.get("HyperParameters", {})
+        if INTERVAL_HYPERPARAMETER not in hyperparameters:
+            continue
+        final = {item["MetricName"]: item["Value"] for item in attempt.job.get("FinalMetricDataList", [])}
+        text = f"attempt {attempt.number}: checkpoint every {hyperparameters[INTERVAL_HYPERPARAMETER]} steps"
+        if PAUSE_METRIC in final and SPEED_METRIC in final:
+            text += (
+                f"; measured: last save paused {final[PAUSE_METRIC]:,.1f} s, "
+                f"{final[SPEED_METRIC]:,.0f} tokens/s "
+                "(the next attempt's interval of an auto profile is solved from these)"
+            )
+        lines.append(text)
+    return lines
