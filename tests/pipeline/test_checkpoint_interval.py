@@ -4,25 +4,34 @@ interval re-solved from what the job measured (DescribeTrainingJob's FinalMetric
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 from jsonata import Jsonata
 
+from localaws.demo.local_logs import stream_prefix_filter
 from localaws.sagemaker import COMPLETED, STARTING, TRAINING, Phase
 from stacks.pipeline.checkpoint_interval import PAUSE_METRIC, SPEED_METRIC, refined_request_expression
+from tests.pipeline import harness
 from tests.pipeline.test_fault_drills import HANG
+from trainstack.commands.common import Pipeline
 from trainstack.planning.auto_interval import auto_interval
 from trainstack.planning.goodput_model import best_interval
+from trainstack.report.history import pipeline_history
 
 PAUSE_SECONDS, TOKENS_PER_SECOND = 12.5, 80_000.0
 
 
 def measured(phase: Phase) -> Phase:
-    """The phase with the final metric values SageMaker reads from the job's log (on 2 x ml.p5.48xlarge)."""
+    """The phase with the final metric values SageMaker reads from the job's log (on 2 x ml.p5.48xlarge),
+    billed for one hour."""
     metrics = [
         {"MetricName": PAUSE_METRIC, "Value": PAUSE_SECONDS, "Timestamp": 0},
         {"MetricName": SPEED_METRIC, "Value": TOKENS_PER_SECOND, "Timestamp": 0},
     ]
-    return Phase(phase.status, phase.secondary, phase.failure_reason, {"FinalMetricDataList": metrics}, True)
+    start = (datetime.now(UTC) - timedelta(hours=2)).timestamp()
+    fields = {"FinalMetricDataList": metrics, "TrainingStartTime": start, "TrainingEndTime": start + 3600}
+    return Phase(phase.status, phase.secondary, phase.failure_reason, fields, True)
 
 
 def intervals(sm) -> list[str]:
@@ -38,6 +47,15 @@ def test_auto_reaches_the_job_and_the_next_attempt_gets_the_measured_optimum(int
     step = 4096 * 2 * 16 / TOKENS_PER_SECOND
     refined = best_interval(step, PAUSE_SECONDS, 0.0, profile.fault_model.job_mtbf_seconds(16))
     assert intervals(sm) == [str(auto_interval(profile)), str(refined.interval_steps)]
+    # plan --from-history: the hang is 1 infrastructure failure in 1 billed hour on 16 GPUs.
+    with stream_prefix_filter():
+        history = pipeline_history(Pipeline(pipeline.settings, harness.REGION, sm.pipeline_arn))
+    assert (history.runs, history.attempts, history.failures) == (1, 1, 1)
+    assert history.gpu_mtbf_hours == pytest.approx(16.0)
+    assert history.sentence() == (
+        "from history: 1 infrastructure failure(s) in 16.0 billed GPU-hours over 1 run(s) (1 attempt(s)): "
+        "per-GPU MTBF 16 h"
+    )
 
 
 def refine(settings, given: dict, metrics: list[dict], job_type: str = "ml.p5.48xlarge", count: int = 2):
