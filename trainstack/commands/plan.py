@@ -13,6 +13,8 @@ import json
 import sys
 from dataclasses import replace
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from training_scripts.model_shapes import PRESETS
 from trainstack.commands import plan_goodput
 from trainstack.commands.common import Pipeline
@@ -34,6 +36,7 @@ from trainstack.planning.throughput import MFU_AS_OF
 from trainstack.prices import SAGEMAKER_TRAINING_PRICES
 from trainstack.profiles import Profile
 from trainstack.report.history import FailureHistory, pipeline_history
+from trainstack.runs import RunError
 
 _STRATEGIES = ("smp", "smddp", "torchrun")
 _PARALLELISMS = ("fsdp", "ddp")
@@ -152,7 +155,12 @@ def _history(args: argparse.Namespace) -> FailureHistory:
         settings = load_settings(args.config)
     except ConfigError as error:
         raise _UsageError(f"--config: {error}".rstrip(".") + ".") from None
-    return pipeline_history(Pipeline(settings, settings.region))
+    try:
+        return pipeline_history(Pipeline(settings, settings.region))
+    except (RunError, BotoCoreError, ClientError) as error:
+        raise _UsageError(
+            f"--from-history: cannot read the pipeline's runs: {error}".rstrip(".") + "."
+        ) from None
 
 
 def _profile(args: argparse.Namespace) -> Profile:

@@ -50,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--async-checkpoint",
         metavar="BOOL",
-        help="without --profile: async saves, true or false (default false)",
+        help="async saves, true or false (default: the profile's async_checkpoint, else false)",
     )
     add("--goodput-goal", metavar="PERCENT", help=f"goodput to aim for (default {DEFAULT_GOAL_PERCENT:g})")
 

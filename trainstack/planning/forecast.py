@@ -97,7 +97,7 @@ class Forecast:
         }
 
 
-def costs_of(item: Plan, asynchronous: bool, download_bytes: float | None = None) -> Costs | None:
+def costs_of(item: Plan, asynchronous: bool) -> Costs | None:
     """The plan's save and restart costs; None without a step time (no throughput for the GPU)."""
     step = item.checkpoint.step_seconds
     if step is None:
@@ -105,13 +105,12 @@ def costs_of(item: Plan, asynchronous: bool, download_bytes: float | None = None
     world = item.instance_count * item.spec.gpus
     staging = item.checkpoint.size / world / ASSUMED_STAGING_BYTES_PER_SECOND + ASSUMED_SAVE_OVERHEAD_SECONDS
     write = item.checkpoint.save_seconds + ASSUMED_SAVE_OVERHEAD_SECONDS
-    download = item.checkpoint.restart_download_per_node if download_bytes is None else download_bytes
     return Costs(
         step=step,
         save_blocking=staging if asynchronous else write,
         save_write=write,
         image_pull=ASSUMED_IMAGE_PULL_SECONDS,
-        download=download / ASSUMED_DOWNLOAD_BYTES_PER_SECOND,
+        download=item.checkpoint.restart_download_per_node / ASSUMED_DOWNLOAD_BYTES_PER_SECOND,
         warmup=WARMUP_STEPS * step,
         asynchronous=asynchronous,
     )
