@@ -167,7 +167,7 @@ def test_the_report_shows_the_forecast_beside_the_measured_goodput(make_settings
     expected = at_interval(forecast(item, FaultModel(), asynchronous=False), 500)  # the interval the job got
     assert line.startswith(
         f"forecast goodput: {expected.percent:.1f}% in the long run on 2 x ml.p4d.24xlarge "
-        "(job MTBF 3,167.3 h, checkpoint every 500 steps; best "
+        "(job MTBF 3,167.3 h, checkpoint every 500 steps, planned step and save times; best "
     )
     assert line.endswith(f"; measured (ledger): {ledger.goodput_percent:.1f}%")
     report.attempts[0].job["HyperParameters"] = {"checkpoint_interval": "300"}
@@ -181,5 +181,15 @@ def test_the_report_shows_the_forecast_beside_the_measured_goodput(make_settings
         "(the next attempt's interval of an auto profile is solved from these)",
         "attempt 2: checkpoint every 500 steps",
     ]
+    # The job's own figures replace the planner's: 16 GPUs x seq 4096 x micro-batch 2 at 40,960 tokens/s.
+    report.attempts[-1].job["FinalMetricDataList"] = [
+        {"MetricName": "train:checkpoint_pause_seconds", "Value": 30.0},
+        {"MetricName": "train:tokens_per_second", "Value": 40_960.0},
+    ]
+    measured = forecast_line(report, ledger, settings)
+    assert (
+        "checkpoint every 500 steps, the job's measured step time 3.2 s and save pause 30 s; best "
+        in measured
+    )
     page = render(report, [line, *how])
     assert f'<div id="goodput-forecast"><p>{escape(line)}</p><p>{escape(how[0])}</p>' in page

@@ -2,18 +2,28 @@
 
 The forecast is planning/forecast.py's for the run's profile (with the execution's hyperparameters) on the
 instance type and count its newest job ran on, at the checkpoint interval that job was given (its
-HyperParameters, as DescribeTrainingJob returns them): the long-run expectation. A short run weighs its
-first start, which the long-run figure spreads over many failures, more, so it measures lower.
+HyperParameters, as DescribeTrainingJob returns them): the long-run expectation. Where the job reported its
+last checkpoint pause and tokens/s (FinalMetricDataList), those replace the planner's save and step times.
+A short run weighs its first start, which the long-run figure spreads over many failures, more, so it
+measures lower.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from training_scripts.metrics import CHECKPOINT_PAUSE_METRIC as PAUSE_METRIC
 from training_scripts.metrics import TOKENS_PER_SECOND_METRIC as SPEED_METRIC
+from training_scripts.metrics import WARMUP_STEPS
 from trainstack.instances import INSTANCE_TYPES
-from trainstack.planning.forecast import INTERVAL_HYPERPARAMETER, asynchronous_saves, at_interval, forecast
+from trainstack.planning.forecast import (
+    INTERVAL_HYPERPARAMETER,
+    asynchronous_saves,
+    at_interval,
+    forecast,
+    forecast_with,
+)
 from trainstack.planning.plans import plan
 from trainstack.planning.setups import UnplannableError, setup_for_profile
 from trainstack.report.collect import RunReport
@@ -47,12 +57,21 @@ def _forecast(report: RunReport, settings: Any) -> str:
     result = forecast(item, profile.fault_model, asynchronous_saves(hyperparameters))
     if result is None:
         return f"none (no throughput on record for {item.spec.gpu_model})"
+    final = _final_metrics(job.job)
+    figures = "planned step and save times"
+    if final.get(PAUSE_METRIC, 0) > 0 and final.get(SPEED_METRIC, 0) > 0:
+        step = setup.tokens_per_step(item.spec, item.instance_count) / final[SPEED_METRIC]
+        costs = replace(
+            result.costs, step=step, save_blocking=final[PAUSE_METRIC], warmup=WARMUP_STEPS * step
+        )
+        result = forecast_with(item, costs, profile.fault_model)
+        figures = f"the job's measured step time {step:,.3g} s and save pause {final[PAUSE_METRIC]:,.3g} s"
     given_interval = str(job.job.get("HyperParameters", {}).get(INTERVAL_HYPERPARAMETER, "")).strip('"')
     steps = int(given_interval) if given_interval.isdigit() else result.goodput.interval_steps
     expected = at_interval(result, steps)
     return (
         f"{expected.percent:.1f}% in the long run on {job.instance_count} x {job.instance_type} "
-        f"(job MTBF {result.mtbf_seconds / 3600:,.1f} h, checkpoint every {steps:,} steps; "
+        f"(job MTBF {result.mtbf_seconds / 3600:,.1f} h, checkpoint every {steps:,} steps, {figures}; "
         f"best {result.goodput.interval_steps:,} steps: {result.goodput.percent:.1f}%)"
     )
 
@@ -66,7 +85,7 @@ def interval_lines(report: RunReport) -> list[str]:
         hyperparameters = attempt.job.get("HyperParameters", {})
         if INTERVAL_HYPERPARAMETER not in hyperparameters:
             continue
-        final = {item["MetricName"]: item["Value"] for item in attempt.job.get("FinalMetricDataList", [])}
+        final = _final_metrics(attempt.job)
         text = f"attempt {attempt.number}: checkpoint every {hyperparameters[INTERVAL_HYPERPARAMETER]} steps"
         if PAUSE_METRIC in final and SPEED_METRIC in final:
             text += (
@@ -76,3 +95,7 @@ def interval_lines(report: RunReport) -> list[str]:
             )
         lines.append(text)
     return lines
+
+
+def _final_metrics(job: dict[str, Any]) -> dict[str, float]:
+    return {item["MetricName"]: item["Value"] for item in job.get("FinalMetricDataList", [])}
