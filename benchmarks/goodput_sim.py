@@ -1,5 +1,5 @@
-"""The chosen checkpoint interval against fixed ones, side by side: Monte-Carlo runs under exponential failures,
-booked by the goodput ledger's own accounting (trainstack/planning/simulation.py).
+"""The chosen checkpoint interval against fixed ones, side by side: Monte-Carlo runs under exponential
+failures, booked by the goodput ledger's own accounting (trainstack/planning/simulation.py).
 
     python benchmarks/goodput_sim.py [--failures 2000] [--seed 1]
 
