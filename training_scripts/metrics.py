@@ -20,12 +20,19 @@ WARMUP_STEPS = 3
 # A number as Python prints floats, including nan and inf: a diverging run must show in the charts.
 _NUMBER = r"([-+]?(?:[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?|nan|inf))"
 
+# The metrics the pipeline reads back (DescribeTrainingJob's FinalMetricDataList) to refine
+# `checkpoint_interval: auto` (stacks/pipeline/checkpoint_interval.py).
+TOKENS_PER_SECOND_METRIC = "train:tokens_per_second"
+CHECKPOINT_PAUSE_METRIC = "train:checkpoint_pause_seconds"
+
 METRIC_DEFINITIONS: list[dict] = [
     {"Name": "train:loss", "Regex": rf"train_loss={_NUMBER}"},
     {"Name": "validation:loss", "Regex": rf"val_loss={_NUMBER}"},
     {"Name": "train:grad_norm", "Regex": rf"grad_norm={_NUMBER}"},
-    {"Name": "train:tokens_per_second", "Regex": rf"tokens_per_sec={_NUMBER}"},
+    {"Name": TOKENS_PER_SECOND_METRIC, "Regex": rf"tokens_per_sec={_NUMBER}"},
     {"Name": "train:mfu_percent", "Regex": rf"mfu_pct={_NUMBER}"},
+    # The blocking part of each checkpoint save (format_checkpoint_pause_line).
+    {"Name": CHECKPOINT_PAUSE_METRIC, "Regex": rf"paused_seconds={_NUMBER}"},
 ]
 
 

@@ -16,8 +16,10 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from trainstack.base import StrictModel, matching
+from trainstack.fault_model import FaultModel, inherit_fault_model
 from trainstack.fsx_sizing import FsxPlan, FsxSettings, plan_for
 from trainstack.governance import BOOTSTRAP_QUALIFIER, CONTROL_TOWER, Compliance, IamSettings
+from trainstack.planning.auto_interval import check_auto_intervals
 from trainstack.planning.setups import fit_problems
 from trainstack.profiles import Profile
 from trainstack.queue_settings import QueueSettings
@@ -204,6 +206,7 @@ class Settings(StrictModel):
     ] = {}
     profiles: list[Profile] = []
     queue: QueueSettings = QueueSettings()
+    fault_model: FaultModel = FaultModel()  # failure rate for goodput and checkpoint_interval: auto
     # Deploying into a governed account (trainstack/governance.py; README of the same name).
     compliance: Compliance = "none"
     iam: IamSettings = IamSettings()
@@ -218,6 +221,9 @@ class Settings(StrictModel):
             "an S3 bucket name: 3 to 63 lowercase letters, digits, dots or hyphens",
         ),
     ] = None
+
+    _fault_models = model_validator(mode="before")(classmethod(inherit_fault_model))
+    _auto_intervals = model_validator(mode="after")(check_auto_intervals)
 
     @model_validator(mode="after")
     def _placement(self) -> Settings:

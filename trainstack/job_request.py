@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from training_scripts.metrics import METRIC_DEFINITIONS
+from trainstack.planning.auto_interval import resolved_hyperparameters
 from trainstack.profiles import EXPECTED_GPUS_ENV, Profile
 
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
@@ -174,7 +175,7 @@ def base_request(profile: Profile, resources: PipelineResources) -> dict[str, An
             "MetricDefinitions": [dict(definition) for definition in METRIC_DEFINITIONS],
         },
         "HyperParameters": {
-            **profile.hyperparameters,
+            **resolved_hyperparameters(profile),  # checkpoint_interval: auto as a number of steps
             **encode_hyperparameters(profile.launch_hyperparameters()),
         },
         "InputDataConfig": [_train_channel(resources)],

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from trainstack.base import StrictModel, matching
+from trainstack.fault_model import FaultModel
 from trainstack.instances import INSTANCE_TYPES, InstanceType, UnknownInstanceTypeError, instance_type
 from trainstack.planning.checkpoints import MPIRUN_SIGKILL_TIMEOUT_SECONDS
 from trainstack.retry_policies import FaultRetryPolicy, RetryPolicy
@@ -172,6 +173,7 @@ class Profile(StrictModel):
     infra_check: bool = False
     retry: RetryPolicy = RetryPolicy()
     fault_retries: FaultRetryPolicy = FaultRetryPolicy()
+    fault_model: FaultModel = FaultModel()  # the config's fault_model unless set here
     schedule: Annotated[
         str | None,
         matching(

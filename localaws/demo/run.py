@@ -37,6 +37,7 @@ from localaws.sagemaker.local_processes import LocalTraining
 from localaws.sagemaker.training_jobs import FakeSageMaker
 from trainstack.config_loading import load_settings
 from trainstack.faults import CAPACITY, classify, describe
+from trainstack.planning.goodput_model import best_interval
 
 CORPUS_MODULES = (
     "argparse",
@@ -52,6 +53,26 @@ CORPUS_MODULES = (
 )
 
 
+# The demo's fault model for `--checkpoint-interval auto`: one failure per run (the demo injects one), a save
+# that blocks for about one step. The interval is trainstack's goodput optimum (planning/goodput_model.py)
+# in steps; train.py gets it as the run's checkpoint_interval hyperparameter.
+DEMO_SAVE_STEPS = 1.0
+
+
+def _interval(text: str) -> str | int:
+    if text == "auto":
+        return text
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(
+            f"must be auto or a whole number of steps of at least 1, got '{text}'"
+        )
+    return int(text)
+
+
+def demo_interval(max_steps: int) -> int:
+    return best_interval(1.0, DEMO_SAVE_STEPS, 0.0, float(max_steps)).interval_steps
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m localaws.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="config/default.yaml", help="the config `make synth` used")
@@ -63,7 +84,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--profile", default="small-torchrun", help="a torchrun profile of the config")
     parser.add_argument("--max-steps", type=int, default=60)
-    parser.add_argument("--checkpoint-interval", type=int, default=20)
+    parser.add_argument(
+        "--checkpoint-interval",
+        type=_interval,
+        default="auto",
+        help="steps between checkpoints, or auto: the goodput optimum for the demo's fault model",
+    )
     parser.add_argument("--speedup", type=float, default=30.0, help="emulated time runs this much faster")
     parser.add_argument(
         "--fault",
@@ -109,6 +135,12 @@ def say(message: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.checkpoint_interval == "auto":
+        args.checkpoint_interval = demo_interval(args.max_steps)
+        say(
+            f"checkpoint_interval auto: every {args.checkpoint_interval} steps, the goodput optimum for one "
+            f"failure per {args.max_steps}-step run and saves blocking about {DEMO_SAVE_STEPS:g} step"
+        )
     settings = load_settings(args.config)
     pipeline = load_pipeline(args.cdk_out, settings.project, settings.region)
     say(

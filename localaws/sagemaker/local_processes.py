@@ -41,6 +41,7 @@ from localaws import opt_ml
 from localaws.demo import local_logs
 from localaws.sagemaker.scripted import CAPACITY_ERROR
 from localaws.sagemaker.training_jobs import FakeSageMaker, Phase, TrainingJob, model_uri
+from training_scripts.metrics import parse_metrics
 
 # CPU stands in for the instance's GPUs: two processes per host (the toolkit starts one otherwise).
 PROCESSES_PER_HOST = "2"
@@ -68,6 +69,8 @@ class LocalRun:
         }
         if "TensorBoardOutputConfig" in job.request:
             fields["TensorBoardOutputConfig"] = job.request["TensorBoardOutputConfig"]
+        if final := self.final_metrics():
+            fields["FinalMetricDataList"] = final
         code = self.process.poll()
         if code is None:
             secondary = "Stopping" if job.stop_requested else "Training"
@@ -76,6 +79,18 @@ class LocalRun:
             return Phase("InProgress", "Uploading", fields=fields, instances_selected=True)
         status, reason = self.outcome(job, code)
         return Phase(status, status, reason, fields=fields, instances_selected=True)
+
+    def final_metrics(self) -> list[dict[str, Any]]:
+        """DescribeTrainingJob's FinalMetricDataList ("the names, values, and dates and times that the
+        training algorithm emitted to Amazon CloudWatch", botocore's sagemaker model): assumed the last value
+        of each MetricDefinition found in the job's log, for a failed job too; Timestamp: when it was read."""
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        now = datetime.now(UTC).timestamp()
+        return [
+            {"MetricName": name, "Value": values[-1], "Timestamp": now}
+            for name, values in parse_metrics(text).items()
+            if values
+        ]
 
     def outcome(self, job: TrainingJob, code: int) -> tuple[str, str | None]:
         """How the ended process ends the job: (status, FailureReason)."""

@@ -23,6 +23,7 @@ from constructs import Construct
 from stacks.pipeline.attempt.queued_training_attempt import QueuedTrainingAttempt, queue_attempt_fields
 from stacks.pipeline.attempt.training_attempt import TrainingAttempt
 from stacks.pipeline.attempt_metrics import grant_publish, publish_attempt_metrics
+from stacks.pipeline.checkpoint_interval import refined_request
 from stacks.pipeline.fault_retries import (
     NO_FAULTS_YET,
     capacity_attempts,
@@ -282,7 +283,7 @@ class TrainingStateMachine(Construct):
                     **(queue_attempt_fields(runs.profiles, runs.queue) if self.queue else {}),
                 }
             ),
-            assign={"outcome": expression("$states.result.Output")},
+            assign={"outcome": expression("$states.result.Output"), **refined_request(runs.profiles)},
             outputs={},
         )
         # The refused child never started, so trying again is safe; each try evaluates the Arguments

@@ -13,7 +13,11 @@ import json
 import sys
 from dataclasses import replace
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from training_scripts.model_shapes import PRESETS
+from trainstack.commands import plan_goodput
+from trainstack.commands.common import Pipeline
 from trainstack.config_loading import ConfigError, load_settings
 from trainstack.instances import INSTANCE_TYPES, InstanceType
 from trainstack.planning.checkpoints import ASSUMED_WRITE_BYTES_PER_SECOND, GB
@@ -30,6 +34,9 @@ from trainstack.planning.setups import (
 )
 from trainstack.planning.throughput import MFU_AS_OF
 from trainstack.prices import SAGEMAKER_TRAINING_PRICES
+from trainstack.profiles import Profile
+from trainstack.report.history import FailureHistory, pipeline_history
+from trainstack.runs import RunError
 
 _STRATEGIES = ("smp", "smddp", "torchrun")
 _PARALLELISMS = ("fsdp", "ddp")
@@ -65,15 +72,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "(default: an assumed 1 GB/s)",
     )
     add("--recommend", action="store_true", help="recommend SMP sharding and checkpointing for each type")
+    plan_goodput.add_arguments(parser)
     add("--json", action="store_true", help="print the plans as JSON")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        setup, targets, budget = _inputs(args)
+        setup, targets, budget, profile = _inputs(args)
         write_rate = _write_rate(args.checkpoint_write_rate)
-    except _UsageError as error:
+        goodput = plan_goodput.inputs(args, profile, _history)
+    except (_UsageError, plan_goodput.GoodputUsageError) as error:
         print(f"trainstack plan: {error}", file=sys.stderr)
         return 2
     plans = [plan(setup, spec, count, tokens, write_rate) for spec, count, tokens in targets]
@@ -84,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
         document = {"setup": as_mapping(setup), "plans": [item.as_dict() for item in plans]}
         if args.recommend:
             document["recommended"] = [item and _recommendation(item) for item in recommended]
+        document["goodput"] = plan_goodput.as_dict(setup, plans, goodput, write_rate)
         document["assumptions"] = {
             "mfu_as_of": MFU_AS_OF.isoformat(),
             "prices_as_of": SAGEMAKER_TRAINING_PRICES.as_of.isoformat(),
@@ -91,14 +101,24 @@ def run(args: argparse.Namespace) -> int:
         }
         print(json.dumps(document, indent=2))
     else:
-        print(_report(setup, plans, recommended, budget))
+        print(
+            "\n".join(
+                [
+                    _report(setup, plans, recommended, budget),
+                    *plan_goodput.lines(setup, plans, goodput, write_rate),
+                ]
+            )
+        )
     return 0 if all(item.fits for item in plans) else 1
 
 
-def _inputs(args: argparse.Namespace) -> tuple[Setup, list[tuple[InstanceType, int, float | None]], str]:
-    """(setup, [(type, count, tokens)], budget description) from the flags."""
+def _inputs(
+    args: argparse.Namespace,
+) -> tuple[Setup, list[tuple[InstanceType, int, float | None]], str, Profile | None]:
+    """(setup, [(type, count, tokens)], budget description, the profile if one) from the flags."""
     tokens = _tokens(args.tokens)
     count = _positive(args.instance_count, "--instance-count") if args.instance_count else None
+    profile = None
     if args.profile:
         if args.model_preset or args.init_from:
             raise _UsageError("--profile plans the profile's own model: drop --model-preset/--init-from.")
@@ -126,10 +146,24 @@ def _inputs(args: argparse.Namespace) -> tuple[Setup, list[tuple[InstanceType, i
         budget = f"{tokens:,.0f} tokens" if tokens else "no token budget (give --tokens)"
     if not targets:
         raise _UsageError("--instance-type: plan a GPU type; CPU types train no model worth planning.")
-    return setup, targets, budget
+    return setup, targets, budget, profile
 
 
-def _profile(args: argparse.Namespace):
+def _history(args: argparse.Namespace) -> FailureHistory:
+    """--from-history: the failure rate of the pipeline's past runs (boto3, the config's region)."""
+    try:
+        settings = load_settings(args.config)
+    except ConfigError as error:
+        raise _UsageError(f"--config: {error}".rstrip(".") + ".") from None
+    try:
+        return pipeline_history(Pipeline(settings, settings.region))
+    except (RunError, BotoCoreError, ClientError) as error:
+        raise _UsageError(
+            f"--from-history: cannot read the pipeline's runs: {error}".rstrip(".") + "."
+        ) from None
+
+
+def _profile(args: argparse.Namespace) -> Profile:
     try:
         settings = load_settings(args.config)
     except ConfigError as error:

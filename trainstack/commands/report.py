@@ -6,8 +6,11 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from trainstack import runs
 from trainstack.commands.common import Pipeline, UsageError, add_pipeline_command, one_line_failures
 from trainstack.report.collect import RunReport, collect
+from trainstack.report.expected import forecast_line, interval_lines
+from trainstack.report.goodput import ledger_of
 from trainstack.report.render import render
 
 
@@ -38,7 +41,11 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--out {out}: the folder {out.parent} does not exist")
     execution = pipeline.execution_of(args.run)
     report = collect_run(pipeline, execution)
-    out.write_text(render(report), encoding="utf-8")
+    forecast = [
+        forecast_line(report, ledger_of(report, runs.clock()), pipeline.settings),
+        *interval_lines(report),
+    ]
+    out.write_text(render(report, forecast), encoding="utf-8")
     print(
         f"wrote {out}: run {report.run_name}, {len(report.attempts)} attempt(s), "
         f"execution {execution['status']}"

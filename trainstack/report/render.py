@@ -40,7 +40,8 @@ def attempt_colour(attempt: Attempt) -> str:
     return ATTEMPT_COLOURS[(attempt.number - 1) % len(ATTEMPT_COLOURS)]
 
 
-def render(report: RunReport) -> str:
+def render(report: RunReport, forecast: Sequence[str] = ()) -> str:
+    """The page; `forecast`: the forecast goodput beside the measured one (trainstack.report.expected)."""
     execution = report.execution
     cost = report.cost_usd
     output = report.output
@@ -71,6 +72,7 @@ def render(report: RunReport) -> str:
 {timeline(report)}
 <h2>Goodput</h2>
 {goodput_section(ledger_of(report, runs.clock()))}
+<div id="goodput-forecast">{"".join(f"<p>{escape(line)}</p>" for line in forecast)}</div>
 <h2>Loss by step</h2>
 {_metric_chart("loss", report.attempts, "loss", [(TRAIN_LOSS, "train"), (VALIDATION_LOSS, "validation")])}
 <h2>Throughput by step</h2>

@@ -84,7 +84,7 @@ def described_job(*, with_name: bool = False) -> str:
         f"{name}"
         '"instanceType": $c.SelectedInstanceType ? $c.SelectedInstanceType : $c.InstanceType, '
         '"instanceCount": $c.SelectedInstanceCount ? $c.SelectedInstanceCount : $c.InstanceCount, '
-        '"artifacts": $r.ModelArtifacts.S3ModelArtifacts}]))'
+        '"artifacts": $r.ModelArtifacts.S3ModelArtifacts, "metrics": $r.FinalMetricDataList}]))'
     )
 
 

@@ -1,0 +1,79 @@
+"""The fault model: how often a GPU's job is interrupted, in the config (`fault_model`) and per profile.
+
+Default per-GPU rate: Meta's Llama 3 405B pre-training ("The Llama 3 Herd of Models", Dubey et al. 2024,
+arXiv 2407.21783, section 3.3.4, "Reliability and Operational Challenges"): 419 unexpected interruptions
+in a 54-day snapshot on up to 16,384 H100 GPUs, about one every 3 hours, and "more than 90% effective
+training time". As a per-GPU mean time between failures: 16,384 x 54 x 24 GPU-hours / 419 = 50,677 hours,
+so a job on N GPUs fails every 50,677 / N hours (1,024 GPUs: 49.5 h). Failures are taken as independent
+and exponential (a constant rate), the model the checkpoint-interval formulas assume (docs/plan.md,
+"Goodput").
+
+`fault_model.gpu_mtbf_hours` at the top of the config applies to every profile; a profile's own
+`fault_model` wins for that profile. `trainstack plan --from-history` estimates the figure from the
+account's own runs.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pydantic import ValidationError, field_validator
+
+from trainstack.base import StrictModel
+
+LLAMA3_UNEXPECTED_INTERRUPTIONS = 419
+LLAMA3_SNAPSHOT_DAYS = 54
+LLAMA3_GPUS = 16_384
+LLAMA3_GPU_MTBF_HOURS = LLAMA3_GPUS * LLAMA3_SNAPSHOT_DAYS * 24 / LLAMA3_UNEXPECTED_INTERRUPTIONS
+LLAMA3_SOURCE = (
+    "Llama 3 (arXiv 2407.21783, section 3.3.4): 419 unexpected interruptions in 54 days on 16,384 H100s"
+)
+
+
+class FaultModel(StrictModel):
+    # Hours one GPU runs, on average, between interruptions of the job it belongs to; None: Llama 3's.
+    gpu_mtbf_hours: float | None = None
+
+    @field_validator("gpu_mtbf_hours")
+    @classmethod
+    def _positive(cls, value: float | None) -> float | None:
+        if value is not None and not (value > 0 and math.isfinite(value)):
+            raise ValueError(
+                f"must be a positive number of hours (one GPU's mean time between job interruptions; "
+                f"Llama 3's is {LLAMA3_GPU_MTBF_HOURS:,.0f}), got {value:g}"
+            )
+        return value
+
+    @property
+    def gpu_mtbf(self) -> float:
+        """Per-GPU MTBF in hours, the configured one or Llama 3's."""
+        return self.gpu_mtbf_hours or LLAMA3_GPU_MTBF_HOURS
+
+    @property
+    def source(self) -> str:
+        if self.gpu_mtbf_hours is None:
+            return LLAMA3_SOURCE
+        return "fault_model.gpu_mtbf_hours"
+
+    def job_mtbf_seconds(self, gpus: int) -> float:
+        """Mean time between failures of a job on `gpus` GPUs (any GPU's failure stops the job)."""
+        return self.gpu_mtbf * 3600 / max(gpus, 1)
+
+
+def inherit_fault_model(cls: type, data: Any) -> Any:
+    """Settings' before-validator: each profile without a `fault_model` takes the config's."""
+    if not isinstance(data, dict) or "fault_model" not in data or not isinstance(data.get("profiles"), list):
+        return data
+    inherited = data["fault_model"]
+    try:
+        FaultModel.model_validate(inherited)
+    except ValidationError:
+        return data  # reported once, under the config's own fault_model
+    profiles = [
+        {**profile, "fault_model": inherited}
+        if isinstance(profile, dict) and "fault_model" not in profile
+        else profile
+        for profile in data["profiles"]
+    ]
+    return {**data, "profiles": profiles}

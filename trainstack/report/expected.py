@@ -1,0 +1,101 @@
+"""The forecast goodput of a run beside the ledger's measured one (`trainstack report` and `status`).
+
+The forecast is planning/forecast.py's for the run's profile (with the execution's hyperparameters) on the
+instance type and count its newest job ran on, at the checkpoint interval that job was given (its
+HyperParameters, as DescribeTrainingJob returns them): the long-run expectation. Where the job reported its
+last checkpoint pause and tokens/s (FinalMetricDataList), those replace the planner's save and step times.
+A short run weighs its first start, which the long-run figure spreads over many failures, more, so it
+measures lower.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from training_scripts.metrics import CHECKPOINT_PAUSE_METRIC as PAUSE_METRIC
+from training_scripts.metrics import TOKENS_PER_SECOND_METRIC as SPEED_METRIC
+from training_scripts.metrics import WARMUP_STEPS
+from trainstack.instances import INSTANCE_TYPES
+from trainstack.planning.forecast import (
+    INTERVAL_HYPERPARAMETER,
+    asynchronous_saves,
+    at_interval,
+    forecast,
+    forecast_with,
+)
+from trainstack.planning.plans import plan
+from trainstack.planning.setups import UnplannableError, setup_for_profile
+from trainstack.report.collect import RunReport
+from trainstack.report.goodput import RunLedger
+from trainstack.runs import run_input
+
+
+def forecast_line(report: RunReport, ledger: RunLedger, settings: Any) -> str:
+    measured = ledger.goodput_percent
+    measured_text = "no billed time yet" if measured is None else f"{measured:.1f}%"
+    return f"forecast goodput: {_forecast(report, settings)}; measured (ledger): {measured_text}"
+
+
+def _forecast(report: RunReport, settings: Any) -> str:
+    given = run_input(report.execution)
+    names = [profile.name for profile in settings.profiles]
+    name = given.get("profile", names[0])
+    if name not in names:
+        return f"none (profile {name} is not in this config)"
+    profile = settings.profile(name)
+    hyperparameters = {**profile.hyperparameters, **given.get("hyperparameters", {})}
+    ran = [attempt for attempt in report.attempts if attempt.instance_type in INSTANCE_TYPES]
+    if not ran:
+        return "none yet (no job has started)"
+    job = ran[-1]
+    try:
+        setup = setup_for_profile(profile.model_copy(update={"hyperparameters": hyperparameters}))
+    except UnplannableError as error:
+        return f"none ({error})"
+    item = plan(setup, INSTANCE_TYPES[job.instance_type], job.instance_count, None)
+    result = forecast(item, profile.fault_model, asynchronous_saves(hyperparameters))
+    if result is None:
+        return f"none (no throughput on record for {item.spec.gpu_model})"
+    final = _final_metrics(job.job)
+    figures = "planned step and save times"
+    if final.get(PAUSE_METRIC, 0) > 0 and final.get(SPEED_METRIC, 0) > 0:
+        step = setup.tokens_per_step(item.spec, item.instance_count) / final[SPEED_METRIC]
+        costs = replace(
+            result.costs, step=step, save_blocking=final[PAUSE_METRIC], warmup=WARMUP_STEPS * step
+        )
+        result = forecast_with(item, costs, profile.fault_model)
+        figures = f"the job's measured step time {step:,.3g} s and save pause {final[PAUSE_METRIC]:,.3g} s"
+    given_interval = str(job.job.get("HyperParameters", {}).get(INTERVAL_HYPERPARAMETER, "")).strip('"')
+    steps = int(given_interval) if given_interval.isdigit() else result.goodput.interval_steps
+    expected = at_interval(result, steps)
+    return (
+        f"{expected.percent:.1f}% in the long run on {job.instance_count} x {job.instance_type} "
+        f"(job MTBF {result.mtbf_seconds / 3600:,.1f} h, checkpoint every {steps:,} steps, {figures}; "
+        f"best {result.goodput.interval_steps:,} steps: {result.goodput.percent:.1f}%)"
+    )
+
+
+def interval_lines(report: RunReport) -> list[str]:
+    """How each attempt's checkpoint interval came about: the number its job got and what the job measured
+    (DescribeTrainingJob's FinalMetricDataList), from which the pipeline re-solves `auto` for the next
+    attempt (stacks/pipeline/checkpoint_interval.py)."""
+    lines = []
+    for attempt in report.attempts:
+        hyperparameters = attempt.job.get("HyperParameters", {})
+        if INTERVAL_HYPERPARAMETER not in hyperparameters:
+            continue
+        final = _final_metrics(attempt.job)
+        text = f"attempt {attempt.number}: checkpoint every {hyperparameters[INTERVAL_HYPERPARAMETER]} steps"
+        if PAUSE_METRIC in final and SPEED_METRIC in final:
+            text += (
+                f"; measured: last save paused {final[PAUSE_METRIC]:,.1f} s, "
+                f"{final[SPEED_METRIC]:,.0f} tokens/s "
+                "(the next attempt's interval of an auto profile is solved from these)"
+            )
+        lines.append(text)
+    return lines
+
+
+def _final_metrics(job: dict[str, Any]) -> dict[str, float]:
+    return {item["MetricName"]: item["Value"] for item in job.get("FinalMetricDataList", [])}
