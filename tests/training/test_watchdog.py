@@ -62,12 +62,15 @@ def test_a_hung_rank_ends_the_run_within_the_bound_and_is_named(dataset, tmp_pat
     assert f"Rank 1 on {host}, not waiting in a collective, at watchdog.py:" in run.output, run.output
     assert "Timed out waiting" not in run.output  # gloo's collective timeout
     waited = [
-        int(s) for s in re.findall(r"completed no optimizer step in (\d+) s \(bound (?:\d+)", run.output)
+        int(s)
+        for s in re.findall(
+            r"No optimizer step completed after step 5 in (\d+) s \(bound (?:\d+)", run.output
+        )
     ]
     assert waited and all(s >= BOUND for s in waited)  # never before the bound
     injected, tripped = (
         logged_at(run.output, "stops before step 6 for good"),
-        logged_at(run.output, "trainstack-fault:"),
+        logged_at(run.output, "at the watchdog's trip"),
     )
     print(
         f"detection: hang injected -> first trip {tripped - injected:.1f} s (bound {BOUND} s) -> torchrun "
