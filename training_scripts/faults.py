@@ -50,6 +50,7 @@ class Fault:
 
 
 HANG = Fault(INFRASTRUCTURE, "hang", "TimeoutError")  # the watchdog: no optimizer step within its bound
+SLOW_HOST = Fault(INFRASTRUCTURE, "slow-host", "TimeoutError")  # rank_health: --end-on-slow-host
 COLLECTIVE = Fault(INFRASTRUCTURE, "collective", "RuntimeError")  # a DistError, or gloo's transport failed
 CONFIG = Fault(USER, "config", "ValueError")  # a UserError: flags, inputs, checkpoints
 NONFINITE = Fault(USER, "nonfinite", "FloatingPointError")  # the NaN guard stopped training

@@ -26,6 +26,7 @@ METRIC_DEFINITIONS: list[dict] = [
     {"Name": "train:grad_norm", "Regex": rf"grad_norm={_NUMBER}"},
     {"Name": "train:tokens_per_second", "Regex": rf"tokens_per_sec={_NUMBER}"},
     {"Name": "train:mfu_percent", "Regex": rf"mfu_pct={_NUMBER}"},
+    {"Name": "train:slowest_rank_ratio", "Regex": rf"slowest_rank_ratio={_NUMBER}"},
 ]
 
 
@@ -108,3 +109,9 @@ def parse_metrics(text: str) -> dict[str, list[float]]:
         definition["Name"]: [float(value) for value in re.findall(definition["Regex"], text)]
         for definition in METRIC_DEFINITIONS
     }
+
+
+def format_rank_balance_line(step: int, rank: int, host: str, ratio: float) -> str:
+    """The slowest rank of the interval ending at `step` and its share of each step relative to the median of
+    the other ranks' (training_scripts/rank_health.py; 2 or more flags a slow host)."""
+    return f"rank_balance_step={step} slowest_rank={rank} slowest_host={host} slowest_rank_ratio={ratio:.2f}"

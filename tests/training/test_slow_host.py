@@ -1,0 +1,53 @@
+"""Slow hosts (training_scripts/rank_health.py): a rank slowed 3x is flagged within 3 log intervals, and a
+profile that opts in ends the attempt after a checkpoint with the slow-host fault. One real CPU run
+(torchrun, 2 processes, gloo); the clean runs' lack of a flag is asserted in test_train.py."""
+
+from __future__ import annotations
+
+import re
+import socket
+
+from rank_health import SLOW_HOST_LINE, relative_to_peers
+
+from tests.training.harness import train
+from training_scripts.metrics import parse_metrics
+
+LOG_INTERVAL = 2
+
+
+def test_a_rank_slowed_3x_is_flagged_within_3_intervals_and_ends_the_attempt(dataset, tmp_path):
+    output = tmp_path / "output"
+    run = train(
+        dataset, tmp_path, "--inject-slow-rank", "1", "--inject-slow-factor", "3",
+        "--end-on-slow-host", "true", "--log-interval", str(LOG_INTERVAL),
+        env={"SM_OUTPUT_DIR": str(output)},
+    )  # fmt: skip
+    assert run.returncode != 0, run.output
+    root_cause = run.output[run.output.index("Root Cause (first observed failure)") :]
+    assert re.search(r"exitcode\s*:\s*75\b", root_cause), run.output  # faults.EXIT_INFRASTRUCTURE
+    host = socket.gethostname()
+    (flag,) = [found.groups() for found in SLOW_HOST_LINE.finditer(run.output)]
+    rank, flagged_host, ratio, intervals, step = flag
+    assert (rank, flagged_host, intervals) == ("1", host, "3"), run.output
+    assert float(ratio) >= 2
+    assert int(step) <= 3 * LOG_INTERVAL, run.output  # within 3 intervals
+    # Every interval's slowest rank was rank 1, at 2x the other's figure or more (the metric's values).
+    ratios = parse_metrics(run.output)["train:slowest_rank_ratio"]
+    assert len(ratios) == int(step) // LOG_INTERVAL and min(ratios) >= 2, ratios
+    assert re.findall(r"slowest_rank=(\d+)", run.output) == ["1"] * len(ratios)
+    reason = (output / "failure").read_text()
+    assert reason.startswith(
+        f"trainstack-fault:infrastructure:slow-host TimeoutError: Slow host: rank 1 on {host} spent at least "
+        "2x the other ranks' median on each step in 3 log intervals in a row"
+    ), reason
+    # The attempt ended after a checkpoint of the step it was flagged at: the retry loses no step.
+    assert (run.checkpoint_dir / f"step_{int(step):09d}" / "COMPLETE").exists(), run.output
+    print(f"slow-host drill: rank 1 at 3x flagged at step {step}, interval {int(step) // LOG_INTERVAL}; "
+          f"ratios {ratios}")  # fmt: skip
+
+
+def test_each_rank_is_compared_with_the_median_of_the_others():
+    # With 2 ranks a median over all would hold the slow rank itself: 3 / 2 = 1.5, under the factor.
+    assert relative_to_peers([1.0, 3.0]) == [1 / 3, 3.0]
+    assert relative_to_peers([1.0, 1.1, 0.9, 2.5]) == [1.0 / 1.1, 1.1, 0.9 / 1.1, 2.5]
+    assert relative_to_peers([0.4]) == [1.0]  # a lone rank has no peers to be slow against
