@@ -55,8 +55,8 @@ def test_a_hung_rank_ends_the_run_within_the_bound_and_is_named(dataset, tmp_pat
     # Every rank's stacks are in the log.
     assert re.search(
         rf"Rank 0 on {re.escape(host)}, waiting in a collective, at train.py:\d+ in token_losses .*, inside "
-        r"torch/nn/parallel/distributed.py:\d+ in _distributed_broadcast_coalesced .*\. Python stacks of every "
-        r"thread at the watchdog's trip",
+        r"torch/nn/parallel/distributed.py:\d+ in _distributed_broadcast_coalesced .*\. Python stacks of "
+        r"every thread at the watchdog's trip",
         run.output,
     ), run.output
     assert f"Rank 1 on {host}, not waiting in a collective, at watchdog.py:" in run.output, run.output
