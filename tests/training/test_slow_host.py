@@ -4,13 +4,18 @@ profile that opts in ends the attempt after a checkpoint with the slow-host faul
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 
+from flags import parse_args
 from rank_health import SLOW_HOST_LINE, relative_to_peers
+from sagemaker_training import mapping
 
 from tests.training.harness import train
 from training_scripts.metrics import parse_metrics
+from trainstack.job_request import encode_hyperparameters
+from trainstack.profiles import Profile
 
 LOG_INTERVAL = 2
 
@@ -51,3 +56,24 @@ def test_each_rank_is_compared_with_the_median_of_the_others():
     assert relative_to_peers([1.0, 3.0]) == [1 / 3, 3.0]
     assert relative_to_peers([1.0, 1.1, 0.9, 2.5]) == [1.0 / 1.1, 1.1, 0.9 / 1.1, 2.5]
     assert relative_to_peers([0.4]) == [1.0]  # a lone rank has no peers to be slow against
+
+
+def test_a_profile_that_opts_in_reaches_train_py_as_its_flags(tmp_path):
+    """Config -> job request -> the toolkit's command line (sagemaker-training's mapping.to_cmd_args, JSON
+    values decoded as its environment does) -> train.py's parser."""
+    profile = Profile(
+        name="opted-in",
+        strategy="torchrun",
+        instance_preferences=[{"instance_type": "ml.g5.12xlarge"}],
+        slow_host={"intervals": 2, "end_attempt": True},
+    )
+    encoded = encode_hyperparameters(profile.launch_hyperparameters())
+    script_flags = {
+        name: json.loads(value) for name, value in encoded.items() if not name.startswith("sagemaker_")
+    }
+    args = parse_args([*mapping.to_cmd_args(script_flags), "--train-dir", str(tmp_path)])
+    assert (args.slow_host_intervals, args.end_on_slow_host) == (2, True)
+    default = Profile(
+        name="plain", strategy="torchrun", instance_preferences=[{"instance_type": "ml.g5.12xlarge"}]
+    )
+    assert "end_on_slow_host" not in default.launch_hyperparameters()  # train.py's defaults: flag, never end
