@@ -11,16 +11,15 @@ delays a thread without charging it CPU time, raises no flag. What it cannot see
 At every log interval the ranks' figures meet in one all-reduce (distributed.reduce_max, one slot per
 rank); every rank then holds the same figures and draws the same conclusion. A rank whose figure is at
 least SLOW_FACTOR x the median of the other ranks' in --slow-host-intervals consecutive intervals is
-flagged: rank 0 logs a line naming it and its host (SLOW_HOST_LINE, which `trainstack report` and `status`
-read) and, with --end-on-slow-host, every rank ends the attempt (SlowHostError, faults.SLOW_HOST) after a
-checkpoint, so that the retry resumes on new instances. Rank 0 logs the slowest rank's ratio at every
-interval (metrics.format_rank_balance_line, the metric train:slowest_rank_ratio).
+flagged: rank 0 logs a line naming it and its host (metrics.SLOW_HOST_LINE, which `trainstack report` and
+`status` read) and, with --end-on-slow-host, every rank ends the attempt (SlowHostError, faults.SLOW_HOST)
+after a checkpoint, so that the retry resumes on new instances. Rank 0 logs the slowest rank's ratio at
+every interval (metrics.format_rank_balance_line, the metric train:slowest_rank_ratio).
 """
 
 import argparse
 import contextlib
 import logging
-import re
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -29,11 +28,9 @@ import torch
 import torch.distributed as dist
 from distributed import Runtime, reduce_max
 from hang_culprit import this_host
-from metrics import format_rank_balance_line
+from metrics import format_rank_balance_line, format_slow_host_line
 
 SLOW_FACTOR = 2.0
-# The flag line: `trainstack report` and `status` read it from the job's log (trainstack/report/collect.py).
-SLOW_HOST_LINE = re.compile(r"slow_host rank=(\d+) host=(\S+) ratio=([0-9.]+) intervals=(\d+) at_step=(\d+)")
 
 log = logging.getLogger("train")
 
@@ -71,7 +68,6 @@ class RankHealth:
         self.slowdown = args.inject_slow_factor if args.inject_slow_rank == runtime.rank else 1.0
         self.busy, self.steps = 0.0, 0
         self.streaks = [0] * runtime.world_size
-        self.flagged: list[int] = []
 
     @classmethod
     def start(cls, args: argparse.Namespace, runtime: Runtime) -> "RankHealth":
@@ -108,21 +104,15 @@ class RankHealth:
         ]
         newly = [rank for rank, streak in enumerate(self.streaks) if streak == self.intervals]
         for rank in newly if self.runtime.is_main else ():
-            log.warning(self.describe(rank, ratios[rank], step))
-        self.flagged += newly
+            log.warning(
+                format_slow_host_line(rank, self.hosts[rank], ratios[rank], self.intervals, step, SLOW_FACTOR)
+            )
         if self.end_attempt and newly:
             before_ending()
-            raise self.error()
+            raise self._error(newly)
 
-    def describe(self, rank: int, ratio: float, step: int) -> str:
-        return (
-            f"slow_host rank={rank} host={self.hosts[rank]} ratio={ratio:.2f} intervals={self.intervals} "
-            f"at_step={step}: rank {rank}'s share of each step was at least {SLOW_FACTOR:g}x the median of "
-            f"the other ranks' in {self.intervals} log intervals in a row"
-        )
-
-    def error(self) -> SlowHostError:
-        named = ", ".join(f"rank {rank} on {self.hosts[rank]}" for rank in self.flagged)
+    def _error(self, ranks: list[int]) -> SlowHostError:
+        named = ", ".join(f"rank {rank} on {self.hosts[rank]}" for rank in ranks)
         return SlowHostError(
             f"Slow host: {named} spent at least {SLOW_FACTOR:g}x the other ranks' median on each step in "
             f"{self.intervals} log intervals in a row, so the attempt ends after a checkpoint "

@@ -9,11 +9,11 @@ import re
 import socket
 
 from flags import parse_args
-from rank_health import SLOW_HOST_LINE, relative_to_peers
+from rank_health import relative_to_peers
 from sagemaker_training import mapping
 
 from tests.training.harness import train
-from training_scripts.metrics import parse_metrics
+from training_scripts.metrics import SLOW_HOST_LINE, parse_metrics
 from trainstack.job_request import encode_hyperparameters
 from trainstack.profiles import Profile
 

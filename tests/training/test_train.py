@@ -8,7 +8,7 @@ import signal
 
 import pytest
 import torch
-from rank_health import SLOW_FACTOR, SLOW_HOST_LINE
+from rank_health import SLOW_FACTOR
 from transformers import AutoModelForCausalLM
 
 from tests.training.harness import (
@@ -19,7 +19,7 @@ from tests.training.harness import (
     max_weight_difference,
     train,
 )
-from training_scripts.metrics import CHECKPOINT_PAUSE, parse_metrics
+from training_scripts.metrics import CHECKPOINT_PAUSE, SLOW_HOST_LINE, parse_metrics
 
 
 def complete_steps(checkpoint_dir) -> list[int]:
