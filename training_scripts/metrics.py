@@ -114,7 +114,7 @@ def parse_metrics(text: str) -> dict[str, list[float]]:
 def format_rank_balance_line(step: int, rank: int, host: str, ratio: float) -> str:
     """The slowest rank of the interval ending at `step` and its share of each step relative to the median of
     the other ranks' (training_scripts/rank_health.py; 2 or more flags a slow host)."""
-    return f"rank_balance_step={step} slowest_rank={rank} slowest_host={host} slowest_rank_ratio={ratio:.2f}"
+    return f"step={step} slowest_rank={rank} slowest_host={host} slowest_rank_ratio={ratio:.2f}"
 
 
 # A flagged slow host (rank_health.py); `trainstack report` and `status` read it from the job's log.

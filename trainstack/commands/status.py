@@ -16,6 +16,7 @@ from trainstack import faults, runs
 from trainstack.commands.common import Pipeline, add_pipeline_command, one_line_failures
 from trainstack.commands.report import collect_run
 from trainstack.faults import INFRASTRUCTURE
+from trainstack.report.collect import slow_host_lines
 from trainstack.report.goodput import ledger_of
 from trainstack.runs import ENDED_BADLY, Job, elapsed, status_line, tensorboard_hint
 
@@ -47,7 +48,9 @@ def run_status(args: argparse.Namespace) -> int:
     execution = pipeline.execution_of(args.run)
     lines = [describe(execution, pipeline.job_of(pipeline.run_name_of(execution)))]
     lines += fault_lines(pipeline, execution)
-    lines.append(ledger_of(collect_run(pipeline, execution), runs.clock()).summary())
+    report = collect_run(pipeline, execution)
+    lines += slow_host_lines(report)
+    lines.append(ledger_of(report, runs.clock()).summary())
     print("\n".join(lines))
     return 1 if execution["status"] in ENDED_BADLY else 0
 
