@@ -3,9 +3,9 @@ the job's c10d store, reads its peers' entries, and names in its failure sentenc
 waiting in a collective (the ones the others wait for), where they were and on which host.
 
 The store is the one the default process group was created with (`init_process_group`'s env:// rendezvous:
-under torchrun the TCPStore of torchrun's agent, which outlives the workers; under mpirun and SMDDP the
-TCPStore that rank 0 hosts at MASTER_ADDR). Without one (a world of one, or a store that no longer answers)
-a rank reports its own position only, as it did before.
+under torchrun the TCPStore of torchrun's agent, which outlives the workers; under mpirun and SMDDP,
+assumed, the TCPStore that rank 0 hosts at MASTER_ADDR; docs/training.md, "Naming the culprit"). Without
+one (a world of one, or a store that no longer answers) a rank reports its own position only, as before.
 
 "Waiting in a collective": a frame below our innermost one lies in torch.distributed (a c10d collective,
 FSDP's hooks) or in DDP's module (its buffer broadcast). A rank blocked on a collective that C++ issued
