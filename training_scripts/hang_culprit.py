@@ -28,6 +28,7 @@ from pathlib import Path
 import torch.distributed as dist
 
 KEY_PREFIX = "trainstack/hang-position/"
+HOST_KEY_PREFIX = "trainstack/host/"
 # Every rank of a hung job trips within moments of the others (their last step ended in the same
 # collective): this long a rank waits for its peers' entries before it reports without them.
 PEER_WAIT_SECONDS = 5.0
@@ -49,6 +50,13 @@ class Position:
 def this_host() -> str:
     """The host's name in the job: SageMaker's `algo-N` (the toolkit's SM_CURRENT_HOST), else the hostname."""
     return os.environ.get("SM_CURRENT_HOST") or socket.gethostname()
+
+
+def hosts_of_ranks() -> list[str]:
+    """Every rank's host, through the default group's store (no collective: the store takes any backend)."""
+    store, rank = dist.distributed_c10d._get_default_store(), dist.get_rank()
+    store.set(f"{HOST_KEY_PREFIX}{rank}", this_host())
+    return [store.get(f"{HOST_KEY_PREFIX}{peer}").decode() for peer in range(dist.get_world_size())]
 
 
 def in_collective(stack: traceback.StackSummary, ours: int) -> bool:

@@ -25,9 +25,8 @@ import time
 from collections.abc import Callable, Iterator
 
 import torch
-import torch.distributed as dist
 from distributed import Runtime, reduce_max
-from hang_culprit import this_host
+from hang_culprit import hosts_of_ranks
 from metrics import format_rank_balance_line, format_slow_host_line
 
 SLOW_FACTOR = 2.0
@@ -71,10 +70,7 @@ class RankHealth:
 
     @classmethod
     def start(cls, args: argparse.Namespace, runtime: Runtime) -> "RankHealth":
-        """Every rank's host, gathered once (as distributed.agree gathers its sentences)."""
-        hosts: list[str] = [""] * runtime.world_size
-        dist.all_gather_object(hosts, this_host(), group=runtime.checkpoint_group)
-        return cls(args, runtime, hosts)
+        return cls(args, runtime, hosts_of_ranks())
 
     @contextlib.contextmanager
     def timed(self) -> Iterator[None]:
