@@ -7,9 +7,14 @@ from __future__ import annotations
 import json
 import re
 import socket
+from argparse import Namespace
+from types import SimpleNamespace
 
+import pytest
+import rank_health
+import torch
 from flags import parse_args
-from rank_health import relative_to_peers
+from rank_health import RankHealth, SlowHostError, relative_to_peers
 from sagemaker_training import mapping
 
 from tests.training.harness import train
@@ -77,3 +82,23 @@ def test_a_profile_that_opts_in_reaches_train_py_as_its_flags(tmp_path):
         name="plain", strategy="torchrun", instance_preferences=[{"instance_type": "ml.g5.12xlarge"}]
     )
     assert "end_on_slow_host" not in default.launch_hyperparameters()  # train.py's defaults: flag, never end
+
+
+def test_only_consecutive_slow_intervals_flag_and_the_opt_in_ends_after_the_checkpoint(monkeypatch):
+    """The rule over intervals, the figures given as the all-reduce would return them."""
+    intervals = iter([[1.0, 3.0], [1.0, 3.0], [1.0, 1.2], [1.0, 2.5], [1.0, 2.0], [1.0, 2.2]])
+    monkeypatch.setattr(rank_health, "reduce_max", lambda runtime, own: torch.tensor(next(intervals)))
+    args = Namespace(
+        slow_host_intervals=3, end_on_slow_host=True, inject_slow_rank=None, inject_slow_factor=3
+    )
+    runtime = SimpleNamespace(rank=0, world_size=2, is_main=True)
+    health = RankHealth(args, runtime, ["algo-1", "algo-2"])
+    saved = []
+    for step in (10, 20, 30, 40, 50):  # slow, slow, back to normal: the run starts over
+        health.check(step, before_ending=lambda: saved.append(True))
+    assert health.streaks == [0, 2] and saved == []
+    with pytest.raises(
+        SlowHostError, match=r"^Slow host: rank 1 on algo-2 spent at least 2x the other ranks'"
+    ):
+        health.check(60, before_ending=lambda: saved.append(True))
+    assert saved == [True]  # the checkpoint came first
