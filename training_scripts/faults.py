@@ -52,6 +52,7 @@ class Fault:
 
 
 HANG = Fault(INFRASTRUCTURE, "hang", "TimeoutError")  # the watchdog: no optimizer step within its bound
+SLOW_HOST = Fault(INFRASTRUCTURE, "slow-host", "TimeoutError")  # rank_health: --end-on-slow-host
 CONFIG = Fault(USER, "config", "ValueError")  # a UserError: flags, inputs, checkpoints
 NONFINITE = Fault(USER, "nonfinite", "FloatingPointError")  # the NaN guard stopped training
 EXCEPTION = Fault(USER, "exception", "Exception")  # any other exception in the script
@@ -64,7 +65,7 @@ def table_fault(row: FaultPattern) -> Fault:
     return Fault(row.fault_class, row.kind, PYTHON_ERRORS.get(row.kind, default))
 
 
-FAULTS = (HANG, CONFIG, NONFINITE, EXCEPTION, *map(table_fault, SCRIPT_PATTERNS))
+FAULTS = (HANG, SLOW_HOST, CONFIG, NONFINITE, EXCEPTION, *map(table_fault, SCRIPT_PATTERNS))
 
 
 class NonFiniteError(UserError):

@@ -14,6 +14,7 @@ from checkpoint import complete_checkpoints
 from data import UserError
 from distributed import PARALLELISMS, STRATEGIES
 from model_shapes import PRESETS
+from rank_health import add_flags as add_slow_host_flags
 from smp import smp_flag_problem
 
 log = logging.getLogger("train")
@@ -249,6 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0,
         help="testing aid: each save first sleeps",
     )
+    add_slow_host_flags(add, _positive, _number(1), _boolean)
     add("--checkpoint-dir", default="/opt/ml/checkpoints")
     add(
         "--resume-from",

@@ -33,6 +33,7 @@ METRIC_DEFINITIONS: list[dict] = [
     {"Name": "train:mfu_percent", "Regex": rf"mfu_pct={_NUMBER}"},
     # The blocking part of each checkpoint save (format_checkpoint_pause_line).
     {"Name": CHECKPOINT_PAUSE_METRIC, "Regex": rf"paused_seconds={_NUMBER}"},
+    {"Name": "train:slowest_rank_ratio", "Regex": rf"slowest_rank_ratio={_NUMBER}"},
 ]
 
 
@@ -115,3 +116,23 @@ def parse_metrics(text: str) -> dict[str, list[float]]:
         definition["Name"]: [float(value) for value in re.findall(definition["Regex"], text)]
         for definition in METRIC_DEFINITIONS
     }
+
+
+def format_rank_balance_line(step: int, rank: int, host: str, ratio: float) -> str:
+    """The slowest rank of the interval ending at `step` and its share of each step relative to the median of
+    the other ranks' (training_scripts/rank_health.py; 2 or more flags a slow host)."""
+    return f"step={step} slowest_rank={rank} slowest_host={host} slowest_rank_ratio={ratio:.2f}"
+
+
+# A flagged slow host (rank_health.py); `trainstack report` and `status` read it from the job's log.
+SLOW_HOST_LINE = re.compile(r"slow_host rank=(\d+) host=(\S+) ratio=([0-9.]+) intervals=(\d+) at_step=(\d+)")
+
+
+def format_slow_host_line(
+    rank: int, host: str, ratio: float, intervals: int, step: int, factor: float
+) -> str:
+    return (
+        f"slow_host rank={rank} host={host} ratio={ratio:.2f} intervals={intervals} at_step={step}: rank "
+        f"{rank}'s share of each step was at least {factor:g}x the median of the other ranks' in {intervals} "
+        "log intervals in a row"
+    )

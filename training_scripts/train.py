@@ -23,12 +23,13 @@ import torch.nn.functional as F
 from checkpoint import CheckpointManager, TrainState
 from data import TokenDataset, UserError, validation_batches
 from distributed import Runtime, autocast_enabled, gradient_sync, local_part, reduce_max, setup, teardown
-from faults import EXIT_USER_ERROR, NonFiniteError, classify, report
+from faults import EXIT_INFRASTRUCTURE, EXIT_USER_ERROR, SLOW_HOST, NonFiniteError, classify, report
 from flags import parse_args, resume_source
 from metrics import StepTimer, format_train_line, format_val_line, throughput
 from model import model_config
 from model_shapes import flops_per_token, peak_bf16_flops
 from optimizer import parameter_groups
+from rank_health import RankHealth, SlowHostError
 from startup import build_parallel_model, check_writable, dry_run, open_datasets, sample_order
 from step_profiler import StepProfiler
 from tensorboard_scalars import (
@@ -242,9 +243,10 @@ class Trainer:
         window, window_steps = torch.zeros(2), 0
         timer = StepTimer()  # tokens/s and MFU: time inside training steps only, warm-up left out
         profiler = StepProfiler(args.profile_steps, args.profile_dir, self.runtime)
+        health = RankHealth.start(args, self.runtime)  # slow hosts: each rank's share of the steps
         while state.step < args.max_steps:
             hang_if_injected(args, self.runtime.rank, state.step + 1, resumed is not None)
-            with profiler.step(state.step + 1), timer.timed():
+            with profiler.step(state.step + 1), timer.timed(), health.timed():
                 loss, grad_norm, stop = self.train_step(state.step)
             window += torch.stack([loss.detach().cpu(), grad_norm.detach().cpu().float()])
             window_steps += 1
@@ -254,6 +256,7 @@ class Trainer:
             if state.step % args.log_interval == 0 or state.step == args.max_steps:
                 mean_loss = self._mean_over_ranks((window[0] / window_steps).to(self.runtime.device))
                 self._log_progress(mean_loss, (window[1] / window_steps).item(), *timer.take())
+                health.check(state.step, before_ending=lambda: self.save_checkpoint(blocking=True))
                 window, window_steps = torch.zeros(2), 0
             if self.val_data and (state.step % args.val_interval == 0 or state.step == args.max_steps):
                 with self.watchdog.extended("validation"):
@@ -358,6 +361,10 @@ def main(argv: list[str] | None = None) -> int:
         report(*classify(error), echo=rank == 0)
         settle(runtime)
         return EXIT_USER_ERROR
+    except SlowHostError as error:  # every rank ends alike (rank_health): rank 0 reports
+        report(SLOW_HOST, str(error), echo=rank == 0)
+        settle(runtime)
+        return EXIT_INFRASTRUCTURE
     except Exception as error:  # this rank's own: its traceback follows, as before
         report(*classify(error))
         raise

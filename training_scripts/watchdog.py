@@ -1,11 +1,12 @@
 """The hang watchdog: a thread per rank that ends the run when no optimizer step completes within a bound.
 
-On a trip the rank logs every thread's Python stack, writes faults.HANG to the failure file with its
-training thread's position in one sentence (our innermost line, and the library call below it: DDP's
-broadcast, a torch.distributed collective, a read), and exits with faults.EXIT_INFRASTRUCTURE through
-os._exit: a thread stuck in a collective can be neither interrupted nor joined. Every rank of a hung job
-trips within moments of the others (their last step ended in the same collective), so each one's stacks
-reach the log, and the rank that stopped is told by where it stands.
+On a trip the rank logs every thread's Python stack, leaves its training thread's position (our innermost
+line, and the library call below it: DDP's broadcast, a torch.distributed collective, a read) in the job's
+store and reads its peers' (hang_culprit.py), writes faults.HANG to the failure file naming the ranks that
+were not waiting in a collective, where and on which host, and exits with faults.EXIT_INFRASTRUCTURE
+through os._exit: a thread stuck in a collective can be neither interrupted nor joined. Every rank of a
+hung job trips within moments of the others (their last step ended in the same collective), so each one's
+stacks reach the log, and whichever rank writes the failure file first names the same culprits.
 
 The bound (docs/training.md, "Hang watchdog"), in seconds since the last step or since the start:
 - until WARMUP_STEPS steps have completed: --watchdog-startup-seconds (model build, checkpoint load,
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from faults import EXIT_INFRASTRUCTURE, HANG, report
+from hang_culprit import PeerBoard, Position, culprit_sentence, in_collective, this_host
 
 WARMUP_STEPS = 3
 HISTORY = 100
@@ -146,18 +148,31 @@ class Watchdog:
                 self._changed.wait(max(0.0, self.last_progress + bound - self.clock()))
 
     def _trip(self, waited: float, bound: float, why: str) -> None:
-        where = training_thread_position()
+        stack, ours = training_thread_stack()
+        own = Position(
+            self.rank, this_host(), training_thread_position(stack, ours), in_collective(stack, ours)
+        )
         after = f"after step {self.step}" if self.step else "before the first step"
         doing = f" during a {self.activity}" if self.activity else ""
         log.error(
-            "Rank %d: Python stacks of every thread at the watchdog's trip (the training thread first):\n%s",
+            "Rank %d on %s, %s in a collective, at %s. Python stacks of every thread at the watchdog's trip "
+            "(the training thread first):\n%s",
             self.rank,
+            own.host,
+            "waiting" if own.waiting else "not waiting",
+            own.where,
             format_stacks(),
+        )
+        board = PeerBoard.of_default_group()
+        whose = (
+            culprit_sentence(board.exchange(own), board.world_size)
+            if board
+            else f"Rank {own.rank} on {own.host} was at {own.where}."
         )
         report(
             HANG,
-            f"Rank {self.rank} completed no optimizer step in {waited:.0f} s (bound {bound:.0f} s: {why}) "
-            f"{after}{doing}; its training thread was at {where}. Every rank's Python stacks are in the log.",
+            f"{whose} No optimizer step completed {after}{doing} in {waited:.0f} s (bound {bound:.0f} s: "
+            f"{why}). Reported by rank {self.rank}; every rank's Python stacks are in the log.",
         )
         time.sleep(PEER_GRACE_SECONDS)
         for handler in logging.getLogger().handlers:
@@ -167,18 +182,23 @@ class Watchdog:
         os._exit(EXIT_INFRASTRUCTURE)
 
 
-def training_thread_position() -> str:
+def training_thread_stack() -> tuple[traceback.StackSummary, int]:
+    """The main thread's stack, and the index of our innermost frame in it (-1: none of ours)."""
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    stack = traceback.extract_stack(frame) if frame is not None else traceback.StackSummary()
+    ours = [index for index, entry in enumerate(stack) if Path(entry.filename).parent == SCRIPTS]
+    return stack, ours[-1] if ours else -1
+
+
+def training_thread_position(stack: traceback.StackSummary, ours: int) -> str:
     """Where the main thread is, in words: our innermost line and, below it, the library call it is in
     (DDP's buffer broadcast, a torch.distributed collective, a file read)."""
-    frame = sys._current_frames().get(threading.main_thread().ident)
-    if frame is None:
+    if not stack:
         return "gone"
-    stack = traceback.extract_stack(frame)
-    ours = [index for index, entry in enumerate(stack) if Path(entry.filename).parent == SCRIPTS]
-    if not ours:
+    if ours < 0:
         return _describe(stack[-1])
-    inside = f", inside {_describe(stack[-1])}" if ours[-1] < len(stack) - 1 else ""
-    return _describe(stack[ours[-1]]) + inside
+    inside = f", inside {_describe(stack[-1])}" if ours < len(stack) - 1 else ""
+    return _describe(stack[ours]) + inside
 
 
 def _describe(entry: traceback.FrameSummary) -> str:

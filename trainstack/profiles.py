@@ -16,6 +16,7 @@ from trainstack.fault_model import FaultModel
 from trainstack.instances import INSTANCE_TYPES, InstanceType, UnknownInstanceTypeError, instance_type
 from trainstack.planning.checkpoints import MPIRUN_SIGKILL_TIMEOUT_SECONDS
 from trainstack.retry_policies import FaultRetryPolicy, RetryPolicy
+from trainstack.slow_host import SlowHostPolicy
 
 Strategy = Literal["smp", "smddp", "torchrun", "mpi"]
 
@@ -174,6 +175,7 @@ class Profile(StrictModel):
     retry: RetryPolicy = RetryPolicy()
     fault_retries: FaultRetryPolicy = FaultRetryPolicy()
     fault_model: FaultModel = FaultModel()  # the config's fault_model unless set here
+    slow_host: SlowHostPolicy | None = None  # None: train.py's defaults (flag, never end the attempt)
     schedule: Annotated[
         str | None,
         matching(
@@ -266,6 +268,8 @@ class Profile(StrictModel):
                 )
             if self.strategy == "smp" and spec.gpus == 0:
                 yield f"{where}: strategy smp needs GPU instances; {spec.name} has none"
+        if self.slow_host is not None and self.strategy == "mpi":
+            yield "slow_host applies to train.py's strategies (smp, smddp, torchrun), not to strategy mpi"
         if self.smp is not None and self.strategy != "smp":
             yield f"smp parameters apply only to strategy smp; this profile's strategy is {self.strategy}"
         if self.strategy == "mpi":
@@ -307,7 +311,8 @@ class Profile(StrictModel):
         return max(self.instance_preferences[0].spec.gpus, 1)
 
     def launch_hyperparameters(self) -> dict[str, Any]:
-        """The SageMaker toolkit's launch flags (and train.py's --strategy), before JSON encoding."""
+        """The SageMaker toolkit's launch flags (and train.py's --strategy and slow-host flags), before JSON
+        encoding."""
         flags: dict[str, Any] = {"sagemaker_program": self.entry_point}
         if self.strategy in ("torchrun", "smp"):
             flags["sagemaker_torch_distributed_enabled"] = True
@@ -322,6 +327,8 @@ class Profile(StrictModel):
             flags["sagemaker_mpi_custom_mpi_options"] = MPIRUN_STOP_OPTIONS
         else:
             flags["strategy"] = self.strategy
+        if self.slow_host is not None:
+            flags.update(self.slow_host.hyperparameters())
         return flags
 
     def with_instance_count(self, count: int) -> Profile:

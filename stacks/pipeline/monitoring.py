@@ -54,6 +54,8 @@ TRAINING_GRAPHS = {
     "Loss (train, validation)": ("train:loss", "validation:loss"),
     "Throughput (tokens/s)": ("train:tokens_per_second",),
     "Model FLOPs utilization (%)": ("train:mfu_percent",),
+    # A slow host: 2 or more (training_scripts/rank_health.py, docs/training.md "Slow hosts").
+    "Slowest rank (x the other ranks' median step share)": ("train:slowest_rank_ratio",),
 }
 # SageMaker's instance metrics of training jobs (percent; GPU ones summed over the instance's GPUs).
 INSTANCE_METRICS = (

@@ -32,7 +32,8 @@ def test_a_hang_is_ended_by_the_watchdog_and_the_next_attempt_resumes_from_the_c
     assert "a rank of the first attempt will hang after its first checkpoint" in out
     first = re.search(
         r"attempt 1: (\S+) started from scratch, .*ended Failed: AlgorithmError: "
-        r"trainstack-fault:infrastructure:hang TimeoutError: Rank \d completed no optimizer step.*"
+        # The reason names rank 1, the rank that stopped (rank 0 only waited for it), and its host.
+        r"trainstack-fault:infrastructure:hang TimeoutError: Not waiting in a collective: rank 1 on algo-1 .*"
         r"\[infrastructure fault \(hang\)\]",
         out,
     )
@@ -50,6 +51,12 @@ def test_a_hang_is_ended_by_the_watchdog_and_the_next_attempt_resumes_from_the_c
         "infrastructure",
         "hang",
     )
+    assert re.search(
+        r"TimeoutError: Not waiting in a collective: rank 1 on algo-1 at watchdog.py:\d+ in hang_if_injected "
+        r"\(time.sleep\(3600\)\)\. Waiting in a collective: rank 0\. "
+        r"No optimizer step completed after step 14 ",
+        retry["reason"],
+    ), retry["reason"]
     assert output["attempts"] == 2
     assert "loads with AutoModelForCausalLM: LlamaForCausalLM" in out
     # Rank 1 stopped; the watchdog dumped the stacks into the job's log.

@@ -193,6 +193,14 @@ def test_default_profiles_are_valid_and_cover_every_strategy():
             "profiles.0.entry_point: '../train' is not a relative path to a .py or .sh file",
         ),
         ({"smp_parameters": {}}, "profiles.0.smp_parameters: unknown key; allowed keys here: "),
+        (
+            {"slow_host": {"intervals": 0}},
+            "profiles.0.slow_host.intervals: Input should be greater than or equal to 1.",
+        ),
+        (
+            {"strategy": "mpi", "entry_point": "nccl_test.sh", "slow_host": {"end_attempt": True}},
+            "slow_host applies to train.py's strategies (smp, smddp, torchrun), not to strategy mpi",
+        ),
     ],
 )
 def test_rule_violations_name_the_field_in_one_sentence(fields, expected):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import re
 from datetime import UTC, datetime, timedelta
+from html import escape
 
 import boto3
 import pytest
@@ -13,7 +14,12 @@ import pytest
 from localaws.demo.local_logs import stream_prefix_filter
 from localaws.sagemaker import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING, Phase
 from tests.pipeline import harness
-from training_scripts.metrics import format_checkpoint_pause_line, format_train_line, format_val_line
+from training_scripts.metrics import (
+    format_checkpoint_pause_line,
+    format_slow_host_line,
+    format_train_line,
+    format_val_line,
+)
 from trainstack.cli import main as trainstack
 from trainstack.report.collect import collect
 from trainstack.runs import TRAINING_LOG_GROUP, latest_execution
@@ -155,6 +161,7 @@ def test_status_prints_the_goodput_line_and_the_report_draws_its_bars(interprete
             (base + timedelta(minutes=14), format_train_line(100, 200, 3.5, 0.9, 1e-3, 2200.0, 0.42)),
             (base + timedelta(minutes=16), format_checkpoint_pause_line(100, 60.0)),
             (base + timedelta(minutes=17), "Saved checkpoint /opt/ml/checkpoints/step_000000100."),
+            (base + timedelta(minutes=18), format_slow_host_line(9, "algo-2", 2.98, 3, 130, 2.0)),
         ],
     )
     common = ["--state-machine-arn", sm.pipeline_arn, "--region", harness.REGION]
@@ -171,10 +178,17 @@ def test_status_prints_the_goodput_line_and_the_report_draws_its_bars(interprete
             out,
             re.MULTILINE,
         ), out
+        # The slow host train.py flagged, named with its host.
+        slow = (
+            f"slow host: attempt 2 ({GOODPUT_RUN}-2): rank 9 on algo-2, 2.98x the other ranks' median step "
+            "share in 3 log intervals up to step 130"
+        )
+        assert slow in out.splitlines(), out
         page = tmp_path / "run.html"
         assert trainstack(["report", GOODPUT_RUN, "--out", str(page), *common]) == 0
     text = page.read_text()
     assert '<svg id="goodput"' in text and "goodput: 80.0%" in text
+    assert escape(slow.split(": ", 2)[2]) in text  # in the attempt's row
     assert "<title>kept training: 0:24:00 x 2 instance(s) ($90.45)</title>" in text  # ml.p5.48xlarge
 
 

@@ -127,7 +127,11 @@ def test_a_hang_ends_the_job_with_the_watchdogs_reason_which_the_toolkit_keeps(t
     )
     assert result.returncode == 1, output  # the toolkit's own failure code
     reason = (base / "output" / "failure").read_text()  # SageMaker's FailureReason: its first 1024 characters
-    assert reason.startswith("trainstack-fault:infrastructure:hang TimeoutError: Rank "), reason
+    # The toolkit's host name (SM_CURRENT_HOST) names where the rank that stopped ran.
+    assert reason.startswith(
+        "trainstack-fault:infrastructure:hang TimeoutError: Not waiting in a collective: rank 1 on algo-1 at "
+        "watchdog.py:"
+    ), reason
     assert "Failure file exists. Skipping creation" in output  # files.write_failure_file kept ours
     # What the toolkit would have written: torchrun's exit code, whatever the workers' (75).
     assert "ExecuteUserScriptError:\nExitCode 1\n" in output or "ExitCode 1" in output, output

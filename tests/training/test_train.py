@@ -8,6 +8,7 @@ import signal
 
 import pytest
 import torch
+from rank_health import SLOW_FACTOR
 from transformers import AutoModelForCausalLM
 
 from tests.training.harness import (
@@ -18,7 +19,7 @@ from tests.training.harness import (
     max_weight_difference,
     train,
 )
-from training_scripts.metrics import CHECKPOINT_PAUSE, parse_metrics
+from training_scripts.metrics import CHECKPOINT_PAUSE, SLOW_HOST_LINE, parse_metrics
 
 
 def complete_steps(checkpoint_dir) -> list[int]:
@@ -41,6 +42,9 @@ def test_loss_falls_and_the_model_loads_with_transformers(reference_run):
     assert len(metrics["validation:loss"]) == 2
     assert all(value > 0 for value in metrics["train:tokens_per_second"])
     assert metrics["train:mfu_percent"] == []  # no MFU on CPU
+    # A clean run flags no slow host: every interval's slowest rank stays under the factor (rank_health.py).
+    assert not SLOW_HOST_LINE.search(reference_run.output)
+    assert 0 < max(metrics["train:slowest_rank_ratio"]) < SLOW_FACTOR, metrics["train:slowest_rank_ratio"]
 
     model = AutoModelForCausalLM.from_pretrained(reference_run.model_dir)
     assert type(model).__name__ == "LlamaForCausalLM"
@@ -64,6 +68,9 @@ def test_ddp_and_fsdp2_follow_the_same_loss_trajectory(dataset, tmp_path, refere
     assert len(ddp_loss) == len(fsdp_loss)
     for a, b in zip(fsdp_loss, ddp_loss, strict=True):
         assert abs(a - b) <= 1e-3 * max(abs(b), 1), (fsdp_loss, ddp_loss)
+    # Nor under FSDP, whose collectives run inside forward and backward.
+    assert not SLOW_HOST_LINE.search(fsdp.output)
+    assert max(parse_metrics(fsdp.output)["train:slowest_rank_ratio"]) < SLOW_FACTOR
     assert max_weight_difference(load_weights(fsdp.model_dir), load_weights(reference_run.model_dir)) < 1e-4
 
 

@@ -16,6 +16,7 @@ from trainstack import faults, runs
 from trainstack.commands.common import Pipeline, add_pipeline_command, one_line_failures
 from trainstack.commands.report import collect_run
 from trainstack.faults import INFRASTRUCTURE
+from trainstack.report.collect import slow_host_lines
 from trainstack.report.expected import forecast_line, interval_lines
 from trainstack.report.goodput import ledger_of
 from trainstack.runs import ENDED_BADLY, Job, elapsed, status_line, tensorboard_hint
@@ -49,6 +50,7 @@ def run_status(args: argparse.Namespace) -> int:
     lines = [describe(execution, pipeline.job_of(pipeline.run_name_of(execution)))]
     lines += fault_lines(pipeline, execution)
     report = collect_run(pipeline, execution)
+    lines += slow_host_lines(report)
     ledger = ledger_of(report, runs.clock())
     lines += [ledger.summary(), forecast_line(report, ledger, pipeline.settings), *interval_lines(report)]
     print("\n".join(lines))

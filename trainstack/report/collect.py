@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from training_scripts.metrics import METRIC_DEFINITIONS
+from training_scripts.metrics import METRIC_DEFINITIONS, SLOW_HOST_LINE
 from trainstack import runs
 from trainstack.faults import CAPACITY, SPOT_CAPACITY_SECONDARY_STATUS, classify, describe
 from trainstack.job_request import CHECKPOINT_LOCAL_PATH
@@ -45,6 +45,23 @@ class Span:
     end: datetime
 
 
+@dataclass(frozen=True)
+class SlowHost:
+    """A rank train.py flagged as a slow host (training_scripts/rank_health.py)."""
+
+    rank: int
+    host: str
+    ratio: float  # its share of each step over the median of the other ranks'
+    intervals: int
+    step: int
+
+    def describe(self) -> str:
+        return (
+            f"rank {self.rank} on {self.host}, {self.ratio:.2f}x the other ranks' median step share in "
+            f"{self.intervals} log intervals up to step {self.step}"
+        )
+
+
 @dataclass
 class Attempt:
     number: int
@@ -60,6 +77,7 @@ class Attempt:
     service_job: dict[str, Any] = field(default_factory=dict)  # queue mode: DescribeServiceJob
     queue_waits: list[Span] = field(default_factory=list)  # queue mode: RUNNABLE until Batch started a job
     progress: Progress = field(default_factory=Progress)  # when its log says the training got where
+    slow_hosts: list[SlowHost] = field(default_factory=list)  # flagged in its log
 
     @property
     def queue_wait_seconds(self) -> float | None:
@@ -295,6 +313,9 @@ def _read_log(attempt: Attempt, events: list[dict[str, Any]]) -> None:
         line = event["message"]
         if resumed := _RESUMED.search(line):
             attempt.resumed_from = (resumed.group(1), int(resumed.group(2)))
+        if flagged := SLOW_HOST_LINE.search(line):
+            rank, host, ratio, intervals, step = flagged.groups()
+            attempt.slow_hosts.append(SlowHost(int(rank), host, float(ratio), int(intervals), int(step)))
         step = STEP.search(line)
         if step is None:
             continue
@@ -302,3 +323,12 @@ def _read_log(attempt: Attempt, events: list[dict[str, Any]]) -> None:
             if value := re.search(definition["Regex"], line):
                 metrics[definition["Name"]].append((int(step.group(1)), float(value.group(1))))
     attempt.metrics = {name: values for name, values in metrics.items() if values}
+
+
+def slow_host_lines(report: RunReport) -> list[str]:
+    """One line per slow host the attempts' logs flagged (`trainstack status`; the report's table)."""
+    return [
+        f"slow host: attempt {attempt.number} ({attempt.job_name}): {slow.describe()}"
+        for attempt in report.attempts
+        for slow in attempt.slow_hosts
+    ]

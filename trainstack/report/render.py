@@ -102,11 +102,15 @@ def tensorboard_command(attempts: Sequence[Attempt]) -> str | None:
 
 
 def _classification(attempt: Attempt, attempts: Sequence[Attempt]) -> str:
-    """The attempt's failure class, and whether the pipeline retried it (another attempt followed)."""
-    if attempt.classification is None:
-        return "-"
-    retried = attempt is not attempts[-1]
-    return attempt.classification + (", retried from the checkpoint" if retried else ", not retried")
+    """The attempt's failure class and whether the pipeline retried it (another attempt followed), and the
+    slow hosts its log flagged."""
+    notes = [f"slow host: {slow.describe()}" for slow in attempt.slow_hosts]
+    if attempt.classification is not None:
+        retried = attempt is not attempts[-1]
+        notes.insert(
+            0, attempt.classification + (", retried from the checkpoint" if retried else ", not retried")
+        )
+    return "; ".join(notes) or "-"
 
 
 def attempt_table(attempts: Sequence[Attempt]) -> str:
