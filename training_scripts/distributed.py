@@ -245,6 +245,13 @@ def gradient_sync(model: torch.nn.Module, enabled: bool):
             yield
 
 
+def synchronize(device: torch.device) -> None:
+    """Wait until `device` has finished its queued work (GPU kernels run behind the host); on the host
+    there is nothing to wait for."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def teardown() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()

@@ -33,18 +33,28 @@ class StepTimer:
     """Seconds spent inside training steps since the last `take`, the first `warmup_steps` steps of this
     process (a start or a resume) left out. Only what runs inside `timed()` counts, so validation,
     checkpoint saves (a synchronous one, or the blocking part of an async one) and logging between steps
-    never lower tokens/s. `clock` is injectable: tests drive a virtual one."""
+    never lower tokens/s. `synchronize` waits for the device's queued work (on GPUs the host runs ahead of
+    it): called at both ends of a step, as AWS's SMP example does around its whole step (train_lib.py:134,
+    187), so a step's time holds all of its device work (the optimizer's last kernels too) and none of
+    another's. `clock` and `synchronize` are injectable: tests drive a virtual clock and device."""
 
-    def __init__(self, warmup_steps: int = WARMUP_STEPS, clock: Callable[[], float] = time.perf_counter):
-        self.warmup_steps, self.clock = warmup_steps, clock
+    def __init__(
+        self,
+        warmup_steps: int = WARMUP_STEPS,
+        clock: Callable[[], float] = time.perf_counter,
+        synchronize: Callable[[], None] = lambda: None,
+    ):
+        self.warmup_steps, self.clock, self.synchronize = warmup_steps, clock, synchronize
         self._finished = 0  # steps timed by this process, warm-up included
         self._steps, self._seconds = 0, 0.0
 
     @contextlib.contextmanager
     def timed(self) -> Iterator[None]:
-        """Time one training step."""
+        """Time one training step, from an idle device to an idle device."""
+        self.synchronize()
         start = self.clock()
         yield
+        self.synchronize()
         elapsed = self.clock() - start
         self._finished += 1
         if self._finished > self.warmup_steps:

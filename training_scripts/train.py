@@ -22,7 +22,16 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from checkpoint import CheckpointManager, TrainState
 from data import TokenDataset, UserError, validation_batches
-from distributed import Runtime, autocast_enabled, gradient_sync, local_part, reduce_max, setup, teardown
+from distributed import (
+    Runtime,
+    autocast_enabled,
+    gradient_sync,
+    local_part,
+    reduce_max,
+    setup,
+    synchronize,
+    teardown,
+)
 from faults import EXIT_USER_ERROR, NonFiniteError, classify, report
 from flags import parse_args, resume_source
 from metrics import StepTimer, format_train_line, format_val_line, throughput
@@ -240,7 +249,8 @@ class Trainer:
         self.scalars = Scalars(args.tensorboard_dir if self.runtime.is_main else None)
         self.model.train()
         window, window_steps = torch.zeros(2), 0
-        timer = StepTimer()  # tokens/s and MFU: time inside training steps only, warm-up left out
+        # tokens/s and MFU: time inside training steps only (each with all its device work), warm-up left out
+        timer = StepTimer(synchronize=lambda: synchronize(self.runtime.device))
         profiler = StepProfiler(args.profile_steps, args.profile_dir, self.runtime)
         while state.step < args.max_steps:
             hang_if_injected(args, self.runtime.rank, state.step + 1, resumed is not None)

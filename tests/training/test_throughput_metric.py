@@ -11,6 +11,7 @@ import re
 
 import metrics  # noqa: E402  (training_scripts/ is on sys.path, as in /opt/ml/code)
 import pytest
+import torch
 import train  # noqa: E402
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -86,7 +87,7 @@ def slow_world(monkeypatch):
         assert code == 0, captured.out + captured.err
         return captured.out + captured.err
 
-    run.slow_steps = slow_steps
+    run.slow_steps, run.clock, run.monkeypatch = slow_steps, clock, monkeypatch
     return run
 
 
@@ -119,6 +120,50 @@ def test_slow_saves_validation_and_warm_up_do_not_lower_tokens_per_second(
     resumed = slow_world(capsys, dataset, tmp_path, *common, "--max-steps", "16")
     assert "(step 8)" in resumed
     assert rates_by_step(resumed) == {10: None, 12: steady, 14: steady, 16: steady}
+
+
+class VirtualDevice:
+    """A GPU as the host sees it: queued work finishes only when the host waits for it (a synchronize, or a
+    host copy of a result: Tensor.cpu, Tensor.item), and the wait advances the virtual clock."""
+
+    def __init__(self, clock: VirtualClock):
+        self.clock, self.queued = clock, 0.0
+
+    def enqueue(self, seconds: float) -> None:
+        self.queued += seconds
+
+    def wait(self) -> None:
+        self.clock.now += self.queued
+        self.queued = 0.0
+
+
+def test_a_step_is_timed_until_the_optimizers_device_work_has_finished(slow_world, dataset, tmp_path, capsys):
+    """AdamW's kernels run after the host has queued them: a step's time must include them. Before the
+    timer synchronized the device, the host copy of loss and gradient norm after the step waited for them,
+    outside the timed window, and tokens/s came out as if the optimizer took no time."""
+    device, optimizer_seconds = VirtualDevice(slow_world.clock), 3.0
+    monkeypatch = slow_world.monkeypatch
+    original_step, original_cpu, original_item = torch.optim.AdamW.step, torch.Tensor.cpu, torch.Tensor.item
+
+    def optimizer_step(self, *args, **kwargs):
+        result = original_step(self, *args, **kwargs)
+        device.enqueue(optimizer_seconds)
+        return result
+
+    def waiting(original):
+        def host_copy(self, *args, **kwargs):
+            device.wait()
+            return original(self, *args, **kwargs)
+
+        return host_copy
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", optimizer_step)
+    monkeypatch.setattr(torch.Tensor, "cpu", waiting(original_cpu))
+    monkeypatch.setattr(torch.Tensor, "item", waiting(original_item))
+    monkeypatch.setattr(train, "synchronize", lambda _device: device.wait(), raising=False)
+    output = slow_world(capsys, dataset, tmp_path, "--log-interval", "2", "--max-steps", "8")
+    with_optimizer = TOKENS_PER_STEP / (STEP_SECONDS + optimizer_seconds)
+    assert rates_by_step(output) == {2: None, 4: with_optimizer, 6: with_optimizer, 8: with_optimizer}
 
 
 def test_the_timer_counts_only_what_runs_inside_timed_steps_after_warm_up():
