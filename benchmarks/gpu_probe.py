@@ -102,6 +102,7 @@ def bare_loop(args, runtime, config, train_args):
     synchronize()
     seconds = max_over_ranks(time.perf_counter() - start)
     peak = peak_bf16_flops(torch.cuda.get_device_name()) if torch.cuda.is_available() else None
+    peak = peak and peak[1]
     tokens_per_step = args.micro_batch_size * args.seq_len * runtime.dp_size
     tokens_per_sec, mfu = throughput(
         tokens_per_step,

@@ -88,14 +88,18 @@ def format_train_line(
     lr: float,
     tokens_per_sec: float | None,
     mfu: float | None,
+    peak: tuple[str, float] | None = None,
 ) -> str:
     """One line per logging interval (loss and gradient norm: means over it); `tokens_per_sec` None while
-    every step of the interval was warm-up; `mfu` is a fraction, or None where it is unknown (CPU)."""
+    every step of the interval was warm-up; `mfu` is a fraction, or None where it is unknown (CPU), of
+    `peak`: (the GPU part, its dense bf16 FLOP/s), which the line names."""
     line = f"step={step}/{max_steps} train_loss={loss:.4f} grad_norm={grad_norm:.4f} lr={lr:.3e}"
     if tokens_per_sec is not None:
         line += f" tokens_per_sec={tokens_per_sec:.1f}"
     if mfu is not None:
         line += f" mfu_pct={100 * mfu:.2f}"
+        if peak:
+            line += f" mfu_peak={peak[0].replace(' ', '_')}:{peak[1] / 1e12:g}TFLOPS"
     return line
 
 

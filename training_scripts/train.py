@@ -288,14 +288,13 @@ class Trainer:
         if not self.runtime.is_main:
             return
         peak = peak_bf16_flops(torch.cuda.get_device_name()) if self.runtime.device.type == "cuda" else None
-        every_gpu = peak and peak * self.runtime.world_size
+        every_gpu = peak and peak[1] * self.runtime.world_size
         tokens_per_sec, mfu = throughput(
             self.tokens_per_step, timed_steps, seconds, self.flops_per_token, every_gpu
         )
         lr = self.lr_at(self.state.step - 1)
-        log.info(
-            format_train_line(self.state.step, self.args.max_steps, loss, grad_norm, lr, tokens_per_sec, mfu)
-        )
+        step, max_steps = self.state.step, self.args.max_steps
+        log.info(format_train_line(step, max_steps, loss, grad_norm, lr, tokens_per_sec, mfu, peak))
         self.scalars.add(
             self.state.step,
             {

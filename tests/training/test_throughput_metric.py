@@ -17,7 +17,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from tests.training.harness import TRAIN_FLAGS, run_dirs
 from tests.training.harness import train as train_torchrun
-from training_scripts.metrics import WARMUP_STEPS, StepTimer, parse_metrics, throughput
+from training_scripts.metrics import WARMUP_STEPS, StepTimer, format_train_line, parse_metrics, throughput
+from training_scripts.model_shapes import PEAK_BF16_FLOPS, peak_bf16_flops
 from training_scripts.tensorboard_scalars import TOKENS_PER_SECOND
 
 SEQ_LEN, MICRO_BATCH, GRAD_ACCUM = 32, 2, 2
@@ -191,3 +192,28 @@ def test_a_real_two_rank_run_prints_the_figure_once_warm_up_is_over(dataset, tmp
     assert [step for step, rate in rates.items() if rate is None] == list(range(1, WARMUP_STEPS + 1))
     assert all(rates[step] > 0 for step in range(WARMUP_STEPS + 1, 7))
     assert parse_metrics(run.output)["train:tokens_per_second"] == [rates[step] for step in (4, 5, 6)]
+
+
+@pytest.mark.parametrize(
+    "device_name, part, tflops",
+    [
+        ("NVIDIA H200", "H200 SXM", 989),
+        ("NVIDIA H200 NVL", "H200 NVL", 835),  # was taken for an SXM part (989): MFU about 16 % too low
+        ("NVIDIA H100 80GB HBM3", "H100 SXM", 989),
+        ("NVIDIA H100 PCIe", "H100 PCIe", 756),
+        ("NVIDIA H100 NVL", "H100 NVL", 835),
+        ("NVIDIA A100-SXM4-80GB", "A100 SXM4", 312),
+    ],
+)
+def test_the_mfu_peak_is_the_exact_parts_and_the_line_names_it(device_name, part, tflops):
+    assert peak_bf16_flops(device_name) == (part, tflops * 1e12)
+    line = format_train_line(10, 100, 2.5, 1.2, 3e-4, 1000.0, 0.4123, peak_bf16_flops(device_name))
+    assert line.endswith(f"mfu_pct=41.23 mfu_peak={part.replace(' ', '_')}:{tflops}TFLOPS"), line
+    assert parse_metrics(line)["train:mfu_percent"] == [41.23]
+
+
+def test_a_gpu_without_a_listed_peak_gets_no_mfu_and_instances_get_their_sxm_part():
+    # A family name inside another part's name is not that part (GH200's "H200", an unlisted H100 variant).
+    assert peak_bf16_flops("NVIDIA GH200 480GB") is None
+    assert peak_bf16_flops("NVIDIA H100 SXM5 64GB") is None
+    assert PEAK_BF16_FLOPS["H100"] == PEAK_BF16_FLOPS["H200"] == 989e12  # p5, p5e/p5en: SXM parts
