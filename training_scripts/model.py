@@ -233,12 +233,18 @@ LOAD_CHUNK_BYTES = 256 * 2**20
 _WRAPPER_PREFIX = "_fsdp_wrapped_module."
 
 
-def load_pretrained(model: torch.nn.Module, hf_model: torch.nn.Module, init_from: str) -> None:
+def load_pretrained(
+    model: torch.nn.Module,
+    hf_model: torch.nn.Module,
+    init_from: str,
+    control_device: torch.device,
+) -> None:
     """Weights of `init_from` into the materialized (possibly sharded) `model`, whose transformers model is
     `hf_model`. Rank 0 alone reads the files, in their own dtype, LOAD_CHUNK_BYTES of tensors at a time, and
     broadcasts each chunk (set_model_state_dict with broadcast_from_rank0 sends the chunk's names and
     shapes, then its tensors): every rank holds its part of the model plus one chunk, never a second model.
-    FSDP1 (SMP) loads one FSDP unit at a time instead (smp.load_pretrained_fsdp1)."""
+    FSDP1 (SMP) loads one FSDP unit at a time instead (smp.load_pretrained_fsdp1). `control_device`: where
+    the default group takes the small agreement (Runtime.control_device: the GPU under smddp)."""
     from smp import load_pretrained_fsdp1
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
     from torch.distributed.fsdp import FullyShardedDataParallel
@@ -258,7 +264,7 @@ def load_pretrained(model: torch.nn.Module, hf_model: torch.nn.Module, init_from
             )
         chunks = _chunks(stored, names_of, LOAD_CHUNK_BYTES)
     agreed = [problem, len(chunks)]
-    dist.broadcast_object_list(agreed, src=0)
+    dist.broadcast_object_list(agreed, src=0, group=dist.group.WORLD, device=control_device)
     problem, chunk_count = agreed
     if problem:
         raise UserError(problem)
