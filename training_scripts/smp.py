@@ -53,28 +53,44 @@ def wrap_smp(model: torch.nn.Module, device: torch.device, mp_parameters: dict, 
 
     No tsm.transform: AWS calls it only for SMP's own implementation (train_lib.py:516-534), whose modules
     and parameter names are SMP's, and flags.py refuses --smp-implementation true (smp_flag_problem)."""
-    from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
-    from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
     from torch.sagemaker.delayed_param import DelayedParamIniter
 
     torch.manual_seed(seed)  # AWS train_lib.py:460 (set_seed); our initializer seeds each module by name
     initer = DelayedParamIniter(model, init_method_using_config=delayed_initializer(model, device, seed))
-    hybrid = int(mp_parameters.get("hybrid_shard_degree", 0)) > 0
-    tied = tied_names(model)
     with initer.validate_params_and_buffers_inited():
-        wrapped = FullyShardedDataParallel(
+        return fsdp1_wrap(
             model,
-            auto_wrap_policy=partial(
-                transformer_auto_wrap_policy, transformer_layer_cls={type(decoder_layers(model)[0])}
-            ),
-            mixed_precision=fsdp1_mixed_precision(device.type),
-            sharding_strategy=ShardingStrategy.HYBRID_SHARD if hybrid else ShardingStrategy.FULL_SHARD,
-            # torch 2.5.1 FSDP1 needs a device: on CPU it refuses to pick one (_init_utils.py:398-402)
-            device_id=device,
-            use_orig_params=True,
+            device,
+            mp_parameters,
             param_init_fn=initer.get_param_init_fn(),
             post_param_init_fn=initer.get_post_param_init_fn(),
         )
+
+
+def fsdp1_wrap(
+    model: torch.nn.Module, device: torch.device, mp_parameters: dict, **init_hooks
+) -> torch.nn.Module:
+    """FSDP1 as the SMP path wraps the meta-device `model` (AWS's arguments, above); `init_hooks` materialize
+    it: SMP's DelayedParamIniter's (wrap_smp), or model.delayed_initializer itself as `param_init_fn` where
+    torch.sagemaker is absent (benchmarks/gpu_probe.py measures this path on PyPI's torch). The tie of any
+    tied weights is checked after wrapping (check_ties)."""
+    from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
+    from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+
+    hybrid = int(mp_parameters.get("hybrid_shard_degree", 0)) > 0
+    tied = tied_names(model)
+    wrapped = FullyShardedDataParallel(
+        model,
+        auto_wrap_policy=partial(
+            transformer_auto_wrap_policy, transformer_layer_cls={type(decoder_layers(model)[0])}
+        ),
+        mixed_precision=fsdp1_mixed_precision(device.type),
+        sharding_strategy=ShardingStrategy.HYBRID_SHARD if hybrid else ShardingStrategy.FULL_SHARD,
+        # torch 2.5.1 FSDP1 needs a device: on CPU it refuses to pick one (_init_utils.py:398-402)
+        device_id=device,
+        use_orig_params=True,
+        **init_hooks,
+    )
     check_ties(tied, wrapped)
     return wrapped
 
