@@ -61,6 +61,12 @@ class Runtime:
     def is_main(self) -> bool:
         return self.rank == 0
 
+    def synchronize(self) -> None:
+        """Wait until this rank's device has finished its queued work (GPU kernels run behind the host); on
+        the host there is nothing to wait for."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
 
 def select_strategy(
     requested: str, smp_serves: bool, smddp_serves: bool, cuda: bool
@@ -255,13 +261,6 @@ def gradient_sync(model: torch.nn.Module, enabled: bool):
     else:
         with model.no_sync():
             yield
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait until `device` has finished its queued work (GPU kernels run behind the host); on the host
-    there is nothing to wait for."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def teardown() -> None:

@@ -22,16 +22,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from checkpoint import CheckpointManager, TrainState
 from data import TokenDataset, UserError, validation_batches
-from distributed import (
-    Runtime,
-    autocast_enabled,
-    gradient_sync,
-    local_part,
-    reduce_max,
-    setup,
-    synchronize,
-    teardown,
-)
+from distributed import Runtime, autocast_enabled, gradient_sync, local_part, reduce_max, setup, teardown
 from faults import EXIT_USER_ERROR, NonFiniteError, classify, report
 from flags import parse_args, resume_source
 from metrics import StepTimer, format_train_line, format_val_line, throughput
@@ -250,7 +241,7 @@ class Trainer:
         self.model.train()
         window, window_steps = torch.zeros(2), 0
         # tokens/s and MFU: time inside training steps only (each with all its device work), warm-up left out
-        timer = StepTimer(synchronize=lambda: synchronize(self.runtime.device))
+        timer = StepTimer(synchronize=self.runtime.synchronize)
         profiler = StepProfiler(args.profile_steps, args.profile_dir, self.runtime)
         while state.step < args.max_steps:
             hang_if_injected(args, self.runtime.rank, state.step + 1, resumed is not None)
