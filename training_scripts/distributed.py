@@ -61,6 +61,12 @@ class Runtime:
     def is_main(self) -> bool:
         return self.rank == 0
 
+    def synchronize(self) -> None:
+        """Wait until this rank's device has finished its queued work (GPU kernels run behind the host); on
+        the host there is nothing to wait for."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
 
 def select_strategy(
     requested: str, smp_serves: bool, smddp_serves: bool, cuda: bool
@@ -84,7 +90,11 @@ def select_strategy(
             "GPU; training on the standard backend instead.",
         )
     if requested == "smddp":
-        return "smddp", "smddp", None
+        # The device named: torch 2.5.1 serves object collectives (and DCP's, and barriers) on the device
+        # `_get_pg_default_device` picks, the host whenever the group's backend lists it, and a backend
+        # registered without `devices` is taken to serve the host and CUDA (register_backend). SMDDP is
+        # GPU-only, so its group must serve CUDA alone.
+        return "smddp", f"{'cuda' if cuda else 'cpu'}:smddp", None
     return requested, fallback_backend, None
 
 
@@ -206,10 +216,18 @@ def agree(runtime: Runtime, problem: str | None) -> str | None:
 
     Checks that each rank makes on its own (files, directories) end the same way everywhere:
     every rank raises the same error instead of one failing and its peers hanging or tracing back.
+    Device and group are explicit (all_gather_object would leave the device to torch): one all-reduce
+    finds the first rank with a problem, which then broadcasts its sentence.
     """
-    problems: list[str | None] = [None] * runtime.world_size
-    dist.all_gather_object(problems, problem, group=runtime.checkpoint_group)
-    return next((p for p in problems if p), None)
+    group = runtime.checkpoint_group  # gloo; under smddp None: the default group, smddp's only one
+    flag = torch.tensor([runtime.world_size - runtime.rank if problem else 0], device=runtime.control_device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
+    if not flag.item():
+        return None
+    sentence = [problem]
+    source = runtime.world_size - int(flag.item())
+    dist.broadcast_object_list(sentence, src=source, group=group, device=runtime.control_device)
+    return sentence[0]
 
 
 def reduce_max(runtime: Runtime, values: torch.Tensor) -> torch.Tensor:

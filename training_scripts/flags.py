@@ -83,13 +83,14 @@ def _number(low: float, high: float = float("inf"), low_inclusive: bool = True):
 
 
 def _mp_parameters(text: str) -> dict:
-    """SMP config as JSON, or as the toolkit passes a dict hyperparameter: `key=value,key=value`."""
+    """SMP config as JSON, or as the toolkit passes a dict hyperparameter: `key=str(value),...`
+    (sagemaker_training mapping.to_cmd_args), each value read back with the type str() wrote it in."""
     try:
         value = json.loads(text)
     except json.JSONDecodeError:
         pairs = [item.partition("=") for item in text.split(",")]
         value = (
-            {key.strip(): _json_or_text(raw) for key, equals, raw in pairs}
+            {key.strip(): _as_str_wrote_it(raw) for key, equals, raw in pairs}
             if all(key.strip() and equals for key, equals, _ in pairs)
             else None
         )
@@ -100,11 +101,42 @@ def _mp_parameters(text: str) -> dict:
     return value
 
 
-def _json_or_text(text: str):
+# str() of Python's constants, as the toolkit writes a dict hyperparameter's booleans ("False" is truthy).
+_PYTHON_CONSTANTS = {"True": True, "False": False, "None": None}
+
+
+def _as_str_wrote_it(text: str):
+    """The value whose str() is `text`: a number (JSON), True/False/None, else the text itself."""
+    if text in _PYTHON_CONSTANTS:
+        return _PYTHON_CONSTANTS[text]
     try:
         return json.loads(text)
     except json.JSONDecodeError:
         return text
+
+
+def _toolkit_pairs(mapping: dict) -> str:
+    """How the toolkit writes a dict hyperparameter as one argument (sagemaker_training mapping.py)."""
+    return ",".join(f"{key}={value}" for key, value in sorted(mapping.items()))
+
+
+def resolve_mp_parameters(flag_text: str | None, environment_json: str | None) -> dict:
+    """The SMP config with its JSON types. The toolkit sets it twice: as `--mp_parameters` in its
+    `key=str(value)` form and, typed, as the JSON of SM_HP_MP_PARAMETERS. The JSON wins where both are the
+    same hyperparameter (the JSON written out as the toolkit writes the flag gives the flag's text); a
+    flag of its own (JSON, or pairs from a person) is read as given; neither: SMP's defaults."""
+    try:
+        from_environment = _mp_parameters(environment_json) if environment_json else None
+    except argparse.ArgumentTypeError as error:
+        raise UserError(f"SM_HP_MP_PARAMETERS: {error}.") from None
+    if flag_text is None:
+        return from_environment or {}
+    if from_environment is not None and _toolkit_pairs(from_environment) == flag_text:
+        return from_environment
+    try:
+        return _mp_parameters(flag_text)
+    except argparse.ArgumentTypeError as error:
+        raise UserError(f"Argument --mp-parameters: {error}.") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -120,7 +152,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add(
         "--mp-parameters",
-        type=_mp_parameters,
         help="SMP v2 config (JSON or key=value,...); defaults to SM_HP_MP_PARAMETERS",
     )
     add(
@@ -274,11 +305,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             log.warning("Ignoring SageMaker setting %s.", flag)
         else:
             raise UserError(f"Unknown flag {flag}; run train.py --help for the accepted flags.")
-    if args.mp_parameters is None:
-        try:
-            args.mp_parameters = _mp_parameters(os.environ.get("SM_HP_MP_PARAMETERS") or "{}")
-        except argparse.ArgumentTypeError as error:
-            raise UserError(f"SM_HP_MP_PARAMETERS: {error}.") from None
+    args.mp_parameters = resolve_mp_parameters(args.mp_parameters, os.environ.get("SM_HP_MP_PARAMETERS"))
     args.profile_steps = _profile_steps(args.profile_steps)
     for name in ("tensor_parallel_degree", "context_parallel_degree"):
         if int(args.mp_parameters.get(name, 1)) > 1:

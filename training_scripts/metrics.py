@@ -41,18 +41,28 @@ class StepTimer:
     """Seconds spent inside training steps since the last `take`, the first `warmup_steps` steps of this
     process (a start or a resume) left out. Only what runs inside `timed()` counts, so validation,
     checkpoint saves (a synchronous one, or the blocking part of an async one) and logging between steps
-    never lower tokens/s. `clock` is injectable: tests drive a virtual one."""
+    never lower tokens/s. `synchronize` waits for the device's queued work (on GPUs the host runs ahead of
+    it): called at both ends of a step, as AWS's SMP example does around its whole step (train_lib.py:134,
+    187), so a step's time holds all of its device work (the optimizer's last kernels too) and none of
+    another's. `clock` and `synchronize` are injectable: tests drive a virtual clock and device."""
 
-    def __init__(self, warmup_steps: int = WARMUP_STEPS, clock: Callable[[], float] = time.perf_counter):
-        self.warmup_steps, self.clock = warmup_steps, clock
+    def __init__(
+        self,
+        warmup_steps: int = WARMUP_STEPS,
+        clock: Callable[[], float] = time.perf_counter,
+        synchronize: Callable[[], None] = lambda: None,
+    ):
+        self.warmup_steps, self.clock, self.synchronize = warmup_steps, clock, synchronize
         self._finished = 0  # steps timed by this process, warm-up included
         self._steps, self._seconds = 0, 0.0
 
     @contextlib.contextmanager
     def timed(self) -> Iterator[None]:
-        """Time one training step."""
+        """Time one training step, from an idle device to an idle device."""
+        self.synchronize()
         start = self.clock()
         yield
+        self.synchronize()
         elapsed = self.clock() - start
         self._finished += 1
         if self._finished > self.warmup_steps:
@@ -86,14 +96,18 @@ def format_train_line(
     lr: float,
     tokens_per_sec: float | None,
     mfu: float | None,
+    peak: tuple[str, float] | None = None,
 ) -> str:
     """One line per logging interval (loss and gradient norm: means over it); `tokens_per_sec` None while
-    every step of the interval was warm-up; `mfu` is a fraction, or None where it is unknown (CPU)."""
+    every step of the interval was warm-up; `mfu` is a fraction, or None where it is unknown (CPU), of
+    `peak`: (the GPU part, its dense bf16 FLOP/s), which the line names."""
     line = f"step={step}/{max_steps} train_loss={loss:.4f} grad_norm={grad_norm:.4f} lr={lr:.3e}"
     if tokens_per_sec is not None:
         line += f" tokens_per_sec={tokens_per_sec:.1f}"
     if mfu is not None:
         line += f" mfu_pct={100 * mfu:.2f}"
+        if peak:
+            line += f" mfu_peak={peak[0].replace(' ', '_')}:{peak[1] / 1e12:g}TFLOPS"
     return line
 
 

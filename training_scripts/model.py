@@ -118,14 +118,40 @@ def delayed_initializer(
     from the weights DDP and FSDP2 start from. Names are taken now, before any wrapper renames modules."""
     names = {id(module): name for name, module in hf_model.named_modules()}
     config = hf_model.config
+    order = {key: index for index, key in enumerate(names)}
+    tied_groups = _tied_parameter_holders(hf_model)
 
     @torch.no_grad()
     def initialize_module(module: torch.nn.Module) -> None:
-        module.to_empty(device=device, recurse=False)
-        generator = _generator(seed, names[id(module)], device)
-        _fill(module, initial_values(module, config, device, generator))
+        # to_empty gives a module new tensors: a tied parameter (lm_head.weight = embed_tokens.weight) must
+        # go to every module that holds it before FSDP1 flattens them, or FSDP would train two copies (and
+        # SMP's post_param_init_fn, which may re-tie, is not published). So the modules sharing a parameter
+        # with this one are materialized with it, given its tensor, and filled in model order, as
+        # `initialize` fills them after tie_weights.
+        groups = [group for group in tied_groups if any(holder is module for holder, _ in group)]
+        related = list(
+            {id(m): m for m in [module, *(holder for group in groups for holder, _ in group)]}.values()
+        )
+        for each in related:
+            if any(t.is_meta for t in [*each.parameters(recurse=False), *each.buffers(recurse=False)]):
+                each.to_empty(device=device, recurse=False)
+        for group in groups:
+            shared = next(getattr(holder, attribute) for holder, attribute in group if holder is module)
+            for holder, attribute in group:
+                setattr(holder, attribute, shared)
+        for each in sorted(related, key=lambda m: order[id(m)]):
+            _fill(each, initial_values(each, config, device, _generator(seed, names[id(each)], device)))
 
     return initialize_module
+
+
+def _tied_parameter_holders(hf_model: torch.nn.Module) -> list[list[tuple[torch.nn.Module, str]]]:
+    """Each parameter several modules hold (tied weights), as the (module, attribute) pairs holding it."""
+    holders: dict[int, list[tuple[torch.nn.Module, str]]] = {}
+    for module in hf_model.modules():
+        for attribute, parameter in module.named_parameters(recurse=False):
+            holders.setdefault(id(parameter), []).append((module, attribute))
+    return [group for group in holders.values() if len(group) > 1]
 
 
 def module_seed(seed: int, name: str) -> int:
@@ -207,12 +233,18 @@ LOAD_CHUNK_BYTES = 256 * 2**20
 _WRAPPER_PREFIX = "_fsdp_wrapped_module."
 
 
-def load_pretrained(model: torch.nn.Module, hf_model: torch.nn.Module, init_from: str) -> None:
+def load_pretrained(
+    model: torch.nn.Module,
+    hf_model: torch.nn.Module,
+    init_from: str,
+    control_device: torch.device,
+) -> None:
     """Weights of `init_from` into the materialized (possibly sharded) `model`, whose transformers model is
     `hf_model`. Rank 0 alone reads the files, in their own dtype, LOAD_CHUNK_BYTES of tensors at a time, and
     broadcasts each chunk (set_model_state_dict with broadcast_from_rank0 sends the chunk's names and
     shapes, then its tensors): every rank holds its part of the model plus one chunk, never a second model.
-    FSDP1 (SMP) loads one FSDP unit at a time instead (smp.load_pretrained_fsdp1)."""
+    FSDP1 (SMP) loads one FSDP unit at a time instead (smp.load_pretrained_fsdp1). `control_device`: where
+    the default group takes the small agreement (Runtime.control_device: the GPU under smddp)."""
     from smp import load_pretrained_fsdp1
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
     from torch.distributed.fsdp import FullyShardedDataParallel
@@ -232,7 +264,7 @@ def load_pretrained(model: torch.nn.Module, hf_model: torch.nn.Module, init_from
             )
         chunks = _chunks(stored, names_of, LOAD_CHUNK_BYTES)
     agreed = [problem, len(chunks)]
-    dist.broadcast_object_list(agreed, src=0)
+    dist.broadcast_object_list(agreed, src=0, group=dist.group.WORLD, device=control_device)
     problem, chunk_count = agreed
     if problem:
         raise UserError(problem)
@@ -335,12 +367,18 @@ def _names_of_stored(hf_model: torch.nn.Module) -> dict[str, list[str]]:
     """For each name a saved tensor may have, the model's names for that tensor: save_pretrained writes a
     tied one (lm_head.weight = embed_tokens.weight) once, under either name."""
     names_of = {name: [name] for name in _saved_names(hf_model)}
-    tied: dict[int, list[str]] = {}
-    for name, parameter in hf_model.named_parameters(remove_duplicate=False):
-        tied.setdefault(id(parameter), []).append(name.replace(_WRAPPER_PREFIX, ""))
-    for names in tied.values():
+    for names in tied_names(hf_model):
         names_of.update(dict.fromkeys(names, names))
     return names_of
+
+
+def tied_names(model: torch.nn.Module) -> list[list[str]]:
+    """The names of each parameter the model holds under several names (tied weights), without the
+    prefixes FSDP1 inserts."""
+    names: dict[int, list[str]] = {}
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(parameter), []).append(name.replace(_WRAPPER_PREFIX, ""))
+    return [group for group in names.values() if len(group) > 1]
 
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:

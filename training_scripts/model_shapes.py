@@ -24,21 +24,43 @@ PRESETS: dict[str, dict] = {name: dict(zip(_PRESET_FIELDS, shape, strict=True)) 
 }.items()}
 # fmt: on
 
-# Dense bf16 peak FLOP/s per GPU (vendor data sheets, without sparsity), for MFU and the planner's
-# throughput. V100 has no bf16 tensor cores and is left out: unknown GPUs get no MFU rather than a wrong one.
-PEAK_BF16_FLOPS = {
-    "H200": 989e12,
-    "H100": 989e12,
-    "A100": 312e12,
-    "A10G": 125e12,
-    "L40S": 362e12,
-    "L4": 121e12,
+# Dense bf16 peak FLOP/s per GPU, by the exact name the driver reports (torch.cuda.get_device_name(),
+# nvidia-smi), with the part's name for the MFU line. NVIDIA's datasheets print bf16 with 2:4 sparsity,
+# "1/2 lower without sparsity" (H100 datasheet): H100 SXM and H200 SXM 1,979 -> 989 TFLOPS, H100 PCIe
+# 1,513 -> 756, H100 NVL and H200 NVL 1,671 -> 835; A100 (SXM4 and PCIe) 312 dense; L40S 362; L4 121;
+# A10G 125 (A10's datasheet figure; AWS's A10G is assumed no faster). The same silicon in another form
+# factor runs at other clocks and power, so matching a family name ("H100" in "NVIDIA H100 PCIe") would
+# claim an SXM peak for a PCIe card: a name not listed gets no MFU rather than a wrong one. V100 has no
+# bf16 tensor cores. Device names as nvidia-smi prints them (public nvidia-smi outputs and GPU type lists).
+DEVICE_PEAK_BF16_FLOPS: dict[str, tuple[str, float]] = {
+    "NVIDIA H200": ("H200 SXM", 989e12),
+    "NVIDIA H200 NVL": ("H200 NVL", 835e12),
+    "NVIDIA H100 80GB HBM3": ("H100 SXM", 989e12),
+    "NVIDIA H100 PCIe": ("H100 PCIe", 756e12),
+    "NVIDIA H100 NVL": ("H100 NVL", 835e12),
+    "NVIDIA A100-SXM4-40GB": ("A100 SXM4", 312e12),
+    "NVIDIA A100-SXM4-80GB": ("A100 SXM4", 312e12),
+    "NVIDIA A100-PCIE-40GB": ("A100 PCIe", 312e12),
+    "NVIDIA A100 80GB PCIe": ("A100 PCIe", 312e12),
+    "NVIDIA A10G": ("A10G", 125e12),
+    "NVIDIA L40S": ("L40S", 362e12),
+    "NVIDIA L4": ("L4", 121e12),
 }
+# The GPU of each SageMaker instance family (trainstack.instances' gpu_model) is the SXM part where there
+# are several: p5 (H100 80GB HBM3), p5e/p5en (H200), p4d/p4de (A100-SXM4); for the planner's throughput.
+_INSTANCE_GPU_DEVICE = {
+    "H200": "NVIDIA H200",
+    "H100": "NVIDIA H100 80GB HBM3",
+    "A100": "NVIDIA A100-SXM4-40GB",
+    "A10G": "NVIDIA A10G",
+    "L40S": "NVIDIA L40S",
+}
+PEAK_BF16_FLOPS = {model: DEVICE_PEAK_BF16_FLOPS[device][1] for model, device in _INSTANCE_GPU_DEVICE.items()}
 
 
-def peak_bf16_flops(device_name: str) -> float | None:
-    """PEAK_BF16_FLOPS of the GPU `device_name` (torch.cuda.get_device_name()) names; None if unknown."""
-    return next((flops for gpu, flops in PEAK_BF16_FLOPS.items() if gpu in device_name), None)
+def peak_bf16_flops(device_name: str) -> tuple[str, float] | None:
+    """(part, dense bf16 peak FLOP/s) of the GPU named exactly `device_name`; None if it is not listed."""
+    return DEVICE_PEAK_BF16_FLOPS.get(device_name.strip())
 
 
 def head_dim(shape: Mapping) -> int:

@@ -19,7 +19,7 @@ from functools import partial
 
 import torch
 import torch.distributed as dist
-from model import decoder_layers, delayed_initializer
+from model import decoder_layers, delayed_initializer, tied_names
 from optimizer import clean_name
 
 # Real SMP runs on CUDA only (AWS documents GPU instances); a stand-in may name the device types it serves.
@@ -53,27 +53,58 @@ def wrap_smp(model: torch.nn.Module, device: torch.device, mp_parameters: dict, 
 
     No tsm.transform: AWS calls it only for SMP's own implementation (train_lib.py:516-534), whose modules
     and parameter names are SMP's, and flags.py refuses --smp-implementation true (smp_flag_problem)."""
-    from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
-    from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
     from torch.sagemaker.delayed_param import DelayedParamIniter
 
     torch.manual_seed(seed)  # AWS train_lib.py:460 (set_seed); our initializer seeds each module by name
     initer = DelayedParamIniter(model, init_method_using_config=delayed_initializer(model, device, seed))
-    hybrid = int(mp_parameters.get("hybrid_shard_degree", 0)) > 0
     with initer.validate_params_and_buffers_inited():
-        return FullyShardedDataParallel(
+        return fsdp1_wrap(
             model,
-            auto_wrap_policy=partial(
-                transformer_auto_wrap_policy, transformer_layer_cls={type(decoder_layers(model)[0])}
-            ),
-            mixed_precision=fsdp1_mixed_precision(device.type),
-            sharding_strategy=ShardingStrategy.HYBRID_SHARD if hybrid else ShardingStrategy.FULL_SHARD,
-            # torch 2.5.1 FSDP1 needs a device: on CPU it refuses to pick one (_init_utils.py:398-402)
-            device_id=device,
-            use_orig_params=True,
+            device,
+            mp_parameters,
             param_init_fn=initer.get_param_init_fn(),
             post_param_init_fn=initer.get_post_param_init_fn(),
         )
+
+
+def fsdp1_wrap(
+    model: torch.nn.Module, device: torch.device, mp_parameters: dict, **init_hooks
+) -> torch.nn.Module:
+    """FSDP1 as the SMP path wraps the meta-device `model` (AWS's arguments, above); `init_hooks` materialize
+    it: SMP's DelayedParamIniter's (wrap_smp), or model.delayed_initializer itself as `param_init_fn` where
+    torch.sagemaker is absent (benchmarks/gpu_probe.py measures this path on PyPI's torch). The tie of any
+    tied weights is checked after wrapping (check_ties)."""
+    from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
+    from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+
+    hybrid = int(mp_parameters.get("hybrid_shard_degree", 0)) > 0
+    tied = tied_names(model)
+    wrapped = FullyShardedDataParallel(
+        model,
+        auto_wrap_policy=partial(
+            transformer_auto_wrap_policy, transformer_layer_cls={type(decoder_layers(model)[0])}
+        ),
+        mixed_precision=fsdp1_mixed_precision(device.type),
+        sharding_strategy=ShardingStrategy.HYBRID_SHARD if hybrid else ShardingStrategy.FULL_SHARD,
+        # torch 2.5.1 FSDP1 needs a device: on CPU it refuses to pick one (_init_utils.py:398-402)
+        device_id=device,
+        use_orig_params=True,
+        **init_hooks,
+    )
+    check_ties(tied, wrapped)
+    return wrapped
+
+
+def check_ties(tied: list[list[str]], wrapped: torch.nn.Module) -> None:
+    """Every group of names that shared one parameter before wrapping (`tied`) shares one after it: else
+    FSDP1 would have flattened two tensors, and training would update two copies of one weight."""
+    after = [set(group) for group in tied_names(wrapped)]
+    for group in tied:
+        if not any(set(group) <= shared for shared in after):
+            raise RuntimeError(
+                f"{' and '.join(group)} are one tied parameter in the model but separate tensors after FSDP "
+                "wrapping: training would update two copies of it."
+            )
 
 
 def smp_flag_problem(args) -> str | None:
@@ -114,22 +145,36 @@ def load_pretrained_fsdp1(model: torch.nn.Module, stored: dict, names_of: dict, 
     units = {
         name: module for name, module in model.named_modules() if isinstance(module, FullyShardedDataParallel)
     }
-    stored_name = {model_name: name for name, names in names_of.items() for model_name in names}
+    stored_name = stored_names(names_of, stored)  # rank 0's; the other ranks read nothing
+
+    def read(names: list[str]) -> dict:
+        return (
+            read_chunk(sorted({stored_name[clean_name(name)] for name in names}))
+            if dist.get_rank() == 0
+            else {}
+        )
+
     owned: dict[str, list[str]] = {unit: [] for unit in units}
     for name, _ in model.named_parameters():
         owner = max((unit for unit in units if not unit or name.startswith(unit + ".")), key=len)
         owned[owner].append(name)
     for unit_name, unit in units.items():
         with FullyShardedDataParallel.summon_full_params(unit, recurse=False, writeback=True):
-            chunk = {stored_name[clean_name(name)] for name in owned[unit_name]}
-            weights = read_chunk(sorted(chunk)) if dist.get_rank() == 0 else {}
+            weights = read(owned[unit_name])
             for name in owned[unit_name]:
                 _receive(model.get_parameter(name), weights.get(clean_name(name)))
             del weights
     for name, buffer in model.named_buffers():  # persistent buffers: FSDP1 does not shard them
-        if clean_name(name) in stored_name:
-            weights = read_chunk([stored_name[clean_name(name)]]) if dist.get_rank() == 0 else {}
-            _receive(buffer, weights.get(clean_name(name)))
+        if clean_name(name) in names_of:  # the same buffers on every rank: each one is broadcast
+            _receive(buffer, read([name]).get(clean_name(name)))
+
+
+def stored_names(names_of: dict[str, list[str]], stored) -> dict[str, str]:
+    """For each of the model's tensor names, the name under which the files in `stored` hold its values.
+    save_pretrained writes a tied tensor once (Llama: model.embed_tokens.weight, not lm_head.weight), so
+    only a name the files hold may be chosen: `names_of` lists both names of a tied pair under each, in an
+    order that comes from a set of strings and so from PYTHONHASHSEED."""
+    return {model_name: name for name, names in names_of.items() if name in stored for model_name in names}
 
 
 def _receive(target: torch.Tensor, value: torch.Tensor | None) -> None:

@@ -102,13 +102,13 @@ def build_parallel_model(
         seed=args.seed,
     )
     if has_weights(args.init_from):
-        load_pretrained(wrapped, model, args.init_from)
+        load_pretrained(wrapped, model, args.init_from, runtime.control_device)
 
     def reinitialize() -> None:
         if runtime.strategy != "smp":  # SMP initializes inside FSDP; a later load overwrites every tensor
             initialize(wrapped, model, runtime.device, args.seed, allocate=False)
         if has_weights(args.init_from):
-            load_pretrained(wrapped, model, args.init_from)
+            load_pretrained(wrapped, model, args.init_from, runtime.control_device)
 
     return ParallelModel(wrapped, unwrap(wrapped), model_identity, no_decay, reinitialize)
 

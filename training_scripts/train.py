@@ -241,7 +241,8 @@ class Trainer:
         self.scalars = Scalars(args.tensorboard_dir if self.runtime.is_main else None)
         self.model.train()
         window, window_steps = torch.zeros(2), 0
-        timer = StepTimer()  # tokens/s and MFU: time inside training steps only, warm-up left out
+        # tokens/s and MFU: time inside training steps only (each with all its device work), warm-up left out
+        timer = StepTimer(synchronize=self.runtime.synchronize)
         profiler = StepProfiler(args.profile_steps, args.profile_dir, self.runtime)
         health = RankHealth.start(args, self.runtime)  # slow hosts: each rank's share of the steps
         while state.step < args.max_steps:
@@ -281,14 +282,13 @@ class Trainer:
         if not self.runtime.is_main:
             return
         peak = peak_bf16_flops(torch.cuda.get_device_name()) if self.runtime.device.type == "cuda" else None
-        every_gpu = peak and peak * self.runtime.world_size
+        every_gpu = peak and peak[1] * self.runtime.world_size
         tokens_per_sec, mfu = throughput(
             self.tokens_per_step, timed_steps, seconds, self.flops_per_token, every_gpu
         )
         lr = self.lr_at(self.state.step - 1)
-        log.info(
-            format_train_line(self.state.step, self.args.max_steps, loss, grad_norm, lr, tokens_per_sec, mfu)
-        )
+        step, max_steps = self.state.step, self.args.max_steps
+        log.info(format_train_line(step, max_steps, loss, grad_norm, lr, tokens_per_sec, mfu, peak))
         self.scalars.add(
             self.state.step,
             {
@@ -377,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
 def settle(runtime: Runtime) -> None:
     """A last barrier on the checkpoint group (if any) and the default group, where every rank is known to
     arrive. torch 2.5.1 (the image's) destroys a gloo group holding the GIL, while its worker threads may
-    still need the GIL to free the tensors of the last collective (agree's all_gather_object): the process
+    still need the GIL to free the tensors of the last collective (agree's broadcast): the process
     then hangs at exit. A collective releases the GIL while it waits, so those frees finish first."""
     for group in (runtime.checkpoint_group, None):
         if group is not None or dist.is_initialized():

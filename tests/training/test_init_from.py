@@ -69,7 +69,7 @@ def load_one_tensor_per_chunk(rank: int, parallelism: str, saved: str, store: st
             fully_shard(layer)
         wrapped = fully_shard(hf_model)
         initialize(wrapped, hf_model, torch.device("cpu"), seed=0, allocate=True)
-    load_pretrained(wrapped, hf_model, saved)
+    load_pretrained(wrapped, hf_model, saved, torch.device("cpu"))
     loaded = get_model_state_dict(wrapped, options=StateDictOptions(full_state_dict=True))
     expected = AutoModelForCausalLM.from_pretrained(saved).state_dict()  # transformers' own loader
     expected["lm_head.weight"] = expected["model.embed_tokens.weight"]  # tied: saved once

@@ -15,7 +15,7 @@ from training_scripts.flags import parse_args
 from trainstack.config_loading import load_settings
 from trainstack.instances import instance_type
 from trainstack.planning.checkpoints import MPIRUN_SIGKILL_TIMEOUT_SECONDS
-from trainstack.profiles import Profile
+from trainstack.profiles import Profile, SmpParameters
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED_CONFIGS = [REPO / "config" / "default.yaml", *sorted((REPO / "config" / "examples").glob("*.yaml"))]
@@ -102,6 +102,35 @@ def _assert_train_py_arguments(arguments: list[str], profile: Profile) -> None:
     assert args.strategy == profile.strategy
     if smp:
         assert args.mp_parameters == profile.launch_hyperparameters()["mp_parameters"]
+
+
+def test_smp_booleans_reach_train_py_as_booleans(tmp_path, monkeypatch):
+    """The toolkit writes a dict hyperparameter as `key=str(value)` pairs ("False", a truthy string) and
+    its JSON as SM_HP_MP_PARAMETERS: train.py reads the JSON's types, so `sm_activation_offloading: false`
+    is not refused as offloading and tsm.init gets booleans, not strings."""
+    smp = SmpParameters(
+        hybrid_shard_degree=8,
+        sm_activation_offloading=False,
+        fsdp_cache_flush_warnings=True,
+        allow_empty_shards=True,
+    )
+    profile = SHIPPED["default:llama-7b-smp"].model_copy(update={"smp": smp})
+    result = launch(profile, tmp_path)
+    assert result.returncode == 0, result.output
+    for variable, value in result.launcher()["env"].items():
+        if variable.startswith("SM_"):
+            monkeypatch.setenv(variable, value)
+    argv = result.launcher()["argv"]
+    flag = argv[argv.index("--mp_parameters") + 1]
+    assert "sm_activation_offloading=False" in flag, flag  # what the toolkit hands over
+    expected = {name: (value, type(value)) for name, value in smp.as_mp_parameters().items()}
+    arguments = argv[argv.index("train.py") + 1 :]
+    parsed = parse_args(arguments).mp_parameters
+    assert {name: (value, type(value)) for name, value in parsed.items()} == expected
+    # Without the JSON beside it (a launch by hand), the pairs are read back with the types str() wrote.
+    monkeypatch.delenv("SM_HP_MP_PARAMETERS")
+    parsed = parse_args(arguments).mp_parameters
+    assert {name: (value, type(value)) for name, value in parsed.items()} == expected
 
 
 def _contains(sequence: list[str], part: list[str]) -> bool:

@@ -3,6 +3,7 @@ stand_ins, enforcing AWS's documented restrictions: no new_group, no second back
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -106,3 +107,67 @@ def test_the_stand_in_refuses_what_aws_says_smddp_cannot_do(second_group, tmp_pa
     )
     assert result.returncode == 0, result.stderr
     assert "smddp backend cannot create process subgroups" in result.stdout
+
+
+# A backend registered as SMDDP registers (no `devices`; assumed, see the stand-in), gloo underneath, in a
+# world of one: the group train.py creates for it, and what its agreements ask of torch.
+OBJECT_COLLECTIVES = """
+import argparse, json, sys
+import torch, torch.distributed as dist
+from torch.distributed import distributed_c10d as c10d
+sys.path.insert(0, {scripts!r})
+dist.Backend.register_backend("smddp", lambda store, rank, size, timeout: dist.ProcessGroupGloo(
+    store, rank, size, timeout
+))
+from data import UserError
+from distributed import Runtime, agree, select_strategy
+from model import build_model, load_pretrained, model_config
+from startup import check_writable
+
+work = sys.argv[1]
+devices = {{}}
+for cuda in (True, False):  # a GPU machine's group (its device is only named), then this machine's
+    strategy, backend, _ = select_strategy("smddp", False, True, cuda)
+    dist.init_process_group(backend, init_method=f"file://{{work}}/store-{{cuda}}", rank=0, world_size=1)
+    devices[backend] = str(c10d._get_pg_default_device())
+    if cuda:
+        dist.destroy_process_group()
+choose = c10d._get_pg_default_device
+
+def left_to_torch(group=None):
+    raise RuntimeError("an object collective left its device to torch (the host: a backend without devices)")
+
+c10d._get_pg_default_device = left_to_torch
+runtime = Runtime(strategy, backend, 0, 1, 0, 0, 1, torch.device("cpu"), None)
+results = {{"devices": devices, "agree": agree(runtime, "A problem.")}}
+directories = argparse.Namespace(checkpoint_dir="/proc/x", model_dir=work)
+meta_model = build_model(model_config("tiny", None, None, 32))
+for name, call in (
+    ("check_writable", lambda: check_writable(directories, runtime)),
+    ("load_pretrained", lambda: load_pretrained(meta_model, meta_model, work, runtime.control_device)),
+):
+    try:
+        call()
+    except (UserError, RuntimeError) as error:
+        results[name] = str(error)
+c10d._get_pg_default_device = choose
+dist.barrier()
+dist.destroy_process_group()
+print(json.dumps(results))
+"""
+
+
+def test_smddps_agreements_name_their_device_and_its_group_serves_the_gpu_alone(tmp_path):
+    """torch 2.5.1 takes a backend registered without `devices` to serve the host and CUDA, and then runs
+    object collectives (train.py's agreements, DCP's, barriers) on the host: SMDDP is GPU-only. The group is
+    created for the device ("cuda:smddp"), and train.py's agreements pass device and group themselves."""
+    script = OBJECT_COLLECTIVES.format(scripts=str(REPO_ROOT / "training_scripts"))
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    results = json.loads(result.stdout.strip().splitlines()[-1])
+    assert results["devices"] == {"cuda:smddp": "cuda", "cpu:smddp": "cpu"}
+    assert results["agree"] == "A problem."
+    assert results["check_writable"].startswith("--checkpoint-dir /proc/x is not writable"), results
+    assert results["load_pretrained"].startswith(f"--init-from {tmp_path} has no weights for"), results

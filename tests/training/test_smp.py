@@ -261,3 +261,79 @@ def test_an_smp_run_resumed_from_its_checkpoint_logs_the_uninterrupted_losses(da
     assert second.returncode == 0, second.stdout + second.stderr
     assert "Resumed from" in second.stdout and "(step 2)" in second.stdout, second.stdout
     assert parse_metrics(second.stdout)["train:loss"] == parse_metrics(first.stdout)["train:loss"][2:]
+
+
+# One rank on the SMP path (the stand-in's tsm.init, smp.wrap_smp's FSDP1 with delayed initialization),
+# a Llama with tied embeddings (Llama-3.2-1B/3B-style) loaded from what save_pretrained wrote.
+TIED_LOAD = """
+import json, sys
+from pathlib import Path
+import torch, torch.distributed as dist, torch.sagemaker as tsm
+from torch.distributed.fsdp import FullyShardedDataParallel
+sys.path.insert(0, {scripts!r})
+from model import build_model, load_pretrained, model_config
+from safetensors.torch import load_file
+from smp import wrap_smp
+
+dist.init_process_group("gloo", init_method="file://" + sys.argv[2], rank=0, world_size=1)
+tsm.init({{}})
+saved = sys.argv[1]
+hf_model = build_model(model_config("tiny", saved, None, 32))
+model = wrap_smp(hf_model, torch.device("cpu"), {{}}, seed=0)
+try:
+    load_pretrained(model, hf_model, saved, torch.device("cpu"))
+except KeyError as error:
+    print(json.dumps({{"error": "KeyError " + str(error)}}))
+    sys.exit(0)
+stored = load_file(Path(saved) / "model.safetensors")["model.embed_tokens.weight"]
+with FullyShardedDataParallel.summon_full_params(model):
+    head, embedding = hf_model.lm_head.weight, hf_model.model.embed_tokens.weight
+    print(json.dumps({{"tied": head is embedding, "loaded": bool(torch.equal(head, stored))}}))
+dist.destroy_process_group()
+"""
+
+
+HASH_SEEDS = (0, 1, 8)
+
+
+def test_init_from_a_tied_model_under_smp_loads_it_tied_whatever_the_hash_seed(tmp_path):
+    """save_pretrained writes the tied weight once (model.embed_tokens.weight). The stored name of a model
+    tensor used to come from a set's order, so about half of PYTHONHASHSEED values asked the file for
+    lm_head.weight (KeyError on rank 0); and FSDP1's per-module to_empty left lm_head and embed_tokens two
+    tensors, so SMP trained two copies. Three seeds side by side, one rank each: with this model's names,
+    seeds 0 and 8 picked lm_head.weight, seed 1 the stored name."""
+    config = LlamaConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=4, vocab_size=512, tie_word_embeddings=True, architectures=["LlamaForCausalLM"],
+    )  # fmt: skip
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / "saved")
+    script = TIED_LOAD.format(scripts=str(REPO_ROOT / "training_scripts"))
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(tmp_path / "saved"), str(tmp_path / f"store{seed}")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**with_smp_stand_in(tmp_path / f"calls{seed}"), "PYTHONHASHSEED": str(seed)},
+        )
+        for seed in HASH_SEEDS
+    ]
+    results = {}
+    for seed, run in zip(HASH_SEEDS, runs, strict=True):
+        out, err = run.communicate(timeout=300)
+        assert run.returncode == 0, err
+        results[seed] = json.loads(out.strip().splitlines()[-1])
+    assert results == {seed: {"tied": True, "loaded": True} for seed in HASH_SEEDS}, results
+
+
+def test_a_tie_that_wrapping_lost_stops_the_run_before_training():
+    """The check after FSDP1 wrapping fails where two names of one tied parameter hold two tensors."""
+    from smp import check_ties
+
+    model = torch.nn.Module()
+    model.embed, model.head = torch.nn.Embedding(4, 2), torch.nn.Linear(2, 4, bias=False)
+    with pytest.raises(RuntimeError, match="embed.weight and head.weight are one tied parameter"):
+        check_ties([["embed.weight", "head.weight"]], model)
+    model.head.weight = model.embed.weight
+    check_ties([["embed.weight", "head.weight"]], model)

@@ -11,12 +11,14 @@ import re
 
 import metrics  # noqa: E402  (training_scripts/ is on sys.path, as in /opt/ml/code)
 import pytest
+import torch
 import train  # noqa: E402
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests.training.harness import TRAIN_FLAGS, run_dirs
 from tests.training.harness import train as train_torchrun
-from training_scripts.metrics import WARMUP_STEPS, StepTimer, parse_metrics, throughput
+from training_scripts.metrics import WARMUP_STEPS, StepTimer, format_train_line, parse_metrics, throughput
+from training_scripts.model_shapes import PEAK_BF16_FLOPS, peak_bf16_flops
 from training_scripts.tensorboard_scalars import TOKENS_PER_SECOND
 
 SEQ_LEN, MICRO_BATCH, GRAD_ACCUM = 32, 2, 2
@@ -86,7 +88,7 @@ def slow_world(monkeypatch):
         assert code == 0, captured.out + captured.err
         return captured.out + captured.err
 
-    run.slow_steps = slow_steps
+    run.slow_steps, run.clock, run.monkeypatch = slow_steps, clock, monkeypatch
     return run
 
 
@@ -121,6 +123,50 @@ def test_slow_saves_validation_and_warm_up_do_not_lower_tokens_per_second(
     assert rates_by_step(resumed) == {10: None, 12: steady, 14: steady, 16: steady}
 
 
+class VirtualDevice:
+    """A GPU as the host sees it: queued work finishes only when the host waits for it (a synchronize, or a
+    host copy of a result: Tensor.cpu, Tensor.item), and the wait advances the virtual clock."""
+
+    def __init__(self, clock: VirtualClock):
+        self.clock, self.queued = clock, 0.0
+
+    def enqueue(self, seconds: float) -> None:
+        self.queued += seconds
+
+    def wait(self) -> None:
+        self.clock.now += self.queued
+        self.queued = 0.0
+
+
+def test_a_step_is_timed_until_the_optimizers_device_work_has_finished(slow_world, dataset, tmp_path, capsys):
+    """AdamW's kernels run after the host has queued them: a step's time must include them. Before the
+    timer synchronized the device, the host copy of loss and gradient norm after the step waited for them,
+    outside the timed window, and tokens/s came out as if the optimizer took no time."""
+    device, optimizer_seconds = VirtualDevice(slow_world.clock), 3.0
+    monkeypatch = slow_world.monkeypatch
+    original_step, original_cpu, original_item = torch.optim.AdamW.step, torch.Tensor.cpu, torch.Tensor.item
+
+    def optimizer_step(self, *args, **kwargs):
+        result = original_step(self, *args, **kwargs)
+        device.enqueue(optimizer_seconds)
+        return result
+
+    def waiting(original):
+        def host_copy(self, *args, **kwargs):
+            device.wait()
+            return original(self, *args, **kwargs)
+
+        return host_copy
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", optimizer_step)
+    monkeypatch.setattr(torch.Tensor, "cpu", waiting(original_cpu))
+    monkeypatch.setattr(torch.Tensor, "item", waiting(original_item))
+    monkeypatch.setattr(train.Runtime, "synchronize", lambda _runtime: device.wait(), raising=False)
+    output = slow_world(capsys, dataset, tmp_path, "--log-interval", "2", "--max-steps", "8")
+    with_optimizer = TOKENS_PER_STEP / (STEP_SECONDS + optimizer_seconds)
+    assert rates_by_step(output) == {2: None, 4: with_optimizer, 6: with_optimizer, 8: with_optimizer}
+
+
 def test_the_timer_counts_only_what_runs_inside_timed_steps_after_warm_up():
     clock = VirtualClock()
     timer = StepTimer(warmup_steps=2, clock=clock)
@@ -146,3 +192,28 @@ def test_a_real_two_rank_run_prints_the_figure_once_warm_up_is_over(dataset, tmp
     assert [step for step, rate in rates.items() if rate is None] == list(range(1, WARMUP_STEPS + 1))
     assert all(rates[step] > 0 for step in range(WARMUP_STEPS + 1, 7))
     assert parse_metrics(run.output)["train:tokens_per_second"] == [rates[step] for step in (4, 5, 6)]
+
+
+@pytest.mark.parametrize(
+    "device_name, part, tflops",
+    [
+        ("NVIDIA H200", "H200 SXM", 989),
+        ("NVIDIA H200 NVL", "H200 NVL", 835),  # was taken for an SXM part (989): MFU about 16 % too low
+        ("NVIDIA H100 80GB HBM3", "H100 SXM", 989),
+        ("NVIDIA H100 PCIe", "H100 PCIe", 756),
+        ("NVIDIA H100 NVL", "H100 NVL", 835),
+        ("NVIDIA A100-SXM4-80GB", "A100 SXM4", 312),
+    ],
+)
+def test_the_mfu_peak_is_the_exact_parts_and_the_line_names_it(device_name, part, tflops):
+    assert peak_bf16_flops(device_name) == (part, tflops * 1e12)
+    line = format_train_line(10, 100, 2.5, 1.2, 3e-4, 1000.0, 0.4123, peak_bf16_flops(device_name))
+    assert line.endswith(f"mfu_pct=41.23 mfu_peak={part.replace(' ', '_')}:{tflops}TFLOPS"), line
+    assert parse_metrics(line)["train:mfu_percent"] == [41.23]
+
+
+def test_a_gpu_without_a_listed_peak_gets_no_mfu_and_instances_get_their_sxm_part():
+    # A family name inside another part's name is not that part (GH200's "H200", an unlisted H100 variant).
+    assert peak_bf16_flops("NVIDIA GH200 480GB") is None
+    assert peak_bf16_flops("NVIDIA H100 SXM5 64GB") is None
+    assert PEAK_BF16_FLOPS["H100"] == PEAK_BF16_FLOPS["H200"] == 989e12  # p5, p5e/p5en: SXM parts
