@@ -178,11 +178,13 @@ def test_toolkit_style_flags_and_sagemaker_environment_are_read(channels, monkey
         ("smp", False, False, False, "torchrun", "gloo", True),
         # smp: torch.sagemaker serves this machine's device (the CPU stand-in of tests/training/test_smp.py)
         ("smp", True, False, False, "smp", "gloo", False),
-        ("smddp", True, True, True, "smddp", "smddp", False),
+        # smddp serves one device type: the group names it, so object collectives use it (torch 2.5.1
+        # _get_pg_default_device; a backend registered without `devices` would make them default to the CPU)
+        ("smddp", True, True, True, "smddp", "cuda:smddp", False),
         ("smddp", False, False, True, "torchrun", "cpu:gloo,cuda:nccl", True),
         ("smddp", True, False, False, "torchrun", "gloo", True),
         # smddp: its backend serves this machine's device (the CPU stand-in of tests/training/test_smddp.py)
-        ("smddp", False, True, False, "smddp", "smddp", False),
+        ("smddp", False, True, False, "smddp", "cpu:smddp", False),
     ],
 )
 def test_strategy_selection_falls_back_where_the_sagemaker_libraries_cannot_run(
