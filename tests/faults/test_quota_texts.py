@@ -60,7 +60,9 @@ def test_the_corpus_has_busy_and_exceeded_and_unrecognised_texts_each_sourced():
 def test_service_quotas_names_match_the_refusals_names():
     busy = parse(TEXTS[0]["message"])
     assert quota_name(busy.instance_type) == busy.name
-    assert describe(busy) == "quota 'ml.p3.8xlarge for training job usage' busy (3 of 2 instances in use, 1 requested)"
+    assert describe(busy) == (
+        "quota 'ml.p3.8xlarge for training job usage' busy (3 of 2 instances in use, 1 requested)"
+    )
     exceeded = parse(TEXTS[1]["message"])
     assert describe(exceeded) == (
         "quota 'ml.p3.2xlarge for training job usage' of 0 instances is below the 1 requested"
