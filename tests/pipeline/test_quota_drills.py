@@ -5,6 +5,8 @@ quota_waits.py). Queue mode's drills: tests/queue/test_queue_quota.py."""
 from __future__ import annotations
 
 from localaws.sagemaker import COMPLETED, STARTING, TRAINING
+from stacks.pipeline.attempt_metrics import ATTEMPTS, OUTCOME_DIMENSION, QUOTA_DIMENSION, QUOTA_WAITS
+from tests.pipeline.test_monitoring import statistics
 
 SUCCESS = [STARTING, TRAINING, COMPLETED]
 # The attempt machine's waits before its three DescribeTrainingJob calls of a SUCCESS job.
@@ -76,6 +78,8 @@ def test_busy_on_the_first_preference_uses_the_second_at_once(interpreter):
     (job,) = sm.fake.jobs.values()
     assert preferences(job.request) == [P4DE]
     assert sm.clock.waits == POLLS  # no back-off
+    assert statistics(QUOTA_WAITS, {QUOTA_DIMENSION: f"{P5} for training job usage"})["Sum"] == 1
+    assert statistics(ATTEMPTS, {OUTCOME_DIMENSION: "Quota"})["Sum"] == 1
 
 
 def test_busy_forever_ends_with_capacity_exhausted_within_the_profiles_attempts(interpreter):
