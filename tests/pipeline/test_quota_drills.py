@@ -4,9 +4,16 @@ quota_waits.py). Queue mode's drills: tests/queue/test_queue_quota.py."""
 
 from __future__ import annotations
 
+import boto3
+
 from localaws.sagemaker import COMPLETED, STARTING, TRAINING
 from stacks.pipeline.attempt_metrics import ATTEMPTS, OUTCOME_DIMENSION, QUOTA_DIMENSION, QUOTA_WAITS
+from tests.pipeline import harness
+from tests.pipeline.test_fault_surfacing import status_of
 from tests.pipeline.test_monitoring import statistics
+from trainstack.report.collect import collect
+from trainstack.report.render import attempt_table
+from trainstack.runs import latest_execution
 
 SUCCESS = [STARTING, TRAINING, COMPLETED]
 # The attempt machine's waits before its three DescribeTrainingJob calls of a SUCCESS job.
@@ -101,3 +108,25 @@ def test_an_exceeded_preference_stays_out_after_a_busy_ones_back_off(interpreter
     assert [w["instanceType"] for w in outcome.output["quotaWaits"]] == [P4DE]
     backoff, *polls = sm.clock.waits
     assert (120 <= backoff <= 132, polls) == (True, POLLS)  # capacity back-off before attempt 3
+
+
+def test_status_and_report_show_the_quota_waits(interpreter, capsys):
+    sm = interpreter(job_scripts=[SUCCESS], create_errors=[busy(P5)])
+    assert sm.run({"runName": "trainstack-qshown"}, name="trainstack-qshown").status == "SUCCEEDED"
+    out = status_of(sm, "trainstack-qshown", capsys)
+    assert (
+        "quota waits: 1 (other jobs held the quota; waited like for capacity)\n  attempt 1: quota "
+        "'ml.p5.48xlarge for training job usage' busy (4 of 4 instances in use, 2 requested)"
+    ) in out
+    stepfunctions = boto3.client("stepfunctions", region_name=harness.REGION)
+    report = collect(
+        stepfunctions,
+        boto3.client("sagemaker", region_name=harness.REGION),
+        boto3.client("logs", region_name=harness.REGION),
+        latest_execution(stepfunctions, sm.pipeline_arn, "trainstack-qshown"),
+        "trainstack",
+    )
+    assert (
+        "<td>quota &#x27;ml.p5.48xlarge for training job usage&#x27; busy (4 of 4 instances in use, "
+        "2 requested)</td>"
+    ) in attempt_table(report.attempts)

@@ -12,7 +12,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from trainstack import faults, runs
+from trainstack import faults, quota, runs
 from trainstack.commands.common import Pipeline, add_pipeline_command, one_line_failures
 from trainstack.commands.report import collect_run
 from trainstack.faults import INFRASTRUCTURE
@@ -47,6 +47,7 @@ def run_status(args: argparse.Namespace) -> int:
     execution = pipeline.execution_of(args.run)
     lines = [describe(execution, pipeline.job_of(pipeline.run_name_of(execution)))]
     lines += fault_lines(pipeline, execution)
+    lines += quota_lines(pipeline, execution)
     lines.append(ledger_of(collect_run(pipeline, execution), runs.clock()).summary())
     print("\n".join(lines))
     return 1 if execution["status"] in ENDED_BADLY else 0
@@ -90,6 +91,19 @@ def fault_lines(pipeline: Pipeline, execution: dict[str, Any]) -> list[str]:
         f"  attempt {retry['attempt']} ({retry['job']}): {faults.describe(retry)}, retried from the "
         f"checkpoint: {retry['reason']}"
         for retry in retried
+    ]
+    return lines
+
+
+def quota_lines(pipeline: Pipeline, execution: dict[str, Any]) -> list[str]:
+    """The run's quota waits so far: attempts SageMaker refused because other jobs held the quota."""
+    waits = runs.quota_waits(pipeline.client("stepfunctions"), execution)
+    if not waits:
+        return []
+    lines = [f"quota waits: {len(waits)} (other jobs held the quota; waited like for capacity)"]
+    lines += [
+        f"  attempt {wait['attempt']}: {quota.describe({**wait, 'name': wait['quota'], 'busy': True})}"
+        for wait in waits
     ]
     return lines
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from html import escape
 
-from trainstack import runs
+from trainstack import quota, runs
 from trainstack.prices import SAGEMAKER_TRAINING_PRICES
 from trainstack.report.collect import Attempt, RunReport
 from trainstack.report.goodput import HANG, KEPT, LOST, PARTS, SAVING, STARTING, RunLedger, ledger_of
@@ -100,7 +100,10 @@ def tensorboard_command(attempts: Sequence[Attempt]) -> str | None:
 
 
 def _classification(attempt: Attempt, attempts: Sequence[Attempt]) -> str:
-    """The attempt's failure class, and whether the pipeline retried it (another attempt followed)."""
+    """The attempt's failure class, and whether the pipeline retried it (another attempt followed); or the
+    quota SageMaker refused its create for."""
+    if attempt.quota:
+        return quota.describe(attempt.quota)
     if attempt.classification is None:
         return "-"
     retried = attempt is not attempts[-1]
