@@ -30,6 +30,7 @@ from trainstack.planning.setups import (
 )
 from trainstack.planning.throughput import MFU_AS_OF
 from trainstack.prices import SAGEMAKER_TRAINING_PRICES
+from trainstack.service_quotas import quota_lines, service_quotas_client
 
 _STRATEGIES = ("smp", "smddp", "torchrun")
 _PARALLELISMS = ("fsdp", "ddp")
@@ -92,7 +93,18 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(document, indent=2))
     else:
         print(_report(setup, plans, recommended, budget))
+    if args.profile and not args.instance_type:
+        for line in _quota_lines(args):
+            print(line, file=sys.stderr)
     return 0 if all(item.fits for item in plans) else 1
+
+
+def _quota_lines(args: argparse.Namespace) -> list[str]:
+    """The profile's instance counts against the account's quotas (trainstack.service_quotas)."""
+    profile = _profile(args)
+    count = _positive(args.instance_count, "--instance-count") if args.instance_count else None
+    settings = load_settings(args.config)
+    return quota_lines(service_quotas_client(settings.region), profile, count)
 
 
 def _inputs(args: argparse.Namespace) -> tuple[Setup, list[tuple[InstanceType, int, float | None]], str]:
