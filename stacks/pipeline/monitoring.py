@@ -310,8 +310,13 @@ class PipelineMonitoring(Construct):
             stacked=True,
             width=8,
         )
-        # One line per quota: the metric's dimension is the quota's name, known only at run time.
-        quota_waits = cloudwatch.GraphWidget(
+        alarms = cloudwatch.AlarmStatusWidget(title="Alarms", alarms=self.alarms, width=16, height=6)
+        return [executions, attempts, capacity, faults, self._quota_waits(namespace), alarms]
+
+    @staticmethod
+    def _quota_waits(namespace: str) -> cloudwatch.GraphWidget:
+        """One line per quota: the metric's dimension is the quota's name, known only at run time."""
+        return cloudwatch.GraphWidget(
             title="Quota waits by quota (per hour)",
             left=[
                 cloudwatch.SearchExpression(
@@ -324,8 +329,6 @@ class PipelineMonitoring(Construct):
             ],
             width=8,
         )
-        alarms = cloudwatch.AlarmStatusWidget(title="Alarms", alarms=self.alarms, width=16, height=6)
-        return [executions, attempts, capacity, faults, quota_waits, alarms]
 
     def _search(self, dimension: str, metric_name: str, label: str) -> cloudwatch.SearchExpression:
         # Unquoted: a partial match, on the tokens of the job name (or Host `<job name>/algo-<n>`), which
