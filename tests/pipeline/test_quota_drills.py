@@ -76,19 +76,6 @@ def test_a_request_above_every_preferences_limit_fails_fast_naming_the_quotas(in
     assert (sm.fake.create_calls, len(sm.fake.jobs), sm.clock.waits) == (2, 0, [])
 
 
-def test_busy_on_the_first_preference_uses_the_second_at_once(interpreter):
-    sm = interpreter(job_scripts=[SUCCESS], create_errors=[busy(P5)])
-    outcome = sm.run({"runName": "trainstack-hop"})
-    assert outcome.status == "SUCCEEDED", outcome.cause
-    assert (outcome.output["instanceType"], outcome.output["attempts"]) == (P4DE, 2)
-    assert [w["instanceType"] for w in outcome.output["quotaWaits"]] == [P5]
-    (job,) = sm.fake.jobs.values()
-    assert preferences(job.request) == [P4DE]
-    assert sm.clock.waits == POLLS  # no back-off
-    assert statistics(QUOTA_WAITS, {QUOTA_DIMENSION: f"{P5} for training job usage"})["Sum"] == 1
-    assert statistics(ATTEMPTS, {OUTCOME_DIMENSION: "Quota"})["Sum"] == 1
-
-
 def test_busy_forever_ends_with_capacity_exhausted_within_the_profiles_attempts(interpreter):
     """nccl-test allows 3 attempts: p5 busy (hop), p4de busy (back off), p5 busy (hop), p4de busy: done."""
     sm = interpreter(create_errors=[busy(P5), busy(P4DE)] * 2)
@@ -110,9 +97,17 @@ def test_an_exceeded_preference_stays_out_after_a_busy_ones_back_off(interpreter
     assert (120 <= backoff <= 132, polls) == (True, POLLS)  # capacity back-off before attempt 3
 
 
-def test_status_and_report_show_the_quota_waits(interpreter, capsys):
+def test_busy_on_the_first_preference_uses_the_second_at_once_and_shows_the_wait(interpreter, capsys):
     sm = interpreter(job_scripts=[SUCCESS], create_errors=[busy(P5)])
-    assert sm.run({"runName": "trainstack-qshown"}, name="trainstack-qshown").status == "SUCCEEDED"
+    outcome = sm.run({"runName": "trainstack-qshown"}, name="trainstack-qshown")
+    assert outcome.status == "SUCCEEDED", outcome.cause
+    assert (outcome.output["instanceType"], outcome.output["attempts"]) == (P4DE, 2)
+    assert [w["instanceType"] for w in outcome.output["quotaWaits"]] == [P5]
+    (job,) = sm.fake.jobs.values()
+    assert preferences(job.request) == [P4DE]
+    assert sm.clock.waits == POLLS  # no back-off
+    assert statistics(QUOTA_WAITS, {QUOTA_DIMENSION: f"{P5} for training job usage"})["Sum"] == 1
+    assert statistics(ATTEMPTS, {OUTCOME_DIMENSION: "Quota"})["Sum"] == 1
     out = status_of(sm, "trainstack-qshown", capsys)
     assert (
         "quota waits: 1 (other jobs held the quota; waited like for capacity)\n  attempt 1: quota "
