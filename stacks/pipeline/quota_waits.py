@@ -13,8 +13,8 @@ So the pipeline, in both modes:
   at once, while any remain (a new attempt: the refused create made no job);
 - when none remain and any refused type was busy: backs off like capacity (the profile's `retry`
   back-off, attempts and deadline; CreateTrainingJob, or queue mode's submission, again with the busy
-  types back in the request and the exceeded ones left out); once that budget is spent the run fails
-  with `CapacityExhausted`, its cause ending with the last refusal;
+  types back in the request, as after a capacity back-off, and the exceeded ones left out); once that
+  budget is spent the run fails with `CapacityExhausted`, its cause ending with the last refusal;
 - when none remain and every refused type was exceeded (or the wording was not recognised): fails at
   once with `QuotaExceeded`, naming the quotas.
 Each busy refusal is a `QuotaWait`: listed in `$quotaWaits` (execution output, `trainstack status`,
@@ -73,6 +73,12 @@ def attempt_request(attempt_fields: str) -> str:
         ": $request)"
     )
     return f"$merge([{request}, {attempt_fields}])"
+
+
+def busy_types_back() -> dict[str, str]:
+    """After any back-off (a capacity one too) the busy types are asked for again: other jobs may have
+    ended; the exceeded ones stay out."""
+    return {SKIPPED: expression(f"[${SKIPPED}[busy = false]]")}
 
 
 def _record_refusal() -> dict[str, str]:

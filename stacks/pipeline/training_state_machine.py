@@ -321,6 +321,7 @@ class TrainingStateMachine(Construct):
                 assign={
                     "attempt": expression("$attempt + 1"),
                     "backoffSeconds": expression(backoff_seconds_expression("$plan.backoff", attempts)),
+                    **quota_waits.busy_types_back(),
                 },
             )
         # Faults are the pipeline's to retry in both modes (each retry is a new job, or service job).

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import boto3
 
-from localaws.sagemaker import COMPLETED, STARTING, TRAINING
+from localaws.sagemaker import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING
 from stacks.pipeline.attempt_metrics import ATTEMPTS, OUTCOME_DIMENSION, QUOTA_DIMENSION, QUOTA_WAITS
 from tests.pipeline import harness
 from tests.pipeline.test_fault_surfacing import status_of
@@ -125,3 +125,12 @@ def test_busy_on_the_first_preference_uses_the_second_at_once_and_shows_the_wait
         "<td>quota &#x27;ml.p5.48xlarge for training job usage&#x27; busy (4 of 4 instances in use, "
         "2 requested)</td>"
     ) in attempt_table(report.attempts)
+
+
+def test_a_busy_preference_is_asked_for_again_after_a_capacity_back_off(interpreter):
+    sm = interpreter(job_scripts=[[STARTING, CAPACITY_FAILURE], SUCCESS], create_errors=[busy(P5)])
+    outcome = sm.run({"runName": "trainstack-again"})
+    assert outcome.status == "SUCCEEDED", outcome.cause
+    first, second = (job.request for job in sm.fake.jobs.values())
+    assert (preferences(first), preferences(second)) == ([P4DE], [P5, P4DE])
+    assert outcome.output["instanceType"] == P5
