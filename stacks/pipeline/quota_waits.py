@@ -75,10 +75,14 @@ def attempt_request(attempt_fields: str) -> str:
     return f"$merge([{request}, {attempt_fields}])"
 
 
+def _exceeded_only(skipped: str) -> str:
+    return f"[({skipped})[busy = false]]"
+
+
 def busy_types_back() -> dict[str, str]:
     """After any back-off (a capacity one too) the busy types are asked for again: other jobs may have
     ended; the exceeded ones stay out."""
-    return {SKIPPED: expression(f"[${SKIPPED}[busy = false]]")}
+    return {SKIPPED: expression(_exceeded_only(f"${SKIPPED}"))}
 
 
 def _record_refusal() -> dict[str, str]:
@@ -116,8 +120,7 @@ def add_quota_branches(
     recorded = _record_refusal()
     back_off = {
         **recorded,
-        # The busy types come back; the exceeded ones stay out.
-        SKIPPED: f"[({recorded[SKIPPED]})[busy = false]]",
+        SKIPPED: _exceeded_only(recorded[SKIPPED]),
         "backoffSeconds": backoff_seconds_expression("$plan.backoff", capacity_attempts()),
     }
     classify.when(
