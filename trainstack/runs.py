@@ -272,18 +272,30 @@ def log_events(logs: Any, job_name: str, start_time_ms: int = 0) -> list[dict[st
     return sorted(events, key=lambda event: (event["timestamp"], event.get("eventId", "")))
 
 
-# The pipeline's state that decides after each attempt, and the variable its fault retries append to
-# (stacks/pipeline/training_state_machine.py, fault_retries.py).
+# The pipeline's state that decides after each attempt, and the variables its fault retries and quota
+# waits append to (stacks/pipeline/training_state_machine.py, fault_retries.py, quota_waits.py).
 CLASSIFY_STATE = "ClassifyAttempt"
 RETRIED_FAULTS = "retriedFaults"
+QUOTA_WAITS = "quotaWaits"
 
 
 def retried_faults(stepfunctions: Any, execution: dict[str, Any]) -> list[dict[str, Any]]:
-    """The fault retries of a run so far, [{attempt, job, class, kind, reason}]: the output's once the run
-    succeeded, else the list ClassifyAttempt assigned last (the history, newest events first)."""
+    """The fault retries of a run so far, [{attempt, job, class, kind, reason}]."""
+    return _classified(stepfunctions, execution, RETRIED_FAULTS)
+
+
+def quota_waits(stepfunctions: Any, execution: dict[str, Any]) -> list[dict[str, Any]]:
+    """The attempts SageMaker refused for a busy quota so far, [{attempt, quota, instanceType, limit,
+    utilization, delta}]."""
+    return _classified(stepfunctions, execution, QUOTA_WAITS)
+
+
+def _classified(stepfunctions: Any, execution: dict[str, Any], variable: str) -> list[dict[str, Any]]:
+    """A list ClassifyAttempt keeps: the output's once the run succeeded, else the one it assigned last
+    (the history, newest events first)."""
     output = json.loads(execution.get("output") or "{}")
-    if RETRIED_FAULTS in output:
-        return output[RETRIED_FAULTS]
+    if variable in output:
+        return output[variable]
     pages = stepfunctions.get_paginator("get_execution_history").paginate(
         executionArn=execution["executionArn"], reverseOrder=True
     )
@@ -291,6 +303,6 @@ def retried_faults(stepfunctions: Any, execution: dict[str, Any]) -> list[dict[s
         for event in page["events"]:
             details = event.get("stateExitedEventDetails", {})
             assigned = details.get("assignedVariables", {})
-            if details.get("name") == CLASSIFY_STATE and RETRIED_FAULTS in assigned:
-                return json.loads(assigned[RETRIED_FAULTS])
+            if details.get("name") == CLASSIFY_STATE and variable in assigned:
+                return json.loads(assigned[variable])
     return []

@@ -21,10 +21,12 @@ queue demo. docs/emulator.md lists each behaviour with its source; in short:
 - TerminateServiceJob fails a waiting job at once and stops the training job of a started one.
 
 Assumed (no AWS source): the attempt id's form (32 hex digits), the statusReason text of SageMaker
-failures, how InstancePreferences count against the capacity limit (the largest count), that Batch
-re-starts a job on the pass after a capacity failure, and the payload alternative's `-b<n>` names of
-re-submissions. Jobs advance when they are described (each DescribeServiceJob describes its training
-job once), the way scripted SageMaker jobs advance per DescribeTrainingJob (localaws/sagemaker/scripted.py).
+failures, how InstancePreferences count against the capacity limit (the largest count), what a quota
+refusal of the training job's create does to the service job (`quota_refusals`: FAILED, or RUNNABLE and
+tried again; the pipeline is tested under both), that Batch re-starts a job on the pass after a capacity
+failure, and the payload alternative's `-b<n>` names of re-submissions. Jobs advance when they are
+described (each DescribeServiceJob describes its training job once), the way scripted SageMaker jobs
+advance per DescribeTrainingJob (localaws/sagemaker/scripted.py).
 """
 
 from __future__ import annotations
@@ -76,6 +78,9 @@ class FakeBatch:
     training_job_names: str = "awsbatch"
     # Jobs per ListServiceJobs page: "up to 100" (botocore's model), so any smaller page is AWS's too.
     page_size: int = MAX_PAGE
+    # A CreateTrainingJob refused for a quota (assumed, undocumented): the service job FAILS with the
+    # refusal as statusReason ("fail"), or stays RUNNABLE with it and is tried again ("runnable").
+    quota_refusals: str = "fail"
     now: Callable[[], float] = time.time
     jobs: dict[str, ServiceJob] = field(default_factory=dict)
     # (job name, status) each time a job's status changed, in order.
@@ -260,7 +265,11 @@ class FakeBatch:
         except ServiceException as error:
             # The SageMaker Python SDK's retry rule quotes this form (aws_batch/constants.py:
             # "Received status from SageMaker:InternalServerError: We encountered an internal error...").
-            self._finish(job, "FAILED", f"{SAGEMAKER_STATUS}{error.code}: {error.message}")
+            reason = f"{SAGEMAKER_STATUS}{error.code}: {error.message}"
+            if error.code == "ResourceLimitExceeded" and self.quota_refusals == "runnable":
+                job.status_reason, job.held = reason, True  # tried again on a later pass
+                return
+            self._finish(job, "FAILED", reason)
             return
         job.training_job = request["TrainingJobName"]
         job.training_jobs.append(job.training_job)

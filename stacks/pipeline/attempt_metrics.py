@@ -8,6 +8,8 @@ Namespace `trainstack/<project>`:
 - `CapacityWaitSeconds`, no dimension: after an attempt that found no capacity (`Capacity`), the seconds
   since the run's execution started, i.e. how long this run has been without capacity so far. Its
   Maximum over a period is the longest any run had waited; the attempt that gets capacity publishes none.
+- `QuotaWaits`, dimension `Quota` (the quota's name, `ml.p5.48xlarge for training job usage`): 1 per
+  attempt that SageMaker refused because other jobs hold that quota (quota_waits.py: a busy quota).
 
 Metrics are best effort: a failed PutMetricData is caught and the run goes on (they never decide a run).
 """
@@ -25,6 +27,8 @@ CAPACITY_WAIT_SECONDS = "CapacityWaitSeconds"
 OUTCOME_DIMENSION = "Outcome"
 FAILED_ATTEMPTS = "FailedAttempts"
 FAULT_DIMENSION = "Fault"
+QUOTA_WAITS = "QuotaWaits"
+QUOTA_DIMENSION = "Quota"
 # The outcome of an attempt SageMaker could not give capacity to (attempt/training_attempt.py).
 NO_CAPACITY_OUTCOME = "Capacity"
 
@@ -48,10 +52,15 @@ def metric_data_expression() -> str:
         f'{{"MetricName": {literal(FAILED_ATTEMPTS)}, "Unit": "Count", "Value": 1, '
         f'"Dimensions": [{{"Name": {literal(FAULT_DIMENSION)}, "Value": $outcome.fault.class}}]}}'
     )
+    quota_wait = (
+        f'{{"MetricName": {literal(QUOTA_WAITS)}, "Unit": "Count", "Value": 1, '
+        f'"Dimensions": [{{"Name": {literal(QUOTA_DIMENSION)}, "Value": $outcome.quota.name}}]}}'
+    )
     return (
         f"$append([{attempts}], "
         f"$outcome.status = {literal(NO_CAPACITY_OUTCOME)} ? [{waited}] : "
-        f'$outcome.status = "Failed" ? [{faulted}] : [])'
+        f'$outcome.status = "Failed" ? [{faulted}] : '
+        f'$outcome.status = "Quota" and $outcome.quota.busy = true ? [{quota_wait}] : [])'
     )
 
 

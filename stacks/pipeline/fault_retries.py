@@ -29,6 +29,15 @@ def capacity_attempts() -> str:
     return f"($attempt - {RETRIES_MADE})"
 
 
+def capacity_retry_allowed() -> str:
+    """Another attempt fits the capacity budget: attempts left, and it starts before the retry deadline
+    even after its longest backoff (cap plus jitter)."""
+    time_left = (
+        "$millis() + 1000 * $plan.backoff.maxSeconds * (1 + $plan.backoff.jitter) <= $plan.deadlineMillis"
+    )
+    return f"{capacity_attempts()} < $plan.maxAttempts and {time_left}"
+
+
 def _failed_as(fault_class: str) -> str:
     return f'$outcome.status = "Failed" and $outcome.fault.class = {literal(fault_class)}'
 

@@ -2,8 +2,8 @@
 
 Sources (docs/pipeline.md, "Dashboard and alarms", says what each widget and alarm shows and why):
 - `AWS/States`: the pipeline's and the cleanup machines' executions (StateMachineArn dimension).
-- `trainstack/<project>` (attempt_metrics.py): attempts by outcome and capacity waits, which the pipeline
-  publishes itself; `RunsFailed` and `OrphansStopped`, metric filters on the machines' execution logs
+- `trainstack/<project>` (attempt_metrics.py): attempts by outcome, capacity and quota waits, which the
+  pipeline publishes itself; `RunsFailed` and `OrphansStopped`, metric filters on the machines' execution logs
   (level ALL: one JSON event per history event, `type` and `details` as Step Functions logs them).
 - `/aws/sagemaker/TrainingJobs`: the profiles' MetricDefinitions (dimension TrainingJobName) and the
   training instances' utilization (dimension Host = `<job name>/algo-<n>`) of the project's jobs, found
@@ -29,6 +29,8 @@ from stacks.pipeline.attempt_metrics import (
     FAILED_ATTEMPTS,
     FAULT_DIMENSION,
     OUTCOME_DIMENSION,
+    QUOTA_DIMENSION,
+    QUOTA_WAITS,
     metrics_namespace,
 )
 from stacks.pipeline.logged_state_machine import execution_log_group_name
@@ -311,7 +313,24 @@ class PipelineMonitoring(Construct):
             width=8,
         )
         alarms = cloudwatch.AlarmStatusWidget(title="Alarms", alarms=self.alarms, width=16, height=6)
-        return [executions, attempts, capacity, faults, alarms]
+        return [executions, attempts, capacity, faults, self._quota_waits(namespace), alarms]
+
+    @staticmethod
+    def _quota_waits(namespace: str) -> cloudwatch.GraphWidget:
+        """One line per quota: the metric's dimension is the quota's name, known only at run time."""
+        return cloudwatch.GraphWidget(
+            title="Quota waits by quota (per hour)",
+            left=[
+                cloudwatch.SearchExpression(
+                    expression=(
+                        f"SEARCH('{{{namespace},{QUOTA_DIMENSION}}} "
+                        f"MetricName=\"{QUOTA_WAITS}\"', 'Sum', 3600)"
+                    ),
+                    label="",
+                )
+            ],
+            width=8,
+        )
 
     def _search(self, dimension: str, metric_name: str, label: str) -> cloudwatch.SearchExpression:
         # Unquoted: a partial match, on the tokens of the job name (or Host `<job name>/algo-<n>`), which

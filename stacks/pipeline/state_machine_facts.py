@@ -85,9 +85,11 @@ def worst_case_history(
     profile: Profile, *, per_poll: int, per_attempt: int, pipeline_fixed: int, attempt_fixed: int
 ) -> dict[str, int]:
     """Events of the profile's longest execution with every attempt used (capacity attempts, fault
-    retries and the unknown failure's retry), from measured unit costs:
+    retries, the unknown failure's retry and the quota refusals that move on to another preference
+    outside the capacity budget: quota_waits.py), from measured unit costs:
     the pipeline's own history and the longest attempt's (a job polled until its time limit)."""
-    attempts = profile.retry.max_attempts + profile.fault_retries.max_retries + UNKNOWN_RETRIES
+    quota_hops = len(profile.instance_preferences) - 1
+    attempts = profile.retry.max_attempts + profile.fault_retries.max_retries + UNKNOWN_RETRIES + quota_hops
     return {
         "pipeline": pipeline_fixed + attempts * per_attempt,
         "attempt": attempt_fixed + polls_until(longest_time_limit_seconds(profile)) * per_poll,

@@ -20,6 +20,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
+from stacks.pipeline import quota_waits
 from stacks.pipeline.attempt.queued_training_attempt import QueuedTrainingAttempt, queue_attempt_fields
 from stacks.pipeline.attempt.training_attempt import TrainingAttempt
 from stacks.pipeline.attempt_metrics import grant_publish, publish_attempt_metrics
@@ -27,6 +28,7 @@ from stacks.pipeline.checkpoint_interval import refined_request
 from stacks.pipeline.fault_retries import (
     NO_FAULTS_YET,
     capacity_attempts,
+    capacity_retry_allowed,
     fault_retry_assignments,
     fault_retry_condition,
     infrastructure_exhausted_cause,
@@ -259,6 +261,7 @@ class TrainingStateMachine(Construct):
                 "attempt": 1,
                 "faults": expression(NO_FAULTS_YET),
                 "retriedFaults": expression("[]"),
+                **quota_waits.quota_start_assignments(),
                 # The table and the raw input are not needed any more (every expression reads all variables).
                 "profiles": expression("null"),
                 "checked": expression("null"),
@@ -276,7 +279,7 @@ class TrainingStateMachine(Construct):
             name=expression('"attempt-" & $string($attempt) & "-" & $uuid()'),
             input=sfn.TaskInput.from_object(
                 {
-                    "request": expression(f"$merge([$request, {attempt_fields_expression(resources)}])"),
+                    "request": expression(quota_waits.attempt_request(attempt_fields_expression(resources))),
                     "runName": expression("$plan.runName"),
                     "stopAtMillis": expression("$plan.stopAtMillis"),
                     "timeLimitSeconds": expression("$plan.timeLimitSeconds"),
@@ -303,26 +306,23 @@ class TrainingStateMachine(Construct):
         """How the attempt ended: the run succeeded, another attempt after a wait, or the run fails."""
         attempts = capacity_attempts()
         no_capacity = _status_in("Capacity", "Throttled")
-        # No attempt starts after the deadline, even after its longest backoff (cap plus jitter).
-        time_left = (
-            "$millis() + 1000 * $plan.backoff.maxSeconds * (1 + $plan.backoff.jitter) <= $plan.deadlineMillis"
-        )
+        capacity_exhausted = self._capacity_exhausted()
         wait_before_retry = sfn.Wait.jsonata(
             self, "WaitBeforeRetry", time=sfn.WaitTime.seconds(expression("$backoffSeconds"))
         )
         classify = sfn.Choice.jsonata(self, "ClassifyAttempt").when(
             sfn.Condition.jsonata(expression(_status_in("Completed"))), self._succeeded()
         )
+        quota_waits.add_quota_branches(classify, run_attempt, wait_before_retry, capacity_exhausted)
         # Queue mode: Batch alone retries capacity errors (docs/queue.md); the pipeline never stacks its own.
         if self.queue is None:
             classify.when(
-                sfn.Condition.jsonata(
-                    expression(f"{no_capacity} and {attempts} < $plan.maxAttempts and {time_left}")
-                ),
+                sfn.Condition.jsonata(expression(f"{no_capacity} and {capacity_retry_allowed()}")),
                 wait_before_retry,
                 assign={
                     "attempt": expression("$attempt + 1"),
                     "backoffSeconds": expression(backoff_seconds_expression("$plan.backoff", attempts)),
+                    **quota_waits.busy_types_back(),
                 },
             )
         # Faults are the pipeline's to retry in both modes (each retry is a new job, or service job).
@@ -332,9 +332,9 @@ class TrainingStateMachine(Construct):
             assign={name: expression(value) for name, value in fault_retry_assignments().items()},
         )
         wait_before_retry.next(run_attempt)
-        classify.when(sfn.Condition.jsonata(expression(no_capacity)), self._capacity_exhausted())
+        classify.when(sfn.Condition.jsonata(expression(no_capacity)), capacity_exhausted)
         failures = (
-            (_status_in("Quota"), "QuotaExceeded", ERROR_QUOTA_EXCEEDED, "$outcome.cause"),
+            (_status_in("Quota"), "QuotaExceeded", ERROR_QUOTA_EXCEEDED, quota_waits.quota_exceeded_cause()),
             (
                 _status_in("Rejected", "NameInUse"),
                 "RejectedBySageMaker",
@@ -372,6 +372,7 @@ class TrainingStateMachine(Construct):
                 "checkpointUri": expression("$request.CheckpointConfig.S3Uri"),
                 "attempts": expression("$attempt"),
                 "retriedFaults": expression("$retriedFaults"),
+                "quotaWaits": expression("$quotaWaits"),
             },
         )
 
@@ -390,8 +391,7 @@ class TrainingStateMachine(Construct):
             self,
             "CapacityExhausted",
             error=ERROR_CAPACITY_EXHAUSTED,
-            # Queue mode: Batch retried the capacity errors until the queue's capacity_wait_hours.
-            cause=expression("$outcome.cause" if self.queue else retries_cause),
+            cause=expression(quota_waits.capacity_exhausted_cause(retries_cause, queued=bool(self.queue))),
         )
 
 

@@ -289,6 +289,9 @@ def test_dashboard_shows_executions_attempts_training_and_instance_metrics(pipel
     assert {(metric[1], metric[3]) for metric in widgets["Failed attempts by fault (per hour)"]} == {
         (FAILED_ATTEMPTS, fault) for fault in ("infrastructure", "user", "unknown")
     }
+    assert searched(widgets["Quota waits by quota (per hour)"]) == [
+        f"SEARCH('{{{NAMESPACE},Quota}} MetricName=\"QuotaWaits\"', 'Sum', 3600)"
+    ]
     defined = {definition["Name"] for definition in METRIC_DEFINITIONS}
     for title, names in TRAINING_GRAPHS.items():
         assert set(names) <= defined

@@ -70,6 +70,7 @@ def test_success_first_try(interpreter):
         "checkpointUri": "s3://trainstack-checkpoints-test/trainstack-first/",
         "attempts": 1,
         "retriedFaults": [],
+        "quotaWaits": [],
     }
     assert list(sm.fake.jobs) == [job]
 

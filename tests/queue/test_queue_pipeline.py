@@ -30,6 +30,7 @@ from tests.conftest import synthesize
 from tests.pipeline import harness
 from tests.pipeline.conftest import fake_value, state_machine_arn, state_machines
 from tests.pipeline.test_fault_drills import NCCL, USER_CONFIG
+from tests.pipeline.test_quota_drills import P4DE, P5, busy, exceeded
 from tests.queue.conftest import service_job
 from tests.queue.test_queue_config import settings_with
 
@@ -422,3 +423,87 @@ def test_aborting_a_run_while_it_waits_takes_its_job_out_of_the_queue(fifo):
     assert (
         fifo.batch.training_jobs_of(service_job("trainstack-waiting-1")) == []
     )  # the aborted run's job never started
+
+
+# ------------------------------------------------ quota refusals (stacks/pipeline/quota_waits.py)
+
+
+@pytest.fixture
+def quota_queue(fifo_pipeline, monkeypatch):
+    """The FIFO queue; `quota_queue(errors, refusals)` scripts SageMaker's create errors and how Batch
+    takes a quota refusal (FakeBatch.quota_refusals: both are assumed, docs/emulator.md)."""
+    contexts = []
+
+    def start(create_errors, refusals: str = "fail") -> Queue:
+        context, queue = queue_for(fifo_pipeline, monkeypatch, [[STARTING, TRAINING, COMPLETED]])
+        contexts.append(context)
+        queue.sagemaker.create_errors = list(create_errors)
+        queue.batch.quota_refusals = refusals
+        return queue
+
+    yield start
+    for context in contexts:
+        context.__exit__(None, None, None)
+
+
+def submitted_preferences(queue: Queue) -> list[list[str]]:
+    return [
+        [
+            p["InstanceType"]
+            for p in json.loads(call["serviceRequestPayload"])["ResourceConfig"].get(
+                "InstancePreferences", []
+            )
+        ]
+        for operation, call in queue.batch.calls
+        if operation == "SubmitServiceJob"
+    ]
+
+
+def test_queued_quota_busy_then_free_is_submitted_again_after_the_capacity_back_off(quota_queue):
+    queue = quota_queue([busy("ml.g5.12xlarge", "spot training")])
+    outcome = harness.wait_for(
+        queue.start("run", {"profile": "small-torchrun", "runName": "trainstack-qbusy"})
+    )
+    assert outcome.status == "SUCCEEDED", outcome.cause
+    assert (outcome.output["attempts"], len(outcome.output["quotaWaits"])) == (2, 1)
+
+
+def test_queued_quota_busy_on_the_first_preference_submits_the_second(quota_queue):
+    queue = quota_queue([busy(P5)])
+    outcome = harness.wait_for(queue.start("run", {"runName": "trainstack-qhop"}))
+    assert outcome.status == "SUCCEEDED", outcome.cause
+    assert submitted_preferences(queue) == [[P5, P4DE], [P4DE]]
+    assert outcome.output["instanceType"] == P4DE
+
+
+def test_queued_request_above_every_limit_fails_fast_with_quota_exceeded(quota_queue):
+    queue = quota_queue([exceeded(P5), exceeded(P4DE)])
+    outcome = harness.wait_for(queue.start("run", {"runName": "trainstack-qover"}))
+    assert (outcome.status, outcome.error) == ("FAILED", "QuotaExceeded")
+    assert "exceed quota 'ml.p4de.24xlarge for training job usage' of 1 instances" in outcome.cause
+    assert "over their quotas too: ml.p5.48xlarge for training job usage." in outcome.cause
+    assert len(submitted_preferences(queue)) == 2
+
+
+def test_queued_quota_busy_forever_ends_with_capacity_exhausted(quota_queue):
+    queue = quota_queue([busy(P5), busy(P4DE)] * 2)
+    outcome = harness.wait_for(queue.start("run", {"profile": "nccl-test", "runName": "trainstack-qforever"}))
+    assert (outcome.status, outcome.error) == ("FAILED", "CapacityExhausted")
+    assert outcome.cause.startswith("No capacity after 4 attempts (profile nccl-test allows 3)")
+    assert "is busy" in outcome.cause
+
+
+def test_queued_quota_refusal_that_batch_keeps_runnable_waits_in_the_queue(quota_queue):
+    """The other plausible Batch behaviour: the job waits RUNNABLE and Batch tries again; the pipeline sees
+    no refusal and the run succeeds with its one submission."""
+    queue = quota_queue([busy(P5)], refusals="runnable")
+    outcome = harness.wait_for(queue.start("run", {"runName": "trainstack-qwait"}))
+    assert outcome.status == "SUCCEEDED", outcome.cause
+    assert (outcome.output["attempts"], outcome.output["quotaWaits"]) == (1, [])
+
+
+def test_queued_quota_refusal_without_the_known_wording_is_quota_exceeded(quota_queue):
+    queue = quota_queue([("ResourceLimitExceeded", "")])
+    outcome = harness.wait_for(queue.start("run", {"runName": "trainstack-qodd"}))
+    assert (outcome.status, outcome.error) == ("FAILED", "QuotaExceeded")
+    assert "its wording was not recognised, so it is treated as exceeded" in outcome.cause

@@ -37,6 +37,7 @@ from trainstack.prices import SAGEMAKER_TRAINING_PRICES
 from trainstack.profiles import Profile
 from trainstack.report.history import FailureHistory, pipeline_history
 from trainstack.runs import RunError
+from trainstack.service_quotas import quota_lines, service_quotas_client
 
 _STRATEGIES = ("smp", "smddp", "torchrun")
 _PARALLELISMS = ("fsdp", "ddp")
@@ -109,7 +110,18 @@ def run(args: argparse.Namespace) -> int:
                 ]
             )
         )
+    if args.profile and not args.instance_type:
+        for line in _quota_lines(args):
+            print(line, file=sys.stderr)
     return 0 if all(item.fits for item in plans) else 1
+
+
+def _quota_lines(args: argparse.Namespace) -> list[str]:
+    """The profile's instance counts against the account's quotas (trainstack.service_quotas)."""
+    profile = _profile(args)
+    count = _positive(args.instance_count, "--instance-count") if args.instance_count else None
+    settings = load_settings(args.config)
+    return quota_lines(service_quotas_client(settings.region), profile, count)
 
 
 def _inputs(

@@ -23,6 +23,7 @@ from trainstack.config import Settings
 from trainstack.execution_input import InvalidInputError, default_run_name, validate_execution_input
 from trainstack.planning.setups import plan_lines
 from trainstack.runs import execution_arn_for, executions_of, next_execution_name
+from trainstack.service_quotas import quota_lines, service_quotas_client
 
 # Input field -> the flag that sets it, so messages name what the user typed.
 FLAGS = {
@@ -83,6 +84,9 @@ def run(args: argparse.Namespace) -> int:
     for line in plan_lines(
         profile, execution_input.get("hyperparameters"), execution_input.get("instanceCount")
     ):
+        print(line, file=sys.stderr)
+    quotas = service_quotas_client(pipeline.region)
+    for line in quota_lines(quotas, profile, execution_input.get("instanceCount")):
         print(line, file=sys.stderr)
     if not args.wait:
         return 0

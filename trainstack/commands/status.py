@@ -12,7 +12,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from trainstack import faults, runs
+from trainstack import faults, quota, runs
 from trainstack.commands.common import Pipeline, add_pipeline_command, one_line_failures
 from trainstack.commands.report import collect_run
 from trainstack.faults import INFRASTRUCTURE
@@ -51,6 +51,7 @@ def run_status(args: argparse.Namespace) -> int:
     lines += fault_lines(pipeline, execution)
     report = collect_run(pipeline, execution)
     lines += slow_host_lines(report)
+    lines += quota_lines(pipeline, execution)
     ledger = ledger_of(report, runs.clock())
     lines += [ledger.summary(), forecast_line(report, ledger, pipeline.settings), *interval_lines(report)]
     print("\n".join(lines))
@@ -95,6 +96,19 @@ def fault_lines(pipeline: Pipeline, execution: dict[str, Any]) -> list[str]:
         f"  attempt {retry['attempt']} ({retry['job']}): {faults.describe(retry)}, retried from the "
         f"checkpoint: {retry['reason']}"
         for retry in retried
+    ]
+    return lines
+
+
+def quota_lines(pipeline: Pipeline, execution: dict[str, Any]) -> list[str]:
+    """The run's quota waits so far: attempts SageMaker refused because other jobs held the quota."""
+    waits = runs.quota_waits(pipeline.client("stepfunctions"), execution)
+    if not waits:
+        return []
+    lines = [f"quota waits: {len(waits)} (other jobs held the quota; waited like for capacity)"]
+    lines += [
+        f"  attempt {wait['attempt']}: {quota.describe({**wait, 'name': wait['quota'], 'busy': True})}"
+        for wait in waits
     ]
     return lines
 

@@ -78,6 +78,7 @@ class Attempt:
     queue_waits: list[Span] = field(default_factory=list)  # queue mode: RUNNABLE until Batch started a job
     progress: Progress = field(default_factory=Progress)  # when its log says the training got where
     slow_hosts: list[SlowHost] = field(default_factory=list)  # flagged in its log
+    quota: dict[str, Any] | None = None  # the quota SageMaker refused the create for (trainstack.quota)
 
     @property
     def queue_wait_seconds(self) -> float | None:
@@ -213,8 +214,13 @@ def _timeline(events: list[dict[str, Any]], run_name: str) -> tuple[list[Attempt
             attempts[-1].ended = stamp
         elif kind in ("TaskSubmitted", "TaskSucceeded") and attempts:
             details = event.get(f"{kind[0].lower()}{kind[1:]}EventDetails", {})
-            arn = json.loads(details.get("output") or "{}").get("ExecutionArn")
-            attempts[-1].child_arn = attempts[-1].child_arn or arn
+            output = json.loads(details.get("output") or "{}")
+            attempts[-1].child_arn = attempts[-1].child_arn or output.get("ExecutionArn")
+            if "Output" in output:  # the attempt's outcome (startExecution.sync:2: JSON)
+                outcome = output["Output"]
+                attempts[-1].quota = (json.loads(outcome) if isinstance(outcome, str) else outcome).get(
+                    "quota"
+                )
         elif kind == "WaitStateEntered" and name == BACKOFF_STATE:
             backoff_start = stamp
         elif kind == "WaitStateExited" and name == BACKOFF_STATE and backoff_start:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from html import escape
 
-from trainstack import runs
+from trainstack import quota, runs
 from trainstack.prices import SAGEMAKER_TRAINING_PRICES
 from trainstack.report.collect import Attempt, RunReport
 from trainstack.report.goodput import HANG, KEPT, LOST, PARTS, SAVING, STARTING, RunLedger, ledger_of
@@ -102,10 +102,12 @@ def tensorboard_command(attempts: Sequence[Attempt]) -> str | None:
 
 
 def _classification(attempt: Attempt, attempts: Sequence[Attempt]) -> str:
-    """The attempt's failure class and whether the pipeline retried it (another attempt followed), and the
-    slow hosts its log flagged."""
+    """The attempt's failure class and whether the pipeline retried it (another attempt followed), or the
+    quota SageMaker refused its create for; and the slow hosts its log flagged."""
     notes = [f"slow host: {slow.describe()}" for slow in attempt.slow_hosts]
-    if attempt.classification is not None:
+    if attempt.quota:
+        notes.insert(0, quota.describe(attempt.quota))
+    elif attempt.classification is not None:
         retried = attempt is not attempts[-1]
         notes.insert(
             0, attempt.classification + (", retried from the checkpoint" if retried else ", not retried")

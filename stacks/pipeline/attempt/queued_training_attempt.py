@@ -49,6 +49,7 @@ from stacks.pipeline.machine_kit import (
     retry_poll_call,
 )
 from stacks.pipeline.queue.training_queue import CAPACITY_REASON, service_job_name
+from stacks.pipeline.quota_waits import quota_outcome
 from trainstack.profiles import Profile
 from trainstack.queue_settings import QueueSettings
 
@@ -261,28 +262,30 @@ class QueuedTrainingAttempt(Construct):
             '" and gave up after the queue\'s capacity_wait_hours: " & $service.reason'
         )
         training_job_ended = f'{status} = "SUCCEEDED" or ({failed} and $exists($service.trainingJobArn))'
-        # A FAILED service job without a training job: condition, the attempt's status and cause.
+        # A FAILED service job without a training job: condition, the attempt's output. A quota refusal
+        # is assumed to arrive as Batch's statusReason "Received status from SageMaker:" + SageMaker's
+        # code and message (the form Batch's guide and the SageMaker Python SDK quote for other errors).
         failed_before_training = (
             (
                 f'{failed} and $contains({reason}, "ResourceLimitExceeded")',
-                "Quota",
-                '"SageMaker refused the job: a service quota is exhausted (" & $service.reason & ")."',
+                quota_outcome("$service.reason", '"SageMaker refused service job " & $job.name'),
             ),
             (
                 f'{failed} and $contains({reason}, "ValidationException")',
-                "Rejected",
-                '"SageMaker rejected the request: " & $service.reason',
+                outcome("Rejected", '"SageMaker rejected the request: " & $service.reason'),
             ),
             (
                 failed,
-                "Stopped",
-                '"Service job " & $job.name & " was terminated before it started: " & $service.reason',
+                outcome(
+                    "Stopped",
+                    '"Service job " & $job.name & " was terminated before it started: " & $service.reason',
+                ),
             ),
         )
         overdue = "$runningSince > 0 and $millis() > $runningSince + $limits.timeLimitSeconds * 1000"
         check = sfn.Choice.jsonata(self, "CheckServiceJob")
         report_when(check, capacity_time_limit, report, outcome("Capacity", capacity_cause))
         check.when(sfn.Condition.jsonata(expression(training_job_ended)), describe_started_job)
-        for condition, outcome_status, cause in failed_before_training:
-            report_when(check, condition, report, outcome(outcome_status, cause))
+        for condition, result in failed_before_training:
+            report_when(check, condition, report, result)
         return check.when(sfn.Condition.jsonata(expression(overdue)), terminate).otherwise(wait)

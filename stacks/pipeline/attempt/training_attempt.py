@@ -11,7 +11,8 @@ status one of ATTEMPT_STATUSES and job {name, instanceType, instanceCount, artif
 AWS's error names under aws-sdk:sagemaker:* (errors SageMaker's API model declares are
 `SageMaker.<Code>Exception`; every other one, throttling and validation included, is
 `SageMaker.SageMakerException` with the code and message only in the Cause) decide the paths:
-- CreateTrainingJob: ResourceLimitExceeded is a quota (fail fast), ResourceInUse a used run name; a
+- CreateTrainingJob: ResourceLimitExceeded is a quota, busy or exceeded (quota_waits.py: the pipeline
+  decides), ResourceInUse a used run name; a
   SageMakerException is retried for a few seconds, then classified by its Cause: throttling is retried
   with capped, jittered backoff, anything else is SageMaker rejecting the request (InvalidInput).
 - DescribeTrainingJob / StopTrainingJob: a SageMakerException is retried with backoff; when the retries
@@ -34,6 +35,7 @@ from stacks.pipeline.machine_kit import (
     THROTTLE_CAUSE,
     retry_poll_call,
 )
+from stacks.pipeline.quota_waits import quota_outcome
 from stacks.pipeline.state_machine_facts import poll_seconds_expression
 from trainstack.faults import SPOT_CAPACITY_SECONDARY_STATUS, capacity_expression, fault_expression
 
@@ -206,15 +208,14 @@ class TrainingAttempt(Construct):
             '"runName " & $states.context.Execution.Input.runName & " is already used by training job " & '
             f'{JOB_NAME} & "; choose another runName."'
         )
-        quota = (
-            f'"SageMaker refused job " & {JOB_NAME} & ": a service quota is exhausted (" & '
-            '$states.errorOutput.Cause & "). Request a higher quota in Service Quotas or wait for running '
-            'jobs to end."'
-        )
         create.add_catch(
             report,
             errors=[SAGEMAKER_QUOTA_ERROR],
-            assign={"outcome": outcome("Quota", quota, with_job=False)},
+            assign={
+                "outcome": quota_outcome(
+                    "$states.errorOutput.Cause", f'"SageMaker refused job " & {JOB_NAME}'
+                )
+            },
         )
         create.add_catch(
             report,
