@@ -21,6 +21,7 @@ from trainstack.governance import BOOTSTRAP_QUALIFIER, CONTROL_TOWER, Compliance
 from trainstack.planning.setups import fit_problems
 from trainstack.profiles import Profile
 from trainstack.queue_settings import QueueSettings
+from trainstack.trigger_settings import RetrainOnNewData
 
 # AZ ids start with a per-region code (use1-az4 is in us-east-1); AZ id -> name differs per account,
 # so the region check is all that can be done offline.
@@ -204,6 +205,7 @@ class Settings(StrictModel):
     ] = {}
     profiles: list[Profile] = []
     queue: QueueSettings = QueueSettings()
+    retrain_on_new_data: RetrainOnNewData | None = None  # off unless set (trainstack/trigger_settings.py)
     # Deploying into a governed account (trainstack/governance.py; README of the same name).
     compliance: Compliance = "none"
     iam: IamSettings = IamSettings()
@@ -283,6 +285,14 @@ class Settings(StrictModel):
                         f"{preference.instance_type}, more than queue.max_instances "
                         f"({self.queue.max_instances}); such a job would wait forever"
                     )
+        return self
+
+    @model_validator(mode="after")
+    def _trigger_fits(self) -> Settings:
+        if self.retrain_on_new_data and (
+            problem := self.retrain_on_new_data.problem([p.name for p in self.profiles], self.dataset.prefix)
+        ):
+            raise ValueError(problem)
         return self
 
     @model_validator(mode="after")

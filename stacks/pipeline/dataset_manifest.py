@@ -49,8 +49,19 @@ def page_manifest(before: str) -> str:
 class DatasetManifest(sfn.StateMachineFragment):
     """ListObjectsV2 pages of `prefix` (a JSONata expression) in `bucket` -> `$datasetManifest`."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, bucket: s3.IBucket, prefix: str) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        bucket: s3.IBucket,
+        prefix: str,
+        bucket_name: str | None = None,
+    ) -> None:
+        """`bucket_name`: what the requests name instead of bucket.bucket_name (e.g. a `${Name}` placeholder
+        that the machine's DefinitionSubstitutions fill); IAM always grants on `bucket`."""
         super().__init__(scope, construct_id)
+        self._bucket_name = bucket_name or bucket.bucket_name
         first = self._list(f"{construct_id}FirstPage", bucket, prefix, literal(EMPTY_MANIFEST.as_dict()))
         following = self._list(
             f"{construct_id}NextPage",
@@ -92,7 +103,7 @@ class DatasetManifest(sfn.StateMachineFragment):
             service="s3",
             action="listObjectsV2",
             parameters={
-                "Bucket": bucket.bucket_name,
+                "Bucket": self._bucket_name,
                 "Prefix": expression(prefix),
                 "MaxKeys": PAGE_SIZE,
                 **(token or {}),
