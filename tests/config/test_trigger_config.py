@@ -38,3 +38,13 @@ def test_mistakes_are_one_sentence_naming_the_field(section, words):
     message = error_for({"retrain_on_new_data": section})
     assert words in message
     assert "\n" not in message
+
+
+def test_trainstack_triggers_without_the_section_says_so_in_one_line(capsys):
+    from tests.conftest import DEFAULT_CONFIG
+    from trainstack.cli import main
+
+    assert main(["triggers", "--config", str(DEFAULT_CONFIG)]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("trainstack triggers: --config: ") and "sets no retrain_on_new_data" in error
+    assert error.count("\n") == 1

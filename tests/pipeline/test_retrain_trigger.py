@@ -13,7 +13,8 @@ from localaws.sagemaker import scripted_sagemaker
 from localaws.sagemaker.scripted import COMPLETED, STARTING, TRAINING
 from tests.infra.templates import resources
 from tests.pipeline.conftest import FAKE_VALUES
-from tests.pipeline.trigger_machines import PREFIX, PROFILE, trigger_machines, trigger_templates
+from tests.pipeline.trigger_machines import PREFIX, PROFILE, TRIGGER, trigger_machines, trigger_templates
+from trainstack.commands.triggers import describe_trigger
 
 MINUTE = 60
 # A job that trains for ten polls, so that uploads can land during the run.
@@ -101,6 +102,22 @@ def test_the_same_files_again_start_no_training_and_say_so(world):
         "No training started: the dataset under datasets/corpus/ has the hash"
     )
     assert unchanged[0]["manifest"]["objects"] == 3
+    # What `trainstack triggers` shows of it.
+    lines = describe_trigger(TRIGGER, world.item()[PROFILE], list(reversed(world.triggers()))[:3])
+    assert (
+        f"  last dataset hash: {unchanged[0]['manifest']['hash']} (trained by run {world.runs()[0]['name']})"
+        in lines
+    )
+    assert "  pending window: none" in lines
+    assert any(
+        line.startswith("  last decision (") and ": unchanged: No training started" in line for line in lines
+    )
+    assert (
+        lines[-1].endswith(
+            f"SUCCEEDED {PREFIX}shard-000.bin  recorded; the profile's controller execution will see it"
+        )
+        or "unchanged" in lines[-3]
+    )
 
 
 def test_new_data_during_a_run_starts_exactly_one_more_after_it(world):
