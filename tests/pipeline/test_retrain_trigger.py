@@ -112,12 +112,10 @@ def test_the_same_files_again_start_no_training_and_say_so(world):
     assert any(
         line.startswith("  last decision (") and ": unchanged: No training started" in line for line in lines
     )
-    assert (
-        lines[-1].endswith(
-            f"SUCCEEDED {PREFIX}shard-000.bin  recorded; the profile's controller execution will see it"
-        )
-        or "unchanged" in lines[-3]
-    )
+    # The re-uploads, newest first: the first of them controlled the window and found the data unchanged.
+    recorded = "recorded; the profile's controller execution will see it"
+    assert lines[-3].endswith(f"SUCCEEDED {PREFIX}shard-002.bin  {recorded}")
+    assert lines[-1].endswith(f"SUCCEEDED {PREFIX}shard-000.bin  unchanged")
 
 
 def test_new_data_during_a_run_starts_exactly_one_more_after_it(world):

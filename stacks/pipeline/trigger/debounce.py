@@ -133,7 +133,8 @@ class Debounce:
                 "window": expression(
                     '{"firstEventMillis": $number($window.firstEventMillis.N), '
                     '"lastEventMillis": $number($window.lastEventMillis.N), '
-                    '"events": $number($window.pendingEvents.N), "lastHash": $window.lastHash.S}'
+                    '"events": $number($window.pendingEvents.N), "lastHash": $window.lastHash.S, '
+                    '"lastHashRun": $window.lastHashRun.S}'
                 )
             },
         )

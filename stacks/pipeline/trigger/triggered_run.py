@@ -94,7 +94,7 @@ class TriggeredRun:
                             "unchanged",
                             '"No training started: the dataset under '
                             + trigger.prefix
-                            + ' has the hash " & $datasetManifest.hash & " of the last successful run, " '
+                            + ' has the hash " & $datasetManifest.hash & " of its last successful run, " '
                             "& $window.lastHashRun",
                         )
                     )
