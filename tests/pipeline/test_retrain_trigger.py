@@ -17,8 +17,8 @@ from tests.pipeline.trigger_machines import PREFIX, PROFILE, TRIGGER, trigger_ma
 from trainstack.commands.triggers import describe_trigger
 
 MINUTE = 60
-# A job that trains for ten polls, so that uploads can land during the run.
-LONG_JOB = [STARTING, *[TRAINING] * 10, COMPLETED]
+# A job that trains for five polls, so that uploads can land during the run.
+LONG_JOB = [STARTING, *[TRAINING] * 5, COMPLETED]
 
 
 @pytest.fixture(scope="module")
@@ -61,13 +61,13 @@ def upload_time(world, index: int) -> float:
 
 def test_a_burst_of_uploads_starts_one_run_once_the_prefix_is_quiet(world):
     world = world()
-    upload_burst(world, 8, every_minutes=1)
+    upload_burst(world, 6, every_minutes=1)
     world.run_until_idle()
 
     (run,) = world.runs()
     assert run["status"] == "SUCCEEDED"
     assert json.loads(run["input"]) == {"profile": PROFILE, "runName": run["name"]}
-    assert run["startDate"].timestamp() - upload_time(world, 7) >= 15 * MINUTE, "quiet_minutes after the last"
+    assert run["startDate"].timestamp() - upload_time(world, 5) >= 15 * MINUTE, "quiet_minutes after the last"
     assert decisions(world).count("trained") == 1
     (task,) = world.fsx.tasks
     assert task["Type"] == "IMPORT_METADATA_FROM_REPOSITORY"
@@ -78,12 +78,12 @@ def test_a_burst_of_uploads_starts_one_run_once_the_prefix_is_quiet(world):
 
 def test_a_burst_longer_than_max_delay_runs_at_the_deadline_and_once_more_after(world):
     world = world()
-    upload_burst(world, 10, every_minutes=10)  # 100 minutes of uploads, max_delay_hours is 1
+    upload_burst(world, 8, every_minutes=10)  # 80 minutes of uploads, max_delay_hours is 1
     world.run_until_idle()
 
     first, second = world.runs()
     assert first["startDate"].timestamp() - upload_time(world, 0) <= 60 * MINUTE + 5 * MINUTE
-    assert first["startDate"].timestamp() < upload_time(world, 9), "it did not wait for the burst to end"
+    assert first["startDate"].timestamp() < upload_time(world, 7), "it did not wait for the burst to end"
     assert second["startDate"].timestamp() >= first["stopDate"].timestamp()
     assert [run["status"] for run in (first, second)] == ["SUCCEEDED", "SUCCEEDED"]
 

@@ -20,7 +20,7 @@ PROJECT = "trainstack"
 PROFILE = "small-torchrun"
 PREFIX = "datasets/corpus/"
 TRIGGER = RetrainOnNewData(
-    profile=PROFILE, prefix=PREFIX, quiet_minutes=15, max_delay_hours=1, fsx_import_timeout_minutes=10
+    profile=PROFILE, prefix=PREFIX, quiet_minutes=15, max_delay_hours=1, fsx_import_timeout_minutes=5
 )
 
 

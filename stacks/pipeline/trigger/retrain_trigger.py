@@ -58,23 +58,7 @@ class RetrainTrigger(Construct):
         dataset_bucket, dataset_prefix = storage.dataset_bucket, storage.dataset_prefix
         file_system_id = storage.file_system_id
         self.trigger = trigger
-        self.table = dynamodb.Table(
-            self,
-            "State",
-            table_name=trigger_table_name(project),
-            partition_key=dynamodb.Attribute(name="profile", type=dynamodb.AttributeType.STRING),
-            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
-            # KMS with DynamoDB's AWS managed key (CT.DYNAMODB.PR.2); no key of ours to pay for or grant.
-            encryption=dynamodb.TableEncryption.AWS_MANAGED,
-            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
-                point_in_time_recovery_enabled=True
-            ),
-            removal_policy=cdk.RemovalPolicy.RETAIN,  # the last dataset hash outlives a redeploy
-        )
-        skip_checkov(
-            self.table,
-            {"CKV_AWS_119": "Times, a key name and hashes: the AWS managed KMS key (aws/dynamodb) suffices."},
-        )
+        self.table = self._table(project)
         name = trigger_machine_name(project)
         stack = cdk.Stack.of(self)
         self_arn = stack.format_arn(
@@ -99,14 +83,7 @@ class RetrainTrigger(Construct):
         fsx = None
         if file_system_id is not None:
             substitutions["FileSystemId"] = file_system_id
-            fsx = FsxTarget(
-                file_system_id="${FileSystemId}",
-                file_system_arn=stack.format_arn(
-                    service="fsx", resource="file-system", resource_name=file_system_id
-                ),
-                import_path=f"s3://${{DatasetBucket}}/{trigger.prefix}",
-                report_path=f"s3://${{DatasetBucket}}/{dataset_prefix}{FSX_REPORTS_FOLDER}".rstrip("/"),
-            )
+            fsx = _fsx_target(stack, file_system_id, trigger.prefix, dataset_prefix)
         run = TriggeredRun(
             self,
             project=project,
@@ -127,6 +104,26 @@ class RetrainTrigger(Construct):
         resource.definition_substitutions = substitutions
         self.rule = self._rule(dataset_bucket)
         self._acknowledge(self.state_machine.role, fsx=fsx is not None)
+
+    def _table(self, project: str) -> dynamodb.Table:
+        table = dynamodb.Table(
+            self,
+            "State",
+            table_name=trigger_table_name(project),
+            partition_key=dynamodb.Attribute(name="profile", type=dynamodb.AttributeType.STRING),
+            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+            # KMS with DynamoDB's AWS managed key (CT.DYNAMODB.PR.2); no key of ours to pay for or grant.
+            encryption=dynamodb.TableEncryption.AWS_MANAGED,
+            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                point_in_time_recovery_enabled=True
+            ),
+            removal_policy=cdk.RemovalPolicy.RETAIN,  # the last dataset hash outlives a redeploy
+        )
+        skip_checkov(
+            table,
+            {"CKV_AWS_119": "Times, a key name and hashes: the AWS managed KMS key (aws/dynamodb) suffices."},
+        )
+        return table
 
     @staticmethod
     def _acknowledge(role: iam.IRole, *, fsx: bool) -> None:
@@ -185,3 +182,13 @@ class RetrainTrigger(Construct):
                 width=12,
             )
         ]
+
+
+def _fsx_target(stack: cdk.Stack, file_system_id: str, prefix: str, dataset_prefix: str) -> FsxTarget:
+    """The import task's file system (a placeholder the substitutions fill) and S3 paths."""
+    return FsxTarget(
+        file_system_id="${FileSystemId}",
+        file_system_arn=stack.format_arn(service="fsx", resource="file-system", resource_name=file_system_id),
+        import_path=f"s3://${{DatasetBucket}}/{prefix}",
+        report_path=f"s3://${{DatasetBucket}}/{dataset_prefix}{FSX_REPORTS_FOLDER}".rstrip("/"),
+    )
