@@ -172,3 +172,15 @@ def test_with_the_trigger_off_nothing_listens_to_the_bucket(pipeline, default_ap
         if name.startswith("DatasetBucket")
     ]
     assert "NotificationConfiguration" not in bucket["Properties"]
+
+
+def test_the_trigger_definition_is_valid_for_aws_tools(templates, pipeline):
+    """asl-validator and amazon-states-language-service (AWS's own) accept the trigger machine, with FSx
+    and without."""
+    from tests.pipeline.test_pipeline_template import aws_validation
+
+    definitions = [
+        trigger_machines(templates[variant], pipeline).definitions["trainstack-retrain-trigger"]
+        for variant in ("fsx", "no-fsx")
+    ]
+    assert aws_validation(definitions) == [{"aslValidator": [], "languageService": []}] * 2
