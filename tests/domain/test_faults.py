@@ -133,7 +133,6 @@ def test_describe_names_the_class_and_kind():
 
 def test_docs_faults_lists_every_row_of_the_table():
     page = (Path(__file__).parents[2] / "docs" / "faults.md").read_text()
-
     def cell(pattern: str) -> str:  # a Markdown table cell escapes |
         return "`" + pattern.replace("|", "\\|") + "`"
 

@@ -358,7 +358,6 @@ def test_every_job_uploads_tensorboard_data_to_its_own_prefix_of_the_runs_artifa
     output = first["OutputDataConfig"]["S3OutputPath"]
     assert first["TensorBoardOutputConfig"]["S3OutputPath"].startswith(output)
 
-
 def test_the_model_is_uploaded_uncompressed(settings):
     """CompressionType NONE (botocore's model: GZIP | NONE, default GZIP): SageMaker uploads the model dir's
     files as they are instead of gzipping a model.tar.gz while every instance is billed."""
