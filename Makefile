@@ -19,7 +19,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_VERSION_CHECK := 1
 export PATH := $(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
 
-.PHONY: synth demo demo-fault demo-queue deploy test lint local-train clean
+.PHONY: synth demo demo-fault demo-queue demo-trigger deploy test lint local-train clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,12 @@ demo-fault: $(DEV_DEPS) synth
 # output shows the order fair share chose (localaws/demo/queue_run.py; it synthesizes in queue mode).
 demo-queue: $(DEV_DEPS) $(CDK)
 	python -m localaws.demo.queue_run --config $(CONFIG)
+
+# Retrain on new data with no AWS: the app synthesized with retrain_on_new_data on, its trigger machine in the
+# emulator on a stepped clock; 20 uploads -> one run, new files during it -> one more, the same files -> none
+# (localaws/demo/trigger_run.py; docs/trigger.md).
+demo-trigger: $(DEV_DEPS) $(CDK)
+	python -m localaws.demo.trigger_run --config $(CONFIG)
 
 # Needs AWS credentials (and Docker, to build the image); `cdk bootstrap` once per account/region first.
 deploy: synth

@@ -79,6 +79,7 @@ def storage_stack(app: cdk.App, settings: Settings, network: NetworkStack, **kwa
         checkpoints=settings.checkpoints,
         fsx_plan=settings.fsx_plan,
         access_logs_bucket=settings.access_logs_bucket,
+        dataset_events=settings.retrain_on_new_data is not None,
         network=network,
         **kwargs,
     )
@@ -109,6 +110,7 @@ def pipeline_stack(
         f"{settings.project}-pipeline",
         runs=PipelineRuns(project=settings.project, profiles=tuple(settings.profiles), queue=settings.queue),
         notification_emails=settings.notification_emails,
+        trigger=settings.retrain_on_new_data,
         network=network,
         storage=storage,
         image=image,

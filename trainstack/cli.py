@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "logs": ("logs", "print a run's training logs (CloudWatch); --follow until it ends"),
     "stop": ("stop", "stop a run; the pipeline's cleanup stops its training job"),
     "report": ("report", "write a run's report: attempts, loss, throughput, cost on one HTML page"),
+    "triggers": ("triggers", "the retrain-on-new-data trigger: pending window, last hash, run, events"),
 }
 
 

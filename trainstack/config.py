@@ -23,6 +23,7 @@ from trainstack.planning.auto_interval import check_auto_intervals
 from trainstack.planning.setups import fit_problems
 from trainstack.profiles import Profile
 from trainstack.queue_settings import QueueSettings
+from trainstack.trigger_settings import RetrainOnNewData
 
 # AZ ids start with a per-region code (use1-az4 is in us-east-1); AZ id -> name differs per account,
 # so the region check is all that can be done offline.
@@ -207,6 +208,7 @@ class Settings(StrictModel):
     profiles: list[Profile] = []
     queue: QueueSettings = QueueSettings()
     fault_model: FaultModel = FaultModel()  # failure rate for goodput and checkpoint_interval: auto
+    retrain_on_new_data: RetrainOnNewData | None = None  # off unless set (trainstack/trigger_settings.py)
     # Deploying into a governed account (trainstack/governance.py; README of the same name).
     compliance: Compliance = "none"
     iam: IamSettings = IamSettings()
@@ -289,6 +291,14 @@ class Settings(StrictModel):
                         f"{preference.instance_type}, more than queue.max_instances "
                         f"({self.queue.max_instances}); such a job would wait forever"
                     )
+        return self
+
+    @model_validator(mode="after")
+    def _trigger_fits(self) -> Settings:
+        if self.retrain_on_new_data and (
+            problem := self.retrain_on_new_data.problem([p.name for p in self.profiles], self.dataset.prefix)
+        ):
+            raise ValueError(problem)
         return self
 
     @model_validator(mode="after")

@@ -37,8 +37,9 @@ class SynthesizedPipeline:
         return sum(_count_states(json.loads(text)) for text in (self.definition, *self.children.values()))
 
 
-def load_pipeline(cdk_out: Path, project: str, region: str) -> SynthesizedPipeline:
-    """The `<project>-pipeline` state machine of `<cdk_out>/<project>-pipeline.template.json`."""
+def load_pipeline(cdk_out: Path, project: str, region: str, name: str | None = None) -> SynthesizedPipeline:
+    """The `<project>-pipeline` state machine (or the one named `name`) of
+    `<cdk_out>/<project>-pipeline.template.json`."""
     template_path = cdk_out / f"{project}-pipeline.template.json"
     if not template_path.exists():
         raise SynthesizedPipelineError(f"{template_path} does not exist; run `make synth` first")
@@ -48,7 +49,7 @@ def load_pipeline(cdk_out: Path, project: str, region: str) -> SynthesizedPipeli
         for body in template.get("Resources", {}).values()
         if body.get("Type") == "AWS::StepFunctions::StateMachine"
     }
-    name = f"{project}-pipeline"
+    name = name or f"{project}-pipeline"
     if name not in machines:
         raise SynthesizedPipelineError(f"{template_path} has no state machine named {name}")
     properties = machines[name]

@@ -6,13 +6,14 @@ AWS's error names on a virtual or scaled clock. Needs the dev dependencies (moto
             ...  # create state machines, start executions; clock.waits lists the Wait states
 """
 
-from localaws.emulator.clock import Clock, ScaledClock, VirtualClock
+from localaws.emulator.clock import Clock, ScaledClock, SteppedClock, VirtualClock
 from localaws.emulator.errors import aws_sdk_error_name, modelled_error_codes, service_error
 from localaws.emulator.session import local_stepfunctions
 
 __all__ = [
     "Clock",
     "ScaledClock",
+    "SteppedClock",
     "VirtualClock",
     "aws_sdk_error_name",
     "local_stepfunctions",

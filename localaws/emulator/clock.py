@@ -50,6 +50,10 @@ class Clock(ABC):
     def millis(self) -> int:
         return round(self.time() * 1000)
 
+    def watched_time(self) -> float:
+        """time() for watchers that poll it (execution timeouts): not a sign of activity."""
+        return self.time()
+
     def now(self, tz=None) -> datetime:
         return datetime.fromtimestamp(self.time(), tz)
 
@@ -134,3 +138,80 @@ class ScaledClock(Clock):
         target = self.time() + seconds
         while running() and (left := target - self.time()) > 0:
             interrupted.wait(min(left / self.speedup, _POLL_SECONDS * 10))
+
+
+class SteppedClock(Clock):
+    """Time stands still until `advance()` moves it: a Wait blocks until the clock reaches its end. For
+    scenarios whose order matters across executions (a debounce: uploads arrive while a Wait runs), where
+    a VirtualClock would let the first Wait jump past events still to come.
+
+    `run_until(condition)` is the discrete-event loop: while the condition is false, let the emulator
+    settle (no clock reads for a while: every state transition reads the clock), then jump to the earliest
+    pending Wait's end.
+    """
+
+    # Real seconds without a clock read after which the emulator counts as settled.
+    SETTLED_AFTER = 0.05
+    # Real seconds with nothing pending after which run_until gives up.
+    STUCK_AFTER = 20.0
+
+    def __init__(self, start: datetime | None = None) -> None:
+        super().__init__()
+        self._now = (start or datetime.now()).timestamp()
+        self._ends: list[float] = []
+        self._reads = 0
+
+    def time(self) -> float:
+        self._reads += 1
+        return self._now
+
+    def watched_time(self) -> float:
+        return self._now
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self._now += seconds
+
+    def _pass(self, seconds: float, interrupted: threading.Event, running: Callable[[], bool]) -> None:
+        end = self._now + seconds
+        with self._lock:
+            self._ends.append(end)
+        try:
+            while running() and self._now < end:
+                interrupted.wait(_POLL_SECONDS)
+        finally:
+            with self._lock:
+                self._ends.remove(end)
+
+    def settle(self) -> None:
+        """Return once nothing has read the clock for SETTLED_AFTER real seconds."""
+        while True:
+            before = self._reads
+            time.sleep(self.SETTLED_AFTER)
+            if self._reads == before:
+                return
+
+    def next_end(self) -> float | None:
+        """When the earliest pending Wait (or Retry interval) ends, or None."""
+        with self._lock:
+            return min(self._ends, default=None)
+
+    def run_until(self, condition: Callable[[], bool], *, limit_seconds: float) -> None:
+        """Settle and jump from Wait to Wait until `condition()` holds; at most `limit_seconds` of clock
+        time pass (then TimeoutError). With no Wait pending, a state is still working (a long JSONata
+        evaluation reads no clock): keep settling, for up to STUCK_AFTER real seconds."""
+        stop_at = self._now + limit_seconds
+        idle_since = time.monotonic()
+        while True:
+            self.settle()
+            if condition():
+                return
+            end = self.next_end()
+            if end is None:
+                if time.monotonic() - idle_since > self.STUCK_AFTER:
+                    raise TimeoutError(f"condition not met and no Wait pending for {self.STUCK_AFTER} s")
+                continue
+            if end > stop_at:
+                raise TimeoutError(f"condition not met within {limit_seconds} s of clock time")
+            self.advance(max(0.0, end - self._now))
+            idle_since = time.monotonic()

@@ -213,7 +213,7 @@ def _program_eval_on(clock: Clock):
         try:
             while worker.is_alive():
                 worker.join(0.01)
-                if worker.is_alive() and clock.time() >= deadline.at:
+                if worker.is_alive() and clock.watched_time() >= deadline.at:
                     env.set_timed_out()
                     return
         finally:

@@ -20,6 +20,7 @@ from stacks.pipeline.pipeline_notifications import PipelineNotifications
 from stacks.pipeline.pipeline_runs import PipelineRuns
 from stacks.pipeline.queue.training_queue import TrainingQueue
 from stacks.pipeline.training_state_machine import TrainingStateMachine
+from stacks.pipeline.trigger.retrain_trigger import RetrainTrigger
 from stacks.storage.storage_stack import StorageStack
 from stacks.validation import acknowledge
 from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements
@@ -31,6 +32,7 @@ from trainstack.queue_settings import (
     queue_job_prefix,
     training_queue_name,
 )
+from trainstack.trigger_settings import RetrainOnNewData
 
 # Where SageMaker training jobs write their logs (fixed by SageMaker).
 TRAINING_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
@@ -52,6 +54,7 @@ class PipelineStack(cdk.Stack):
         network: NetworkStack,
         storage: StorageStack,
         image: ImageStack,
+        trigger: RetrainOnNewData | None = None,
         **kwargs,
     ) -> None:
         super().__init__(
@@ -103,6 +106,17 @@ class PipelineStack(cdk.Stack):
             topic=self.notifications.topic,
         )
         self._schedules(project, runs.profiles)
+        if trigger is not None:
+            self.trigger = RetrainTrigger(
+                self,
+                "RetrainTrigger",
+                project=project,
+                trigger=trigger,
+                storage=storage,
+                pipeline=self.state_machine,
+                profiles=runs.profiles,
+            )
+            self.monitoring.dashboard.add_widgets(*self.trigger.dashboard_widgets())
         self._outputs()
 
     def _training_queue(self, project: str, queue: QueueSettings) -> TrainingQueue:

@@ -69,6 +69,7 @@ class StorageStack(cdk.Stack):
         fsx_plan: FsxPlan | None,
         access_logs_bucket: str | None,
         network: NetworkStack,
+        dataset_events: bool = False,
         **kwargs,
     ) -> None:
         super().__init__(
@@ -88,7 +89,8 @@ class StorageStack(cdk.Stack):
         )
         if dataset.bucket_name is None:
             # Versioned: an overwritten or deleted training file can be restored for 30 days.
-            self.dataset_bucket = self._bucket("DatasetBucket", versioned=True)
+            # dataset_events: object events to EventBridge for retrain_on_new_data (docs/trigger.md).
+            self.dataset_bucket = self._bucket("DatasetBucket", versioned=True, events=dataset_events)
         else:
             self.dataset_bucket = s3.Bucket.from_bucket_name(
                 self, "DatasetBucket", dataset.bucket_name
@@ -156,7 +158,12 @@ class StorageStack(cdk.Stack):
         return bucket
 
     def _bucket(
-        self, construct_id: str, *, versioned: bool, expiration: cdk.Duration | None = None
+        self,
+        construct_id: str,
+        *,
+        versioned: bool,
+        expiration: cdk.Duration | None = None,
+        events: bool = False,
     ) -> s3.Bucket:
         noncurrent_kept_for = NONCURRENT_VERSIONS_KEPT_FOR if versioned else None
         if self._governed and not versioned:
@@ -186,9 +193,9 @@ class StorageStack(cdk.Stack):
             server_access_logs_prefix=f"{construct_id}/",
             lifecycle_rules=[rule],
         )
-        if self._governed:
-            # Events to EventBridge (CT.S3.PR.4) as the bucket's own property: the construct's
-            # event_bridge_enabled would add a custom-resource Lambda to set it.
+        if self._governed or events:
+            # Events to EventBridge (CT.S3.PR.4; retrain_on_new_data) as the bucket's own property: the
+            # construct's event_bridge_enabled would add a custom-resource Lambda to set it.
             cfn_bucket: s3.CfnBucket = bucket.node.default_child
             cfn_bucket.notification_configuration = s3.CfnBucket.NotificationConfigurationProperty(
                 event_bridge_configuration=s3.CfnBucket.EventBridgeConfigurationProperty(

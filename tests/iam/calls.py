@@ -14,6 +14,7 @@ from typing import Any
 
 from tests.iam.deployed import DeployedApp, Role
 from tests.iam.training_job_calls import ECR_PULL_ACTIONS, TrainingJobCalls
+from tests.iam.trigger_calls import TriggerCalls
 from trainstack.queue_settings import BATCH_TRAINING_JOB_PREFIX, service_job_name, training_queue_name
 
 # The representative run: its name, the execution that runs it, Batch's ids for its service job.
@@ -67,7 +68,7 @@ class Call:
         return f"{self.caller}: {self.action} on {self.resource} by role {self.role.logical_id}"
 
 
-class CallCatalog(TrainingJobCalls):
+class CallCatalog(TrainingJobCalls, TriggerCalls):
     def __init__(self, app: DeployedApp, settings):
         self.app, self.settings = app, settings
         self.project = settings.project
@@ -187,7 +188,11 @@ class CallCatalog(TrainingJobCalls):
             "jobId": SERVICE_JOB_ID,
             "owner": execution,
             "nextToken": "token",
-            "states": {"input": {"detail": {"executionArn": execution}, "execution": execution}},
+            "states": {
+                "input": {"detail": {"executionArn": execution}, "execution": execution},
+                "context": self.trigger_bindings()["context"],
+            },
+            "importTask": self.trigger_bindings()["importTask"],
         }
 
     def argument(self, arguments: dict[str, Any], name: str) -> str:

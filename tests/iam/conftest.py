@@ -32,13 +32,16 @@ def with_plan_and_schedule(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "profiles": profiles}
 
 
+# retrain_on_new_data on: with FSx (plans-and-schedules) and without (control-tower: FSx off).
+TRIGGER = {"retrain_on_new_data": {"profile": "small-torchrun", "prefix": "datasets/corpus/"}}
+
 # Mode -> the config data. The default config already has a spot profile, FSx and a created VPC.
 MODES = {
-    "plans-and-schedules": lambda data: with_plan_and_schedule(data),
+    "plans-and-schedules": lambda data: deep_merge(with_plan_and_schedule(data), TRIGGER),
     "queue-with-plans": lambda data: with_plan_and_schedule(deep_merge(data, SHARES)),
     # control-tower (KMS, boundary, role path) with an imported VPC, FSx off and the queue.
     "control-tower-imported-vpc-no-fsx-queue": lambda data: deep_merge(
-        data, deep_merge(GOVERNED, GOVERNED_QUEUE_EXISTING_NAT)
+        data, deep_merge(deep_merge(GOVERNED, GOVERNED_QUEUE_EXISTING_NAT), TRIGGER)
     ),
 }
 

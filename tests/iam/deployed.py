@@ -159,6 +159,7 @@ class DeployedApp:
             "AWS::ECR::Repository": lambda: self._name(stack, name, "RepositoryName").lower(),
             "AWS::Logs::LogGroup": lambda: self._name(stack, name, "LogGroupName"),
             "AWS::Lambda::Function": lambda: self._name(stack, name, "FunctionName"),
+            "AWS::DynamoDB::Table": lambda: self._name(stack, name, "TableName"),
             "AWS::SNS::Topic": lambda: arn % ("sns", self._name(stack, name, "TopicName")),
             "AWS::KMS::Key": lambda: f"{name.lower()}-0000-0000-0000-000000000000"[:36],
             "AWS::Batch::JobQueue": lambda: (
@@ -201,6 +202,7 @@ class DeployedApp:
             ("AWS::EC2::VPC", "DefaultSecurityGroup"): lambda: f"sg-{_hex(ref + 'default')}",
             ("AWS::FSx::FileSystem", "LustreMountName"): lambda: "abcdefgh",
             ("AWS::Batch::JobQueue", "JobQueueArn"): lambda: ref,
+            ("AWS::DynamoDB::Table", "Arn"): lambda: region_arn % ("dynamodb", f"table/{ref}"),
         }
         if (kind, attribute) in attributes:
             return attributes[(kind, attribute)]()

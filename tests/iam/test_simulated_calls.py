@@ -5,6 +5,7 @@ and writes with the SageMaker execution role, EventBridge's and Scheduler's role
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import replace
 
 import pytest
@@ -113,3 +114,20 @@ def test_a_boundary_that_lacks_a_service_denies_its_calls(simulated_mode):
         in decision.explain()
         for decision in decisions
     )
+
+
+def test_the_trigger_mode_shows_triggered_runs_on_the_dashboard_and_listens_to_the_bucket(simulated_mode):
+    """plans-and-schedules has retrain_on_new_data on: its dashboard graphs the trigger's executions, and
+    its rule starts the trigger machine for the dataset bucket's Object Created events under the prefix."""
+    app = simulated_mode("plans-and-schedules").app
+    [(_, _, dashboard)] = app.resources_of_type("AWS::CloudWatch::Dashboard")
+    body = json.loads(dashboard["DashboardBody"])
+    titles = [widget["properties"].get("title", "") for widget in body["widgets"]]
+    assert "Retrain on new data (small-torchrun): trigger executions" in titles
+    [pattern] = [
+        properties["EventPattern"]
+        for _, _, properties in app.resources_of_type("AWS::Events::Rule")
+        if properties.get("EventPattern", {}).get("source") == ["aws.s3"]
+    ]
+    assert pattern["detail-type"] == ["Object Created"]
+    assert pattern["detail"]["object"] == {"key": [{"prefix": "datasets/corpus/"}]}

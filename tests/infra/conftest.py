@@ -83,8 +83,10 @@ EXISTING_VPC = {
     "subnet_ids": ["subnet-0a1b2c3d4e5f60718", "subnet-0a1b2c3d4e5f60719"],
     "route_table_ids": ["rtb-0a1b2c3d4e5f60718"],
 }
-# 2,400 GiB read at 1,100 MB/s on PERSISTENT_2: 500 MB/s/TiB at 2,400 GiB is the cheapest way.
+# 2,400 GiB read at 1,100 MB/s on PERSISTENT_2: 500 MB/s/TiB at 2,400 GiB is the cheapest way. With the
+# retrain trigger on: the dataset bucket's events go to EventBridge beside FSx's data repository association.
 IMPORTED_VPC_PERSISTENT_500 = {
+    "retrain_on_new_data": {"profile": "small-torchrun", "prefix": "datasets/corpus/"},
     "network": {"existing": EXISTING_VPC},
     "dataset": {"size_gib": 2400},
     "fsx": {"throughput_mbps": 1100, "deployment_type": "PERSISTENT_2"},

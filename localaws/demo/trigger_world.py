@@ -1,0 +1,142 @@
+"""The retrain trigger's world on this machine, for `make demo-trigger` and the trigger's tests: moto's S3
+(dataset bucket with EventBridge notifications on), EventBridge (the trigger's rule, starting the trigger
+machine: localaws.emulator.event_targets), DynamoDB (the trigger table), Step Functions running the
+trigger, pipeline and attempt machines on a SteppedClock, a SageMaker fake and, with FSx, the FSx data
+repository task fake (localaws.emulator.fake_fsx). Time moves only when `run_until` jumps to the next
+Wait's end or a caller advances it, so uploads land exactly when the scenario says.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+from moto import mock_aws
+
+from localaws.emulator import SteppedClock, local_stepfunctions
+from localaws.emulator.event_targets import install_state_machine_targets
+from localaws.emulator.fake_fsx import FakeFsx, install_fake_fsx
+from localaws.sagemaker import ACCOUNT, FakeSageMaker, install_fake_sagemaker
+
+REGION = "us-east-1"
+ROLE_ARN = f"arn:aws:iam::{ACCOUNT}:role/trainstack-local"
+ENDED = ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED")
+
+
+@dataclass(frozen=True)
+class TriggerMachines:
+    """State machine name -> definition (placeholders filled), created in this order (children first)."""
+
+    definitions: dict[str, str]
+    trigger: str  # the trigger machine's name
+    pipeline: str
+    rule_pattern: dict[str, Any]  # the trigger rule's EventPattern, naming the local bucket
+    table: str
+    bucket: str
+
+
+@dataclass
+class TriggerWorld:
+    machines: TriggerMachines
+    clock: SteppedClock
+    sagemaker: FakeSageMaker
+    fsx: FakeFsx | None
+    arns: dict[str, str]
+
+    def upload(self, key: str, body: bytes = b"\x01\x00\x02\x00") -> None:
+        """Put an object and let the trigger execution it starts record it."""
+        boto3.client("s3", region_name=REGION).put_object(Bucket=self.machines.bucket, Key=key, Body=body)
+        self.clock.settle()
+
+    def executions(self, name: str) -> list[dict[str, Any]]:
+        """The executions of a machine, oldest first, described (status, input, output, error, cause)."""
+        client = boto3.client("stepfunctions", region_name=REGION)
+        listed = client.list_executions(stateMachineArn=self.arns[name])["executions"]
+        return [
+            client.describe_execution(executionArn=item["executionArn"])
+            for item in sorted(listed, key=lambda item: item["startDate"])
+        ]
+
+    def runs(self) -> list[dict[str, Any]]:
+        return self.executions(self.machines.pipeline)
+
+    def triggers(self) -> list[dict[str, Any]]:
+        return self.executions(self.machines.trigger)
+
+    def item(self) -> dict[str, Any]:
+        """The trigger table's items (DynamoDB JSON), by profile."""
+        items = boto3.client("dynamodb", region_name=REGION).scan(TableName=self.machines.table)["Items"]
+        return {item["profile"]["S"]: item for item in items}
+
+    def idle(self) -> bool:
+        client = boto3.client("stepfunctions", region_name=REGION)
+        return not any(
+            client.list_executions(stateMachineArn=self.arns[name], statusFilter="RUNNING")["executions"]
+            for name in (self.machines.trigger, self.machines.pipeline)
+        )
+
+    def run_until_idle(self, limit_seconds: float = 7 * 86_400) -> None:
+        """Let clock time pass until no trigger or pipeline execution runs."""
+        self.clock.run_until(self.idle, limit_seconds=limit_seconds)
+
+    def advance(self, seconds: float) -> None:
+        """`seconds` of clock time pass, stopping at each Wait that ends on the way."""
+        target = self.clock.time() + seconds
+        self.clock.run_until(lambda: (self.clock.next_end() or target + 1) > target, limit_seconds=seconds)
+        self.clock.advance(max(0.0, target - self.clock.time()))
+        self.clock.settle()
+
+
+@contextmanager
+def trigger_world(
+    machines: TriggerMachines, sagemaker: FakeSageMaker, fsx: FakeFsx | None, monkeypatch
+) -> Iterator[TriggerWorld]:
+    for variable, value in {
+        "AWS_DEFAULT_REGION": REGION,
+        "AWS_ACCESS_KEY_ID": "local",
+        "AWS_SECRET_ACCESS_KEY": "local",
+        "MOTO_ACCOUNT_ID": ACCOUNT,
+    }.items():
+        monkeypatch.setenv(variable, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    install_fake_sagemaker(sagemaker, monkeypatch)
+    install_state_machine_targets(monkeypatch)
+    if fsx is not None:
+        install_fake_fsx(fsx, monkeypatch)
+    clock = SteppedClock()
+    if fsx is not None:
+        fsx.now = clock.watched_time
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}), local_stepfunctions(clock):
+        _create_resources(machines)
+        client = boto3.client("stepfunctions", region_name=REGION)
+        arns = {
+            name: client.create_state_machine(name=name, definition=definition, roleArn=ROLE_ARN)[
+                "stateMachineArn"
+            ]
+            for name, definition in machines.definitions.items()
+        }
+        events = boto3.client("events", region_name=REGION)
+        events.put_rule(Name="new-data", EventPattern=json.dumps(machines.rule_pattern))
+        events.put_targets(
+            Rule="new-data", Targets=[{"Id": "trigger", "Arn": arns[machines.trigger], "RoleArn": ROLE_ARN}]
+        )
+        yield TriggerWorld(machines, clock, sagemaker, fsx, arns)
+
+
+def _create_resources(machines: TriggerMachines) -> None:
+    s3 = boto3.client("s3", region_name=REGION)
+    s3.create_bucket(Bucket=machines.bucket)
+    # What the storage stack sets on the dataset bucket (NotificationConfiguration.EventBridgeConfiguration).
+    s3.put_bucket_notification_configuration(
+        Bucket=machines.bucket, NotificationConfiguration={"EventBridgeConfiguration": {}}
+    )
+    boto3.client("dynamodb", region_name=REGION).create_table(
+        TableName=machines.table,
+        KeySchema=[{"AttributeName": "profile", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "profile", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )

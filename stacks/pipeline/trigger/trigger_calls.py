@@ -1,0 +1,80 @@
+"""The trigger machine's DynamoDB calls on its profile's item (key `profile`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import aws_stepfunctions_tasks as tasks
+from constructs import Construct
+
+from stacks.pipeline.jsonata_text import expression
+from stacks.pipeline.machine_kit import retry_must_succeed_call
+
+# Error names of aws-sdk:dynamodb:* tasks: Step Functions names the service `DynamoDb` (moto's copy of
+# LocalStack's table, recorded against AWS); codes DynamoDB's model declares are `DynamoDb.<Code>Exception`.
+CONDITION_FAILED = "DynamoDb.ConditionalCheckFailedException"
+DYNAMODB_TRANSIENT_ERRORS = (
+    "DynamoDb.DynamoDbException",
+    "DynamoDb.ProvisionedThroughputExceededException",
+    "DynamoDb.RequestLimitExceededException",
+    "DynamoDb.InternalServerErrorException",
+)
+
+
+def number(value: str) -> dict[str, str]:
+    """A DynamoDB number attribute from a JSONata number expression."""
+    return {"N": expression(f"$string({value})")}
+
+
+def text(value: str) -> dict[str, str]:
+    """A DynamoDB string attribute from a JSONata string expression."""
+    return {"S": expression(value)}
+
+
+class TriggerTable:
+    """Calls on the trigger table for one profile's item."""
+
+    def __init__(self, scope: Construct, *, table_name: str, table_arn: str, profile: str) -> None:
+        self.scope, self.table_name, self.table_arn = scope, table_name, table_arn
+        self.key = {"profile": {"S": profile}}
+
+    def update(
+        self,
+        state_id: str,
+        update: str,
+        values: dict[str, Any] | None = None,
+        *,
+        condition: str | None = None,
+        assign: dict[str, Any] | None = None,
+    ) -> tasks.CallAwsService:
+        """UpdateItem of the profile's item (`values`: its ExpressionAttributeValues)."""
+        parameters: dict[str, Any] = {"UpdateExpression": update}
+        if values is not None:
+            parameters["ExpressionAttributeValues"] = values
+        if condition is not None:
+            parameters["ConditionExpression"] = condition
+        return self._call(state_id, "updateItem", parameters, assign or {})
+
+    def read(self, state_id: str, assign_to: str) -> tasks.CallAwsService:
+        """GetItem (strongly consistent) of the profile's item into `$<assign_to>` ({} when there is none)."""
+        return self._call(
+            state_id,
+            "getItem",
+            {"ConsistentRead": True},
+            {assign_to: expression("$exists($states.result.Item) ? $states.result.Item : {}")},
+        )
+
+    def _call(self, state_id: str, action: str, parameters: dict[str, Any], assign: dict[str, Any]):
+        task = tasks.CallAwsService.jsonata(
+            self.scope,
+            state_id,
+            service="dynamodb",
+            action=action,
+            iam_action=f"dynamodb:{action[0].upper()}{action[1:]}",
+            parameters={"TableName": self.table_name, "Key": self.key, **parameters},
+            iam_resources=[self.table_arn],
+            assign=assign,
+            outputs={},
+        )
+        retry_must_succeed_call(task, DYNAMODB_TRANSIENT_ERRORS)
+        return task

@@ -1,0 +1,219 @@
+"""What a closed window runs: the training set's manifest; no training when its hash equals the one of the
+profile's last successful triggered run (the output says so); else FSx catches up (fsx_import.py, FSx on)
+and the pipeline runs the profile (startExecution.sync:2, so the controller holds the profile until the run
+ends: at most one triggered run per profile in flight). The decision is written to the profile's item
+(lastDecision; lastHash and lastHashRun after a success). Then the controller lets go, or, when events
+arrived meanwhile, hands the profile to a new execution of this machine, which waits for the new window:
+exactly one more run, and each execution's history stays one window long.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import aws_stepfunctions_tasks as tasks
+from constructs import Construct
+
+from stacks.pipeline.dataset_manifest import DatasetManifest
+from stacks.pipeline.jsonata_text import expression, literal
+from stacks.pipeline.machine_kit import STEP_FUNCTIONS_ERROR, retry_must_succeed_call
+from stacks.pipeline.trigger.fsx_import import FsxImport, failure
+from stacks.pipeline.trigger.trigger_calls import CONDITION_FAILED, TriggerTable, text
+from trainstack.trigger_settings import RetrainOnNewData, profile_key
+
+ERROR_TRAINING_RUN_FAILED = "TriggeredRunFailed"
+
+
+def decision(kind: str, message: str, extra: str = "") -> str:
+    """JSONata: what the execution outputs and the item keeps as lastDecision (`extra`: more fields)."""
+    return (
+        f'{{"decision": {literal(kind)}, "message": {message}, "atMillis": $millis(), "runName": $runName, '
+        f'"manifest": $datasetManifest, "events": $window.events{extra}}}'
+    )
+
+
+class FsxTarget:
+    """The file system and the S3 paths of its import task."""
+
+    def __init__(self, file_system_id: str, file_system_arn: str, import_path: str, report_path: str):
+        self.file_system_id, self.file_system_arn = file_system_id, file_system_arn
+        self.import_path, self.report_path = import_path, report_path
+
+
+class TriggeredRun:
+    """`start`: the first state after a window closed."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        *,
+        project: str,
+        trigger: RetrainOnNewData,
+        table: TriggerTable,
+        dataset_bucket: s3.IBucket,
+        dataset_bucket_name: str,
+        pipeline: sfn.IStateMachine,
+        fsx: FsxTarget | None,
+        self_arn: str,
+    ) -> None:
+        self.scope, self.table, self.trigger = scope, table, trigger
+        finish = self._finish()
+        after = self._let_go_or_hand_over(finish, self_arn)
+        manifest = DatasetManifest(
+            scope,
+            "Manifest",
+            bucket=dataset_bucket,
+            bucket_name=dataset_bucket_name,
+            prefix=literal(trigger.prefix),
+        )
+        unchanged = table.update(
+            "RecordUnchanged",
+            "SET lastDecision = :decision",
+            {":decision": text("$string($result)")},
+        )
+        run = self._run(pipeline, after)
+        first = run if fsx is None else self._import(fsx, run, after)
+        stamp = "$fromMillis($millis(), '[Y0001][M01][D01]-[H01][m01][s01]')"
+        prepare = sfn.Pass.jsonata(
+            scope,
+            "NameRun",
+            assign={
+                "runName": expression(f'"{project}-data-" & {stamp} & "-{profile_key(trigger.profile)}"'),
+                "failure": expression("null"),
+            },
+        )
+        same = "$datasetManifest.hash = $window.lastHash and $exists($window.lastHash)"
+        is_new = (
+            sfn.Choice.jsonata(scope, "IsDatasetNew")
+            .when(
+                sfn.Condition.jsonata(expression(same)),
+                unchanged.next(after),
+                assign={
+                    "result": expression(
+                        decision(
+                            "unchanged",
+                            '"No training started: the dataset under '
+                            + trigger.prefix
+                            + ' has the hash " & $datasetManifest.hash & " of its last successful run, " '
+                            "& $window.lastHashRun",
+                        )
+                    )
+                },
+            )
+            .otherwise(first)
+        )
+        self.start = prepare.next(manifest).next(is_new)
+
+    def _import(self, fsx: FsxTarget, run: sfn.IChainable, after: sfn.IChainable) -> sfn.IChainable:
+        failed = self._record_failure(after, "ImportFailed")
+        return FsxImport(
+            self.scope,
+            file_system_id=fsx.file_system_id,
+            file_system_arn=fsx.file_system_arn,
+            import_path=fsx.import_path,
+            report_path=fsx.report_path,
+            timeout_minutes=self.trigger.fsx_import_timeout_minutes,
+            succeeded=run,
+            failed=failed,
+        ).start
+
+    def _run(self, pipeline: sfn.IStateMachine, after: sfn.IChainable) -> sfn.IChainable:
+        run = tasks.StepFunctionsStartExecution.jsonata(
+            self.scope,
+            "RunPipeline",
+            comment="One pipeline run of the profile, followed to its end.",
+            state_machine=pipeline,
+            integration_pattern=sfn.IntegrationPattern.RUN_JOB,
+            # No AWS_STEP_FUNCTIONS_STARTED_BY_EXECUTION_ID in the input: the pipeline refuses unknown fields.
+            associate_with_parent=False,
+            name=expression("$runName"),
+            input=sfn.TaskInput.from_object(
+                {"profile": self.trigger.profile, "runName": expression("$runName")}
+            ),
+            assign={
+                "result": expression(
+                    decision(
+                        "trained",
+                        '"Trained on the new data: run " & $runName',
+                        ', "output": $states.result.Output',
+                    )
+                )
+            },
+            outputs={},
+        )
+        run.add_catch(
+            self._record_failure(after, "RunFailed"),
+            errors=["States.ALL"],
+            outputs={},
+            assign={
+                "failure": expression(
+                    failure(
+                        ERROR_TRAINING_RUN_FAILED,
+                        '"Run " & $runName & " of profile ' + self.trigger.profile + ' failed: " '
+                        "& $states.errorOutput.Cause",
+                    )
+                )
+            },
+        )
+        succeeded = self.table.update(
+            "RecordSuccess",
+            "SET lastHash = :hash, lastHashRun = :run, lastDecision = :decision",
+            {
+                ":hash": text("$datasetManifest.hash"),
+                ":run": text("$runName"),
+                ":decision": text("$string($result)"),
+            },
+        )
+        return run.next(succeeded.next(after))
+
+    def _record_failure(self, after: sfn.IChainable, name: str) -> sfn.IChainable:
+        failed = decision("failed", '$failure.error & ": " & $failure.cause')
+        return self.table.update(
+            f"Record{name}",
+            "SET lastDecision = :decision",
+            {":decision": text(f"$string({failed})")},
+            assign={"result": expression(failed)},
+        ).next(after)
+
+    def _let_go_or_hand_over(self, finish: sfn.IChainable, self_arn: str) -> sfn.IChainable:
+        let_go = self.table.update(
+            "LetGo",
+            "REMOVE controller, controllerUntil",
+            {":me": text("$states.context.Execution.Name")},
+            condition="attribute_not_exists(firstEventMillis) AND controller = :me",
+        )
+        hand_over = tasks.CallAwsService.jsonata(
+            self.scope,
+            "HandOver",
+            comment="Events arrived during the run: a new execution waits for their window.",
+            service="sfn",
+            action="startExecution",
+            parameters={
+                "StateMachineArn": expression("$states.context.StateMachine.Id"),
+                "Name": expression('"handover-" & $uuid()'),
+                "Input": expression('$string({"handover": true, "after": $states.context.Execution.Name})'),
+            },
+            iam_action="states:StartExecution",
+            iam_resources=[self_arn],
+            outputs={},
+        )
+        retry_must_succeed_call(hand_over, [STEP_FUNCTIONS_ERROR, "Sfn.ExecutionLimitExceededException"])
+        let_go.add_catch(hand_over, errors=[CONDITION_FAILED], outputs={})
+        let_go.next(finish)
+        hand_over.next(finish)
+        return let_go
+
+    def _finish(self) -> sfn.Choice:
+        return (
+            sfn.Choice.jsonata(self.scope, "DidRunFail")
+            .when(
+                sfn.Condition.jsonata(expression("$failure != null")),
+                sfn.Fail.jsonata(
+                    self.scope,
+                    "RunFailed",
+                    error=expression("$failure.error"),
+                    cause=expression("$failure.cause"),
+                ),
+            )
+            .otherwise(sfn.Succeed.jsonata(self.scope, "Done", outputs=expression("$result")))
+        )

@@ -1,0 +1,50 @@
+"""retrain_on_new_data: off by default; each mistake is one sentence naming the field and what is allowed."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.config.test_config import error_for
+
+TRIGGER = {"profile": "small-torchrun", "prefix": "datasets/corpus/"}
+
+
+def test_the_trigger_is_off_by_default(make_settings):
+    assert make_settings().retrain_on_new_data is None
+
+
+def test_a_valid_section_gets_the_defaults(make_settings):
+    trigger = make_settings({"retrain_on_new_data": TRIGGER}).retrain_on_new_data
+    assert (trigger.quiet_minutes, trigger.max_delay_hours, trigger.fsx_import_timeout_minutes) == (15, 6, 60)
+
+
+@pytest.mark.parametrize(
+    ("section", "words"),
+    [
+        ({"prefix": "datasets/corpus/"}, "retrain_on_new_data.profile: Field required"),
+        ({**TRIGGER, "profile": "nope"}, "retrain_on_new_data.profile must name a profile of the config"),
+        ({**TRIGGER, "prefix": "other/"}, "must be a folder under dataset.prefix 'datasets/'"),
+        ({**TRIGGER, "prefix": "datasets/"}, "not 'datasets/'"),
+        ({**TRIGGER, "prefix": "datasets/fsx-import-reports/x/"}, "where FSx writes its import reports"),
+        ({**TRIGGER, "prefix": "datasets/a b/"}, "an S3 key prefix of folders ending in /"),
+        ({**TRIGGER, "quiet_minutes": 0}, "retrain_on_new_data.quiet_minutes"),
+        ({**TRIGGER, "quiet_minutes": 120, "max_delay_hours": 1}, "quiet_minutes (120) must not exceed"),
+        ({**TRIGGER, "max_delay_hours": 0}, "retrain_on_new_data.max_delay_hours"),
+        ({**TRIGGER, "fsx_import_timeout_minutes": 1}, "retrain_on_new_data.fsx_import_timeout_minutes"),
+        ({**TRIGGER, "debounce": 3}, "retrain_on_new_data.debounce"),
+    ],
+)
+def test_mistakes_are_one_sentence_naming_the_field(section, words):
+    message = error_for({"retrain_on_new_data": section})
+    assert words in message
+    assert "\n" not in message
+
+
+def test_trainstack_triggers_without_the_section_says_so_in_one_line(capsys):
+    from tests.conftest import DEFAULT_CONFIG
+    from trainstack.cli import main
+
+    assert main(["triggers", "--config", str(DEFAULT_CONFIG)]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("trainstack triggers: --config: ") and "sets no retrain_on_new_data" in error
+    assert error.count("\n") == 1

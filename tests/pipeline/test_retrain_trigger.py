@@ -1,0 +1,186 @@
+"""Retrain on new data, on the stepped clock: uploads land at the minutes the scenario says, EventBridge
+starts the trigger machine per object, and the trigger starts the real pipeline (scripted SageMaker jobs)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from localaws.demo.trigger_world import trigger_world
+from localaws.emulator.fake_fsx import FakeFsx, ImportScript
+from localaws.sagemaker import scripted_sagemaker
+from localaws.sagemaker.scripted import COMPLETED, STARTING, TRAINING
+from tests.infra.templates import resources
+from tests.pipeline.conftest import FAKE_VALUES
+from tests.pipeline.trigger_machines import PREFIX, PROFILE, TRIGGER, trigger_machines, trigger_templates
+from trainstack.commands.triggers import describe_trigger
+
+MINUTE = 60
+# A job that trains for five polls, so that uploads can land during the run.
+LONG_JOB = [STARTING, *[TRAINING] * 5, COMPLETED]
+
+
+@pytest.fixture(scope="module")
+def templates(pipeline):
+    return trigger_templates(pipeline.settings)
+
+
+@pytest.fixture
+def world(templates, pipeline, monkeypatch):
+    def start(variant: str = "fsx", fsx_scripts=(), job_scripts=None):
+        fsx = FakeFsx((FAKE_VALUES["FileSystemId"],), scripts=list(fsx_scripts)) if variant == "fsx" else None
+        sagemaker = scripted_sagemaker(job_scripts)
+        context = trigger_world(trigger_machines(templates[variant], pipeline), sagemaker, fsx, monkeypatch)
+        contexts.append(context)
+        return context.__enter__()
+
+    contexts = []
+    yield start
+    for context in reversed(contexts):
+        context.__exit__(None, None, None)
+
+
+def upload_burst(world, count: int, every_minutes: float, name: str = "shard") -> None:
+    for index in range(count):
+        world.upload(f"{PREFIX}{name}-{index:03d}.bin", f"{name}{index}".encode())
+        world.advance(every_minutes * MINUTE)
+
+
+def outputs(executions) -> list[dict]:
+    return [json.loads(item["output"]) for item in executions if item.get("output")]
+
+
+def decisions(world) -> list[str]:
+    return [output["decision"] for output in outputs(world.triggers())]
+
+
+def upload_time(world, index: int) -> float:
+    return world.triggers()[index]["startDate"].timestamp()
+
+
+def test_a_burst_of_uploads_starts_one_run_once_the_prefix_is_quiet(world):
+    world = world()
+    upload_burst(world, 6, every_minutes=1)
+    world.run_until_idle()
+
+    (run,) = world.runs()
+    assert run["status"] == "SUCCEEDED"
+    assert json.loads(run["input"]) == {"profile": PROFILE, "runName": run["name"]}
+    assert run["startDate"].timestamp() - upload_time(world, 5) >= 15 * MINUTE, "quiet_minutes after the last"
+    assert decisions(world).count("trained") == 1
+    (task,) = world.fsx.tasks
+    assert task["Type"] == "IMPORT_METADATA_FROM_REPOSITORY"
+    assert task["Paths"] == [f"s3://{FAKE_VALUES['DatasetBucket']}/{PREFIX}"]
+    assert task["EndTime"] <= run["startDate"].timestamp() + 0.001, "FSx caught up before the run started"
+    assert "controller" not in world.item()[PROFILE], "the controller let go"
+
+
+def test_a_burst_longer_than_max_delay_runs_at_the_deadline_and_once_more_after(world):
+    world = world()
+    upload_burst(world, 8, every_minutes=10)  # 80 minutes of uploads, max_delay_hours is 1
+    world.run_until_idle()
+
+    first, second = world.runs()
+    assert first["startDate"].timestamp() - upload_time(world, 0) <= 60 * MINUTE + 5 * MINUTE
+    assert first["startDate"].timestamp() < upload_time(world, 7), "it did not wait for the burst to end"
+    assert second["startDate"].timestamp() >= first["stopDate"].timestamp()
+    assert [run["status"] for run in (first, second)] == ["SUCCEEDED", "SUCCEEDED"]
+
+
+def test_the_same_files_again_start_no_training_and_say_so(world):
+    world = world("no-fsx")
+    upload_burst(world, 3, every_minutes=1)
+    world.run_until_idle()
+    upload_burst(world, 3, every_minutes=1)  # the same keys and contents: the same ETags
+    world.run_until_idle()
+
+    assert len(world.runs()) == 1
+    unchanged = [output for output in outputs(world.triggers()) if output["decision"] == "unchanged"]
+    assert len(unchanged) == 1
+    assert unchanged[0]["message"].startswith(
+        "No training started: the dataset under datasets/corpus/ has the hash"
+    )
+    assert unchanged[0]["manifest"]["objects"] == 3
+    # What `trainstack triggers` shows of it.
+    lines = describe_trigger(TRIGGER, world.item()[PROFILE], list(reversed(world.triggers()))[:3])
+    assert (
+        f"  last dataset hash: {unchanged[0]['manifest']['hash']} (trained by run {world.runs()[0]['name']})"
+        in lines
+    )
+    assert "  pending window: none" in lines
+    assert any(
+        line.startswith("  last decision (") and ": unchanged: No training started" in line for line in lines
+    )
+    # The re-uploads, newest first: the first of them controlled the window and found the data unchanged.
+    recorded = "recorded; the profile's controller execution will see it"
+    assert lines[-3].endswith(f"SUCCEEDED {PREFIX}shard-002.bin  {recorded}")
+    assert lines[-1].endswith(f"SUCCEEDED {PREFIX}shard-000.bin  unchanged")
+
+
+def test_new_data_during_a_run_starts_exactly_one_more_after_it(world):
+    world = world(job_scripts=[LONG_JOB])
+    upload_burst(world, 3, every_minutes=1)
+    world.clock.run_until(
+        lambda: any(run["status"] == "RUNNING" for run in world.runs()), limit_seconds=86_400
+    )
+    upload_burst(world, 3, every_minutes=1, name="late")
+    world.run_until_idle()
+
+    first, second = world.runs()
+    assert [run["status"] for run in (first, second)] == ["SUCCEEDED", "SUCCEEDED"]
+    assert second["startDate"] >= first["stopDate"], "at most one triggered run in flight"
+    assert decisions(world).count("trained") == 2
+    assert json.loads(world.triggers()[-1]["input"])["handover"] is True
+
+
+@pytest.mark.parametrize(
+    ("script", "error"),
+    [
+        (ImportScript("FAILED", 120, "Failed to import 2 of 3 files."), "DatasetImportFailed"),
+        (ImportScript(None), "DatasetImportTimedOut"),
+    ],
+)
+def test_a_failed_or_stuck_fsx_import_ends_the_run_before_training_and_names_the_report(world, script, error):
+    world = world(fsx_scripts=[script])
+    upload_burst(world, 2, every_minutes=1)
+    world.run_until_idle()
+
+    (controller,) = [item for item in world.triggers() if item["status"] == "FAILED"]
+    assert controller["error"] == error
+    (task,) = world.fsx.tasks
+    report = f"s3://{FAKE_VALUES['DatasetBucket']}/datasets/fsx-import-reports/{task['TaskId']}/failures.csv"
+    assert report in controller["cause"]
+    assert world.runs() == []
+    assert task["Lifecycle"] == ("FAILED" if script.outcome else "CANCELED")
+    assert "controller" not in world.item()[PROFILE]
+
+
+def test_with_the_trigger_off_nothing_listens_to_the_bucket(pipeline, default_app):
+    settings, stacks, assembly = default_app
+    assert settings.retrain_on_new_data is None
+    machines = {
+        body["Properties"]["StateMachineName"]
+        for body in resources(pipeline.template, "AWS::StepFunctions::StateMachine").values()
+    }
+    assert not any("trigger" in name for name in machines)
+    assert resources(pipeline.template, "AWS::DynamoDB::Table") == {}
+    storage = assembly.get_stack_by_name(stacks.storage.stack_name).template
+    (bucket,) = [
+        body
+        for name, body in resources(storage, "AWS::S3::Bucket").items()
+        if name.startswith("DatasetBucket")
+    ]
+    assert "NotificationConfiguration" not in bucket["Properties"]
+
+
+def test_the_trigger_definition_is_valid_for_aws_tools(templates, pipeline):
+    """asl-validator and amazon-states-language-service (AWS's own) accept the trigger machine, with FSx
+    and without."""
+    from tests.pipeline.test_pipeline_template import aws_validation
+
+    definitions = [
+        trigger_machines(templates[variant], pipeline).definitions["trainstack-retrain-trigger"]
+        for variant in ("fsx", "no-fsx")
+    ]
+    assert aws_validation(definitions) == [{"aslValidator": [], "languageService": []}] * 2

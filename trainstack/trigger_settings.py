@@ -1,0 +1,74 @@
+"""`retrain_on_new_data:` in the config: start one training run of a profile once new data under a prefix
+has been quiet for a while (docs/trigger.md). Off unless the section is present."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Annotated
+
+from pydantic import Field, model_validator
+
+from trainstack.base import StrictModel, matching
+
+# FSx writes its import tasks' reports here (under the dataset prefix, which the file system links): the
+# trigger's prefix must not contain it, or each report would count as new data.
+FSX_REPORTS_FOLDER = "fsx-import-reports/"
+
+
+def trigger_table_name(project: str) -> str:
+    """The DynamoDB table of the trigger's per-profile state; `trainstack triggers` reads it."""
+    return f"{project}-retrain-triggers"
+
+
+def trigger_machine_name(project: str) -> str:
+    return f"{project}-retrain-trigger"
+
+
+def profile_key(profile: str) -> str:
+    """4 hex digits that tell runs of different profiles apart in a run name."""
+    return hashlib.sha256(profile.encode()).hexdigest()[:4]
+
+
+class RetrainOnNewData(StrictModel):
+    profile: Annotated[str, Field(min_length=1)]
+    # S3's safe key characters only, so EventBridge's prefix match sees the key as written.
+    prefix: Annotated[
+        str,
+        matching(
+            r"^([A-Za-z0-9!_.*'()-]+/)+$",
+            "an S3 key prefix of folders ending in / (like datasets/corpus/)",
+        ),
+    ]
+    quiet_minutes: Annotated[int, Field(ge=1, le=1440)] = 15
+    max_delay_hours: Annotated[float, Field(gt=0, le=168)] = 6
+    fsx_import_timeout_minutes: Annotated[int, Field(ge=5, le=1440)] = 60
+
+    @model_validator(mode="after")
+    def _window(self) -> RetrainOnNewData:
+        if self.quiet_minutes > self.max_delay_hours * 60:
+            raise ValueError(
+                f"quiet_minutes ({self.quiet_minutes}) must not exceed max_delay_hours "
+                f"({self.max_delay_hours:g} h = {self.max_delay_hours * 60:g} minutes)"
+            )
+        return self
+
+    def problem(self, profiles: Sequence[str], dataset_prefix: str) -> str | None:
+        """What is wrong with this section against the rest of the config, in one sentence, or None."""
+        if self.profile not in profiles:
+            return (
+                f"retrain_on_new_data.profile must name a profile of the config ({', '.join(profiles)}), "
+                f"not '{self.profile}'"
+            )
+        reports = dataset_prefix + FSX_REPORTS_FOLDER
+        if not self.prefix.startswith(dataset_prefix) or self.prefix == dataset_prefix:
+            return (
+                f"retrain_on_new_data.prefix must be a folder under dataset.prefix '{dataset_prefix}' "
+                f"(like {dataset_prefix}corpus/), not '{self.prefix}': training reads the dataset there and "
+                f"FSx writes its import reports to {reports}"
+            )
+        if self.prefix.startswith(reports):
+            return (
+                f"retrain_on_new_data.prefix must not be under {reports}, where FSx writes its import reports"
+            )
+        return None
