@@ -1,14 +1,12 @@
 """The training pipeline's Step Functions state machines (JSONata): the pipeline and one attempt of it.
 
 The pipeline: check the input (the rules of trainstack.execution_input, in JSONata), build the run's
-CreateTrainingJob request from the profile's base request (trainstack.job_request, applied with
-$merge), run attempt after attempt in the attempt machine (attempt/training_attempt.py), wait with
-capped, jittered backoff between attempts that found no capacity, until the profile's max_attempts or
-its retry deadline (wall clock, from the execution's start time), retry attempts that failed for the
-infrastructure's fault on the profile's fault budget (fault_retries.py), and report the result.
-Errors: InvalidInput, CapacityExhausted, QuotaExceeded, InfrastructureRetriesExhausted, TrainingFailed,
-TrainingStopped.
-"""
+CreateTrainingJob request from the profile's base request (trainstack.job_request, applied with $merge), run
+attempt after attempt in the attempt machine (attempt/training_attempt.py), wait with capped, jittered backoff
+between attempts that found no capacity, until the profile's max_attempts or its retry deadline (wall clock,
+from the execution's start), retry attempts that failed for the infrastructure's fault on the profile's fault
+budget (fault_retries.py), and report the result. Errors: InvalidInput, CapacityExhausted, QuotaExceeded,
+InfrastructureRetriesExhausted, TrainingFailed, TrainingStopped, BudgetExceeded (cost_cap_states.py)."""
 
 from __future__ import annotations
 
@@ -20,6 +18,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
+from stacks.pipeline import cost_cap_states
 from stacks.pipeline.attempt.queued_training_attempt import QueuedTrainingAttempt, queue_attempt_fields
 from stacks.pipeline.attempt.training_attempt import TrainingAttempt
 from stacks.pipeline.attempt_metrics import grant_publish, publish_attempt_metrics
@@ -261,6 +260,7 @@ class TrainingStateMachine(Construct):
                 # The table and the raw input are not needed any more (every expression reads all variables).
                 "profiles": expression("null"),
                 "checked": expression("null"),
+                **cost_cap_states.prepare_run_assign(),
             },
         )
 
@@ -280,9 +280,10 @@ class TrainingStateMachine(Construct):
                     "stopAtMillis": expression("$plan.stopAtMillis"),
                     "timeLimitSeconds": expression("$plan.timeLimitSeconds"),
                     **(queue_attempt_fields(runs.profiles, runs.queue) if self.queue else {}),
+                    **cost_cap_states.attempt_input(),
                 }
             ),
-            assign={"outcome": expression("$states.result.Output")},
+            assign={"outcome": expression("$states.result.Output"), **cost_cap_states.run_attempt_assign()},
             outputs={},
         )
         # The refused child never started, so trying again is safe; each try evaluates the Arguments
@@ -312,6 +313,7 @@ class TrainingStateMachine(Construct):
         classify = sfn.Choice.jsonata(self, "ClassifyAttempt").when(
             sfn.Condition.jsonata(expression(_status_in("Completed"))), self._succeeded()
         )
+        cost_cap_states.add_budget_exceeded(self, classify)
         # Queue mode: Batch alone retries capacity errors (docs/queue.md); the pipeline never stacks its own.
         if self.queue is None:
             classify.when(

@@ -26,6 +26,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
+from stacks.pipeline.cost_cap_states import add_attempt_budget_stop, billed_seconds
 from stacks.pipeline.jsonata_text import expression, literal
 from stacks.pipeline.machine_kit import (
     SAGEMAKER_ERROR,
@@ -84,7 +85,8 @@ def described_job(*, with_name: bool = False) -> str:
         f"{name}"
         '"instanceType": $c.SelectedInstanceType ? $c.SelectedInstanceType : $c.InstanceType, '
         '"instanceCount": $c.SelectedInstanceCount ? $c.SelectedInstanceCount : $c.InstanceCount, '
-        '"artifacts": $r.ModelArtifacts.S3ModelArtifacts}]))'
+        '"artifacts": $r.ModelArtifacts.S3ModelArtifacts, '
+        f'"billedSeconds": {billed_seconds("$r")}}}]))'
     )
 
 
@@ -311,6 +313,7 @@ class TrainingAttempt(Construct):
         report_when(check_job, f'{status} = "Completed"', report, outcome("Completed"))
         report_when(check_job, capacity, report, outcome("Capacity", capacity_cause))
         report_when(check_job, f'{status} = "Failed"', report, failed_outcome())
+        add_attempt_budget_stop(self, check_job, report, wait_for_job, self._job_arn)
         report_when(check_job, f'{status} = "Stopped"', report, outcome("Stopped", stopped_cause))
         return check_job.when(
             sfn.Condition.jsonata(expression("$millis() > $limits.stopAtMillis")), stop

@@ -1,0 +1,84 @@
+"""The cost cap (max_cost_usd) in the synthesized machines, on the virtual clock: a run planned above the
+cap never starts, a run billed past it is stopped with BudgetExceeded and leaves no job running, spend of
+ended attempts counts, and a run under the cap is not touched. The default config caps llama-1b-smddp
+at $150 (it plans $133); runs here take 32 instances and few steps so that the cap is crossed within
+minutes of billing."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from localaws.sagemaker import BILLED_TRAINING, COMPLETED, STARTING, failed
+from trainstack.cost_cap import planned_cost_usd, usd
+from trainstack.execution_input import InvalidInputError, validate_execution_input
+from trainstack.prices import SAGEMAKER_TRAINING_PRICES
+
+PROFILE = "llama-1b-smddp"
+WIDE = {"profile": PROFILE, "instanceCount": 32, "hyperparameters": {"max_steps": "100"}}
+# 32 x ml.p4d.24xlarge (the first preference, which the fake selects).
+HOURLY = 32 * SAGEMAKER_TRAINING_PRICES.hourly_usd("ml.p4d.24xlarge")
+
+
+def _on_virtual_time(sm):
+    """The fake's TrainingStartTime/EndTime on the interpreter's clock."""
+    sm.fake.now = sm.clock.time
+    return sm
+
+
+def _dollars(text: str) -> list[float]:
+    return [float(value.replace(",", "")) for value in re.findall(r"\$([0-9,]+\.[0-9]{2})", text)]
+
+
+def test_a_run_planned_above_the_cap_is_refused_before_any_job(interpreter, pipeline):
+    execution_input = {
+        "profile": PROFILE,
+        "runName": "trainstack-dear",
+        "hyperparameters": {"max_steps": "20000"},
+    }
+    planned = planned_cost_usd(pipeline.settings.profile(PROFILE), execution_input["hyperparameters"], None)
+    sm = interpreter()
+    outcome = sm.run(execution_input)
+    assert (outcome.status, outcome.error) == ("FAILED", "InvalidInput")
+    assert outcome.cause == (
+        f"The run's planned cost of {usd(planned)} exceeds the max_cost_usd of $150.00 of profile {PROFILE}; "
+        "lower max_steps or instanceCount, or raise max_cost_usd."
+    )
+    assert planned > 150 and sm.fake.create_calls == 0
+    with pytest.raises(InvalidInputError) as refused:
+        validate_execution_input(execution_input, pipeline.settings, "exec-1")
+    assert str(refused.value) == outcome.cause
+
+
+def test_a_run_billed_past_the_cap_is_stopped_with_budget_exceeded(interpreter):
+    sm = _on_virtual_time(interpreter(job_scripts=[[STARTING, BILLED_TRAINING]]))
+    outcome = sm.run({**WIDE, "runName": "trainstack-spend"})
+    assert (outcome.status, outcome.error) == ("FAILED", "BudgetExceeded"), outcome.cause
+    job = sm.fake.jobs["trainstack-spend-1"]
+    assert sm.fake.stop_requests == ["trainstack-spend-1"]
+    assert job.current().status == "Stopped"  # no job left running
+    billed, cap = _dollars(outcome.cause)[:2]
+    billable_seconds = round(job.billed_until - job.billed_from)  # BillableTimeInSeconds
+    assert (cap, billed) == (150.0, round(billable_seconds * HOURLY / 3600, 2))
+    # Stopped at the first poll past the cap, billed until the next poll found it Stopped (60 s apart).
+    assert 150 < billed <= 150 + HOURLY * 2 * 60 / 3600
+    assert "resumeFrom set to it" in outcome.cause
+    assert "s3://trainstack-checkpoints-test/trainstack-spend/" in outcome.cause
+
+
+def test_the_spend_of_ended_attempts_counts_and_no_retry_starts_past_the_cap(interpreter):
+    """An NCCL fault after ~7 minutes of billing (> $150): the fault budget would retry, the cap does not."""
+    nccl = failed('AlgorithmError: ExecuteUserScriptError:\nExitCode 1\nErrorMessage "NCCL watchdog timeout"')
+    sm = _on_virtual_time(interpreter(job_scripts=[[STARTING] + [BILLED_TRAINING] * 3 + [nccl]]))
+    outcome = sm.run({**WIDE, "runName": "trainstack-spent"})
+    assert (outcome.status, outcome.error) == ("FAILED", "BudgetExceeded"), outcome.cause
+    assert list(sm.fake.jobs) == ["trainstack-spent-1"]
+    assert outcome.cause.startswith("The run's billed cost reached $")
+
+
+def test_a_run_under_the_cap_is_not_touched(interpreter):
+    sm = _on_virtual_time(interpreter(job_scripts=[[STARTING, BILLED_TRAINING, COMPLETED]]))
+    outcome = sm.run({**WIDE, "runName": "trainstack-cheap"})
+    assert outcome.status == "SUCCEEDED", outcome.cause
+    assert sm.fake.stop_requests == []
