@@ -10,7 +10,8 @@ import re
 
 import pytest
 
-from localaws.sagemaker import BILLED_TRAINING, COMPLETED, STARTING, failed
+from localaws.sagemaker import BILLED_TRAINING, COMPLETED, STARTING
+from tests.pipeline.test_fault_drills import NCCL
 from trainstack.cost_cap import planned_cost_usd, usd
 from trainstack.execution_input import InvalidInputError, validate_execution_input
 from trainstack.prices import SAGEMAKER_TRAINING_PRICES
@@ -68,13 +69,20 @@ def test_a_run_billed_past_the_cap_is_stopped_with_budget_exceeded(interpreter):
 
 
 def test_the_spend_of_ended_attempts_counts_and_no_retry_starts_past_the_cap(interpreter):
-    """An NCCL fault after ~7 minutes of billing (> $150): the fault budget would retry, the cap does not."""
-    nccl = failed('AlgorithmError: ExecuteUserScriptError:\nExitCode 1\nErrorMessage "NCCL watchdog timeout"')
-    sm = _on_virtual_time(interpreter(job_scripts=[[STARTING] + [BILLED_TRAINING] * 3 + [nccl]]))
+    """An NCCL fault after 8 minutes of billing (~$160): the poll before it saw ~$140, under the cap, so
+    the attempt did not stop the job; the fault budget would retry, the cap does not."""
+    script = [STARTING] + [BILLED_TRAINING] * 8 + [NCCL]
+    sm = _on_virtual_time(interpreter(job_scripts=[script]))
     outcome = sm.run({**WIDE, "runName": "trainstack-spent"})
     assert (outcome.status, outcome.error) == ("FAILED", "BudgetExceeded"), outcome.cause
     assert list(sm.fake.jobs) == ["trainstack-spent-1"]
-    assert outcome.cause.startswith("The run's billed cost reached $")
+    assert sm.fake.stop_requests == []
+    job = sm.fake.jobs["trainstack-spent-1"]
+    billed = round(round(job.billed_until - job.billed_from) * HOURLY / 3600, 2)
+    assert billed > 150
+    assert outcome.cause.startswith(
+        f"The run's billed cost reached {usd(billed)}, the max_cost_usd of $150.00"
+    )
 
 
 def test_a_run_under_the_cap_is_not_touched(interpreter):
