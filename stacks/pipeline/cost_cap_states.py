@@ -19,7 +19,7 @@ from constructs import Construct
 
 from stacks.pipeline.jsonata_text import expression
 from stacks.pipeline.machine_kit import SAGEMAKER_ERROR, retry_poll_call
-from stacks.pipeline.state_machine_facts import ERROR_BUDGET_EXCEEDED
+from stacks.pipeline.state_machine_facts import ERROR_BUDGET_EXCEEDED, POLL_MIN_SECONDS
 from trainstack.cost_cap import MAX_STEPS, profile_steps, step_rates
 from trainstack.prices import SAGEMAKER_TRAINING_PRICES
 from trainstack.profiles import Profile
@@ -96,13 +96,20 @@ def prepare_run_assign() -> dict[str, str]:
     return {"costCap": expression(cap), "spentUsd": 0}
 
 
+def hourly_usd(job: str, cap: str) -> str:
+    """What one attempt's job ({instanceType, instanceCount}) costs an hour: the selected type's price,
+    else the dearest preference's (SageMaker has not said which yet)."""
+    return (
+        f"($price := $lookup({cap}.usdPerInstanceHour, {job}.instanceType); "
+        f'($type($price) = "number" and $type({job}.instanceCount) = "number") '
+        f"? $price * {job}.instanceCount : {cap}.fallbackUsdPerHour)"
+    )
+
+
 def job_usd(job: str, cap: str) -> str:
     """The billed cost of one attempt's job ({billedSeconds, instanceType, instanceCount})."""
     return (
-        f'($type({job}.billedSeconds) = "number" ? {job}.billedSeconds / 3600 * '
-        f"($price := $lookup({cap}.usdPerInstanceHour, {job}.instanceType); "
-        f'($type($price) = "number" and $type({job}.instanceCount) = "number") '
-        f"? $price * {job}.instanceCount : {cap}.fallbackUsdPerHour) : 0)"
+        f'($type({job}.billedSeconds) = "number" ? {job}.billedSeconds / 3600 * {hourly_usd(job, cap)} : 0)'
     )
 
 
@@ -160,6 +167,15 @@ def billed_seconds(result: str) -> str:
         f'$type({result}.BillableTimeInSeconds) = "number" ? {result}.BillableTimeInSeconds : '
         '($type($start) = "number" ? (($type($end) = "number" ? $end : $millis()) - $start) / 1000 : 0))'
     )
+
+
+def poll_within_budget(poll_seconds: str) -> str:
+    """The poll wait, shortened so that the next poll comes when the job's cost reaches what the run has
+    left (at least POLL_MIN_SECONDS): the stop then comes within a minute of billing past the cap."""
+    cap = _ATTEMPT_CAP
+    to_cap = f"$round(({cap}.remainingUsd - {job_usd('$job', cap)}) / {hourly_usd('$job', cap)} * 3600)"
+    billing = f'$type({cap}) = "object" and $type($job.billedSeconds) = "number" and $job.billedSeconds > 0'
+    return f"({billing}) ? $max([{POLL_MIN_SECONDS}, $min([{poll_seconds}, {to_cap}])]) : {poll_seconds}"
 
 
 def add_attempt_budget_stop(

@@ -6,6 +6,7 @@ minutes of billing."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -90,3 +91,23 @@ def test_a_run_under_the_cap_is_not_touched(interpreter):
     outcome = sm.run({**WIDE, "runName": "trainstack-cheap"})
     assert outcome.status == "SUCCEEDED", outcome.cause
     assert sm.fake.stop_requests == []
+
+
+@pytest.mark.parametrize(
+    ("billed_seconds", "wait"),
+    [(None, 1800), (0, 1800), (14_000, round((150 - 14_000 * 37.688 / 3600) / 37.688 * 3600)), (15_000, 60)],
+)
+def test_a_late_poll_is_brought_forward_to_when_the_cost_reaches_the_cap(billed_seconds, wait):
+    """An old job polled every 30 minutes: the wait ends when its cost reaches what is left ($150 at
+    $37.688 an hour: 14,328 s), never sooner than a minute; a job not billing yet keeps its wait."""
+    from jsonata import Jsonata
+
+    from stacks.pipeline.cost_cap_states import poll_within_budget
+
+    cap = {"maxUsd": 150, "remainingUsd": 150, "usdPerInstanceHour": {"ml.p4d.24xlarge": 37.688}}
+    job = {"name": "j", "instanceType": "ml.p4d.24xlarge", "instanceCount": 1}
+    if billed_seconds is not None:
+        job["billedSeconds"] = billed_seconds
+    states = {"context": {"Execution": {"Input": {"costCap": cap | {"fallbackUsdPerHour": 47.11}}}}}
+    text = f"($states := {json.dumps(states)}; $job := {json.dumps(job)}; {poll_within_budget('1800')})"
+    assert Jsonata(text).evaluate(None) == wait

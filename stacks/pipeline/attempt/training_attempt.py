@@ -20,13 +20,15 @@ AWS's error names under aws-sdk:sagemaker:* (errors SageMaker's API model declar
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from aws_cdk import Duration
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from stacks.pipeline.cost_cap_states import add_attempt_budget_stop, billed_seconds
+from stacks.pipeline.cost_cap_states import add_attempt_budget_stop, billed_seconds, poll_within_budget
 from stacks.pipeline.jsonata_text import expression, literal
 from stacks.pipeline.machine_kit import (
     SAGEMAKER_ERROR,
@@ -90,15 +92,11 @@ def described_job(*, with_name: bool = False) -> str:
     )
 
 
-def poll_wait(scope: Construct, construct_id: str) -> sfn.Wait:
-    """The wait before the next status call, by the age of the attempt (both attempt kinds)."""
-    return sfn.Wait.jsonata(
-        scope,
-        construct_id,
-        time=sfn.WaitTime.seconds(
-            expression(poll_seconds_expression("($millis() - $job.createdMillis) / 1000"))
-        ),
-    )
+def poll_wait(scope: Construct, construct_id: str, bound: Callable[[str], str] = str) -> sfn.Wait:
+    """The wait before the next status call, by the age of the attempt (both attempt kinds); `bound` may
+    shorten it (the direct attempt: to reach the cost cap's moment)."""
+    seconds = poll_seconds_expression("($millis() - $job.createdMillis) / 1000")
+    return sfn.Wait.jsonata(scope, construct_id, time=sfn.WaitTime.seconds(expression(bound(seconds))))
 
 
 def describe_training_job(
@@ -168,7 +166,7 @@ class TrainingAttempt(Construct):
         self._job_arn = job_arn
         report = sfn.Succeed.jsonata(self, "ReportOutcome", outputs=expression("$outcome"))
         create = self._create_training_job(partition, report)
-        wait_for_job = poll_wait(self, "WaitForJob")
+        wait_for_job = poll_wait(self, "WaitForJob", bound=poll_within_budget)
         describe = describe_training_job(self, name="$job.name", job_arns=[job_arn])
         # Retries used up: the next poll asks again.
         describe.add_catch(wait_for_job, errors=[SAGEMAKER_ERROR], outputs={})
