@@ -78,6 +78,15 @@ _ENV_NAME = Annotated[
 _ENV_VALUE = Annotated[str, BeforeValidator(_as_text), Field(max_length=512)]
 
 
+# SageMaker's TrackingServerArn pattern (botocore's sagemaker model) with its TrackingServerName's.
+_MLFLOW_TRACKING_SERVER_ARN = Annotated[
+    str | None,
+    matching(
+        r"^arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]*:[0-9]{12}:mlflow-tracking-server/[a-zA-Z0-9](-*[a-zA-Z0-9]){0,255}$",
+        "a SageMaker managed MLflow tracking server ARN "
+        "(arn:aws:sagemaker:<region>:<account>:mlflow-tracking-server/<name>)",
+    ),
+]
 _TRAINING_PLAN_ARN = Annotated[
     str | None,
     matching(
@@ -186,6 +195,8 @@ class Profile(StrictModel):
     # Cost cap in USD: the input check refuses a run planned above it and the pipeline stops a run billed
     # past it (trainstack/cost_cap.py).
     max_cost_usd: Annotated[float | None, Field(gt=0)] = None
+    # SageMaker managed MLflow: jobs log parameters and metrics there (training_scripts/mlflow_log.py)
+    mlflow_tracking_server_arn: _MLFLOW_TRACKING_SERVER_ARN = None
 
     @field_validator("priority")
     @classmethod
