@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 log = logging.getLogger("train")
@@ -45,17 +45,28 @@ class MlflowLog:
                 error,
             )
             return
-        mlflow.set_tracking_uri(uri)
-        mlflow.set_experiment(os.environ.get(MLFLOW_EXPERIMENT_ENV, "trainstack"))
-        mlflow.start_run(run_name=os.environ.get(JOB_NAME_ENV))
-        # MLflow keeps parameter values as text of at most 6,000 characters.
-        mlflow.log_params({name: str(value)[:6000] for name, value in parameters.items()})
+        experiment = os.environ.get(MLFLOW_EXPERIMENT_ENV, "trainstack")
         self._mlflow = mlflow
-        log.info(
-            "MLflow run %s in experiment %s.",
-            mlflow.active_run().info.run_id,
-            os.environ.get(MLFLOW_EXPERIMENT_ENV),
-        )
+        if self._guarded(lambda: self._start(uri, experiment, parameters)):
+            log.info("MLflow run %s in experiment %s.", mlflow.active_run().info.run_id, experiment)
+
+    def _start(self, uri: str, experiment: str, parameters: Mapping[str, Any]) -> None:
+        self._mlflow.set_tracking_uri(uri)
+        self._mlflow.set_experiment(experiment)
+        self._mlflow.start_run(run_name=os.environ.get(JOB_NAME_ENV))
+        # MLflow keeps parameter values as text of at most 6,000 characters.
+        self._mlflow.log_params({name: str(value)[:6000] for name, value in parameters.items()})
+
+    def _guarded(self, call: Callable[[], Any]) -> bool:
+        """Run an MLflow call; a failure (server unreachable, access denied) ends this job's MLflow
+        logging with one warning, never its training: the metrics are a side channel."""
+        try:
+            call()
+        except Exception as error:  # MLflow's, HTTP and credential errors alike
+            log.warning("MLflow logging stopped: %s", error)
+            self._mlflow = None
+            return False
+        return True
 
     def add(self, step: int, values: Mapping[str, float | None]) -> None:
         """The known values at `step` (the TensorBoard tags as metric names)."""
@@ -63,9 +74,9 @@ class MlflowLog:
             return
         known = {tag: float(value) for tag, value in values.items() if value is not None}
         if known:
-            self._mlflow.log_metrics(known, step=step)
+            self._guarded(lambda: self._mlflow.log_metrics(known, step=step))
 
     def close(self) -> None:
         if self._mlflow is not None:
-            self._mlflow.end_run()
+            self._guarded(self._mlflow.end_run)
             self._mlflow = None

@@ -18,6 +18,8 @@ def test_the_scalars_and_parameters_land_in_an_mlflow_run_named_after_the_job(tm
         "mlflow", reason="the MLflow client is optional (container/requirements.txt)"
     )
     store = tmp_path / "mlruns"
+    # MLflow 3 keeps its file store, for local use, behind this switch (mlflow/store/tracking/file_store.py).
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", store.as_uri())
     monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "llama-1b-smddp")
     monkeypatch.setenv("TRAINING_JOB_NAME", "trainstack-nightly-1")
@@ -47,8 +49,20 @@ def test_without_the_client_training_goes_on_with_one_warning(monkeypatch, caplo
         scalars = Scalars(None, MlflowLog(True, {"max_steps": 20}))
         scalars.add(1, {TRAIN_LOSS: 1.0})
         scalars.close()
-    warnings = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "train" and r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "No MLflow run: MLFLOW_TRACKING_URI is set" in warnings[0]
+
+
+def test_an_unreachable_tracking_server_ends_the_logging_not_the_training(monkeypatch, caplog):
+    pytest.importorskip("mlflow", reason="the MLflow client is optional (container/requirements.txt)")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # the discard port: nothing answers
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    with caplog.at_level(logging.INFO, logger="train"):
+        scalars = Scalars(None, MlflowLog(True, {"max_steps": 20}))
+        scalars.add(1, {TRAIN_LOSS: 1.0})
+        scalars.close()
+    warnings = [r.getMessage() for r in caplog.records if r.name == "train" and r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and warnings[0].startswith("MLflow logging stopped: ")
 
 
 def test_other_ranks_and_jobs_without_a_tracking_server_stay_silent(monkeypatch, caplog):
