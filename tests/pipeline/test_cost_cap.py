@@ -1,7 +1,7 @@
 """The cost cap (max_cost_usd) in the synthesized machines, on the virtual clock: a run planned above the
 cap never starts, a run billed past it is stopped with BudgetExceeded and leaves no job running, spend of
 ended attempts counts, and a run under the cap is not touched. The default config caps llama-1b-smddp
-at $150 (it plans $133); runs here take 32 instances and few steps so that the cap is crossed within
+at $300 (it plans $133); runs here take 42 instances and few steps so that the cap is crossed within
 minutes of billing."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from trainstack.execution_input import InvalidInputError, validate_execution_inp
 from trainstack.prices import SAGEMAKER_TRAINING_PRICES
 
 PROFILE = "llama-1b-smddp"
-WIDE = {"profile": PROFILE, "instanceCount": 32, "hyperparameters": {"max_steps": "100"}}
-# 32 x ml.p4d.24xlarge (the first preference, which the fake selects).
-HOURLY = 32 * SAGEMAKER_TRAINING_PRICES.hourly_usd("ml.p4d.24xlarge")
+WIDE = {"profile": PROFILE, "instanceCount": 42, "hyperparameters": {"max_steps": "100"}}
+# 42 x ml.p4d.24xlarge (the first preference, which the fake selects).
+HOURLY = 42 * SAGEMAKER_TRAINING_PRICES.hourly_usd("ml.p4d.24xlarge")
 
 
 def _on_virtual_time(sm):
@@ -37,17 +37,17 @@ def test_a_run_planned_above_the_cap_is_refused_before_any_job(interpreter, pipe
     execution_input = {
         "profile": PROFILE,
         "runName": "trainstack-dear",
-        "hyperparameters": {"max_steps": "20000"},
+        "hyperparameters": {"max_steps": "30000"},
     }
     planned = planned_cost_usd(pipeline.settings.profile(PROFILE), execution_input["hyperparameters"], None)
     sm = interpreter()
     outcome = sm.run(execution_input)
     assert (outcome.status, outcome.error) == ("FAILED", "InvalidInput")
     assert outcome.cause == (
-        f"The run's planned cost of {usd(planned)} exceeds the max_cost_usd of $150.00 of profile {PROFILE}; "
+        f"The run's planned cost of {usd(planned)} exceeds the max_cost_usd of $300.00 of profile {PROFILE}; "
         "lower max_steps or instanceCount, or raise max_cost_usd."
     )
-    assert planned > 150 and sm.fake.create_calls == 0
+    assert planned > 300 and sm.fake.create_calls == 0
     with pytest.raises(InvalidInputError) as refused:
         validate_execution_input(execution_input, pipeline.settings, "exec-1")
     assert str(refused.value) == outcome.cause
@@ -62,17 +62,17 @@ def test_a_run_billed_past_the_cap_is_stopped_with_budget_exceeded(interpreter):
     assert job.current().status == "Stopped"  # no job left running
     billed, cap = _dollars(outcome.cause)[:2]
     billable_seconds = round(job.billed_until - job.billed_from)  # BillableTimeInSeconds
-    assert (cap, billed) == (150.0, round(billable_seconds * HOURLY / 3600, 2))
+    assert (cap, billed) == (300.0, round(billable_seconds * HOURLY / 3600, 2))
     # Stopped at the first poll past the cap, billed until the next poll found it Stopped (60 s apart).
-    assert 150 < billed <= 150 + HOURLY * 2 * 60 / 3600
+    assert 300 < billed <= 300 + HOURLY * 2 * 60 / 3600
     assert "resumeFrom set to it" in outcome.cause
     assert "s3://trainstack-checkpoints-test/trainstack-spend/" in outcome.cause
 
 
 def test_the_spend_of_ended_attempts_counts_and_no_retry_starts_past_the_cap(interpreter):
-    """An NCCL fault after 8 minutes of billing (~$160): the poll before it saw ~$140, under the cap, so
+    """An NCCL fault after 12 minutes of billing (~$317): the poll before it saw ~$290, under the cap, so
     the attempt did not stop the job; the fault budget would retry, the cap does not."""
-    script = [STARTING] + [BILLED_TRAINING] * 8 + [NCCL]
+    script = [STARTING] + [BILLED_TRAINING] * 12 + [NCCL]
     sm = _on_virtual_time(interpreter(job_scripts=[script]))
     outcome = sm.run({**WIDE, "runName": "trainstack-spent"})
     assert (outcome.status, outcome.error) == ("FAILED", "BudgetExceeded"), outcome.cause
@@ -80,9 +80,9 @@ def test_the_spend_of_ended_attempts_counts_and_no_retry_starts_past_the_cap(int
     assert sm.fake.stop_requests == []
     job = sm.fake.jobs["trainstack-spent-1"]
     billed = round(round(job.billed_until - job.billed_from) * HOURLY / 3600, 2)
-    assert billed > 150
+    assert billed > 300
     assert outcome.cause.startswith(
-        f"The run's billed cost reached {usd(billed)}, the max_cost_usd of $150.00"
+        f"The run's billed cost reached {usd(billed)}, the max_cost_usd of $300.00"
     )
 
 
