@@ -28,7 +28,12 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from stacks.pipeline.cost_cap_states import add_attempt_budget_stop, billed_seconds, poll_within_budget
+from stacks.pipeline.cost_cap_states import (
+    BUDGET_EXCEEDED_STATUS,
+    add_attempt_budget_stop,
+    billed_seconds,
+    poll_within_budget,
+)
 from stacks.pipeline.jsonata_text import expression, literal
 from stacks.pipeline.machine_kit import (
     SAGEMAKER_ERROR,
@@ -51,6 +56,7 @@ ATTEMPT_STATUSES = (
     "Quota",
     "Rejected",
     "NameInUse",
+    BUDGET_EXCEEDED_STATUS,
 )
 # A SageMakerException on create: retried this often (1 s, 2 s) before its Cause is read.
 CREATE_QUICK_RETRIES = 2
