@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("train")
 
@@ -25,10 +26,12 @@ MFU_PERCENT = "train/mfu_percent"
 
 
 class Scalars:
-    """Scalars by global step; does nothing without a directory (other ranks, no --tensorboard-dir)."""
+    """Scalars by global step; does nothing without a directory (other ranks, no --tensorboard-dir).
+    `mirror` (mlflow_log.MlflowLog) gets the same scalars."""
 
-    def __init__(self, directory: str | None):
+    def __init__(self, directory: str | None, mirror: Any = None):
         self._writer = None
+        self._mirror = mirror
         if directory is None:
             return
         try:
@@ -42,6 +45,8 @@ class Scalars:
 
     def add(self, step: int, values: dict[str, float | None]) -> None:
         """Write each known value at `step` and flush: a job stopped or reclaimed keeps what it logged."""
+        if self._mirror is not None:
+            self._mirror.add(step, values)
         if self._writer is None:
             return
         for tag, value in values.items():
@@ -50,5 +55,7 @@ class Scalars:
         self._writer.flush()
 
     def close(self) -> None:
+        if self._mirror is not None:
+            self._mirror.close()
         if self._writer is not None:
             self._writer.close()

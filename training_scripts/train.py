@@ -26,6 +26,7 @@ from distributed import Runtime, autocast_enabled, gradient_sync, local_part, re
 from faults import EXIT_INFRASTRUCTURE, EXIT_USER_ERROR, SLOW_HOST, NonFiniteError, classify, report
 from flags import parse_args, resume_source
 from metrics import StepTimer, format_train_line, format_val_line, throughput
+from mlflow_log import MlflowLog
 from model import model_config
 from model_shapes import flops_per_token, peak_bf16_flops
 from optimizer import parameter_groups
@@ -238,7 +239,10 @@ class Trainer:
                 state.step,
                 args.max_steps,
             )
-        self.scalars = Scalars(args.tensorboard_dir if self.runtime.is_main else None)
+        self.scalars = Scalars(
+            args.tensorboard_dir if self.runtime.is_main else None,
+            MlflowLog(self.runtime.is_main, vars(args)),
+        )
         self.model.train()
         window, window_steps = torch.zeros(2), 0
         # tokens/s and MFU: time inside training steps only (each with all its device work), warm-up left out

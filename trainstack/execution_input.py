@@ -9,7 +9,8 @@ Without queue mode they are unknown fields, so the input contract and the machin
 
 INPUT_RULES lists the rules as data, in the order they are checked: the field, a short rule id and
 the one-sentence cause an execution fails with (error `InvalidInput`). PROFILE_RULES follow; they
-depend on the chosen profile. Defaults: `profile` is the first profile of the config; `runName` is
+depend on the chosen profile. Last, a profile with max_cost_usd refuses a run whose planned cost exceeds
+it (trainstack.cost_cap). Defaults: `profile` is the first profile of the config; `runName` is
 `<project>-<execution name>` in the state machine (the CLI always sends one, see
 `default_run_name`). The state machine evaluates the same rules, in the same order, as JSONata
 (stacks/pipeline/pipeline_input_rules.py: one condition per rule id); SageMaker's own validation of the
@@ -26,6 +27,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from trainstack.config import Settings
+from trainstack.cost_cap import cost_cap_problem
 from trainstack.job_request import RunRequest
 from trainstack.planning.setups import instance_count_problem
 from trainstack.profiles import (
@@ -318,6 +320,9 @@ def validate_execution_input(data: Any, settings: Settings, execution_name: str 
             problem = profile_rule.problem(values[profile_rule.field], profile)
             if problem:
                 raise InvalidInputError(problem, profile_rule.field)
+    over_cap = cost_cap_problem(profile, values.get("hyperparameters", {}), values.get("instanceCount"))
+    if over_cap:
+        raise InvalidInputError(over_cap)
     return RunRequest(
         profile=profile.name,
         run_name=values["runName"],

@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from training_scripts.metrics import METRIC_DEFINITIONS
+from training_scripts.mlflow_log import MLFLOW_EXPERIMENT_ENV, MLFLOW_TRACKING_URI_ENV
 from trainstack.planning.auto_interval import resolved_hyperparameters
 from trainstack.profiles import EXPECTED_GPUS_ENV, Profile
 
@@ -244,6 +245,10 @@ def _resource_config(profile: Profile) -> dict[str, Any]:
 
 def _environment(profile: Profile) -> dict[str, str]:
     environment = dict(profile.environment)
+    if profile.mlflow_tracking_server_arn:
+        # MLflow's own variables: the sagemaker-mlflow plugin resolves a tracking-server ARN as the URI.
+        environment[MLFLOW_TRACKING_URI_ENV] = profile.mlflow_tracking_server_arn
+        environment[MLFLOW_EXPERIMENT_ENV] = profile.name
     gpu_counts = {preference.spec.gpus for preference in profile.instance_preferences}
     if len(gpu_counts) == 1:
         environment[EXPECTED_GPUS_ENV] = str(gpu_counts.pop())

@@ -15,6 +15,7 @@ from trainstack.base import StrictModel, matching
 from trainstack.fault_model import FaultModel
 from trainstack.instances import INSTANCE_TYPES, InstanceType, UnknownInstanceTypeError, instance_type
 from trainstack.planning.checkpoints import MPIRUN_SIGKILL_TIMEOUT_SECONDS
+from trainstack.prices import SAGEMAKER_TRAINING_PRICES
 from trainstack.retry_policies import FaultRetryPolicy, RetryPolicy
 from trainstack.slow_host import SlowHostPolicy
 
@@ -79,6 +80,15 @@ _ENV_NAME = Annotated[
 _ENV_VALUE = Annotated[str, BeforeValidator(_as_text), Field(max_length=512)]
 
 
+# SageMaker's TrackingServerArn pattern (botocore's sagemaker model) with its TrackingServerName's.
+_MLFLOW_TRACKING_SERVER_ARN = Annotated[
+    str | None,
+    matching(
+        r"^arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]*:[0-9]{12}:mlflow-tracking-server/[a-zA-Z0-9](-*[a-zA-Z0-9]){0,255}$",
+        "a SageMaker managed MLflow tracking server ARN "
+        "(arn:aws:sagemaker:<region>:<account>:mlflow-tracking-server/<name>)",
+    ),
+]
 _TRAINING_PLAN_ARN = Annotated[
     str | None,
     matching(
@@ -186,6 +196,11 @@ class Profile(StrictModel):
     environment: dict[_ENV_NAME, _ENV_VALUE] = {}
     # Queue mode with fair shares: Batch's schedulingPriority, higher runs first within a share.
     priority: int | None = None
+    # Cost cap in USD: the input check refuses a run planned above it and the pipeline stops a run billed
+    # past it (trainstack/cost_cap.py).
+    max_cost_usd: Annotated[float | None, Field(gt=0)] = None
+    # SageMaker managed MLflow: jobs log parameters and metrics there (training_scripts/mlflow_log.py)
+    mlflow_tracking_server_arn: _MLFLOW_TRACKING_SERVER_ARN = None
 
     @field_validator("priority")
     @classmethod
@@ -248,6 +263,18 @@ class Profile(StrictModel):
             )
         if self.training_plan_arn and self.instance_preferences[0].training_plan_arn:
             yield "training_plan_arn is set twice: keep the one on instance_preferences.0"
+        if self.max_cost_usd is not None:
+            unpriced = [
+                preference.instance_type
+                for preference in preferences
+                if SAGEMAKER_TRAINING_PRICES.hourly_usd(preference.instance_type) is None
+            ]
+            if unpriced:
+                priced = ", ".join(SAGEMAKER_TRAINING_PRICES.usd_per_instance_hour)
+                yield (
+                    "max_cost_usd needs a price for every instance type and trainstack/prices.py has none "
+                    f"for {', '.join(unpriced)}; use priced types ({priced}) or remove max_cost_usd"
+                )
         # Whether the model fits each type is checked once for the whole config (Settings, planning/setups).
         yield from self.placement_problems()
 

@@ -4,6 +4,7 @@ training processes (local_processes.py). Needs moto, a dev dependency."""
 
 from localaws.sagemaker.routes import install_fake_sagemaker
 from localaws.sagemaker.scripted import (
+    BILLED_TRAINING,
     CAPACITY_ERROR,
     CAPACITY_FAILURE,
     COMPLETED,
@@ -18,6 +19,7 @@ from localaws.sagemaker.training_jobs import ACCOUNT, FakeSageMaker, Phase, Trai
 
 __all__ = [
     "ACCOUNT",
+    "BILLED_TRAINING",
     "CAPACITY_ERROR",
     "CAPACITY_FAILURE",
     "COMPLETED",

@@ -19,6 +19,9 @@ CAPACITY_ERROR = (
 )
 STARTING = Phase("InProgress", "Starting")
 TRAINING = Phase("InProgress", "Training")
+# Training on its instances, billed (Phase.bills): the fake reports TrainingStartTime and, once the job
+# ends, TrainingEndTime and BillableTimeInSeconds.
+BILLED_TRAINING = Phase("InProgress", "Training", bills=True)
 COMPLETED = Phase("Completed", "Completed")
 CAPACITY_FAILURE = Phase("Failed", "Failed", CAPACITY_ERROR)
 # Managed spot: capacity never came within MaxWaitTimeInSeconds.

@@ -39,6 +39,12 @@ class Phase:
     # Whether SageMaker has chosen among the InstancePreferences (SelectedInstanceType/Count); by default
     # once the job completed.
     instances_selected: bool | None = None
+    # Whether the job runs on its instances, billed, from this phase on: the fake then reports
+    # TrainingStartTime (when it first saw such a phase), and TrainingEndTime and BillableTimeInSeconds
+    # once the job has ended ("You are billed for the time interval between this time and the value of
+    # TrainingEndTime": DescribeTrainingJob, botocore's sagemaker model). BillableTimeInSeconds on a job
+    # that ran on demand equals that interval (assumed; the product reads either).
+    bills: bool = False
 
     @property
     def selected(self) -> bool:
@@ -68,6 +74,8 @@ class TrainingJob:
     describes: int = 0
     stop_requested: bool = False
     tags: list[dict[str, str]] = field(default_factory=list)
+    billed_from: float | None = None  # TrainingStartTime
+    billed_until: float | None = None  # TrainingEndTime
 
     @property
     def name(self) -> str:
@@ -143,10 +151,12 @@ class FakeSageMaker:
             job = self._job(name)
             phase = job.current()
             job.describes += 1
+            billing = _billing_times(job, phase, self.now())
         request = job.request
         resources = dict(request["ResourceConfig"])
         preferences = resources.get("InstancePreferences")
-        if preferences and phase.selected:  # the first preference: the only one with capacity here
+        # The first preference: the only one with capacity here. A job that bills runs on chosen instances.
+        if preferences and (phase.selected or job.billed_from is not None):
             resources["SelectedInstanceType"] = preferences[0]["InstanceType"]
             resources["SelectedInstanceCount"] = preferences[0].get(
                 "InstanceCount", resources.get("InstanceCount", 1)
@@ -164,7 +174,7 @@ class FakeSageMaker:
         }
         if phase.failure_reason:
             answer["FailureReason"] = phase.failure_reason
-        return answer | phase.fields
+        return answer | billing | phase.fields
 
     def stop(self, name: str) -> None:
         with self.lock:
@@ -231,6 +241,23 @@ class FakeSageMaker:
         if found is None:
             raise service_error(*self.missing_job_error)
         return found
+
+
+def _billing_times(job: TrainingJob, phase: Phase, now: float) -> dict[str, Any]:
+    """The billing fields of this answer (see Phase.bills), recording when billing began and ended."""
+    if phase.bills and job.billed_from is None:
+        job.billed_from = now
+    if job.billed_from is None:
+        return {}
+    if phase.status != "InProgress" and job.billed_until is None:
+        job.billed_until = now
+    if job.billed_until is None:
+        return {"TrainingStartTime": job.billed_from}
+    return {
+        "TrainingStartTime": job.billed_from,
+        "TrainingEndTime": job.billed_until,
+        "BillableTimeInSeconds": round(job.billed_until - job.billed_from),
+    }
 
 
 def _name_in(arn: str) -> str:

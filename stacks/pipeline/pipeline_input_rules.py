@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from stacks.pipeline import cost_cap_states
 from stacks.pipeline.jsonata_text import literal
 from stacks.pipeline.state_machine_facts import extra_time_seconds
 from trainstack.execution_input import (
@@ -127,6 +128,7 @@ def check_input_expression(settings: RunConfig) -> str:
                 causes[profile_rule.rule],
             )
         )
+    checks.append(cost_cap_states.input_check())
     chain = "null"
     for field, accepts, cause in reversed(checks):
         value = "$raw" if not field else f"$in.{field}"
@@ -186,6 +188,7 @@ def _profile_entry(profile: Profile, resources: PipelineResources) -> dict[str, 
         },
         "extraSeconds": extra_time_seconds(profile),
     }
+    entry.update(cost_cap_states.profile_cost_cap(profile))
     # Listed only when the profile rules some counts out (512 numbers cost parse time on every check).
     if valid_counts != list(range(1, MAX_INSTANCE_COUNT + 1)):
         entry["validCounts"] = valid_counts

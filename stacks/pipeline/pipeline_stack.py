@@ -15,6 +15,7 @@ from stacks.image.image_stack import ImageStack
 from stacks.network.network_stack import NetworkStack
 from stacks.pipeline.cleanup.job_cleanup import JobCleanup
 from stacks.pipeline.cleanup.queue_cleanup import QueueCleanup
+from stacks.pipeline.mlflow_access import grant_mlflow_tracking
 from stacks.pipeline.monitoring import TRAINING_METRICS_NAMESPACE, PipelineMonitoring
 from stacks.pipeline.pipeline_notifications import PipelineNotifications
 from stacks.pipeline.pipeline_runs import PipelineRuns
@@ -66,6 +67,7 @@ class PipelineStack(cdk.Stack):
         )
         project = runs.project
         self.sagemaker_role = self._sagemaker_role(project, runs.queue.enabled, network, storage, image)
+        grant_mlflow_tracking(self.sagemaker_role, runs.profiles)
         self.resources = _pipeline_resources(project, self.sagemaker_role, network, storage, image)
         self.queue = self._training_queue(project, runs.queue) if runs.queue.enabled else None
         self.training = TrainingStateMachine(

@@ -1,18 +1,16 @@
 """The training pipeline's Step Functions state machines (JSONata): the pipeline and one attempt of it.
 
 The pipeline: check the input (the rules of trainstack.execution_input, in JSONata), build the run's
-CreateTrainingJob request from the profile's base request (trainstack.job_request, applied with
-$merge), run attempt after attempt in the attempt machine (attempt/training_attempt.py), wait with
-capped, jittered backoff between attempts that found no capacity, until the profile's max_attempts or
-its retry deadline (wall clock, from the execution's start time), retry attempts that failed for the
-infrastructure's fault on the profile's fault budget (fault_retries.py), and report the result.
-Errors: InvalidInput, CapacityExhausted, QuotaExceeded, InfrastructureRetriesExhausted, TrainingFailed,
-TrainingStopped.
-"""
+CreateTrainingJob request from the profile's base request (trainstack.job_request, applied with $merge), run
+attempt after attempt in the attempt machine (attempt/training_attempt.py), wait with capped, jittered backoff
+between attempts that found no capacity, until the profile's max_attempts or its retry deadline (wall clock,
+from the execution's start), retry attempts that failed for the infrastructure's fault on the profile's fault
+budget (fault_retries.py), and report the result. Errors: InvalidInput, CapacityExhausted, QuotaExceeded,
+InfrastructureRetriesExhausted, TrainingFailed, TrainingStopped, BudgetExceeded (cost_cap_states.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
@@ -20,9 +18,10 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from stacks.pipeline import quota_waits
+from stacks.pipeline import cost_cap_states, quota_waits
 from stacks.pipeline.attempt.queued_training_attempt import QueuedTrainingAttempt, queue_attempt_fields
 from stacks.pipeline.attempt.training_attempt import TrainingAttempt
+from stacks.pipeline.attempt_grants import DESCRIBE_BATCH_JOBS, grant_attempt_role, training_plans
 from stacks.pipeline.attempt_metrics import grant_publish, publish_attempt_metrics
 from stacks.pipeline.checkpoint_interval import refined_request
 from stacks.pipeline.fault_retries import (
@@ -65,11 +64,7 @@ from stacks.pipeline.state_machine_facts import (
 from stacks.validation import acknowledge
 from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements
 from trainstack.job_request import PipelineResources
-from trainstack.profiles import Profile
 
-# CreateTrainingJob with Tags needs AddTags on the new job.
-CREATE_ACTIONS = ("sagemaker:CreateTrainingJob", "sagemaker:AddTags")
-DESCRIBE_BATCH_JOBS = "DescribeBatchTrainingJobs"
 # A StartExecution of the attempt child that AWS refuses because too many executions are open (the
 # account's open-execution quota, or StartExecution's API quota). The name is the one AWS's developer
 # guide gives for a Task state calling the optimized states:startExecution integration ("Start workflow
@@ -83,12 +78,6 @@ START_REFUSED_ERRORS = (
     "StepFunctions.ExecutionLimitExceeded",
     "StepFunctions.ExecutionLimitExceededException",
 )
-
-
-def training_plans(profiles: Sequence[Profile]) -> list[str]:
-    """The training plans the profiles' requests name, each once, in config order."""
-    plans = (plan for profile in profiles for plan in profile.training_plan_arns if plan)
-    return list(dict.fromkeys(plans))
 
 
 class TrainingStateMachine(Construct):
@@ -150,7 +139,9 @@ class TrainingStateMachine(Construct):
                 "their names are generated at run time under the attempt machine's name."
             },
         )
-        self._grant(self.attempt_machine, job_arn, sagemaker_role, training_plans(profiles))
+        grant_attempt_role(
+            self.attempt_machine, self.queue, job_arn, sagemaker_role, training_plans(profiles)
+        )
         grant_publish(self.state_machine.role, project)
         for machine in (self.state_machine, self.attempt_machine):
             acknowledge(
@@ -165,60 +156,6 @@ class TrainingStateMachine(Construct):
         resource = machine.node.default_child
         assert isinstance(resource, sfn.CfnStateMachine)
         resource.definition_substitutions = dict(self.substitutions)
-
-    def _grant(
-        self, attempt_machine: sfn.StateMachine, job_arn: str, sagemaker_role: iam.IRole, plans: list[str]
-    ) -> None:
-        """What the constructs cannot add: the custom create (or submit) task's actions and passing the
-        job's role (to SageMaker, or to Batch, which creates the job with it)."""
-        if self.queue is not None:
-            self.queue.grant_submit(attempt_machine.role)
-        else:
-            attempt_machine.add_to_role_policy(
-                iam.PolicyStatement(
-                    sid="CreateOwnTrainingJobs", actions=list(CREATE_ACTIONS), resources=[job_arn]
-                )
-            )
-        if self.queue is None and plans:
-            # A request naming a training plan (InstancePreferences[].TrainingPlanArns) is authorized on the
-            # plan too: `training-plan` is a resource type of CreateTrainingJob (Service Authorization
-            # Reference, SageMaker), and plan users need permission to use the plan in training jobs
-            # (SageMaker Developer Guide, "IAM for SageMaker training plans").
-            attempt_machine.add_to_role_policy(
-                iam.PolicyStatement(
-                    sid="UseTrainingPlans", actions=["sagemaker:CreateTrainingJob"], resources=plans
-                )
-            )
-        attempt_machine.add_to_role_policy(
-            iam.PolicyStatement(
-                actions=["iam:PassRole"],
-                resources=[sagemaker_role.role_arn],
-                conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}},
-            )
-        )
-        if self.queue is not None:
-            acknowledge(
-                attempt_machine.role,
-                f"AwsSolutions-IAM5[Resource::{job_arn}]",
-                "The attempt describes the training job Batch started, named per run at run time; the "
-                "project prefix is the narrowest fixed scope.",
-            )
-            acknowledge_wildcard_statements(
-                attempt_machine.role,
-                {
-                    DESCRIBE_BATCH_JOBS: "Batch names the training jobs it starts "
-                    "AWSBatch<jobName><attemptId> at run time; every jobName we submit starts with this "
-                    "queue's key, which keeps them to this project's runs."
-                },
-            )
-            return
-        acknowledge_wildcard_statements(
-            attempt_machine.role,
-            {
-                "CreateOwnTrainingJobs": "Jobs are named per run and attempt at run time; "
-                "the project prefix is the narrowest fixed scope."
-            },
-        )
 
     def _pipeline(self, runs: PipelineRuns, resources: PipelineResources) -> sfn.IChainable:
         read_input = sfn.Pass.jsonata(
@@ -265,6 +202,7 @@ class TrainingStateMachine(Construct):
                 # The table and the raw input are not needed any more (every expression reads all variables).
                 "profiles": expression("null"),
                 "checked": expression("null"),
+                **cost_cap_states.prepare_run_assign(),
             },
         )
 
@@ -284,9 +222,14 @@ class TrainingStateMachine(Construct):
                     "stopAtMillis": expression("$plan.stopAtMillis"),
                     "timeLimitSeconds": expression("$plan.timeLimitSeconds"),
                     **(queue_attempt_fields(runs.profiles, runs.queue) if self.queue else {}),
+                    **cost_cap_states.attempt_input(),
                 }
             ),
-            assign={"outcome": expression("$states.result.Output"), **refined_request(runs.profiles)},
+            assign={
+                "outcome": expression("$states.result.Output"),
+                **refined_request(runs.profiles),
+                **cost_cap_states.run_attempt_assign(),
+            },
             outputs={},
         )
         # The refused child never started, so trying again is safe; each try evaluates the Arguments
@@ -314,6 +257,7 @@ class TrainingStateMachine(Construct):
             sfn.Condition.jsonata(expression(_status_in("Completed"))), self._succeeded()
         )
         quota_waits.add_quota_branches(classify, run_attempt, wait_before_retry, capacity_exhausted)
+        cost_cap_states.add_budget_exceeded(self, classify)
         # Queue mode: Batch alone retries capacity errors (docs/queue.md); the pipeline never stacks its own.
         if self.queue is None:
             classify.when(

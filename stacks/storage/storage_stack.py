@@ -92,13 +92,9 @@ class StorageStack(cdk.Stack):
             # dataset_events: object events to EventBridge for retrain_on_new_data (docs/trigger.md).
             self.dataset_bucket = self._bucket("DatasetBucket", versioned=True, events=dataset_events)
         else:
-            self.dataset_bucket = s3.Bucket.from_bucket_name(
-                self, "DatasetBucket", dataset.bucket_name
-            )
+            self.dataset_bucket = s3.Bucket.from_bucket_name(self, "DatasetBucket", dataset.bucket_name)
         self.dataset_key = (
-            kms.Key.from_key_arn(self, "DatasetKey", dataset.kms_key_arn)
-            if dataset.kms_key_arn
-            else None
+            kms.Key.from_key_arn(self, "DatasetKey", dataset.kms_key_arn) if dataset.kms_key_arn else None
         )
         # Not versioned: checkpoints are rewritten every few minutes, expire anyway, and a job only ever
         # resumes from the newest complete one; versions would multiply their (large) storage.

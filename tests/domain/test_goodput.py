@@ -224,3 +224,14 @@ def test_every_billed_millisecond_is_in_exactly_one_part(generated, now_offset):
             assert entry.billed_ms == attempt.job["BillableTimeInSeconds"] * 1000
     if ledger.goodput_percent is not None:
         assert 0 <= ledger.goodput_percent <= 100
+
+
+def test_the_ledger_shows_the_billed_cost_against_the_profiles_cost_cap():
+    report = hang_then_resume()
+    report.max_cost_usd = 200
+    ledger = ledger_of(report, now=at(100))
+    billed = P4D_HOURLY * 2 * (2760 + 1920) / 3600
+    assert ledger.billed_usd == pytest.approx(billed)
+    assert ledger.summary().endswith(
+        f"; billed ${billed:,.2f} of the $200.00 cost cap ({100 * billed / 200:.0f}%)"
+    )

@@ -7,9 +7,11 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import default_config_data
 from tests.domain.conftest import FSX_RESOURCES, S3_RESOURCES
 from tests.domain.sagemaker_model import problems
 from training_scripts.metrics import METRIC_DEFINITIONS
+from trainstack.config_loading import ConfigError
 from trainstack.job_request import (
     RunRequest,
     base_request,
@@ -358,6 +360,7 @@ def test_every_job_uploads_tensorboard_data_to_its_own_prefix_of_the_runs_artifa
     output = first["OutputDataConfig"]["S3OutputPath"]
     assert first["TensorBoardOutputConfig"]["S3OutputPath"].startswith(output)
 
+
 def test_the_model_is_uploaded_uncompressed(settings):
     """CompressionType NONE (botocore's model: GZIP | NONE, default GZIP): SageMaker uploads the model dir's
     files as they are instead of gzipping a model.tar.gz while every instance is billed."""
@@ -366,3 +369,31 @@ def test_the_model_is_uploaded_uncompressed(settings):
             "CompressionType": "NONE",
             "S3OutputPath": f"s3://trainstack-artifacts/{RUNS['plain'].run_name}/",
         }
+
+
+def test_a_profile_with_an_mlflow_tracking_server_names_it_to_the_job(settings):
+    server = "arn:aws:sagemaker:us-east-1:111111111111:mlflow-tracking-server/team-tracking"
+    profile = settings.profile("llama-1b-smddp").model_copy(update={"mlflow_tracking_server_arn": server})
+    request = build(profile)
+    assert {
+        key: request["Environment"][key] for key in ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME")
+    } == {
+        "MLFLOW_TRACKING_URI": server,
+        "MLFLOW_EXPERIMENT_NAME": "llama-1b-smddp",
+    }
+    assert problems("CreateTrainingJob", request) == []
+    assert "MLFLOW_TRACKING_URI" not in build(settings.profile("llama-1b-smddp"))["Environment"]
+
+
+def test_an_mlflow_tracking_server_that_is_no_arn_is_refused_in_one_sentence(make_settings):
+    with pytest.raises(ConfigError, match="a SageMaker managed MLflow tracking server ARN"):
+        make_settings(
+            {
+                "profiles": [
+                    {
+                        **default_config_data()["profiles"][0],
+                        "mlflow_tracking_server_arn": "http://mlflow:5000",
+                    }
+                ]
+            }
+        )

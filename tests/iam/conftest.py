@@ -20,15 +20,18 @@ from tests.infra.test_governed import GOVERNED, GOVERNED_QUEUE_EXISTING_NAT
 # trainstack uses, no role changes. Every call must be allowed by it too.
 PLATFORM_BOUNDARY = json.loads(Path(__file__).with_name("platform_boundary.json").read_text())
 PLAN = "arn:aws:sagemaker:us-east-1:111111111111:training-plan/p5-reserved"
+MLFLOW_SERVER = "arn:aws:sagemaker:us-east-1:111111111111:mlflow-tracking-server/team-tracking"
 SHARES = {"queue": {"enabled": True, "shares": {"teamA": 2, "teamB": 1}}}
 
 
 def with_plan_and_schedule(data: dict[str, Any]) -> dict[str, Any]:
-    """The first profile's first instance type on a training plan, the second profile on a schedule."""
+    """The first profile's first instance type on a training plan, the second profile on a schedule and
+    logging to an MLflow tracking server."""
     profiles = [dict(profile) for profile in data["profiles"]]
     first = dict(profiles[0]["instance_preferences"][0], training_plan_arn=PLAN)
     profiles[0]["instance_preferences"] = [first, *profiles[0]["instance_preferences"][1:]]
     profiles[1]["schedule"] = "rate(1 day)"
+    profiles[1]["mlflow_tracking_server_arn"] = MLFLOW_SERVER
     return {**data, "profiles": profiles}
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import NO_ENV, deep_merge, default_config_data, synthesize
 from tests.iam import sar
+from tests.iam.conftest import MLFLOW_SERVER
 from tests.infra.conftest import IMPORTED_VPC_PERSISTENT_500
 from tests.infra.templates import load_templates, resources
 from tests.infra.test_governed import GOVERNED
@@ -28,6 +29,7 @@ def _with_training_plan(data: dict[str, Any]) -> dict[str, Any]:
 
 def _with_schedule(data: dict[str, Any]) -> dict[str, Any]:
     data["profiles"][1]["schedule"] = "cron(0 3 ? * SUN *)"
+    data["profiles"][1]["mlflow_tracking_server_arn"] = MLFLOW_SERVER
     data["notification_emails"] = ["ml-team@example.com"]
     return data
 

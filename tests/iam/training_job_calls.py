@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlparse
 
+from training_scripts.mlflow_log import MLFLOW_TRACKING_URI_ENV
 from trainstack.job_request import PipelineResources, RunRequest, build_create_training_job_request
 
 # SageMaker's log group and metric namespace for training jobs (fixed by SageMaker).
@@ -24,6 +25,11 @@ VPC_DESCRIBE_ACTIONS = (
 )
 ECR_PULL_ACTIONS = ("ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability")
 SECURE = {"aws:SecureTransport": "true"}
+# MLflow REST calls of set_experiment (a new experiment), start_run, log_params/log_metrics and end_run.
+MLFLOW_CALLS = tuple(
+    f"sagemaker-mlflow:{name}"
+    for name in ("GetExperimentByName", "CreateExperiment", "CreateRun", "LogBatch", "UpdateRun")
+)
 Authorization = tuple[str, str, dict[str, Any]]  # (action, resource, context)
 
 
@@ -88,6 +94,10 @@ class TrainingJobCalls:
         yield ("logs:PutLogEvents", stream, {})
         yield ("cloudwatch:PutMetricData", "*", {"cloudwatch:namespace": TRAINING_LOG_GROUP})
         yield from self._network_interface_calls(request["VpcConfig"])
+        server = request.get("Environment", {}).get(MLFLOW_TRACKING_URI_ENV)
+        if server:  # training_scripts/mlflow_log.py through MLflow's fluent API, as the plugin signs them
+            for action in MLFLOW_CALLS:
+                yield (action, server, {})
 
     def _network_interface_calls(self, vpc_config) -> Iterator[Authorization]:
         vpc = self.arn("ec2", f"vpc/{self.vpc_id()}")

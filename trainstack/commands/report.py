@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
 
 def collect_run(pipeline: Pipeline, execution: dict[str, Any]) -> RunReport:
     """What the report shows of one execution (also `trainstack status`'s goodput line)."""
-    return collect(
+    report = collect(
         pipeline.client("stepfunctions"),
         pipeline.client("sagemaker"),
         pipeline.client("logs"),
@@ -64,3 +65,9 @@ def collect_run(pipeline: Pipeline, execution: dict[str, Any]) -> RunReport:
         pipeline.batch(),
         pipeline.queue_name,
     )
+    # The run's profile: the input's, else the first (the pipeline's default).
+    given = json.loads(execution.get("input") or "{}")
+    name = given.get("profile") if isinstance(given, dict) else None
+    profiles = pipeline.settings.profiles
+    report.max_cost_usd = next((p for p in profiles if p.name == name), profiles[0]).max_cost_usd
+    return report

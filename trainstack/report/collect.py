@@ -148,6 +148,7 @@ class RunReport:
     execution: dict[str, Any]  # DescribeExecution of the pipeline execution
     attempts: list[Attempt]
     backoffs: list[Span]
+    max_cost_usd: float | None = None  # the run's profile's cost cap (trainstack.cost_cap)
 
     @property
     def output(self) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from fractions import Fraction
 
+from trainstack.cost_cap import usd
 from trainstack.faults import INFRASTRUCTURE, Fault, classify
 from trainstack.prices import SAGEMAKER_TRAINING_PRICES
 from trainstack.report.collect import Attempt, RunReport
@@ -76,6 +77,22 @@ class AttemptLedger:
 class RunLedger:
     attempts: list[AttemptLedger]
     backoff_seconds: float
+    max_cost_usd: float | None = None  # the profile's cost cap
+
+    @property
+    def billed_usd(self) -> float | None:
+        costs = [a.usd(a.billed_ms) for a in self.attempts]
+        return None if None in costs else sum(costs)
+
+    def cap_text(self) -> str:
+        """`; billed $X of the $Y cost cap (Z %)`, or nothing without a cap."""
+        if self.max_cost_usd is None:
+            return ""
+        billed = self.billed_usd
+        if billed is None:
+            return f"; cost cap {usd(self.max_cost_usd)} (billed cost unknown: a type has no recorded price)"
+        share = 100 * billed / self.max_cost_usd
+        return f"; billed {usd(billed)} of the {usd(self.max_cost_usd)} cost cap ({share:.0f}%)"
 
     def instance_ms(self, part: str | None = None) -> int:
         """Billed instance-milliseconds of one part, or of all (None): whole numbers, so ratios are exact."""
@@ -105,7 +122,7 @@ class RunLedger:
         goodput = self.goodput_percent
         waits = f"waits {hms(self.waiting_seconds)} (not billed)"
         if goodput is None:
-            return f"goodput: no billed time yet; {waits}"
+            return f"goodput: no billed time yet; {waits}{self.cap_text()}"
         usd = self.lost_usd
         cost = f"${usd:,.2f}" if usd is not None else "unknown $ (an instance type has no recorded price)"
         restarts = sum(a.parts_ms[STARTING] * a.instance_count for a in self.attempts if a.restarted) / 1000
@@ -114,6 +131,7 @@ class RunLedger:
             f"{hms(self.instance_seconds())} billed instance time kept); lost to failures: {cost} "
             f"(lost work {hms(self.instance_seconds(LOST))}, "
             f"idle in a hang {hms(self.instance_seconds(HANG))}, restarts {hms(restarts)}); {waits}"
+            f"{self.cap_text()}"
         )
 
 
@@ -124,6 +142,7 @@ def ledger_of(report: RunReport, now: datetime) -> RunLedger:
     return RunLedger(
         [attempt_ledger(attempt, after, now) for attempt, after in zip(attempts, followers, strict=True)],
         sum((backoff.end - backoff.start).total_seconds() for backoff in report.backoffs),
+        report.max_cost_usd,
     )
 
 

@@ -21,12 +21,20 @@ AWS's error names under aws-sdk:sagemaker:* (errors SageMaker's API model declar
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from aws_cdk import Duration
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
+from stacks.pipeline.cost_cap_states import (
+    BUDGET_EXCEEDED_STATUS,
+    add_attempt_budget_stop,
+    billed_seconds,
+    poll_within_budget,
+)
 from stacks.pipeline.jsonata_text import expression, literal
 from stacks.pipeline.machine_kit import (
     SAGEMAKER_ERROR,
@@ -50,6 +58,7 @@ ATTEMPT_STATUSES = (
     "Quota",
     "Rejected",
     "NameInUse",
+    BUDGET_EXCEEDED_STATUS,
 )
 # A SageMakerException on create: retried this often (1 s, 2 s) before its Cause is read.
 CREATE_QUICK_RETRIES = 2
@@ -86,19 +95,16 @@ def described_job(*, with_name: bool = False) -> str:
         f"{name}"
         '"instanceType": $c.SelectedInstanceType ? $c.SelectedInstanceType : $c.InstanceType, '
         '"instanceCount": $c.SelectedInstanceCount ? $c.SelectedInstanceCount : $c.InstanceCount, '
-        '"artifacts": $r.ModelArtifacts.S3ModelArtifacts, "metrics": $r.FinalMetricDataList}]))'
+        '"artifacts": $r.ModelArtifacts.S3ModelArtifacts, "metrics": $r.FinalMetricDataList, '
+        f'"billedSeconds": {billed_seconds("$r")}}}]))'
     )
 
 
-def poll_wait(scope: Construct, construct_id: str) -> sfn.Wait:
-    """The wait before the next status call, by the age of the attempt (both attempt kinds)."""
-    return sfn.Wait.jsonata(
-        scope,
-        construct_id,
-        time=sfn.WaitTime.seconds(
-            expression(poll_seconds_expression("($millis() - $job.createdMillis) / 1000"))
-        ),
-    )
+def poll_wait(scope: Construct, construct_id: str, bound: Callable[[str], str] = str) -> sfn.Wait:
+    """The wait before the next status call, by the age of the attempt (both attempt kinds); `bound` may
+    shorten it (the direct attempt: to reach the cost cap's moment)."""
+    seconds = poll_seconds_expression("($millis() - $job.createdMillis) / 1000")
+    return sfn.Wait.jsonata(scope, construct_id, time=sfn.WaitTime.seconds(expression(bound(seconds))))
 
 
 def describe_training_job(
@@ -168,7 +174,7 @@ class TrainingAttempt(Construct):
         self._job_arn = job_arn
         report = sfn.Succeed.jsonata(self, "ReportOutcome", outputs=expression("$outcome"))
         create = self._create_training_job(partition, report)
-        wait_for_job = poll_wait(self, "WaitForJob")
+        wait_for_job = poll_wait(self, "WaitForJob", bound=poll_within_budget)
         describe = describe_training_job(self, name="$job.name", job_arns=[job_arn])
         # Retries used up: the next poll asks again.
         describe.add_catch(wait_for_job, errors=[SAGEMAKER_ERROR], outputs={})
@@ -311,6 +317,7 @@ class TrainingAttempt(Construct):
         report_when(check_job, f'{status} = "Completed"', report, outcome("Completed"))
         report_when(check_job, capacity, report, outcome("Capacity", capacity_cause))
         report_when(check_job, f'{status} = "Failed"', report, failed_outcome())
+        add_attempt_budget_stop(self, check_job, report, wait_for_job, self._job_arn)
         report_when(check_job, f'{status} = "Stopped"', report, outcome("Stopped", stopped_cause))
         return check_job.when(
             sfn.Condition.jsonata(expression("$millis() > $limits.stopAtMillis")), stop

@@ -1,0 +1,82 @@
+"""Rank 0's parameters and training scalars in MLflow, beside the TensorBoard event files.
+
+The job finds its tracking server in MLflow's own variables, which the pipeline sets from the profile's
+`mlflow_tracking_server_arn` (trainstack.job_request): MLFLOW_TRACKING_URI (a SageMaker managed MLflow
+tracking-server ARN, which the `sagemaker-mlflow` plugin resolves and signs for) and
+MLFLOW_EXPERIMENT_NAME (the profile). The run is named after the training job (TRAINING_JOB_NAME, which
+SageMaker sets in the container and sagemaker-training's environment.py reads), so each attempt of a run
+is its own MLflow run. CreateTrainingJob's MlflowConfig is not used: AWS documents it for serverless
+model customization jobs only (docs/training.md, "MLflow").
+
+The client is optional (container/requirements.txt installs `mlflow-skinny` and `sagemaker-mlflow`):
+where it is missing, or the variable is unset, training goes on without MLflow and says so once. A
+local run may point MLFLOW_TRACKING_URI at a directory (MLflow's file store), as the tests do.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+log = logging.getLogger("train")
+
+MLFLOW_TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
+MLFLOW_EXPERIMENT_ENV = "MLFLOW_EXPERIMENT_NAME"
+JOB_NAME_ENV = "TRAINING_JOB_NAME"
+
+
+class MlflowLog:
+    """One MLflow run of this job; does nothing on other ranks or without a tracking URI."""
+
+    def __init__(self, is_main: bool, parameters: Mapping[str, Any]):
+        self._mlflow = None
+        uri = os.environ.get(MLFLOW_TRACKING_URI_ENV)
+        if not is_main or not uri:
+            return
+        try:
+            import mlflow
+        except ImportError as error:
+            log.warning(
+                "No MLflow run: %s is set but the client is missing (%s; pip install mlflow-skinny "
+                "sagemaker-mlflow).",
+                MLFLOW_TRACKING_URI_ENV,
+                error,
+            )
+            return
+        experiment = os.environ.get(MLFLOW_EXPERIMENT_ENV, "trainstack")
+        self._mlflow = mlflow
+        if self._guarded(lambda: self._start(uri, experiment, parameters)):
+            log.info("MLflow run %s in experiment %s.", mlflow.active_run().info.run_id, experiment)
+
+    def _start(self, uri: str, experiment: str, parameters: Mapping[str, Any]) -> None:
+        self._mlflow.set_tracking_uri(uri)
+        self._mlflow.set_experiment(experiment)
+        self._mlflow.start_run(run_name=os.environ.get(JOB_NAME_ENV))
+        # MLflow keeps parameter values as text of at most 6,000 characters.
+        self._mlflow.log_params({name: str(value)[:6000] for name, value in parameters.items()})
+
+    def _guarded(self, call: Callable[[], Any]) -> bool:
+        """Run an MLflow call; a failure (server unreachable, access denied) ends this job's MLflow
+        logging with one warning, never its training: the metrics are a side channel."""
+        try:
+            call()
+        except Exception as error:  # MLflow's, HTTP and credential errors alike
+            log.warning("MLflow logging stopped: %s", error)
+            self._mlflow = None
+            return False
+        return True
+
+    def add(self, step: int, values: Mapping[str, float | None]) -> None:
+        """The known values at `step` (the TensorBoard tags as metric names)."""
+        if self._mlflow is None:
+            return
+        known = {tag: float(value) for tag, value in values.items() if value is not None}
+        if known:
+            self._guarded(lambda: self._mlflow.log_metrics(known, step=step))
+
+    def close(self) -> None:
+        if self._mlflow is not None:
+            self._guarded(self._mlflow.end_run)
+            self._mlflow = None

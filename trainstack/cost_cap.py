@@ -1,0 +1,108 @@
+"""A profile's cost cap (`max_cost_usd`): the run's planned cost, checked before it starts, and the
+figures the pipeline stops it by once its billed cost crosses the cap (docs/pipeline.md, "Cost cap").
+
+Planned cost: the planner's figure (trainstack.planning: the tokens of max_steps at the assumed MFU,
+priced from trainstack.prices) for the run's max_steps and instance count, on the dearest of the
+profile's instance preferences (SageMaker may run on any of them). A step costs the same whatever the
+instance count (tokens per step and tokens per second both scale with it), so the plan is
+usd_per_instance_step x max_steps x instances; tests hold it equal to the planner's own figure.
+Overrides of other size hyperparameters (seq_len, micro_batch_size, ...) are not re-planned: the
+billed-cost stop still bounds such a run. A profile the planner cannot plan (another entry point, a
+GPU without an MFU figure) has no planned cost: only the billed-cost stop applies.
+
+Billed cost (stacks/pipeline/cost_cap_states.py computes it in the machines): per attempt,
+billed seconds x instance count x the on-demand price of the type SageMaker selected, summed over the
+run's attempts. Billed seconds are DescribeTrainingJob's BillableTimeInSeconds once SageMaker reports it
+(for managed spot it already holds the spot saving: botocore's model gives the saving as
+1 - BillableTimeInSeconds / TrainingTimeInSeconds), else TrainingStartTime to TrainingEndTime, or to now
+while the job runs ("You are billed for the time interval between this time and the value of
+TrainingEndTime", DescribeTrainingJob in botocore's sagemaker model). On-demand list prices make the
+figure an upper bound for spot runs while they run; warm pools (keep_alive_seconds) are not counted.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from trainstack.planning.plans import plan
+from trainstack.planning.setups import TRAIN_DEFAULTS, UnplannableError, setup_for_profile
+from trainstack.profiles import Profile
+
+MAX_STEPS = "max_steps"
+_WHOLE_NUMBER = r"^[0-9]+$"
+
+
+@dataclass(frozen=True)
+class StepRate:
+    """What one training step costs on one instance of a preference (the planner's figure)."""
+
+    instance_type: str
+    instance_count: int
+    usd_per_instance_step: float
+
+
+def step_rates(profile: Profile) -> list[StepRate]:
+    """One rate per instance preference, or none when the planner has no cost for one of them."""
+    try:
+        setup = setup_for_profile(profile)
+    except UnplannableError:
+        return []
+    rates = []
+    for preference in profile.instance_preferences:
+        spec = preference.spec
+        one_step = plan(setup, spec, 1, setup.tokens_per_step(spec, 1))
+        cost = one_step.throughput and one_step.throughput.cost_usd
+        if cost is None:
+            return []
+        rates.append(StepRate(spec.name, preference.instance_count, cost))
+    return rates
+
+
+def profile_steps(profile: Profile) -> int:
+    """The profile's max_steps (as the planner reads it: trainstack.planning.setups.profile_token_budget)."""
+    return int(profile.hyperparameters.get(MAX_STEPS, TRAIN_DEFAULTS[MAX_STEPS]))
+
+
+def run_steps(profile: Profile, hyperparameters: Mapping[str, str]) -> int:
+    """The run's max_steps: its own when it gives a whole number, else the profile's."""
+    given = hyperparameters.get(MAX_STEPS)
+    if isinstance(given, str) and re.match(_WHOLE_NUMBER, given):
+        return int(given)
+    return profile_steps(profile)
+
+
+def planned_cost_usd(
+    profile: Profile, hyperparameters: Mapping[str, str], instance_count: int | None
+) -> float | None:
+    """The run's planned cost on its dearest preference; None when the planner has no figure."""
+    rates = step_rates(profile)
+    if not rates:
+        return None
+    steps = run_steps(profile, hyperparameters)
+    return max(rate.usd_per_instance_step * steps * (instance_count or rate.instance_count) for rate in rates)
+
+
+def usd(amount: float) -> str:
+    """Dollars as every cost-cap message prints them (JSONata: $formatNumber(n, '#,##0.00'))."""
+    return f"${amount:,.2f}"
+
+
+def cost_cap_problem(
+    profile: Profile, hyperparameters: Mapping[str, str], instance_count: int | None
+) -> str | None:
+    """The input check's sentence when the run's planned cost exceeds the profile's max_cost_usd."""
+    if profile.max_cost_usd is None:
+        return None
+    planned = planned_cost_usd(profile, hyperparameters, instance_count)
+    if planned is None or planned <= profile.max_cost_usd:
+        return None
+    return over_cap_message(planned, profile.name, profile.max_cost_usd)
+
+
+def over_cap_message(planned: float, profile_name: str, cap: float) -> str:
+    return (
+        f"The run's planned cost of {usd(planned)} exceeds the max_cost_usd of {usd(cap)} of profile "
+        f"{profile_name}; lower max_steps or instanceCount, or raise max_cost_usd."
+    )
