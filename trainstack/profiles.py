@@ -14,6 +14,7 @@ from pydantic import BeforeValidator, Field, field_validator, model_validator
 from trainstack.base import StrictModel, matching
 from trainstack.instances import INSTANCE_TYPES, InstanceType, UnknownInstanceTypeError, instance_type
 from trainstack.planning.checkpoints import MPIRUN_SIGKILL_TIMEOUT_SECONDS
+from trainstack.registry_settings import RegistrySettings
 from trainstack.retry_policies import FaultRetryPolicy, RetryPolicy
 
 Strategy = Literal["smp", "smddp", "torchrun", "mpi"]
@@ -182,6 +183,7 @@ class Profile(StrictModel):
     environment: dict[_ENV_NAME, _ENV_VALUE] = {}
     # Queue mode with fair shares: Batch's schedulingPriority, higher runs first within a share.
     priority: int | None = None
+    registry: RegistrySettings | None = None  # evaluate, register and gate each run (docs/registry.md)
 
     @field_validator("priority")
     @classmethod
