@@ -35,7 +35,9 @@ METRICS_KEY = "language_model_metrics"
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     env = os.environ.get
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model-dir-in", default=env("SM_CHANNEL_MODEL"), help="defaults to SM_CHANNEL_MODEL")
+    parser.add_argument(
+        "--model-dir-in", default=env("SM_CHANNEL_MODEL"), help="defaults to SM_CHANNEL_MODEL"
+    )
     parser.add_argument("--eval-dir", default=env("SM_CHANNEL_EVAL"), help="defaults to SM_CHANNEL_EVAL")
     parser.add_argument("--out-dir", default=env("SM_MODEL_DIR", "/opt/ml/model"))
     parser.add_argument("--seq-len", "--seq_len", type=int, default=1024)
@@ -71,7 +73,9 @@ def evaluate(args: argparse.Namespace) -> dict:
     from transformers import AutoModelForCausalLM
 
     if not args.model_dir_in or not args.eval_dir:
-        raise UserError("The evaluation needs a 'model' and an 'eval' channel (SM_CHANNEL_MODEL, SM_CHANNEL_EVAL).")
+        raise UserError(
+            "The evaluation needs a 'model' and an 'eval' channel (SM_CHANNEL_MODEL, SM_CHANNEL_EVAL)."
+        )
     dataset = TokenDataset(args.eval_dir, args.seq_len, "eval")
     samples = max(1, min(len(dataset), args.max_eval_tokens // args.seq_len))
     with tempfile.TemporaryDirectory() as scratch:

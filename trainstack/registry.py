@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-from pathlib import Path
 
 from trainstack.profiles import Profile
 
@@ -29,7 +27,6 @@ LINEAGE_KEYS = {
     "execution": "run.executionArn",
     "jobs": "run.trainingJobs",
     "image": "image.uri",
-    "code": "code.version",
     "config": "config.sha256",
     "checkpoint": "checkpoint.uri",
     "evaluationJob": "evaluation.jobName",
@@ -37,7 +34,6 @@ LINEAGE_KEYS = {
     "perplexity": "evaluation.perplexity",
     "tokens": "evaluation.tokens",
 }
-UNKNOWN_CODE_VERSION = "unknown"
 
 
 def group_name(project: str, profile: str) -> str:
@@ -48,21 +44,3 @@ def group_name(project: str, profile: str) -> str:
 def config_hash(profile: Profile) -> str:
     """SHA-256 of the profile's settings as the config loaded them: changes whenever the profile does."""
     return hashlib.sha256(json.dumps(profile.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
-
-
-def code_version(repository: Path = Path(__file__).resolve().parents[1]) -> str:
-    """The git revision the synth (and so the image build) runs from, `-dirty` with uncommitted changes;
-    UNKNOWN_CODE_VERSION outside a git checkout."""
-    try:
-        revision = subprocess.run(
-            ["git", "-C", str(repository), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        changed = subprocess.run(
-            ["git", "-C", str(repository), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return UNKNOWN_CODE_VERSION
-    return f"{revision}-dirty" if changed else revision

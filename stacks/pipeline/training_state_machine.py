@@ -7,7 +7,7 @@ capped, jittered backoff between attempts that found no capacity, until the prof
 its retry deadline (wall clock, from the execution's start time), retry attempts that failed for the
 infrastructure's fault on the profile's fault budget (fault_retries.py), and report the result.
 Errors: InvalidInput, CapacityExhausted, QuotaExceeded, InfrastructureRetriesExhausted, TrainingFailed,
-TrainingStopped.
+TrainingStopped, EvaluationFailed (a Completed run of a profile with `registry:` is evaluated: registry/).
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from stacks.pipeline.pipeline_run_request import (
 )
 from stacks.pipeline.pipeline_runs import PipelineRuns
 from stacks.pipeline.queue.training_queue import TrainingQueue, batch_training_jobs
+from stacks.pipeline.registry.model_registration import ModelRegistration
 from stacks.pipeline.state_machine_facts import (
     ERROR_CAPACITY_EXHAUSTED,
     ERROR_INFRASTRUCTURE_RETRIES_EXHAUSTED,
@@ -67,13 +68,12 @@ from trainstack.profiles import Profile
 # CreateTrainingJob with Tags needs AddTags on the new job.
 CREATE_ACTIONS = ("sagemaker:CreateTrainingJob", "sagemaker:AddTags")
 DESCRIBE_BATCH_JOBS = "DescribeBatchTrainingJobs"
-# A StartExecution of the attempt child that AWS refuses because too many executions are open (the
-# account's open-execution quota, or StartExecution's API quota). The name is the one AWS's developer
-# guide gives for a Task state calling the optimized states:startExecution integration ("Start workflow
-# executions from a task state": "Use the Retry on StepFunctions.ExecutionLimitExceeded to ensure your
-# execution is started"); botocore's stepfunctions model lists ExecutionLimitExceeded among
-# StartExecution's errors. No name for a throttled StartExecution (ThrottlingException, which the model
-# does not declare) is documented for this integration, so none is retried here.
+# A StartExecution of the attempt child that AWS refuses because too many executions are open (the account's
+# open-execution quota, or StartExecution's API quota). The name is the one AWS's developer guide gives for
+# a Task state calling the optimized states:startExecution integration ("Start workflow executions from a
+# task state": "Use the Retry on StepFunctions.ExecutionLimitExceeded to ensure your execution is started");
+# botocore's stepfunctions model lists ExecutionLimitExceeded among StartExecution's errors. No name for a
+# throttled StartExecution (ThrottlingException, undeclared in the model) is documented: none is retried.
 # LocalStack's snapshots, recorded against AWS, name the same refusal
 # StepFunctions.ExecutionLimitExceededException: both names are retried.
 START_REFUSED_ERRORS = (
@@ -111,6 +111,7 @@ class TrainingStateMachine(Construct):
         }
         job_arn = training_job_arn(self, f"{project}-*")
         self.queue = queue
+        self.registration = ModelRegistration(self, "Registration", runs, resources, job_arn, sagemaker_role)
         if queue is None:
             attempt = TrainingAttempt(
                 self, "Attempt", partition=literal_partition(self), job_arn=job_arn
@@ -359,8 +360,8 @@ class TrainingStateMachine(Construct):
             )
         )
 
-    def _succeeded(self) -> sfn.Succeed:
-        return sfn.Succeed.jsonata(
+    def _succeeded(self) -> sfn.IChainable:
+        succeeded = sfn.Succeed.jsonata(
             self,
             "Succeeded",
             outputs={
@@ -371,8 +372,10 @@ class TrainingStateMachine(Construct):
                 "checkpointUri": expression("$request.CheckpointConfig.S3Uri"),
                 "attempts": expression("$attempt"),
                 "retriedFaults": expression("$retriedFaults"),
+                "modelPackage": expression("$registered"),
             },
         )
+        return self.registration.after(self, succeeded)
 
     def _capacity_exhausted(self) -> sfn.Fail:
         attempts = capacity_attempts()

@@ -1,0 +1,321 @@
+"""Evaluation, registration and the approval gate, as their own state machine (`<project>-pipeline-registration`)
+started by the pipeline after a Completed attempt (docs/registry.md, "From run to approved model").
+
+The machine: create the evaluation job (the run's request in evaluation mode, evaluation_request.py),
+poll it, read its FinalMetricDataList; find the group's latest Approved version and its evaluation loss;
+decide; create the model package version (pending) and give it the decision with UpdateModelPackage
+(the comparison in ApprovalDescription). Its output, always (the execution succeeds): {"status":
+"Registered", "modelPackageArn", "version", "decision", "reason", "evaluation", "baseline"} or
+{"status": "EvaluationFailed", "cause"}; the pipeline fails a run whose evaluation failed with the error
+EvaluationFailed, and keeps its model unregistered.
+
+Each profile with a `registry:` block gets its model package group `<project>-<profile>` in the stack,
+kept when the stack is deleted (its versions are the registry's record).
+"""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_sagemaker as sagemaker
+from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import aws_stepfunctions_tasks as tasks
+from constructs import Construct
+
+from stacks.pipeline.jsonata_text import expression, literal
+from stacks.pipeline.logged_state_machine import logged_state_machine
+from stacks.pipeline.machine_kit import (
+    SAGEMAKER_ERROR,
+    literal_partition,
+    retry_must_succeed_call,
+    retry_poll_call,
+)
+from stacks.pipeline.pipeline_runs import PipelineRuns
+from stacks.pipeline.registry.evaluation_request import (
+    EVALUATION_JOB_NAME,
+    decision,
+    evaluation_metrics,
+    evaluation_request,
+    model_package_request,
+    registry_table,
+)
+from stacks.pipeline.state_machine_facts import resource_value, substitution_names, with_placeholders
+from trainstack.job_request import PipelineResources
+from trainstack.registry import group_name
+
+EVALUATION_POLL_SECONDS = 60
+REGISTERED, EVALUATION_FAILED = "Registered", "EvaluationFailed"
+# The pipeline's error for a run whose evaluation failed (its model is kept, not registered).
+ERROR_EVALUATION_FAILED = EVALUATION_FAILED
+
+
+class ModelRegistration(Construct):
+    """The registration machine (`state_machine`), the profiles' groups and the pipeline's hook (`after`)."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        runs: PipelineRuns,
+        resources: PipelineResources,
+        job_arn: str,
+        sagemaker_role: iam.IRole,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        project, profiles = runs.project, runs.profiles
+        # Deploy-time values appear as ${Name} placeholders, filled by DefinitionSubstitutions (as the pipeline's).
+        self.table = registry_table(project, profiles, with_placeholders(resources))
+        self.groups = {}
+        for name, entry in self.table.items():
+            group = sagemaker.CfnModelPackageGroup(
+                self,
+                f"Group-{name}",
+                model_package_group_name=entry["group"],
+                model_package_group_description=f"Evaluated versions of profile {name} (trainstack)",
+            )
+            group.apply_removal_policy(cdk.RemovalPolicy.RETAIN)
+            self.groups[name] = group
+        stack = cdk.Stack.of(self)
+        groups = [group_name(project, name) for name in self.table]
+        self.group_arns = [
+            stack.format_arn(service="sagemaker", resource="model-package-group", resource_name=name)
+            for name in groups
+        ]
+        self.package_arns = [
+            stack.format_arn(service="sagemaker", resource="model-package", resource_name=f"{name}/*")
+            for name in groups
+        ]
+        self.job_arn = job_arn
+        self.state_machine, self.log_group = logged_state_machine(
+            self, "StateMachine", name=f"{project}-pipeline-registration", chain=self._chain(), timeout=None
+        )
+        for group in self.groups.values():
+            self.state_machine.node.add_dependency(group)
+        machine = self.state_machine.node.default_child
+        assert isinstance(machine, sfn.CfnStateMachine)
+        machine.definition_substitutions = {
+            name: resource_value(resources, path) for name, path in substitution_names(resources).items()
+        }
+        self._grant(sagemaker_role)
+
+    def after(self, scope: Construct, succeeded: sfn.IChainable) -> sfn.IChainable:
+        """The pipeline's states between a Completed attempt and `succeeded`: register the run of a profile
+        with a registry block ($registered holds the machine's output), or fail with EvaluationFailed."""
+        register = tasks.StepFunctionsStartExecution.jsonata(
+            scope,
+            "EvaluateAndRegister",
+            comment="Evaluate the model, register it as a version of the profile's group and gate it.",
+            state_machine=self.state_machine,
+            integration_pattern=sfn.IntegrationPattern.RUN_JOB,
+            associate_with_parent=True,
+            input=sfn.TaskInput.from_object(
+                {
+                    "profile": expression("$plan.profile"),
+                    "runName": expression("$plan.runName"),
+                    "executionArn": expression("$states.context.Execution.Id"),
+                    "request": expression("$request"),
+                    "attempts": expression("$attempt"),
+                    "modelArtifacts": expression("$outcome.job.artifacts"),
+                }
+            ),
+            assign={"registered": expression("$states.result.Output")},
+            outputs={},
+        )
+        failed = sfn.Fail.jsonata(
+            scope, "EvaluationFailed", error=ERROR_EVALUATION_FAILED, cause=expression("$registered.cause")
+        )
+        outcome = (
+            sfn.Choice.jsonata(scope, "IsRegistered")
+            .when(sfn.Condition.jsonata(expression(f'$registered.status = "{EVALUATION_FAILED}"')), failed)
+            .otherwise(succeeded)
+        )
+        unregistered = sfn.Pass.jsonata(scope, "NotRegistered", assign={"registered": expression("null")})
+        return (
+            sfn.Choice.jsonata(scope, "HasRegistry")
+            .when(
+                sfn.Condition.jsonata(expression(f"$plan.profile in {literal(list(self.table))}")),
+                register.next(outcome),
+            )
+            .otherwise(unregistered.next(succeeded))
+        )
+
+    def _chain(self) -> sfn.IChainable:
+        prepare = sfn.Pass.jsonata(
+            self,
+            "Prepare",
+            assign={
+                "run": expression("$states.input"),
+                "settings": expression(f"$lookup({literal(self.table)}, $states.input.profile)"),
+            },
+        )
+        create = self._sdk_call("CreateEvaluationJob", "createTrainingJob", evaluation_request(), {})
+        wait = sfn.Wait.jsonata(
+            self,
+            "WaitForEvaluation",
+            time=sfn.WaitTime.duration(cdk.Duration.seconds(EVALUATION_POLL_SECONDS)),
+        )
+        describe = tasks.CallAwsService.jsonata(
+            self,
+            "DescribeEvaluationJob",
+            service="sagemaker",
+            action="describeTrainingJob",
+            parameters={"TrainingJobName": expression(EVALUATION_JOB_NAME)},
+            iam_resources=[self.job_arn],
+            assign={
+                "status": expression("$states.result.TrainingJobStatus"),
+                "reason": expression("$states.result.FailureReason"),
+                "evaluation": expression(evaluation_metrics()),
+            },
+            outputs={},
+        )
+        retry_poll_call(describe, [SAGEMAKER_ERROR])
+        describe.add_catch(wait, errors=[SAGEMAKER_ERROR], outputs={})
+        failed = sfn.Succeed.jsonata(
+            self,
+            "ReportEvaluationFailed",
+            outputs=expression(
+                f'{{"status": "{EVALUATION_FAILED}", "cause": "Evaluation job " & {EVALUATION_JOB_NAME} & " " & '
+                '($status ? "ended " & $status : "could not start") & ($reason ? ": " & $reason : "") & '
+                '". The model stays at " & $run.modelArtifacts & "; it is not registered."}'
+            ),
+        )
+        create.add_catch(
+            failed,
+            errors=["States.ALL"],
+            outputs={},
+            assign={"reason": expression("$states.errorOutput.Cause")},
+        )
+        register = self._register()
+        check = (
+            sfn.Choice.jsonata(self, "CheckEvaluation")
+            .when(sfn.Condition.jsonata(expression('$status in ["InProgress", "Stopping"]')), wait)
+            .when(
+                sfn.Condition.jsonata(
+                    expression('$status = "Completed" and $type($evaluation.loss) = "number"')
+                ),
+                register,
+            )
+            .when(
+                sfn.Condition.jsonata(expression('$status = "Completed"')),
+                failed,
+                assign={"reason": expression('"it reported no evaluation:loss metric"')},
+            )
+            .otherwise(failed)
+        )
+        return prepare.next(create).next(wait).next(describe).next(check)
+
+    def _register(self) -> sfn.IChainable:
+        list_approved = tasks.CallAwsService.jsonata(
+            self,
+            "FindApprovedVersion",
+            service="sagemaker",
+            action="listModelPackages",
+            parameters={
+                "ModelPackageGroupName": expression("$settings.group"),
+                "ModelApprovalStatus": "Approved",
+                "ModelPackageType": "Versioned",
+                "SortBy": "CreationTime",
+                "SortOrder": "Descending",
+                "MaxResults": 1,
+            },
+            iam_resources=["*"],
+            assign={"baselineArn": expression("$states.result.ModelPackageSummaryList[0].ModelPackageArn")},
+            outputs={},
+        )
+        describe_baseline = tasks.CallAwsService.jsonata(
+            self,
+            "DescribeApprovedVersion",
+            service="sagemaker",
+            action="describeModelPackage",
+            parameters={"ModelPackageName": expression("$baselineArn")},
+            iam_resources=self.package_arns,
+            assign={
+                "baseline": expression(
+                    '($loss := $states.result.CustomerMetadataProperties."evaluation.loss"; $loss ? '
+                    '{"arn": $baselineArn, "version": $states.result.ModelPackageVersion, "loss": $number($loss)} '
+                    ": null)"
+                )
+            },
+            outputs={},
+        )
+        create_package = self._sdk_call(
+            "CreateModelPackage",
+            "createModelPackage",
+            model_package_request(),
+            {"packageArn": expression("$states.result.ModelPackageArn"), "decision": expression(decision())},
+        )
+        gate = tasks.CallAwsService.jsonata(
+            self,
+            "ApplyDecision",
+            service="sagemaker",
+            action="updateModelPackage",
+            parameters={
+                "ModelPackageArn": expression("$packageArn"),
+                "ModelApprovalStatus": expression("$decision.status"),
+                "ApprovalDescription": expression("$substring($decision.description, 0, 1024)"),
+            },
+            iam_resources=self.package_arns,
+            outputs={},
+        )
+        for task in (list_approved, describe_baseline, gate):
+            retry_must_succeed_call(task, [SAGEMAKER_ERROR])
+        done = sfn.Succeed.jsonata(
+            self,
+            "Registered",
+            outputs=expression(
+                f'{{"status": "{REGISTERED}", "modelPackageArn": $packageArn, '
+                '"version": $number($split($packageArn, "/")[-1]), "decision": $decision.status, '
+                '"reason": $decision.description, "evaluation": $evaluation, "baseline": $baseline}'
+            ),
+        )
+        has_baseline = (
+            sfn.Choice.jsonata(self, "HasApprovedVersion")
+            .when(sfn.Condition.jsonata(expression("$baselineArn ? true : false")), describe_baseline)
+            .otherwise(create_package, assign={"baseline": expression("null")})
+        )
+        retry_must_succeed_call(create_package, [SAGEMAKER_ERROR])
+        describe_baseline.next(create_package)
+        create_package.next(gate).next(done)
+        return list_approved.next(has_baseline)
+
+    def _sdk_call(
+        self, state_id: str, action: str, arguments: str, assign: dict[str, str]
+    ) -> sfn.CustomState:
+        """A SageMaker call whose request is one JSONata value (CallAwsService takes an object of fields
+        only, hence a custom state); its permissions are granted in `_grant`."""
+        return sfn.CustomState(
+            self,
+            state_id,
+            state_json={
+                "Type": "Task",
+                "Resource": f"arn:{literal_partition(self)}:states:::aws-sdk:sagemaker:{action}",
+                "Arguments": expression(arguments),
+                "Assign": assign,
+                "Output": {},
+            },
+        )
+
+    def _grant(self, sagemaker_role: iam.IRole) -> None:
+        """The custom states' actions and passing the job's role to SageMaker."""
+        machine = self.state_machine
+        machine.add_to_role_policy(
+            iam.PolicyStatement(
+                sid="CreateEvaluationJobs",
+                actions=["sagemaker:CreateTrainingJob", "sagemaker:AddTags"],
+                resources=[self.job_arn],
+            )
+        )
+        machine.add_to_role_policy(
+            iam.PolicyStatement(
+                sid="CreateModelPackages",
+                actions=["sagemaker:CreateModelPackage"],
+                resources=[*self.group_arns, *self.package_arns],
+            )
+        )
+        machine.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["iam:PassRole"],
+                resources=[sagemaker_role.role_arn],
+                conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}},
+            )
+        )
