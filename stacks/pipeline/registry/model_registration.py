@@ -40,6 +40,7 @@ from stacks.pipeline.registry.evaluation_request import (
     registry_table,
 )
 from stacks.pipeline.state_machine_facts import resource_value, substitution_names, with_placeholders
+from stacks.validation import acknowledge
 from trainstack.job_request import PipelineResources
 from trainstack.registry import group_name
 
@@ -97,6 +98,7 @@ class ModelRegistration(Construct):
             name: resource_value(resources, path) for name, path in substitution_names(resources).items()
         }
         self._grant(sagemaker_role)
+        self._acknowledge()
 
     def after(self, scope: Construct, succeeded: sfn.IChainable) -> sfn.IChainable:
         """The pipeline's states between a Completed attempt and `succeeded`: register the run of a profile
@@ -219,7 +221,10 @@ class ModelRegistration(Construct):
                 "MaxResults": 1,
             },
             iam_resources=["*"],
-            assign={"baselineArn": expression("$states.result.ModelPackageSummaryList[0].ModelPackageArn")},
+            assign={
+                "baselineArn": expression("$states.result.ModelPackageSummaryList[0].ModelPackageArn"),
+                "baseline": expression("null"),
+            },
             outputs={},
         )
         describe_baseline = tasks.CallAwsService.jsonata(
@@ -271,7 +276,7 @@ class ModelRegistration(Construct):
         has_baseline = (
             sfn.Choice.jsonata(self, "HasApprovedVersion")
             .when(sfn.Condition.jsonata(expression("$baselineArn ? true : false")), describe_baseline)
-            .otherwise(create_package, assign={"baseline": expression("null")})
+            .otherwise(create_package)
         )
         retry_must_succeed_call(create_package, [SAGEMAKER_ERROR])
         describe_baseline.next(create_package)
@@ -319,3 +324,23 @@ class ModelRegistration(Construct):
                 conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}},
             )
         )
+
+    def _acknowledge(self) -> None:
+        role = self.state_machine.role
+        acknowledge(
+            role,
+            f"AwsSolutions-IAM5[Resource::{self.job_arn}]",
+            "Evaluation jobs are named per run at run time; the project prefix is the narrowest fixed scope.",
+        )
+        acknowledge(
+            role,
+            "AwsSolutions-IAM5[Resource::*]",
+            "ListModelPackages supports no resource-level permissions (Service Authorization Reference, "
+            "SageMaker); CloudWatch Logs delivery and X-Ray actions added by CDK neither.",
+        )
+        for arn in self.package_arns:
+            acknowledge(
+                role,
+                f"AwsSolutions-IAM5[Resource::{arn}]",
+                "A group's versions are numbered by SageMaker at run time; the group is the narrowest scope.",
+            )
