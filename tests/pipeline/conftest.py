@@ -77,6 +77,7 @@ class SynthesizedPipeline:
     training_definition: str  # filled
     attempt_definition: str  # filled
     cleanup_definition: str  # filled
+    registration_definition: str  # filled
     resources: PipelineResources  # what the stack passed to the builder, with the fake values
 
     @property
@@ -95,6 +96,7 @@ def synthesized_pipeline(settings: Settings, stacks, assembly) -> SynthesizedPip
         training_definition=filled_definition(machines[f"{project}-pipeline"], template),
         attempt_definition=filled_definition(machines[f"{project}-pipeline-attempt"], template),
         cleanup_definition=filled_definition(machines[f"{project}-job-cleanup"], template),
+        registration_definition=filled_definition(machines[f"{project}-pipeline-registration"], template),
         resources=with_values(
             stack.resources, {name: fake_value(name) for name in substitution_names(stack.resources)}
         ),
@@ -115,6 +117,7 @@ class Interpreter:
     pipeline_arn: str
     attempt_arn: str
     cleanup_arn: str
+    registration_arn: str
 
     def run(self, execution_input: Any, name: str = "exec-1") -> harness.Outcome:
         return harness.run(self.pipeline_arn, execution_input, name)
@@ -141,6 +144,9 @@ def interpreter(pipeline, monkeypatch) -> Iterator[Callable[..., Interpreter]]:
             ),
             pipeline_arn=harness.create_state_machine(pipeline.training_definition, "trainstack-pipeline"),
             cleanup_arn=harness.create_state_machine(pipeline.cleanup_definition, "trainstack-job-cleanup"),
+            registration_arn=harness.create_state_machine(
+                pipeline.registration_definition, "trainstack-pipeline-registration"
+            ),
         )
 
     yield start

@@ -70,6 +70,7 @@ def test_success_first_try(interpreter):
         "checkpointUri": "s3://trainstack-checkpoints-test/trainstack-first/",
         "attempts": 1,
         "retriedFaults": [],
+        "modelPackage": None,  # the default profile has no registry: block
     }
     assert list(sm.fake.jobs) == [job]
 
