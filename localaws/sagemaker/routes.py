@@ -18,6 +18,7 @@ from typing import Any
 from moto.core.responses import ActionResult, EmptyResult
 from moto.sagemaker.responses import SageMakerResponse
 
+from localaws.sagemaker.model_registry import update_model_package
 from localaws.sagemaker.training_jobs import FakeSageMaker
 
 
@@ -34,6 +35,7 @@ def _routes(fake: FakeSageMaker) -> dict[str, Callable[[dict[str, Any]], Any]]:
         "search": lambda body: ActionResult(fake.search(body)),
         "list_tags": lambda body: ActionResult(fake.list_tags(body["ResourceArn"])),
         "add_tags": lambda body: ActionResult(fake.add_tags(body["ResourceArn"], body["Tags"])),
+        "update_model_package": lambda body: ActionResult(update_model_package(body)),
     }
 
 

@@ -146,6 +146,8 @@ class ModelRegistration(Construct):
             self,
             "Prepare",
             assign={
+                "status": expression("null"),
+                "reason": expression("null"),
                 "run": expression("$states.input"),
                 "settings": expression(f"$lookup({literal(self.table)}, $states.input.profile)"),
             },
@@ -165,7 +167,7 @@ class ModelRegistration(Construct):
             iam_resources=[self.job_arn],
             assign={
                 "status": expression("$states.result.TrainingJobStatus"),
-                "reason": expression("$states.result.FailureReason"),
+                "reason": expression("$states.result.FailureReason ? $states.result.FailureReason : null"),
                 "evaluation": expression(evaluation_metrics()),
             },
             outputs={},
