@@ -27,7 +27,8 @@ def evaluated(loss: float) -> list[Phase]:
 @pytest.fixture
 def registry(interpreter, pipeline):
     """run(loss, mode edits) -> the run's Outcome: one run of PROFILE whose evaluation reports `loss`, with
-    the registration machine's profile table edited by `table` (e.g. approval manual)."""
+    the registration machine's profile table edited by `table` (e.g. approval manual; the table is a JSON
+    literal inside the definition's JSON, hence the escaped quotes)."""
 
     def start(table: dict[str, str] | None = None):
         sm = interpreter(job_scripts=[TRAINED])
@@ -67,6 +68,7 @@ def test_auto_approves_the_first_version_then_a_better_one_and_rejects_a_worse_o
     assert first.output["modelPackage"]["decision"] == "Approved"
     assert "first version" in first.output["modelPackage"]["reason"]
     better = run("trainstack-r2", 1.995)  # worse by less than the tolerance counts as no worse
+    assert better.status == "SUCCEEDED", better.cause
     assert better.output["modelPackage"]["decision"] == "Approved", better.output
     worse = run("trainstack-r3", 2.5)
     package = worse.output["modelPackage"]
@@ -83,7 +85,7 @@ def test_auto_approves_the_first_version_then_a_better_one_and_rejects_a_worse_o
 
 
 def test_manual_leaves_every_version_pending_with_the_comparison(registry):
-    run = registry({'"approval":"auto"': '"approval":"manual"'})
+    run = registry({r'\"approval\":\"auto\"': r'\"approval\":\"manual\"'})
     first, second = run("trainstack-m1", 2.0), run("trainstack-m2", 1.0)
     assert [first.output["modelPackage"]["decision"], second.output["modelPackage"]["decision"]] == [
         "PendingManualApproval",
@@ -93,7 +95,7 @@ def test_manual_leaves_every_version_pending_with_the_comparison(registry):
 
 
 def test_a_first_version_follows_first_version_and_then_has_no_baseline_to_beat(registry):
-    run = registry({'"firstVersion":"Approved"': '"firstVersion":"PendingManualApproval"'})
+    run = registry({r'\"firstVersion\":\"Approved\"': r'\"firstVersion\":\"PendingManualApproval\"'})
     outcome = run("trainstack-f1", 3.0)
     assert outcome.output["modelPackage"]["decision"] == "PendingManualApproval"
     assert outcome.output["modelPackage"]["baseline"] is None
@@ -143,4 +145,4 @@ def test_the_version_carries_its_lineage_and_the_evaluation_job_evaluates_the_ru
     assert channels == {"model": model, "eval": "s3://trainstack-datasets-test/evaluation/small/"}
     assert evaluation["HyperParameters"]["sagemaker_program"] == "evaluate.py"
     assert "CheckpointConfig" not in evaluation
-    assert all(p["InstanceCount"] == 1 for p in evaluation["ResourceConfig"]["InstancePreferences"])
+    assert evaluation["ResourceConfig"]["InstanceCount"] == 1

@@ -110,6 +110,7 @@ class ModelRegistration(Construct):
             state_machine=self.state_machine,
             integration_pattern=sfn.IntegrationPattern.RUN_JOB,
             associate_with_parent=True,
+            name=expression('"register-" & $uuid()'),
             input=sfn.TaskInput.from_object(
                 {
                     "profile": expression("$plan.profile"),
@@ -224,7 +225,9 @@ class ModelRegistration(Construct):
             },
             iam_resources=["*"],
             assign={
-                "baselineArn": expression("$states.result.ModelPackageSummaryList[0].ModelPackageArn"),
+                "baselineArn": expression(
+                    "($a := $states.result.ModelPackageSummaryList[0].ModelPackageArn; $a ? $a : null)"
+                ),
                 "baseline": expression("null"),
             },
             outputs={},
