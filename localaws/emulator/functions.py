@@ -26,6 +26,11 @@ HASH_ALGORITHMS = {
 }
 # States.ArrayRange's limit, which $range keeps.
 MAX_RANGE_ITEMS = 1000
+# The longest string States.Hash hashes: LocalStack's interpreter (moto's copy:
+# asl/component/intrinsic/function/statesfunction/hash_calculations/hash_func.py, MAX_INPUT_CHAR_LEN) and
+# aws-local-stepfunctions (StatesHash: "cannot hash a string with more than 10,000 characters") both
+# refuse longer ones. Assumed: $hash, which replaces States.Hash, keeps the limit (no AWS page gives it).
+MAX_HASH_INPUT_CHARACTERS = 10_000
 
 
 class StepFunctionsFunctionError(ValueError):
@@ -66,10 +71,14 @@ def range_(start: Any, end: Any, step: Any) -> list[int]:
 
 
 def hash_(value: Any, algorithm: Any) -> str:
-    """$hash(value, algorithm): the hex digest of the string; algorithms MD5, SHA-1, SHA-256, SHA-384,
-    SHA-512."""
+    """$hash(value, algorithm): the hex digest of the string (at most MAX_HASH_INPUT_CHARACTERS);
+    algorithms MD5, SHA-1, SHA-256, SHA-384, SHA-512."""
     if not isinstance(value, str):
         raise StepFunctionsFunctionError(f"$hash expects a string to hash, got {value!r}")
+    if len(value) > MAX_HASH_INPUT_CHARACTERS:
+        raise StepFunctionsFunctionError(
+            f"$hash hashes at most {MAX_HASH_INPUT_CHARACTERS} characters, got {len(value)}"
+        )
     if algorithm not in HASH_ALGORITHMS:
         raise StepFunctionsFunctionError(
             f"$hash's algorithm must be one of {', '.join(HASH_ALGORITHMS)}, got {algorithm!r}"

@@ -87,6 +87,19 @@ def test_hash_is_the_hex_digest_of_the_named_algorithm(emulator):
     assert output_of("{% $hash('trainstack', 'MD5') %}") == hashlib.md5(b"trainstack").hexdigest()
 
 
+def test_hash_refuses_a_string_longer_than_ten_thousand_characters(emulator):
+    assert (
+        output_of("{% $hash($pad('', 10000, 'x'), 'SHA-256') %}") == hashlib.sha256(b"x" * 10000).hexdigest()
+    )
+    described = run(
+        jsonata_machine(
+            {"Eval": {"Type": "Pass", "Output": "{% $hash($pad('', 10001, 'x'), 'MD5') %}", "End": True}}
+        )
+    )
+    assert (described["status"], described["error"]) == ("FAILED", "States.QueryEvaluationError")
+    assert "at most 10000 characters" in described["cause"]
+
+
 def test_random_is_a_fraction_and_repeats_for_a_seed(emulator):
     first, again, other, unseeded = output_of("{% [$random(7), $random(7), $random(8), $random()] %}")
     assert first == again != other
