@@ -28,6 +28,8 @@ LINEAGE_KEYS = {
     "jobs": "run.trainingJobs",
     "image": "image.uri",
     "config": "config.sha256",
+    "trainingSet": "data.trainingSetManifest",
+    "evaluationSet": "data.evaluationSetManifest",
     "checkpoint": "checkpoint.uri",
     "evaluationJob": "evaluation.jobName",
     "loss": "evaluation.loss",

@@ -7,12 +7,13 @@ import boto3
 import pytest
 
 from localaws.sagemaker import COMPLETED, STARTING, TRAINING, Phase, failed
-from tests.pipeline import harness
+from trainstack.manifest import prefix_manifest
 from trainstack.registry import LINEAGE_KEYS, config_hash
 
 PROFILE = "small-torchrun"  # config/default.yaml: approval auto, loss_tolerance 0.01, first_version Approved
 GROUP = f"trainstack-{PROFILE}"
 TRAINED = [STARTING, TRAINING, COMPLETED]
+DATASET_BUCKET = "trainstack-datasets-test"  # tests/pipeline/conftest.py's DatasetBucket
 
 
 def evaluated(loss: float) -> list[Phase]:
@@ -41,6 +42,10 @@ def registry(interpreter, pipeline):
                 stateMachineArn=sm.registration_arn, definition=definition
             )
         boto3.client("sagemaker").create_model_package_group(ModelPackageGroupName=GROUP)  # the stack's
+        s3 = boto3.client("s3")
+        s3.create_bucket(Bucket=DATASET_BUCKET)
+        for key in ("datasets/train-000.bin", "datasets/train-001.bin", "evaluation/small/eval-000.bin"):
+            s3.put_object(Bucket=DATASET_BUCKET, Key=key, Body=key.encode())
 
         def run(name: str, loss: float, script: list[Phase] | None = None):
             sm.fake.behaviour.script([TRAINED, script or evaluated(loss)])
@@ -61,12 +66,15 @@ def versions() -> list[dict]:
     ]
 
 
-def test_auto_approves_the_first_version_then_a_better_one_and_rejects_a_worse_one_saying_why(registry):
+def test_auto_approves_the_first_version_then_a_better_one_and_rejects_a_worse_one_saying_why(
+    registry, pipeline
+):
     run = registry()
     first = run("trainstack-r1", 2.0)
     assert first.status == "SUCCEEDED", first.cause
     assert first.output["modelPackage"]["decision"] == "Approved"
     assert "first version" in first.output["modelPackage"]["reason"]
+    assert_lineage(versions()[0], first, run.sm.fake.jobs["trainstack-r1-eval"].request, pipeline)
     better = run("trainstack-r2", 1.995)  # worse by less than the tolerance counts as no worse
     assert better.status == "SUCCEEDED", better.cause
     assert better.output["modelPackage"]["decision"] == "Approved", better.output
@@ -84,23 +92,19 @@ def test_auto_approves_the_first_version_then_a_better_one_and_rejects_a_worse_o
     assert described[2]["ModelPackageArn"] == package["modelPackageArn"]
 
 
-def test_manual_leaves_every_version_pending_with_the_comparison(registry):
-    run = registry({r'\"approval\":\"auto\"': r'\"approval\":\"manual\"'})
-    first, second = run("trainstack-m1", 2.0), run("trainstack-m2", 1.0)
-    assert [first.output["modelPackage"]["decision"], second.output["modelPackage"]["decision"]] == [
-        "PendingManualApproval",
-        "PendingManualApproval",
-    ]
-    assert [v["ModelApprovalStatus"] for v in versions()] == ["PendingManualApproval"] * 2
+def test_manual_leaves_even_a_first_version_pending_whatever_first_version_says(registry):
+    run = registry({r"\"approval\":\"auto\"": r"\"approval\":\"manual\""})  # first_version: Approved
+    package = run("trainstack-m1", 1.0).output["modelPackage"]
+    assert package["decision"] == "PendingManualApproval"
+    assert package["reason"] == "approval: manual; evaluation loss 1.0000, no Approved version yet"
+    assert [v["ModelApprovalStatus"] for v in versions()] == ["PendingManualApproval"]
 
 
 def test_a_first_version_follows_first_version_and_then_has_no_baseline_to_beat(registry):
-    run = registry({r'\"firstVersion\":\"Approved\"': r'\"firstVersion\":\"PendingManualApproval\"'})
+    run = registry({r"\"firstVersion\":\"Approved\"": r"\"firstVersion\":\"PendingManualApproval\""})
     outcome = run("trainstack-f1", 3.0)
     assert outcome.output["modelPackage"]["decision"] == "PendingManualApproval"
     assert outcome.output["modelPackage"]["baseline"] is None
-    # Still no Approved version: the next one is a first version too.
-    assert run("trainstack-f2", 9.0).output["modelPackage"]["decision"] == "PendingManualApproval"
 
 
 def test_a_failed_evaluation_ends_the_run_evaluation_failed_and_registers_nothing(registry):
@@ -115,34 +119,38 @@ def test_a_failed_evaluation_ends_the_run_evaluation_failed_and_registers_nothin
     assert versions() == []
 
 
-def test_the_version_carries_its_lineage_and_the_evaluation_job_evaluates_the_run_model(registry, pipeline):
-    run = registry()
-    outcome = run("trainstack-l1", 1.25)
-    version = versions()[0]
+def assert_lineage(version: dict, outcome, evaluation: dict, pipeline) -> None:
+    """The version of run trainstack-r1 (evaluation loss 2.0) names where it came from; its evaluation job
+    evaluated the run's model on the profile's evaluation set."""
     lineage = version["CustomerMetadataProperties"]
+    s3 = boto3.client("s3")
     profile = pipeline.settings.profile(PROFILE)
     assert lineage == {
-        LINEAGE_KEYS["run"]: "trainstack-l1",
+        LINEAGE_KEYS["run"]: "trainstack-r1",
         LINEAGE_KEYS["execution"]: outcome.execution_arn,
-        LINEAGE_KEYS["jobs"]: "trainstack-l1-1",
+        LINEAGE_KEYS["jobs"]: "trainstack-r1-1",
         LINEAGE_KEYS["image"]: pipeline.resources.image_uri,
         LINEAGE_KEYS["config"]: config_hash(profile),
-        LINEAGE_KEYS["checkpoint"]: "s3://trainstack-checkpoints-test/trainstack-l1/",
-        LINEAGE_KEYS["evaluationJob"]: "trainstack-l1-eval",
-        LINEAGE_KEYS["loss"]: "1.25",
+        LINEAGE_KEYS["trainingSet"]: prefix_manifest(s3, DATASET_BUCKET, "datasets/").hash,
+        LINEAGE_KEYS["evaluationSet"]: prefix_manifest(s3, DATASET_BUCKET, "evaluation/small/").hash,
+        LINEAGE_KEYS["checkpoint"]: "s3://trainstack-checkpoints-test/trainstack-r1/",
+        LINEAGE_KEYS["evaluationJob"]: "trainstack-r1-eval",
+        LINEAGE_KEYS["loss"]: "2",
         LINEAGE_KEYS["perplexity"]: lineage[LINEAGE_KEYS["perplexity"]],
         LINEAGE_KEYS["tokens"]: "4096",
     }
-    model = "s3://trainstack-artifacts-test/trainstack-l1/trainstack-l1-1/output/model/"
+    model = "s3://trainstack-artifacts-test/trainstack-r1/trainstack-r1-1/output/model/"
     container = version["InferenceSpecification"]["Containers"][0]
     assert container["ModelDataSource"]["S3DataSource"]["S3Uri"] == model
     statistics = version["ModelMetrics"]["ModelQuality"]["Statistics"]
     assert statistics["S3Uri"] == (
-        "s3://trainstack-artifacts-test/trainstack-l1/trainstack-l1-eval/output/model/evaluation.json"
+        "s3://trainstack-artifacts-test/trainstack-r1/trainstack-r1-eval/output/model/evaluation.json"
     )
-    evaluation = run.sm.fake.jobs["trainstack-l1-eval"].request
-    channels = {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in evaluation["InputDataConfig"]}
+    channels = {
+        c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in evaluation["InputDataConfig"]
+    }
     assert channels == {"model": model, "eval": "s3://trainstack-datasets-test/evaluation/small/"}
     assert evaluation["HyperParameters"]["sagemaker_program"] == "evaluate.py"
+    assert evaluation["HyperParameters"]["eval_manifest_hash"] == lineage[LINEAGE_KEYS["evaluationSet"]]
     assert "CheckpointConfig" not in evaluation
     assert evaluation["ResourceConfig"]["InstanceCount"] == 1

@@ -2,8 +2,9 @@
 
 Every expression reads the machine's variables: `$run` (the machine's input: profile, runName,
 executionArn, request, attempts, modelArtifacts), `$settings` (the profile's entry of registry_table),
-`$evaluation` ({loss, perplexity, tokens} from the evaluation job's FinalMetricDataList) and `$baseline`
-(the latest Approved version: {arn, version, loss}, or null).
+`$evaluation` ({loss, perplexity, tokens} from the evaluation job's FinalMetricDataList), `$baseline`
+(the latest Approved version: {arn, version, loss}, or null), `$trainingSetManifest` and `$datasetManifest`
+(the evaluation set's): {hash, objects, bytes} (stacks/pipeline/dataset_manifest.py).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from stacks.pipeline.dataset_manifest import MANIFEST_VARIABLE
 from stacks.pipeline.jsonata_text import literal
 from training_scripts.metrics import EVALUATION_METRIC_DEFINITIONS
 from trainstack.job_request import PipelineResources
@@ -44,6 +46,7 @@ def registry_table(project: str, profiles: Sequence[Profile], resources: Pipelin
             "firstVersion": profile.registry.first_version,
             "tolerance": profile.registry.loss_tolerance,
             "maxEvalTokens": str(profile.registry.max_eval_tokens),
+            "evaluationPrefix": profile.registry.evaluation_prefix,
             "evaluationUri": f"s3://{resources.dataset_bucket}/{profile.registry.evaluation_prefix}",
             "configHash": config_hash(profile),
         }
@@ -69,11 +72,13 @@ def evaluation_request() -> str:
         f"($channel := {channel}; $merge([{kept}, {{"
         f'"TrainingJobName": {EVALUATION_JOB_NAME}, '
         '"HyperParameters": $merge([$run.request.HyperParameters, {'
-        f'"sagemaker_program": "{EVALUATION_PROGRAM}", "max_eval_tokens": $settings.maxEvalTokens}}]), '
+        f'"sagemaker_program": "{EVALUATION_PROGRAM}", "max_eval_tokens": $settings.maxEvalTokens, '
+        f'"eval_manifest_hash": ${MANIFEST_VARIABLE}.hash}}]), '
         '"AlgorithmSpecification": $merge([$run.request.AlgorithmSpecification, '
         f'{{"MetricDefinitions": {literal(EVALUATION_METRIC_DEFINITIONS)}}}]), '
         f'"ResourceConfig": {resources}, '
-        '"InputDataConfig": [$channel("model", $run.modelArtifacts), $channel("eval", $settings.evaluationUri)]'
+        '"InputDataConfig": [$channel("model", $run.modelArtifacts), '
+        '$channel("eval", $settings.evaluationUri)]'
         "}]))"
     )
 
@@ -102,14 +107,15 @@ def decision() -> str:
     base = '$formatNumber($baseline.loss, "0.0000")'
     tolerance = '$formatNumber($settings.tolerance, "0.0###")'
     compared = (
-        f'"evaluation loss " & {loss} & " vs " & {base} & " of Approved version " & $string($baseline.version) '
-        f'& " (tolerance " & {tolerance} & ")"'
+        f'"evaluation loss " & {loss} & " vs " & {base} & " of Approved version " '
+        f'& $string($baseline.version) & " (tolerance " & {tolerance} & ")"'
     )
     return (
         f'$settings.approval = "manual" ? {{"status": "{PENDING}", "description": "approval: manual; " & '
         f'($baseline ? {compared} : "evaluation loss " & {loss} & ", no Approved version yet")}} : '
         f'$not($baseline) ? {{"status": $settings.firstVersion, "description": "first version: no Approved '
-        f'version to compare with; evaluation loss " & {loss} & "; first_version: " & $settings.firstVersion}} : '
+        f'version to compare with; evaluation loss " & {loss} & "; first_version: " & '
+        f"$settings.firstVersion}} : "
         f'$evaluation.loss <= $baseline.loss + $settings.tolerance ? {{"status": "{APPROVED}", '
         f'"description": "approved: " & {compared}}} : '
         f'{{"status": "{REJECTED}", "description": "rejected, worse than the approved model: " & {compared}}}'
@@ -130,6 +136,8 @@ def lineage() -> str:
         "jobs": jobs,
         "image": "$run.request.AlgorithmSpecification.TrainingImage",
         "config": "$settings.configHash",
+        "trainingSet": "$trainingSetManifest.hash",
+        "evaluationSet": f"${MANIFEST_VARIABLE}.hash",
         "checkpoint": "$run.request.CheckpointConfig.S3Uri",
         "evaluationJob": EVALUATION_JOB_NAME,
         "loss": "$string($evaluation.loss)",
@@ -144,7 +152,8 @@ def lineage() -> str:
 def model_package_request() -> str:
     """CreateModelPackage: a version of the profile's group, pending until the gate's update."""
     container = (
-        '$substring($run.modelArtifacts, -7) = ".tar.gz" ? {"Image": $image, "ModelDataUrl": $run.modelArtifacts} '
+        '$substring($run.modelArtifacts, -7) = ".tar.gz" ? '
+        '{"Image": $image, "ModelDataUrl": $run.modelArtifacts} '
         ': {"Image": $image, "ModelDataSource": {"S3DataSource": {"S3Uri": $run.modelArtifacts, '
         '"S3DataType": "S3Prefix", "CompressionType": "None"}}}'
     )

@@ -1,5 +1,6 @@
-"""Evaluation, registration and the approval gate, as their own state machine (`<project>-pipeline-registration`)
-started by the pipeline after a Completed attempt (docs/registry.md, "From run to approved model").
+"""Evaluation, registration and the approval gate, as their own state machine
+(`<project>-pipeline-registration`) started by the pipeline after a Completed attempt (docs/registry.md,
+"From run to approved model").
 
 The machine: create the evaluation job (the run's request in evaluation mode, evaluation_request.py),
 poll it, read its FinalMetricDataList; find the group's latest Approved version and its evaluation loss;
@@ -15,6 +16,9 @@ kept when the stack is deleted (its versions are the registry's record).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sagemaker as sagemaker
@@ -22,6 +26,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
+from stacks.pipeline.dataset_manifest import MANIFEST_VARIABLE, DatasetManifest
 from stacks.pipeline.jsonata_text import expression, literal
 from stacks.pipeline.logged_state_machine import logged_state_machine
 from stacks.pipeline.machine_kit import (
@@ -41,10 +46,22 @@ from stacks.pipeline.registry.evaluation_request import (
 )
 from stacks.pipeline.state_machine_facts import resource_value, substitution_names, with_placeholders
 from stacks.validation import acknowledge
+from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements
 from trainstack.job_request import PipelineResources
+from trainstack.profiles import Profile
 from trainstack.registry import group_name
 
 EVALUATION_POLL_SECONDS = 60
+
+
+@dataclass(frozen=True)
+class _DatasetBucket:
+    """What DatasetManifest reads of its bucket."""
+
+    bucket_name: str
+    bucket_arn: str
+
+
 REGISTERED, EVALUATION_FAILED = "Registered", "EvaluationFailed"
 # The pipeline's error for a run whose evaluation failed (its model is kept, not registered).
 ERROR_EVALUATION_FAILED = EVALUATION_FAILED
@@ -64,8 +81,9 @@ class ModelRegistration(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         project, profiles = runs.project, runs.profiles
-        # Deploy-time values appear as ${Name} placeholders, filled by DefinitionSubstitutions (as the pipeline's).
-        self.table = registry_table(project, profiles, with_placeholders(resources))
+        # Deploy-time values appear as ${Name} placeholders, which DefinitionSubstitutions fill.
+        self.table_resources = with_placeholders(resources)
+        self.table = registry_table(project, profiles, self.table_resources)
         self.groups = {}
         for name, entry in self.table.items():
             group = sagemaker.CfnModelPackageGroup(
@@ -87,6 +105,15 @@ class ModelRegistration(Construct):
             for name in groups
         ]
         self.job_arn = job_arn
+        # The manifests list the dataset bucket: named in the definition by its ${DatasetBucket} placeholder
+        # (CDK refuses it as a bucket name: DatasetManifest reads only these two attributes), granted by ARN.
+        self.dataset_bucket = _DatasetBucket(
+            bucket_name=self.table_resources.dataset_bucket,
+            bucket_arn=cdk.Stack.of(self).format_arn(
+                service="s3", region="", account="", resource=resources.dataset_bucket
+            ),
+        )
+        self.dataset_prefix = resources.dataset_prefix
         self.state_machine, self.log_group = logged_state_machine(
             self, "StateMachine", name=f"{project}-pipeline-registration", chain=self._chain(), timeout=None
         )
@@ -98,6 +125,7 @@ class ModelRegistration(Construct):
             name: resource_value(resources, path) for name, path in substitution_names(resources).items()
         }
         self._grant(sagemaker_role)
+        self._grant_evaluation_sets(sagemaker_role, profiles)
         self._acknowledge()
 
     def after(self, scope: Construct, succeeded: sfn.IChainable) -> sfn.IChainable:
@@ -153,6 +181,18 @@ class ModelRegistration(Construct):
                 "settings": expression(f"$lookup({literal(self.table)}, $states.input.profile)"),
             },
         )
+        # The training set's and the evaluation set's manifests (trainstack.manifest), as the run registers.
+        train_manifest = DatasetManifest(
+            self, "TrainingSetManifest", bucket=self.dataset_bucket, prefix=literal(self.dataset_prefix)
+        )
+        keep_train = sfn.Pass.jsonata(
+            self,
+            "KeepTrainingSetManifest",
+            assign={"trainingSetManifest": expression(f"${MANIFEST_VARIABLE}")},
+        )
+        eval_manifest = DatasetManifest(
+            self, "EvaluationSetManifest", bucket=self.dataset_bucket, prefix="$settings.evaluationPrefix"
+        )
         create = self._sdk_call("CreateEvaluationJob", "createTrainingJob", evaluation_request(), {})
         wait = sfn.Wait.jsonata(
             self,
@@ -179,7 +219,8 @@ class ModelRegistration(Construct):
             self,
             "ReportEvaluationFailed",
             outputs=expression(
-                f'{{"status": "{EVALUATION_FAILED}", "cause": "Evaluation job " & {EVALUATION_JOB_NAME} & " " & '
+                f'{{"status": "{EVALUATION_FAILED}", "cause": "Evaluation job " & {EVALUATION_JOB_NAME} '
+                '& " " & '
                 '($status ? "ended " & $status : "could not start") & ($reason ? ": " & $reason : "") & '
                 '". The model stays at " & $run.modelArtifacts & "; it is not registered."}'
             ),
@@ -207,7 +248,8 @@ class ModelRegistration(Construct):
             )
             .otherwise(failed)
         )
-        return prepare.next(create).next(wait).next(describe).next(check)
+        manifests = train_manifest.next(keep_train).next(eval_manifest)
+        return prepare.next(manifests).next(create).next(wait).next(describe).next(check)
 
     def _register(self) -> sfn.IChainable:
         list_approved = tasks.CallAwsService.jsonata(
@@ -242,7 +284,8 @@ class ModelRegistration(Construct):
             assign={
                 "baseline": expression(
                     '($loss := $states.result.CustomerMetadataProperties."evaluation.loss"; $loss ? '
-                    '{"arn": $baselineArn, "version": $states.result.ModelPackageVersion, "loss": $number($loss)} '
+                    '{"arn": $baselineArn, "version": $states.result.ModelPackageVersion, '
+                    '"loss": $number($loss)} '
                     ": null)"
                 )
             },
@@ -349,3 +392,29 @@ class ModelRegistration(Construct):
                 f"AwsSolutions-IAM5[Resource::{arn}]",
                 "A group's versions are numbered by SageMaker at run time; the group is the narrowest scope.",
             )
+
+    def _grant_evaluation_sets(self, sagemaker_role: iam.IRole, profiles: Sequence[Profile]) -> None:
+        """The evaluation jobs read the profiles' evaluation sets (outside the dataset prefix the training
+        jobs read) with the jobs' role."""
+        prefixes = sorted({p.registry.evaluation_prefix for p in profiles if p.registry is not None})
+        if not prefixes:
+            return
+        sagemaker_role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="ListEvaluationSets",
+                actions=["s3:ListBucket"],
+                resources=[self.dataset_bucket.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{prefix}*" for prefix in prefixes]}},
+            )
+        )
+        sagemaker_role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="ReadEvaluationSets",
+                actions=["s3:GetObject"],
+                resources=[f"{self.dataset_bucket.bucket_arn}/{prefix}*" for prefix in prefixes],
+            )
+        )
+        acknowledge_wildcard_statements(
+            sagemaker_role,
+            {"ReadEvaluationSets": "Evaluation reads every object under the profiles' evaluation prefixes."},
+        )
