@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tests.iam.deployed import DeployedApp, Role
+from tests.iam.registry_calls import RegistryCalls
 from tests.iam.training_job_calls import ECR_PULL_ACTIONS, TrainingJobCalls
 from trainstack.queue_settings import BATCH_TRAINING_JOB_PREFIX, service_job_name, training_queue_name
 
@@ -67,7 +68,7 @@ class Call:
         return f"{self.caller}: {self.action} on {self.resource} by role {self.role.logical_id}"
 
 
-class CallCatalog(TrainingJobCalls):
+class CallCatalog(TrainingJobCalls, RegistryCalls):
     def __init__(self, app: DeployedApp, settings):
         self.app, self.settings = app, settings
         self.project = settings.project
@@ -288,6 +289,9 @@ class CallCatalog(TrainingJobCalls):
             caller = f"training job ({profile.name})"
             for action, resource, context in self.job_authorizations(request):
                 yield Call(caller, role, action, resource, context, self.resource_policy(resource))
+        for profile, action, resource, context in self.evaluation_job_calls():
+            caller = f"evaluation job ({profile})"
+            yield Call(caller, role, action, resource, context, self.resource_policy(resource))
 
     # --- EventBridge rules and Scheduler schedules --------------------------------------------------------
 

@@ -3,10 +3,14 @@ mode, the first version and the lineage a version carries (docs/registry.md)."""
 
 from __future__ import annotations
 
+import json
+
 import boto3
 import pytest
 
 from localaws.sagemaker import COMPLETED, STARTING, TRAINING, Phase, failed
+from tests.domain.sagemaker_model import problems
+from tests.pipeline import harness
 from trainstack.manifest import prefix_manifest
 from trainstack.registry import LINEAGE_KEYS, config_hash
 
@@ -88,6 +92,7 @@ def test_auto_approves_the_first_version_then_a_better_one_and_rejects_a_worse_o
     )
     described = versions()
     assert [v["ModelApprovalStatus"] for v in described] == ["Approved", "Approved", "Rejected"]
+    assert_requests_match_the_service_model(run.sm.registration_arn)
     assert described[2]["ApprovalDescription"] == package["reason"]
     assert described[2]["ModelPackageArn"] == package["modelPackageArn"]
 
@@ -154,3 +159,27 @@ def assert_lineage(version: dict, outcome, evaluation: dict, pipeline) -> None:
     assert evaluation["HyperParameters"]["eval_manifest_hash"] == lineage[LINEAGE_KEYS["evaluationSet"]]
     assert "CheckpointConfig" not in evaluation
     assert evaluation["ResourceConfig"]["InstanceCount"] == 1
+
+
+def assert_requests_match_the_service_model(registration_arn: str) -> None:
+    """Every SageMaker request the registration machine made passes botocore's model: required members,
+    types, lengths, patterns and enums (tests/domain/sagemaker_model.py)."""
+    calls = [
+        event["taskScheduledEventDetails"]
+        for execution in harness.executions(registration_arn)
+        for event in execution.events("TaskScheduled")
+        if event["taskScheduledEventDetails"]["resourceType"] == "aws-sdk:sagemaker"
+    ]
+    operations = set()
+    for call in calls:
+        operation = call["resource"][0].upper() + call["resource"][1:]
+        operations.add(operation)
+        assert problems(operation, json.loads(call["parameters"])) == [], operation
+    assert operations >= {
+        "CreateTrainingJob",
+        "DescribeTrainingJob",
+        "ListModelPackages",
+        "DescribeModelPackage",
+        "CreateModelPackage",
+        "UpdateModelPackage",
+    }

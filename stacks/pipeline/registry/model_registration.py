@@ -81,6 +81,7 @@ class ModelRegistration(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         project, profiles = runs.project, runs.profiles
+        self.profiles = profiles
         # Deploy-time values appear as ${Name} placeholders, which DefinitionSubstitutions fill.
         self.table_resources = with_placeholders(resources)
         self.table = registry_table(project, profiles, self.table_resources)
@@ -96,10 +97,6 @@ class ModelRegistration(Construct):
             self.groups[name] = group
         stack = cdk.Stack.of(self)
         groups = [group_name(project, name) for name in self.table]
-        self.group_arns = [
-            stack.format_arn(service="sagemaker", resource="model-package-group", resource_name=name)
-            for name in groups
-        ]
         self.package_arns = [
             stack.format_arn(service="sagemaker", resource="model-package", resource_name=f"{name}/*")
             for name in groups
@@ -358,11 +355,22 @@ class ModelRegistration(Construct):
                 resources=[self.job_arn],
             )
         )
+        # The evaluation job keeps the run's InstancePreferences and the training plans they name, which
+        # CreateTrainingJob authorizes too (Service Authorization Reference, SageMaker: training-plan).
+        registered = (profile for profile in self.profiles if profile.registry is not None)
+        plans = sorted({plan for profile in registered for plan in profile.training_plan_arns if plan})
+        if plans:
+            machine.add_to_role_policy(
+                iam.PolicyStatement(
+                    sid="EvaluateOnTrainingPlans", actions=["sagemaker:CreateTrainingJob"], resources=plans
+                )
+            )
+        # CreateModelPackage is authorized on the new version alone (resource type model-package).
         machine.add_to_role_policy(
             iam.PolicyStatement(
                 sid="CreateModelPackages",
                 actions=["sagemaker:CreateModelPackage"],
-                resources=[*self.group_arns, *self.package_arns],
+                resources=self.package_arns,
             )
         )
         machine.add_to_role_policy(
