@@ -30,6 +30,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "logs": ("logs", "print a run's training logs (CloudWatch); --follow until it ends"),
     "stop": ("stop", "stop a run; the pipeline's cleanup stops its training job"),
     "report": ("report", "write a run's report: attempts, loss, throughput, cost on one HTML page"),
+    "models": ("models", "list registered model versions: evaluation loss, approval, lineage"),
+    "approve": ("models", "approve a model version (VERSION --reason ...)"),
+    "reject": ("models", "reject a model version (VERSION --reason ...)"),
 }
 
 

@@ -9,10 +9,13 @@ marked assumed. Here a member the call leaves out stays as it was.
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
+from moto.core.responses import ActionResult
 from moto.sagemaker.models import sagemaker_backends
+from moto.sagemaker.responses import SageMakerResponse
 
 from localaws.sagemaker.training_jobs import ACCOUNT
 
@@ -37,3 +40,12 @@ def update_model_package(body: dict[str, Any]) -> dict[str, Any]:
         additional_inference_specifications_to_add=body.get("AdditionalInferenceSpecificationsToAdd"),
     )
     return {"ModelPackageArn": package.arn}
+
+
+def install(monkeypatch) -> None:
+    """Answer UpdateModelPackage as above for the rest of the test (or demo)."""
+
+    def handle(self: SageMakerResponse) -> ActionResult:
+        return ActionResult(update_model_package(json.loads(self.body or "{}")))
+
+    monkeypatch.setattr(SageMakerResponse, "update_model_package", handle)

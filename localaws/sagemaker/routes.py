@@ -18,7 +18,7 @@ from typing import Any
 from moto.core.responses import ActionResult, EmptyResult
 from moto.sagemaker.responses import SageMakerResponse
 
-from localaws.sagemaker.model_registry import update_model_package
+from localaws.sagemaker import model_registry
 from localaws.sagemaker.training_jobs import FakeSageMaker
 
 
@@ -35,7 +35,6 @@ def _routes(fake: FakeSageMaker) -> dict[str, Callable[[dict[str, Any]], Any]]:
         "search": lambda body: ActionResult(fake.search(body)),
         "list_tags": lambda body: ActionResult(fake.list_tags(body["ResourceArn"])),
         "add_tags": lambda body: ActionResult(fake.add_tags(body["ResourceArn"], body["Tags"])),
-        "update_model_package": lambda body: ActionResult(update_model_package(body)),
     }
 
 
@@ -43,6 +42,7 @@ def install_fake_sagemaker(fake: FakeSageMaker, monkeypatch) -> None:
     """Route SageMaker's training-job calls to `fake` for the rest of the test."""
     for name, route in _routes(fake).items():
         monkeypatch.setattr(SageMakerResponse, name, _handler(route), raising=False)
+    model_registry.install(monkeypatch)
 
 
 def _handler(route: Callable[[dict[str, Any]], Any]):

@@ -89,6 +89,7 @@ class PipelineStack(cdk.Stack):
             pipeline=self.state_machine,
             emails=notification_emails,
         )
+        self.training.registration.notify(self.notifications.topic)
         cleanups = [self.cleanup] + ([self.queue_cleanup] if self.queue is not None else [])
         self.monitoring = PipelineMonitoring(
             self,

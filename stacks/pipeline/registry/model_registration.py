@@ -20,8 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import aws_cdk as cdk
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sagemaker as sagemaker
+from aws_cdk import aws_sns as sns
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
@@ -166,6 +169,39 @@ class ModelRegistration(Construct):
             )
             .otherwise(unregistered.next(succeeded))
         )
+
+    def notify(self, topic: sns.ITopic) -> events.Rule | None:
+        """Route SageMaker's `SageMaker Model Package State Change` events of the profiles' groups (a version
+        created, approved or rejected, here or by `trainstack approve|reject`) to the notification topic.
+        The event's detail carries the version's ModelPackageArn (its EventBridge schema, as CDK's
+        aws_sagemaker.events.SageMakerModelPackageStateChange names its fields)."""
+        if not self.table:
+            return None
+        rule = events.Rule(
+            self,
+            "OnModelPackageStateChange",
+            description="Notify about every change of a registered version's state",
+            event_pattern=events.EventPattern(
+                source=["aws.sagemaker"],
+                detail_type=["SageMaker Model Package State Change"],
+                detail={
+                    "ModelPackageArn": [
+                        events.Match.prefix(arn.removesuffix("*")) for arn in self.package_arns
+                    ]
+                },
+            ),
+        )
+        detail = events.EventField.from_path
+        rule.add_target(
+            targets.SnsTopic(
+                topic,
+                message=events.RuleTargetInput.from_text(
+                    f"Model package {detail('$.detail.ModelPackageArn')} is now "
+                    f"{detail('$.detail.ModelApprovalStatus')}: {detail('$.detail.ApprovalDescription')}"
+                ),
+            )
+        )
+        return rule
 
     def _chain(self) -> sfn.IChainable:
         prepare = sfn.Pass.jsonata(
