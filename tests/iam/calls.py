@@ -16,6 +16,7 @@ from tests.iam.deployed import DeployedApp, Role
 from tests.iam.registry_calls import RegistryCalls
 from tests.iam.training_job_calls import ECR_PULL_ACTIONS, TrainingJobCalls
 from trainstack.queue_settings import BATCH_TRAINING_JOB_PREFIX, service_job_name, training_queue_name
+from trainstack.registry import EVALUATION_JOB_SUFFIX
 
 # The representative run: its name, the execution that runs it, Batch's ids for its service job.
 RUN_NAME_SUFFIX = "nightly-20261201"
@@ -182,6 +183,7 @@ class CallCatalog(TrainingJobCalls, RegistryCalls):
         execution = self._pipeline_execution()
         return {
             "runName": self.run_name,
+            "run": {"runName": self.run_name},  # the registration machine's input (docs/registry.md)
             "attempt": 1,
             "job": job,
             "service": {"id": SERVICE_JOB_ID, "trainingJobArn": self.job_arn()},
@@ -225,6 +227,8 @@ class CallCatalog(TrainingJobCalls, RegistryCalls):
         return [(None, job, self.job_tags(job))]
 
     def _sagemaker_createTrainingJob(self, arguments):  # noqa: N802
+        if self.job.endswith(EVALUATION_JOB_SUFFIX):
+            return self.evaluation_create_authorizations()
         return self.create_authorizations()
 
     def create_authorizations(self, profile=None) -> list[tuple[str, str, dict[str, Any]]]:

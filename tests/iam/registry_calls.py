@@ -26,6 +26,16 @@ class RegistryCalls:
             for profile in self.registered_profiles()
         ]
 
+    def evaluation_create_authorizations(self) -> list[tuple[str, str, dict[str, Any]]]:
+        """CreateTrainingJob of each registered profile's evaluation job: the run's request (its tags, its
+        training plans, its role) under the evaluation job's name."""
+        run_job, evaluation_job = self._training_job(self.job_name()), self._training_job(self.job)
+        return [
+            (action, evaluation_job if resource == run_job else resource, context)
+            for profile in self.registered_profiles()
+            for action, resource, context in self.create_authorizations(profile)
+        ]
+
     def _sagemaker_listModelPackages(self, arguments):  # noqa: N802
         return [(None, "*", {})]
 

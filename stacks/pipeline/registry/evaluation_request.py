@@ -9,6 +9,7 @@ executionArn, request, attempts, modelArtifacts), `$settings` (the profile's ent
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -72,7 +73,7 @@ def evaluation_request() -> str:
         f"($channel := {channel}; $merge([{kept}, {{"
         f'"TrainingJobName": {EVALUATION_JOB_NAME}, '
         '"HyperParameters": $merge([$run.request.HyperParameters, {'
-        f'"sagemaker_program": "{EVALUATION_PROGRAM}", "max_eval_tokens": $settings.maxEvalTokens, '
+        f'"sagemaker_program": {literal(json.dumps(EVALUATION_PROGRAM))}, "max_eval_tokens": $settings.maxEvalTokens, '
         f'"eval_manifest_hash": ${MANIFEST_VARIABLE}.hash}}]), '
         '"AlgorithmSpecification": $merge([$run.request.AlgorithmSpecification, '
         f'{{"MetricDefinitions": {literal(EVALUATION_METRIC_DEFINITIONS)}}}]), '
