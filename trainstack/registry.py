@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+from pathlib import Path
 
 from trainstack.profiles import Profile
 
@@ -22,6 +24,8 @@ EVALUATION_JOB_NAME_RUN_PART = 63 - len(EVALUATION_JOB_SUFFIX)
 EVALUATION_PROGRAM = "evaluate.py"
 EVALUATION_FILE = "evaluation.json"  # training_scripts/evaluate.py writes it into the job's model dir
 # Where each fact of a version's lineage lives in CustomerMetadataProperties.
+UNKNOWN_CODE_VERSION = "unknown"  # the Dockerfile's default too
+REPOSITORY = Path(__file__).resolve().parents[1]
 LINEAGE_KEYS = {
     "run": "run.name",
     "execution": "run.executionArn",
@@ -46,3 +50,20 @@ def group_name(project: str, profile: str) -> str:
 def config_hash(profile: Profile) -> str:
     """SHA-256 of the profile's settings as the config loaded them: changes whenever the profile does."""
     return hashlib.sha256(json.dumps(profile.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
+
+
+def code_version(repository: Path = REPOSITORY) -> str:
+    """The git revision the image is built from (HEAD, `-dirty` with uncommitted changes to tracked
+    files); UNKNOWN_CODE_VERSION outside a git checkout or without git."""
+    try:
+        revision = _git(repository, "rev-parse", "HEAD")
+        changed = _git(repository, "status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.CalledProcessError):
+        return UNKNOWN_CODE_VERSION
+    return f"{revision}-dirty" if changed else revision
+
+
+def _git(repository: Path, *arguments: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(repository), *arguments], capture_output=True, text=True, check=True
+    ).stdout.strip()

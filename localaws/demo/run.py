@@ -245,15 +245,19 @@ def run_pipeline(args, settings, pipeline, training: LocalTraining, run_name: st
             if worse is not None:
                 say(f"   registry: run {worse_name}: {registry_run.decision_line(worse)}")
             trainstack(["models", *pipeline])
-    report_attempts(sagemaker, training)
+    report_attempts(sagemaker, training, run_name)
     if code != 0:
         say(f"the retraining did not succeed (exit {code}); job logs: {training.root / 'jobs'}")
         return None
     return json.loads(described["output"])
 
 
-def report_attempts(sagemaker: FakeSageMaker, training: LocalTraining) -> None:
-    for number, job in enumerate(sorted(sagemaker.jobs.values(), key=lambda job: job.created), start=1):
+def report_attempts(sagemaker: FakeSageMaker, training: LocalTraining, run_name: str) -> None:
+    """The first run's attempts (its jobs <run>-<N>; the registry lines above tell its evaluation's story)."""
+    attempts = [
+        job for job in sagemaker.jobs.values() if re.fullmatch(rf"{re.escape(run_name)}-\d+", job.name)
+    ]
+    for number, job in enumerate(sorted(attempts, key=lambda job: job.created), start=1):
         phase = job.current()
         status, reason, log_path = phase.status, phase.failure_reason, job.run.log_path
         log = log_path.read_text(errors="replace") if log_path.exists() else ""
