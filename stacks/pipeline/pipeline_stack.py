@@ -103,6 +103,7 @@ class PipelineStack(cdk.Stack):
             sweepers=[cleanup.sweeper for cleanup in cleanups],
             topic=self.notifications.topic,
         )
+        self.training.registration.add_to_dashboard(self.monitoring.dashboard)
         self._schedules(project, runs.profiles)
         self._outputs()
 

@@ -73,7 +73,8 @@ def evaluation_request() -> str:
         f"($channel := {channel}; $merge([{kept}, {{"
         f'"TrainingJobName": {EVALUATION_JOB_NAME}, '
         '"HyperParameters": $merge([$run.request.HyperParameters, {'
-        f'"sagemaker_program": {literal(json.dumps(EVALUATION_PROGRAM))}, "max_eval_tokens": $settings.maxEvalTokens, '
+        f'"sagemaker_program": {literal(json.dumps(EVALUATION_PROGRAM))}, '
+        '"max_eval_tokens": $settings.maxEvalTokens, '
         f'"eval_manifest_hash": ${MANIFEST_VARIABLE}.hash}}]), '
         '"AlgorithmSpecification": $merge([$run.request.AlgorithmSpecification, '
         f'{{"MetricDefinitions": {literal(EVALUATION_METRIC_DEFINITIONS)}}}]), '

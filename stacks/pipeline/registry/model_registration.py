@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import aws_cdk as cdk
+from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
@@ -29,23 +30,18 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from stacks.pipeline.dataset_manifest import MANIFEST_VARIABLE, DatasetManifest
+from stacks.pipeline.attempt_metrics import grant_publish, metrics_namespace
 from stacks.pipeline.jsonata_text import expression, literal
 from stacks.pipeline.logged_state_machine import logged_state_machine
-from stacks.pipeline.machine_kit import (
-    SAGEMAKER_ERROR,
-    literal_partition,
-    retry_must_succeed_call,
-    retry_poll_call,
-)
 from stacks.pipeline.pipeline_runs import PipelineRuns
 from stacks.pipeline.registry.evaluation_request import (
-    EVALUATION_JOB_NAME,
-    decision,
-    evaluation_metrics,
-    evaluation_request,
-    model_package_request,
     registry_table,
+)
+from stacks.pipeline.registry.registration_states import (
+    EVALUATION_FAILED,
+    EVALUATION_LOSS,
+    PROFILE_DIMENSION,
+    registration_chain,
 )
 from stacks.pipeline.state_machine_facts import resource_value, substitution_names, with_placeholders
 from stacks.validation import acknowledge
@@ -53,8 +49,6 @@ from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements
 from trainstack.job_request import PipelineResources
 from trainstack.profiles import Profile
 from trainstack.registry import group_name
-
-EVALUATION_POLL_SECONDS = 60
 
 
 @dataclass(frozen=True)
@@ -65,7 +59,6 @@ class _DatasetBucket:
     bucket_arn: str
 
 
-REGISTERED, EVALUATION_FAILED = "Registered", "EvaluationFailed"
 # The pipeline's error for a run whose evaluation failed (its model is kept, not registered).
 ERROR_EVALUATION_FAILED = EVALUATION_FAILED
 
@@ -84,7 +77,7 @@ class ModelRegistration(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         project, profiles = runs.project, runs.profiles
-        self.profiles = profiles
+        self.project, self.profiles = project, profiles
         # Deploy-time values appear as ${Name} placeholders, which DefinitionSubstitutions fill.
         self.table_resources = with_placeholders(resources)
         self.table = registry_table(project, profiles, self.table_resources)
@@ -115,7 +108,19 @@ class ModelRegistration(Construct):
         )
         self.dataset_prefix = resources.dataset_prefix
         self.state_machine, self.log_group = logged_state_machine(
-            self, "StateMachine", name=f"{project}-pipeline-registration", chain=self._chain(), timeout=None
+            self,
+            "StateMachine",
+            name=f"{project}-pipeline-registration",
+            chain=registration_chain(
+                self,
+                project=project,
+                table=self.table,
+                dataset_bucket=self.dataset_bucket,
+                dataset_prefix=self.dataset_prefix,
+                package_arns=self.package_arns,
+                job_arn=job_arn,
+            ),
+            timeout=None,
         )
         for group in self.groups.values():
             self.state_machine.node.add_dependency(group)
@@ -125,6 +130,7 @@ class ModelRegistration(Construct):
             name: resource_value(resources, path) for name, path in substitution_names(resources).items()
         }
         self._grant(sagemaker_role)
+        grant_publish(self.state_machine.role, project)
         self._grant_evaluation_sets(sagemaker_role, profiles)
         self._acknowledge()
 
@@ -203,182 +209,23 @@ class ModelRegistration(Construct):
         )
         return rule
 
-    def _chain(self) -> sfn.IChainable:
-        prepare = sfn.Pass.jsonata(
-            self,
-            "Prepare",
-            assign={
-                "status": expression("null"),
-                "reason": expression("null"),
-                "run": expression("$states.input"),
-                "settings": expression(f"$lookup({literal(self.table)}, $states.input.profile)"),
-            },
-        )
-        # The training set's and the evaluation set's manifests (trainstack.manifest), as the run registers.
-        train_manifest = DatasetManifest(
-            self, "TrainingSetManifest", bucket=self.dataset_bucket, prefix=literal(self.dataset_prefix)
-        )
-        keep_train = sfn.Pass.jsonata(
-            self,
-            "KeepTrainingSetManifest",
-            assign={"trainingSetManifest": expression(f"${MANIFEST_VARIABLE}")},
-        )
-        eval_manifest = DatasetManifest(
-            self, "EvaluationSetManifest", bucket=self.dataset_bucket, prefix="$settings.evaluationPrefix"
-        )
-        create = self._sdk_call("CreateEvaluationJob", "createTrainingJob", evaluation_request(), {})
-        wait = sfn.Wait.jsonata(
-            self,
-            "WaitForEvaluation",
-            time=sfn.WaitTime.duration(cdk.Duration.seconds(EVALUATION_POLL_SECONDS)),
-        )
-        describe = tasks.CallAwsService.jsonata(
-            self,
-            "DescribeEvaluationJob",
-            service="sagemaker",
-            action="describeTrainingJob",
-            parameters={"TrainingJobName": expression(EVALUATION_JOB_NAME)},
-            iam_resources=[self.job_arn],
-            assign={
-                "status": expression("$states.result.TrainingJobStatus"),
-                "reason": expression("$states.result.FailureReason ? $states.result.FailureReason : null"),
-                "evaluation": expression(evaluation_metrics()),
-            },
-            outputs={},
-        )
-        retry_poll_call(describe, [SAGEMAKER_ERROR])
-        describe.add_catch(wait, errors=[SAGEMAKER_ERROR], outputs={})
-        failed = sfn.Succeed.jsonata(
-            self,
-            "ReportEvaluationFailed",
-            outputs=expression(
-                f'{{"status": "{EVALUATION_FAILED}", "cause": "Evaluation job " & {EVALUATION_JOB_NAME} '
-                '& " " & '
-                '($status ? "ended " & $status : "could not start") & ($reason ? ": " & $reason : "") & '
-                '". The model stays at " & $run.modelArtifacts & "; it is not registered."}'
-            ),
-        )
-        create.add_catch(
-            failed,
-            errors=["States.ALL"],
-            outputs={},
-            assign={"reason": expression("$states.errorOutput.Cause")},
-        )
-        register = self._register()
-        check = (
-            sfn.Choice.jsonata(self, "CheckEvaluation")
-            .when(sfn.Condition.jsonata(expression('$status in ["InProgress", "Stopping"]')), wait)
-            .when(
-                sfn.Condition.jsonata(
-                    expression('$status = "Completed" and $type($evaluation.loss) = "number"')
-                ),
-                register,
+    def add_to_dashboard(self, dashboard: cloudwatch.Dashboard) -> None:
+        """A row: the evaluation loss of each registered version (one point per version, by profile)."""
+        if not self.table:
+            return
+        metrics = [
+            cloudwatch.Metric(
+                namespace=metrics_namespace(self.project),
+                metric_name=EVALUATION_LOSS,
+                dimensions_map={PROFILE_DIMENSION: name},
+                statistic="Maximum",
+                period=cdk.Duration.minutes(5),
+                label=name,
             )
-            .when(
-                sfn.Condition.jsonata(expression('$status = "Completed"')),
-                failed,
-                assign={"reason": expression('"it reported no evaluation:loss metric"')},
-            )
-            .otherwise(failed)
-        )
-        manifests = train_manifest.next(keep_train).next(eval_manifest)
-        return prepare.next(manifests).next(create).next(wait).next(describe).next(check)
-
-    def _register(self) -> sfn.IChainable:
-        list_approved = tasks.CallAwsService.jsonata(
-            self,
-            "FindApprovedVersion",
-            service="sagemaker",
-            action="listModelPackages",
-            parameters={
-                "ModelPackageGroupName": expression("$settings.group"),
-                "ModelApprovalStatus": "Approved",
-                "ModelPackageType": "Versioned",
-                "SortBy": "CreationTime",
-                "SortOrder": "Descending",
-                "MaxResults": 1,
-            },
-            iam_resources=["*"],
-            assign={
-                "baselineArn": expression(
-                    "($a := $states.result.ModelPackageSummaryList[0].ModelPackageArn; $a ? $a : null)"
-                ),
-                "baseline": expression("null"),
-            },
-            outputs={},
-        )
-        describe_baseline = tasks.CallAwsService.jsonata(
-            self,
-            "DescribeApprovedVersion",
-            service="sagemaker",
-            action="describeModelPackage",
-            parameters={"ModelPackageName": expression("$baselineArn")},
-            iam_resources=self.package_arns,
-            assign={
-                "baseline": expression(
-                    '($loss := $states.result.CustomerMetadataProperties."evaluation.loss"; $loss ? '
-                    '{"arn": $baselineArn, "version": $states.result.ModelPackageVersion, '
-                    '"loss": $number($loss)} '
-                    ": null)"
-                )
-            },
-            outputs={},
-        )
-        create_package = self._sdk_call(
-            "CreateModelPackage",
-            "createModelPackage",
-            model_package_request(),
-            {"packageArn": expression("$states.result.ModelPackageArn"), "decision": expression(decision())},
-        )
-        gate = tasks.CallAwsService.jsonata(
-            self,
-            "ApplyDecision",
-            service="sagemaker",
-            action="updateModelPackage",
-            parameters={
-                "ModelPackageArn": expression("$packageArn"),
-                "ModelApprovalStatus": expression("$decision.status"),
-                "ApprovalDescription": expression("$substring($decision.description, 0, 1024)"),
-            },
-            iam_resources=self.package_arns,
-            outputs={},
-        )
-        for task in (list_approved, describe_baseline, gate):
-            retry_must_succeed_call(task, [SAGEMAKER_ERROR])
-        done = sfn.Succeed.jsonata(
-            self,
-            "Registered",
-            outputs=expression(
-                f'{{"status": "{REGISTERED}", "modelPackageArn": $packageArn, '
-                '"version": $number($split($packageArn, "/")[-1]), "decision": $decision.status, '
-                '"reason": $decision.description, "evaluation": $evaluation, "baseline": $baseline}'
-            ),
-        )
-        has_baseline = (
-            sfn.Choice.jsonata(self, "HasApprovedVersion")
-            .when(sfn.Condition.jsonata(expression("$baselineArn ? true : false")), describe_baseline)
-            .otherwise(create_package)
-        )
-        retry_must_succeed_call(create_package, [SAGEMAKER_ERROR])
-        describe_baseline.next(create_package)
-        create_package.next(gate).next(done)
-        return list_approved.next(has_baseline)
-
-    def _sdk_call(
-        self, state_id: str, action: str, arguments: str, assign: dict[str, str]
-    ) -> sfn.CustomState:
-        """A SageMaker call whose request is one JSONata value (CallAwsService takes an object of fields
-        only, hence a custom state); its permissions are granted in `_grant`."""
-        return sfn.CustomState(
-            self,
-            state_id,
-            state_json={
-                "Type": "Task",
-                "Resource": f"arn:{literal_partition(self)}:states:::aws-sdk:sagemaker:{action}",
-                "Arguments": expression(arguments),
-                "Assign": assign,
-                "Output": {},
-            },
+            for name in self.table
+        ]
+        dashboard.add_widgets(
+            cloudwatch.GraphWidget(title="Evaluation loss of each registered version", left=metrics, width=24)
         )
 
     def _grant(self, sagemaker_role: iam.IRole) -> None:

@@ -1,0 +1,241 @@
+"""The registration machine's states (model_registration.py): the two manifests, the evaluation job and its
+polling, the baseline, the decision, the version and its metric."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import aws_stepfunctions_tasks as tasks
+from constructs import Construct
+
+from stacks.pipeline.attempt_metrics import metrics_namespace
+from stacks.pipeline.dataset_manifest import MANIFEST_VARIABLE, DatasetManifest
+from stacks.pipeline.jsonata_text import expression, literal
+from stacks.pipeline.machine_kit import (
+    SAGEMAKER_ERROR,
+    literal_partition,
+    retry_must_succeed_call,
+    retry_poll_call,
+)
+from stacks.pipeline.registry.evaluation_request import (
+    EVALUATION_JOB_NAME,
+    decision,
+    evaluation_metrics,
+    evaluation_request,
+    model_package_request,
+)
+
+EVALUATION_POLL_SECONDS = 60
+REGISTERED, EVALUATION_FAILED = "Registered", "EvaluationFailed"
+# The dashboard's metric: each version's evaluation loss, by profile (namespace trainstack/<project>).
+EVALUATION_LOSS, PROFILE_DIMENSION = "EvaluationLoss", "Profile"
+
+
+def registration_chain(
+    scope: Construct,
+    *,
+    project: str,
+    table: dict[str, Any],
+    dataset_bucket: Any,
+    dataset_prefix: str,
+    package_arns: list[str],
+    job_arn: str,
+) -> sfn.IChainable:
+    """The registration machine's states (module docstring), from its input to its output."""
+    prepare = sfn.Pass.jsonata(
+        scope,
+        "Prepare",
+        assign={
+            "status": expression("null"),
+            "reason": expression("null"),
+            "run": expression("$states.input"),
+            "settings": expression(f"$lookup({literal(table)}, $states.input.profile)"),
+        },
+    )
+    # The training set's and the evaluation set's manifests (trainstack.manifest), as the run registers.
+    train_manifest = DatasetManifest(
+        scope, "TrainingSetManifest", bucket=dataset_bucket, prefix=literal(dataset_prefix)
+    )
+    keep_train = sfn.Pass.jsonata(
+        scope,
+        "KeepTrainingSetManifest",
+        assign={"trainingSetManifest": expression(f"${MANIFEST_VARIABLE}")},
+    )
+    eval_manifest = DatasetManifest(
+        scope, "EvaluationSetManifest", bucket=dataset_bucket, prefix="$settings.evaluationPrefix"
+    )
+    create = _sdk_call(scope, "CreateEvaluationJob", "createTrainingJob", evaluation_request(), {})
+    wait = sfn.Wait.jsonata(
+        scope,
+        "WaitForEvaluation",
+        time=sfn.WaitTime.duration(cdk.Duration.seconds(EVALUATION_POLL_SECONDS)),
+    )
+    describe = tasks.CallAwsService.jsonata(
+        scope,
+        "DescribeEvaluationJob",
+        service="sagemaker",
+        action="describeTrainingJob",
+        parameters={"TrainingJobName": expression(EVALUATION_JOB_NAME)},
+        iam_resources=[job_arn],
+        assign={
+            "status": expression("$states.result.TrainingJobStatus"),
+            "reason": expression("$states.result.FailureReason ? $states.result.FailureReason : null"),
+            "evaluation": expression(evaluation_metrics()),
+        },
+        outputs={},
+    )
+    retry_poll_call(describe, [SAGEMAKER_ERROR])
+    describe.add_catch(wait, errors=[SAGEMAKER_ERROR], outputs={})
+    failed = sfn.Succeed.jsonata(
+        scope,
+        "ReportEvaluationFailed",
+        outputs=expression(
+            f'{{"status": "{EVALUATION_FAILED}", "cause": "Evaluation job " & {EVALUATION_JOB_NAME} '
+            '& " " & '
+            '($status ? "ended " & $status : "could not start") & ($reason ? ": " & $reason : "") & '
+            '". The model stays at " & $run.modelArtifacts & "; it is not registered."}'
+        ),
+    )
+    create.add_catch(
+        failed,
+        errors=["States.ALL"],
+        outputs={},
+        assign={"reason": expression("$states.errorOutput.Cause")},
+    )
+    register = _register(scope, project, package_arns)
+    check = (
+        sfn.Choice.jsonata(scope, "CheckEvaluation")
+        .when(sfn.Condition.jsonata(expression('$status in ["InProgress", "Stopping"]')), wait)
+        .when(
+            sfn.Condition.jsonata(expression('$status = "Completed" and $type($evaluation.loss) = "number"')),
+            register,
+        )
+        .when(
+            sfn.Condition.jsonata(expression('$status = "Completed"')),
+            failed,
+            assign={"reason": expression('"it reported no evaluation:loss metric"')},
+        )
+        .otherwise(failed)
+    )
+    manifests = train_manifest.next(keep_train).next(eval_manifest)
+    return prepare.next(manifests).next(create).next(wait).next(describe).next(check)
+
+
+def _register(scope: Construct, project: str, package_arns: list[str]) -> sfn.IChainable:
+    list_approved = tasks.CallAwsService.jsonata(
+        scope,
+        "FindApprovedVersion",
+        service="sagemaker",
+        action="listModelPackages",
+        parameters={
+            "ModelPackageGroupName": expression("$settings.group"),
+            "ModelApprovalStatus": "Approved",
+            "ModelPackageType": "Versioned",
+            "SortBy": "CreationTime",
+            "SortOrder": "Descending",
+            "MaxResults": 1,
+        },
+        iam_resources=["*"],
+        assign={
+            "baselineArn": expression(
+                "($a := $states.result.ModelPackageSummaryList[0].ModelPackageArn; $a ? $a : null)"
+            ),
+            "baseline": expression("null"),
+        },
+        outputs={},
+    )
+    describe_baseline = tasks.CallAwsService.jsonata(
+        scope,
+        "DescribeApprovedVersion",
+        service="sagemaker",
+        action="describeModelPackage",
+        parameters={"ModelPackageName": expression("$baselineArn")},
+        iam_resources=package_arns,
+        assign={
+            "baseline": expression(
+                '($loss := $states.result.CustomerMetadataProperties."evaluation.loss"; $loss ? '
+                '{"arn": $baselineArn, "version": $states.result.ModelPackageVersion, '
+                '"loss": $number($loss)} '
+                ": null)"
+            )
+        },
+        outputs={},
+    )
+    create_package = _sdk_call(
+        scope,
+        "CreateModelPackage",
+        "createModelPackage",
+        model_package_request(),
+        {"packageArn": expression("$states.result.ModelPackageArn"), "decision": expression(decision())},
+    )
+    gate = tasks.CallAwsService.jsonata(
+        scope,
+        "ApplyDecision",
+        service="sagemaker",
+        action="updateModelPackage",
+        parameters={
+            "ModelPackageArn": expression("$packageArn"),
+            "ModelApprovalStatus": expression("$decision.status"),
+            "ApprovalDescription": expression("$substring($decision.description, 0, 1024)"),
+        },
+        iam_resources=package_arns,
+        outputs={},
+    )
+    for task in (list_approved, describe_baseline, gate):
+        retry_must_succeed_call(task, [SAGEMAKER_ERROR])
+    done = sfn.Succeed.jsonata(
+        scope,
+        "Registered",
+        outputs=expression(
+            f'{{"status": "{REGISTERED}", "modelPackageArn": $packageArn, '
+            '"version": $number($split($packageArn, "/")[-1]), "decision": $decision.status, '
+            '"reason": $decision.description, "evaluation": $evaluation, "baseline": $baseline}'
+        ),
+    )
+    has_baseline = (
+        sfn.Choice.jsonata(scope, "HasApprovedVersion")
+        .when(sfn.Condition.jsonata(expression("$baselineArn ? true : false")), describe_baseline)
+        .otherwise(create_package)
+    )
+    retry_must_succeed_call(create_package, [SAGEMAKER_ERROR])
+    describe_baseline.next(create_package)
+    publish = sfn.CustomState(
+        scope,
+        "PublishEvaluationLoss",
+        state_json={
+            "Type": "Task",
+            "Comment": "The version's evaluation loss for the dashboard (best effort: errors are caught).",
+            "Resource": f"arn:{literal_partition(scope)}:states:::aws-sdk:cloudwatch:putMetricData",
+            "Arguments": {
+                "Namespace": metrics_namespace(project),
+                "MetricData": expression(
+                    f'[{{"MetricName": "{EVALUATION_LOSS}", "Value": $evaluation.loss, "Dimensions": '
+                    f'[{{"Name": "{PROFILE_DIMENSION}", "Value": $run.profile}}]}}]'
+                ),
+            },
+            "Output": {},
+        },
+    )
+    publish.add_catch(done, errors=["States.ALL"], outputs={})
+    create_package.next(gate).next(publish).next(done)
+    return list_approved.next(has_baseline)
+
+
+def _sdk_call(
+    scope: Construct, state_id: str, action: str, arguments: str, assign: dict[str, str]
+) -> sfn.CustomState:
+    """A SageMaker call whose request is one JSONata value (CallAwsService takes an object of fields
+    only, hence a custom state); its permissions are granted in `_grant`."""
+    return sfn.CustomState(
+        scope,
+        state_id,
+        state_json={
+            "Type": "Task",
+            "Resource": f"arn:{literal_partition(scope)}:states:::aws-sdk:sagemaker:{action}",
+            "Arguments": expression(arguments),
+            "Assign": assign,
+            "Output": {},
+        },
+    )
