@@ -54,40 +54,13 @@ def registration_chain(
             "settings": expression(f"$lookup({literal(table)}, $states.input.profile)"),
         },
     )
-    # The training set's and the evaluation set's manifests (trainstack.manifest), as the run registers.
-    train_manifest = DatasetManifest(
-        scope, "TrainingSetManifest", bucket=dataset_bucket, prefix=literal(dataset_prefix)
-    )
-    keep_train = sfn.Pass.jsonata(
-        scope,
-        "KeepTrainingSetManifest",
-        assign={"trainingSetManifest": expression(f"${MANIFEST_VARIABLE}")},
-    )
-    eval_manifest = DatasetManifest(
-        scope, "EvaluationSetManifest", bucket=dataset_bucket, prefix="$settings.evaluationPrefix"
-    )
     create = _sdk_call(scope, "CreateEvaluationJob", "createTrainingJob", evaluation_request(), {})
     wait = sfn.Wait.jsonata(
         scope,
         "WaitForEvaluation",
         time=sfn.WaitTime.duration(cdk.Duration.seconds(EVALUATION_POLL_SECONDS)),
     )
-    describe = tasks.CallAwsService.jsonata(
-        scope,
-        "DescribeEvaluationJob",
-        service="sagemaker",
-        action="describeTrainingJob",
-        parameters={"TrainingJobName": expression(EVALUATION_JOB_NAME)},
-        iam_resources=[job_arn],
-        assign={
-            "status": expression("$states.result.TrainingJobStatus"),
-            "reason": expression("$states.result.FailureReason ? $states.result.FailureReason : null"),
-            "evaluation": expression(evaluation_metrics()),
-        },
-        outputs={},
-    )
-    retry_poll_call(describe, [SAGEMAKER_ERROR])
-    describe.add_catch(wait, errors=[SAGEMAKER_ERROR], outputs={})
+    describe = _describe_evaluation(scope, job_arn, wait)
     failed = sfn.Succeed.jsonata(
         scope,
         "ReportEvaluationFailed",
@@ -119,8 +92,13 @@ def registration_chain(
         )
         .otherwise(failed)
     )
-    manifests = train_manifest.next(keep_train).next(eval_manifest)
-    return prepare.next(manifests).next(create).next(wait).next(describe).next(check)
+    return (
+        prepare.next(_manifests(scope, dataset_bucket, dataset_prefix))
+        .next(create)
+        .next(wait)
+        .next(describe)
+        .next(check)
+    )
 
 
 def _register(scope: Construct, project: str, package_arns: list[str]) -> sfn.IChainable:
@@ -146,23 +124,7 @@ def _register(scope: Construct, project: str, package_arns: list[str]) -> sfn.IC
         },
         outputs={},
     )
-    describe_baseline = tasks.CallAwsService.jsonata(
-        scope,
-        "DescribeApprovedVersion",
-        service="sagemaker",
-        action="describeModelPackage",
-        parameters={"ModelPackageName": expression("$baselineArn")},
-        iam_resources=package_arns,
-        assign={
-            "baseline": expression(
-                '($loss := $states.result.CustomerMetadataProperties."evaluation.loss"; $loss ? '
-                '{"arn": $baselineArn, "version": $states.result.ModelPackageVersion, '
-                '"loss": $number($loss)} '
-                ": null)"
-            )
-        },
-        outputs={},
-    )
+    describe_baseline = _describe_baseline(scope, package_arns)
     create_package = _sdk_call(
         scope,
         "CreateModelPackage",
@@ -201,23 +163,7 @@ def _register(scope: Construct, project: str, package_arns: list[str]) -> sfn.IC
     )
     retry_must_succeed_call(create_package, [SAGEMAKER_ERROR])
     describe_baseline.next(create_package)
-    publish = sfn.CustomState(
-        scope,
-        "PublishEvaluationLoss",
-        state_json={
-            "Type": "Task",
-            "Comment": "The version's evaluation loss for the dashboard (best effort: errors are caught).",
-            "Resource": f"arn:{literal_partition(scope)}:states:::aws-sdk:cloudwatch:putMetricData",
-            "Arguments": {
-                "Namespace": metrics_namespace(project),
-                "MetricData": expression(
-                    f'[{{"MetricName": "{EVALUATION_LOSS}", "Value": $evaluation.loss, "Dimensions": '
-                    f'[{{"Name": "{PROFILE_DIMENSION}", "Value": $run.profile}}]}}]'
-                ),
-            },
-            "Output": {},
-        },
-    )
+    publish = _publish_evaluation_loss(scope, project)
     publish.add_catch(done, errors=["States.ALL"], outputs={})
     create_package.next(gate).next(publish).next(done)
     return list_approved.next(has_baseline)
@@ -238,4 +184,86 @@ def _sdk_call(
             "Assign": assign,
             "Output": {},
         },
+    )
+
+
+def _manifests(scope: Construct, dataset_bucket: Any, dataset_prefix: str) -> sfn.IChainable:
+    """The training set's and the evaluation set's manifests (trainstack.manifest), as the run registers:
+    $trainingSetManifest and $datasetManifest."""
+    train_manifest = DatasetManifest(
+        scope, "TrainingSetManifest", bucket=dataset_bucket, prefix=literal(dataset_prefix)
+    )
+    keep_train = sfn.Pass.jsonata(
+        scope,
+        "KeepTrainingSetManifest",
+        assign={"trainingSetManifest": expression(f"${MANIFEST_VARIABLE}")},
+    )
+    eval_manifest = DatasetManifest(
+        scope, "EvaluationSetManifest", bucket=dataset_bucket, prefix="$settings.evaluationPrefix"
+    )
+    return train_manifest.next(keep_train).next(eval_manifest)
+
+
+def _describe_evaluation(scope: Construct, job_arn: str, wait: sfn.Wait) -> tasks.CallAwsService:
+    """DescribeTrainingJob of the evaluation job into $status, $reason and $evaluation; a throttled call
+    waits for the next poll."""
+    describe = tasks.CallAwsService.jsonata(
+        scope,
+        "DescribeEvaluationJob",
+        service="sagemaker",
+        action="describeTrainingJob",
+        parameters={"TrainingJobName": expression(EVALUATION_JOB_NAME)},
+        iam_resources=[job_arn],
+        assign={
+            "status": expression("$states.result.TrainingJobStatus"),
+            "reason": expression("$states.result.FailureReason ? $states.result.FailureReason : null"),
+            "evaluation": expression(evaluation_metrics()),
+        },
+        outputs={},
+    )
+    retry_poll_call(describe, [SAGEMAKER_ERROR])
+    describe.add_catch(wait, errors=[SAGEMAKER_ERROR], outputs={})
+    return describe
+
+
+def _publish_evaluation_loss(scope: Construct, project: str) -> sfn.CustomState:
+    """PutMetricData of the version's evaluation loss (custom state: grant_publish's namespace condition)."""
+    return sfn.CustomState(
+        scope,
+        "PublishEvaluationLoss",
+        state_json={
+            "Type": "Task",
+            "Comment": "The version's evaluation loss for the dashboard (best effort: errors are caught).",
+            "Resource": f"arn:{literal_partition(scope)}:states:::aws-sdk:cloudwatch:putMetricData",
+            "Arguments": {
+                "Namespace": metrics_namespace(project),
+                "MetricData": expression(
+                    f'[{{"MetricName": "{EVALUATION_LOSS}", "Value": $evaluation.loss, "Dimensions": '
+                    f'[{{"Name": "{PROFILE_DIMENSION}", "Value": $run.profile}}]}}]'
+                ),
+            },
+            "Output": {},
+        },
+    )
+
+
+def _describe_baseline(scope: Construct, package_arns: list[str]) -> tasks.CallAwsService:
+    """DescribeModelPackage of the latest Approved version into $baseline {arn, version, loss} (null
+    without an evaluation loss in its metadata: no comparable baseline)."""
+    return tasks.CallAwsService.jsonata(
+        scope,
+        "DescribeApprovedVersion",
+        service="sagemaker",
+        action="describeModelPackage",
+        parameters={"ModelPackageName": expression("$baselineArn")},
+        iam_resources=package_arns,
+        assign={
+            "baseline": expression(
+                '($loss := $states.result.CustomerMetadataProperties."evaluation.loss"; $loss ? '
+                '{"arn": $baselineArn, "version": $states.result.ModelPackageVersion, '
+                '"loss": $number($loss)} '
+                ": null)"
+            )
+        },
+        outputs={},
     )
