@@ -67,3 +67,17 @@ def decide(sagemaker, arn: str, status: str, reason: str, person: str) -> None:
         ModelApprovalStatus=status,
         ApprovalDescription=f"{status.lower()} by {person}: {reason}"[:1024],
     )
+
+
+def run_facts(model_package: dict | None) -> dict[str, str]:
+    """What a run's report says of its evaluation and registration (the execution output's modelPackage);
+    nothing for a profile without a registry: block."""
+    if not model_package:
+        return {}
+    evaluation = model_package["evaluation"]
+    return {
+        "Evaluation": f"loss {evaluation['loss']:.4f}, perplexity {evaluation['perplexity']:.2f} over "
+        f"{int(evaluation['tokens']):,} tokens",
+        "Model version": f"{model_package['modelPackageArn']}: {model_package['decision']} "
+        f"({model_package['reason']})",
+    }

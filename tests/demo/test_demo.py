@@ -136,3 +136,7 @@ def test_the_retraining_is_approved_and_the_worse_second_run_is_rejected_with_th
     assert re.search(r"^trainstack-small-torchrun v1 +Approved +eval loss", demo.out, re.MULTILINE)
     assert re.search(r"^trainstack-small-torchrun v2 +Rejected +eval loss", demo.out, re.MULTILINE)
     assert "    data.trainingSetManifest = " in demo.out
+    # The first run's report names its evaluation and its version's decision.
+    report = (demo.workdir / "report.html").read_text()
+    assert f"<dt>Evaluation</dt><dd>loss {float(approved.group(1)):.4f}, perplexity" in report
+    assert re.search(r"<dt>Model version</dt><dd>arn:aws:sagemaker:\S+/1: Approved \(first version", report)
