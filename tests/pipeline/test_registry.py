@@ -155,7 +155,8 @@ def assert_lineage(version: dict, outcome, evaluation: dict, pipeline) -> None:
         c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in evaluation["InputDataConfig"]
     }
     assert channels == {"model": model, "eval": "s3://trainstack-datasets-test/evaluation/small/"}
-    assert evaluation["HyperParameters"]["sagemaker_program"] == '"evaluate.py"'  # JSON, as the toolkit reads it
+    # JSON-encoded, as the toolkit reads the job's program (trainstack.job_request writes "train.py" so)
+    assert evaluation["HyperParameters"]["sagemaker_program"] == '"evaluate.py"'
     assert evaluation["HyperParameters"]["eval_manifest_hash"] == lineage[LINEAGE_KEYS["evaluationSet"]]
     assert "CheckpointConfig" not in evaluation
     assert evaluation["ResourceConfig"]["InstanceCount"] == 1
