@@ -65,13 +65,12 @@ from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements
 from trainstack.job_request import PipelineResources
 from trainstack.profiles import Profile
 
-# CreateTrainingJob with Tags needs AddTags on the new job.
-CREATE_ACTIONS = ("sagemaker:CreateTrainingJob", "sagemaker:AddTags")
+CREATE_ACTIONS = ("sagemaker:CreateTrainingJob", "sagemaker:AddTags")  # Tags need AddTags on the new job
 DESCRIBE_BATCH_JOBS = "DescribeBatchTrainingJobs"
 # A StartExecution of the attempt child that AWS refuses because too many executions are open (the account's
-# open-execution quota, or StartExecution's API quota). The name is the one AWS's developer guide gives for
-# a Task state calling the optimized states:startExecution integration ("Start workflow executions from a
-# task state": "Use the Retry on StepFunctions.ExecutionLimitExceeded to ensure your execution is started");
+# open-execution quota, or StartExecution's API quota). The name is the one AWS's developer guide gives for a
+# Task state calling the optimized states:startExecution integration ("Start workflow executions from a task
+# state": "Use the Retry on StepFunctions.ExecutionLimitExceeded to ensure your execution is started");
 # botocore's stepfunctions model lists ExecutionLimitExceeded among StartExecution's errors. No name for a
 # throttled StartExecution (ThrottlingException, undeclared in the model) is documented: none is retried.
 # LocalStack's snapshots, recorded against AWS, name the same refusal
