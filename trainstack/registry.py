@@ -30,7 +30,8 @@ LINEAGE_KEYS = {
     "run": "run.name",
     "execution": "run.executionArn",
     "jobs": "run.trainingJobs",
-    "image": "image.uri",
+    "image": "image.uri",  # with its digest
+    "imageDigest": "image.digest",  # present only when ECR could not resolve it: "unresolved"
     "config": "config.sha256",
     "trainingSet": "data.trainingSetManifest",
     "evaluationSet": "data.evaluationSetManifest",

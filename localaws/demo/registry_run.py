@@ -12,14 +12,22 @@ import boto3
 from localaws.sagemaker.local_processes import LocalTraining
 from trainstack.registry import group_name
 
+# A stand-in image manifest for (moto's) ECR: it needs a media type to store the image.
+MANIFEST = {
+    "schemaVersion": 2,
+    "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+    "layers": [],
+}
 # Steps of the deliberately worse run: far from what the first run reached, so its evaluation loss is higher.
 WORSE_STEPS = 3
 
 
-def stage(settings, profile: str, dataset_bucket: str, training: LocalTraining) -> None:
+def stage(settings, profile: str, substitutions: dict[str, str], training: LocalTraining) -> None:
     """The dataset's shards in (moto's) S3 under the dataset prefix, where the training-set manifest lists
     them; the held-out evaluation set (the dataset's val shards) under the profile's evaluation_prefix, in
-    moto's S3 (the manifest) and in local S3 (the evaluation job's channel); the profile's group."""
+    moto's S3 (the manifest) and in local S3 (the evaluation job's channel); the jobs' image in (moto's)
+    ECR; the profile's group."""
+    dataset_bucket, image_uri = substitutions["DatasetBucket"], substitutions["TrainingImageUri"]
     s3 = boto3.client("s3")
     s3.create_bucket(Bucket=dataset_bucket)
     evaluation_prefix = settings.profile(profile).registry.evaluation_prefix
@@ -33,6 +41,11 @@ def stage(settings, profile: str, dataset_bucket: str, training: LocalTraining) 
             s3.put_object(
                 Bucket=dataset_bucket, Key=f"{evaluation_prefix}{shard.name}", Body=shard.read_bytes()
             )
+    # The image the jobs name (synthesized.local_value): registered, so the version records its digest.
+    repository, _, tag = image_uri.partition("/")[2].partition(":")
+    ecr = boto3.client("ecr")
+    ecr.create_repository(repositoryName=repository)
+    ecr.put_image(repositoryName=repository, imageManifest=json.dumps(MANIFEST), imageTag=tag)
     boto3.client("sagemaker").create_model_package_group(
         ModelPackageGroupName=group_name(settings.project, profile)
     )

@@ -198,7 +198,7 @@ def run_pipeline(args, settings, pipeline, training: LocalTraining, run_name: st
             definition=pipeline.definition,
             roleArn=f"arn:aws:iam::123456789012:role/{settings.project}-pipeline",
         )["stateMachineArn"]
-        registry_run.stage(settings, args.profile, pipeline.substitutions["DatasetBucket"], training)
+        registry_run.stage(settings, args.profile, pipeline.substitutions, training)
         say(
             f"3/5 emulator: {state_machine_arn} in moto; SageMaker runs jobs as local processes under "
             f"{training.root / 'jobs'}; emulated time runs {args.speedup:g}x faster (a 300 s back-off takes "

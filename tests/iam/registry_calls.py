@@ -45,6 +45,9 @@ class RegistryCalls:
     _sagemaker_createModelPackage = _sagemaker_describeModelPackage
     _sagemaker_updateModelPackage = _sagemaker_describeModelPackage
 
+    def _ecr_describeImages(self, arguments):  # noqa: N802
+        return [(None, self.arn("ecr", f"repository/{self.project}-training"), {})]
+
     def _s3_listObjectsV2(self, arguments):  # noqa: N802
         bucket = self.arn("s3", arguments["Bucket"], region=False)
         prefixes = [self.resources().dataset_prefix]

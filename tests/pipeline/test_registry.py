@@ -18,6 +18,9 @@ PROFILE = "small-torchrun"  # config/default.yaml: approval auto, loss_tolerance
 GROUP = f"trainstack-{PROFILE}"
 TRAINED = [STARTING, TRAINING, COMPLETED]
 DATASET_BUCKET = "trainstack-datasets-test"  # tests/pipeline/conftest.py's DatasetBucket
+IMAGE_MANIFEST = json.dumps(
+    {"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json", "layers": []}
+)
 
 
 def evaluated(loss: float) -> list[Phase]:
@@ -46,6 +49,9 @@ def registry(interpreter, pipeline):
                 stateMachineArn=sm.registration_arn, definition=definition
             )
         boto3.client("sagemaker").create_model_package_group(ModelPackageGroupName=GROUP)  # the stack's
+        ecr = boto3.client("ecr")  # the image the run's request names, <registry>/trainstack-training:v1
+        ecr.create_repository(repositoryName="trainstack-training")
+        ecr.put_image(repositoryName="trainstack-training", imageManifest=IMAGE_MANIFEST, imageTag="v1")
         s3 = boto3.client("s3")
         s3.create_bucket(Bucket=DATASET_BUCKET)
         for key in ("datasets/train-000.bin", "datasets/train-001.bin", "evaluation/small/eval-000.bin"):
@@ -134,7 +140,7 @@ def assert_lineage(version: dict, outcome, evaluation: dict, pipeline) -> None:
         LINEAGE_KEYS["run"]: "trainstack-r1",
         LINEAGE_KEYS["execution"]: outcome.execution_arn,
         LINEAGE_KEYS["jobs"]: "trainstack-r1-1",
-        LINEAGE_KEYS["image"]: pipeline.resources.image_uri,
+        LINEAGE_KEYS["image"]: f"{pipeline.resources.image_uri.removesuffix(':v1')}@{image_digest()}",
         LINEAGE_KEYS["config"]: config_hash(profile),
         LINEAGE_KEYS["trainingSet"]: prefix_manifest(s3, DATASET_BUCKET, "datasets/").hash,
         LINEAGE_KEYS["evaluationSet"]: prefix_manifest(s3, DATASET_BUCKET, "evaluation/small/").hash,
@@ -160,6 +166,13 @@ def assert_lineage(version: dict, outcome, evaluation: dict, pipeline) -> None:
     assert evaluation["HyperParameters"]["eval_manifest_hash"] == lineage[LINEAGE_KEYS["evaluationSet"]]
     assert "CheckpointConfig" not in evaluation
     assert evaluation["ResourceConfig"]["InstanceCount"] == 1
+
+
+def image_digest() -> str:
+    described = boto3.client("ecr").describe_images(
+        repositoryName="trainstack-training", imageIds=[{"imageTag": "v1"}]
+    )
+    return described["imageDetails"][0]["imageDigest"]
 
 
 def assert_requests_match_the_service_model(registration_arn: str) -> None:

@@ -119,6 +119,9 @@ class ModelRegistration(Construct):
                 dataset_prefix=self.dataset_prefix,
                 package_arns=self.package_arns,
                 job_arn=job_arn,
+                repository_arn=stack.format_arn(
+                    service="ecr", resource="repository", resource_name=f"{project}-training"
+                ),
             ),
             timeout=None,
         )

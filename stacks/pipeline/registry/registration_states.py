@@ -28,6 +28,8 @@ from stacks.pipeline.registry.evaluation_request import (
 )
 
 EVALUATION_POLL_SECONDS = 60
+# How an ECR error other than its modelled ones reaches a Task (DESIGN.md's rule for aws-sdk tasks).
+ECR_THROTTLED = "Ecr.EcrException"
 REGISTERED, EVALUATION_FAILED = "Registered", "EvaluationFailed"
 # The dashboard's metric: each version's evaluation loss, by profile (namespace trainstack/<project>).
 EVALUATION_LOSS, PROFILE_DIMENSION = "EvaluationLoss", "Profile"
@@ -42,6 +44,7 @@ def registration_chain(
     dataset_prefix: str,
     package_arns: list[str],
     job_arn: str,
+    repository_arn: str,
 ) -> sfn.IChainable:
     """The registration machine's states (module docstring), from its input to its output."""
     prepare = sfn.Pass.jsonata(
@@ -51,6 +54,8 @@ def registration_chain(
             "status": expression("null"),
             "reason": expression("null"),
             "run": expression("$states.input"),
+            "imageUri": expression("$states.input.request.AlgorithmSpecification.TrainingImage"),
+            "imageDigest": expression("null"),
             "settings": expression(f"$lookup({literal(table)}, $states.input.profile)"),
         },
     )
@@ -77,7 +82,7 @@ def registration_chain(
         outputs={},
         assign={"reason": expression("$states.errorOutput.Cause")},
     )
-    register = _register(scope, project, package_arns)
+    register = _register(scope, project, package_arns, repository_arn)
     check = (
         sfn.Choice.jsonata(scope, "CheckEvaluation")
         .when(sfn.Condition.jsonata(expression('$status in ["InProgress", "Stopping"]')), wait)
@@ -101,7 +106,7 @@ def registration_chain(
     )
 
 
-def _register(scope: Construct, project: str, package_arns: list[str]) -> sfn.IChainable:
+def _register(scope: Construct, project: str, package_arns: list[str], repository_arn: str) -> sfn.IChainable:
     list_approved = tasks.CallAwsService.jsonata(
         scope,
         "FindApprovedVersion",
@@ -166,7 +171,8 @@ def _register(scope: Construct, project: str, package_arns: list[str]) -> sfn.IC
     publish = _publish_evaluation_loss(scope, project)
     publish.add_catch(done, errors=["States.ALL"], outputs={})
     create_package.next(gate).next(publish).next(done)
-    return list_approved.next(has_baseline)
+    list_approved.next(has_baseline)
+    return _image_digest(scope, repository_arn, list_approved)
 
 
 def _sdk_call(
@@ -266,4 +272,38 @@ def _describe_baseline(scope: Construct, package_arns: list[str]) -> tasks.CallA
             )
         },
         outputs={},
+    )
+
+
+def _image_digest(scope: Construct, repository_arn: str, then: sfn.IChainable) -> sfn.IChainable:
+    """$imageUri: the run's image as `<registry>/<repository>@<digest>` (ECR DescribeImages of its tag), as
+    given when it names a digest already; `unresolved` in $imageDigest when ECR does not answer (an image
+    outside the stack's repository, or one deleted since)."""
+    path = '$substringAfter($run.request.AlgorithmSpecification.TrainingImage, "/")'
+    describe = tasks.CallAwsService.jsonata(
+        scope,
+        "ResolveImageDigest",
+        service="ecr",
+        action="describeImages",
+        parameters={
+            "RepositoryName": expression(f'$substringBefore({path}, ":")'),
+            "ImageIds": [{"ImageTag": expression(f'$substringAfter({path}, ":")')}],
+        },
+        iam_resources=[repository_arn],
+        assign={
+            "imageDigest": expression("$states.result.ImageDetails[0].ImageDigest"),
+            "imageUri": expression(
+                '$substringBefore($run.request.AlgorithmSpecification.TrainingImage, ":" & '
+                f'$substringAfter({path}, ":")) & "@" & $states.result.ImageDetails[0].ImageDigest'
+            ),
+        },
+        outputs={},
+    )
+    retry_must_succeed_call(describe, [ECR_THROTTLED])
+    describe.add_catch(then, errors=["States.ALL"], outputs={}, assign={"imageDigest": "unresolved"})
+    describe.next(then)
+    return (
+        sfn.Choice.jsonata(scope, "ImageHasDigest")
+        .when(sfn.Condition.jsonata(expression(f'$not($contains({path}, "@"))')), describe)
+        .otherwise(then)
     )
