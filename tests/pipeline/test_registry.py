@@ -11,25 +11,14 @@ import pytest
 from localaws.sagemaker import COMPLETED, STARTING, TRAINING, Phase, failed
 from tests.domain.sagemaker_model import problems
 from tests.pipeline import harness
+from tests.pipeline.conftest import FAKE_VALUES, evaluated
 from trainstack.manifest import prefix_manifest
 from trainstack.registry import LINEAGE_KEYS, config_hash
 
 PROFILE = "small-torchrun"  # config/default.yaml: approval auto, loss_tolerance 0.01, first_version Approved
 GROUP = f"trainstack-{PROFILE}"
 TRAINED = [STARTING, TRAINING, COMPLETED]
-DATASET_BUCKET = "trainstack-datasets-test"  # tests/pipeline/conftest.py's DatasetBucket
-IMAGE_MANIFEST = json.dumps(
-    {"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json", "layers": []}
-)
-
-
-def evaluated(loss: float) -> list[Phase]:
-    metrics = [
-        {"MetricName": "evaluation:loss", "Value": loss},
-        {"MetricName": "evaluation:perplexity", "Value": 2.718281828**loss},
-        {"MetricName": "evaluation:tokens", "Value": 4096.0},
-    ]
-    return [TRAINING, Phase("Completed", "Completed", fields={"FinalMetricDataList": metrics})]
+DATASET_BUCKET = FAKE_VALUES["DatasetBucket"]  # conftest.deploy_registry_resources fills it
 
 
 @pytest.fixture
@@ -49,13 +38,6 @@ def registry(interpreter, pipeline):
                 stateMachineArn=sm.registration_arn, definition=definition
             )
         boto3.client("sagemaker").create_model_package_group(ModelPackageGroupName=GROUP)  # the stack's
-        ecr = boto3.client("ecr")  # the image the run's request names, <registry>/trainstack-training:v1
-        ecr.create_repository(repositoryName="trainstack-training")
-        ecr.put_image(repositoryName="trainstack-training", imageManifest=IMAGE_MANIFEST, imageTag="v1")
-        s3 = boto3.client("s3")
-        s3.create_bucket(Bucket=DATASET_BUCKET)
-        for key in ("datasets/train-000.bin", "datasets/train-001.bin", "evaluation/small/eval-000.bin"):
-            s3.put_object(Bucket=DATASET_BUCKET, Key=key, Body=key.encode())
 
         def run(name: str, loss: float, script: list[Phase] | None = None):
             sm.fake.behaviour.script([TRAINED, script or evaluated(loss)])
