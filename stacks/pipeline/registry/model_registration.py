@@ -82,6 +82,9 @@ class ModelRegistration(Construct):
         self.table_resources = with_placeholders(resources)
         self.table = registry_table(project, profiles, self.table_resources)
         self.groups = {}
+        self.state_machine: sfn.StateMachine | None = None
+        if not self.table:
+            return  # no profile has a registry: block: no machine, no grants
         for name, entry in self.table.items():
             group = sagemaker.CfnModelPackageGroup(
                 self,
@@ -140,6 +143,9 @@ class ModelRegistration(Construct):
     def after(self, scope: Construct, succeeded: sfn.IChainable) -> sfn.IChainable:
         """The pipeline's states between a Completed attempt and `succeeded`: register the run of a profile
         with a registry block ($registered holds the machine's output), or fail with EvaluationFailed."""
+        unregistered = sfn.Pass.jsonata(scope, "NotRegistered", assign={"registered": expression("null")})
+        if self.state_machine is None:
+            return unregistered.next(succeeded)
         register = tasks.StepFunctionsStartExecution.jsonata(
             scope,
             "EvaluateAndRegister",
@@ -169,7 +175,6 @@ class ModelRegistration(Construct):
             .when(sfn.Condition.jsonata(expression(f'$registered.status = "{EVALUATION_FAILED}"')), failed)
             .otherwise(succeeded)
         )
-        unregistered = sfn.Pass.jsonata(scope, "NotRegistered", assign={"registered": expression("null")})
         return (
             sfn.Choice.jsonata(scope, "HasRegistry")
             .when(
