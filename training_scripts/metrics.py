@@ -124,11 +124,12 @@ def format_checkpoint_pause_line(step: int, seconds: float) -> str:
     return f"checkpoint_step={step} paused_seconds={seconds:.3f}"
 
 
-def parse_metrics(text: str) -> dict[str, list[float]]:
-    """Every value each MetricDefinition finds in `text`, as SageMaker would extract them."""
+def parse_metrics(text: str, definitions: list[dict] | None = None) -> dict[str, list[float]]:
+    """Every value each MetricDefinition (the training job's by default) finds in `text`, as SageMaker
+    would extract them."""
     return {
         definition["Name"]: [float(value) for value in re.findall(definition["Regex"], text)]
-        for definition in METRIC_DEFINITIONS
+        for definition in (METRIC_DEFINITIONS if definitions is None else definitions)
     }
 
 
@@ -150,3 +151,16 @@ def format_slow_host_line(
         f"{rank}'s share of each step was at least {factor:g}x the median of the other ranks' in {intervals} "
         "log intervals in a row"
     )
+
+
+# The evaluation job's one line (evaluate.py) and the MetricDefinitions that put it into the job's
+# FinalMetricDataList, which the pipeline's gate reads (docs/registry.md).
+EVALUATION_METRIC_DEFINITIONS: list[dict] = [
+    {"Name": "evaluation:loss", "Regex": rf"eval_loss={_NUMBER}"},
+    {"Name": "evaluation:perplexity", "Regex": rf"eval_perplexity={_NUMBER}"},
+    {"Name": "evaluation:tokens", "Regex": rf"eval_tokens={_NUMBER}"},
+]
+
+
+def format_evaluation_line(loss: float, perplexity: float, tokens: int) -> str:
+    return f"eval_loss={loss:.6f} eval_perplexity={perplexity:.6f} eval_tokens={tokens}"

@@ -31,6 +31,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "stop": ("stop", "stop a run; the pipeline's cleanup stops its training job"),
     "report": ("report", "write a run's report: attempts, loss, throughput, cost on one HTML page"),
     "triggers": ("triggers", "the retrain-on-new-data trigger: pending window, last hash, run, events"),
+    "models": ("models", "list registered model versions: evaluation loss, approval, lineage"),
+    "approve": ("models", "approve a model version (VERSION --reason ...)"),
+    "reject": ("models", "reject a model version (VERSION --reason ...)"),
 }
 
 

@@ -16,6 +16,7 @@ from trainstack.fault_model import FaultModel
 from trainstack.instances import INSTANCE_TYPES, InstanceType, UnknownInstanceTypeError, instance_type
 from trainstack.planning.checkpoints import MPIRUN_SIGKILL_TIMEOUT_SECONDS
 from trainstack.prices import SAGEMAKER_TRAINING_PRICES
+from trainstack.registry_settings import RegistrySettings
 from trainstack.retry_policies import FaultRetryPolicy, RetryPolicy
 from trainstack.slow_host import SlowHostPolicy
 
@@ -201,6 +202,7 @@ class Profile(StrictModel):
     max_cost_usd: Annotated[float | None, Field(gt=0)] = None
     # SageMaker managed MLflow: jobs log parameters and metrics there (training_scripts/mlflow_log.py)
     mlflow_tracking_server_arn: _MLFLOW_TRACKING_SERVER_ARN = None
+    registry: RegistrySettings | None = None  # evaluate, register and gate each run (docs/registry.md)
 
     @field_validator("priority")
     @classmethod

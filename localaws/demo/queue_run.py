@@ -42,12 +42,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def queue_settings(config: str, profile: str):
-    """The config with queue mode on: 2 instances, two equal shares, only the demo's profile."""
+    """The config with queue mode on: 2 instances, two equal shares, only the demo's profile, without its
+    registry: block (this demo shows the queue's order; `make demo` shows evaluation and registration)."""
     settings = load_settings(config)
     return settings.model_copy(
         update={
             "queue": QueueSettings(enabled=True, max_instances=2, shares=SHARES, capacity_wait_hours=1),
-            "profiles": [settings.profile(profile)],
+            "profiles": [settings.profile(profile).model_copy(update={"registry": None})],
         }
     )
 

@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from unittest import mock
 
+from localaws.demo import registry_run
 from localaws.demo.synthesized import load_pipeline
 from localaws.opt_ml import TRAINING_SCRIPTS
 from localaws.sagemaker.local_processes import LocalTraining
@@ -229,6 +230,7 @@ def run_pipeline(args, settings, pipeline, training: LocalTraining, run_name: st
             definition=pipeline.definition,
             roleArn=f"arn:aws:iam::123456789012:role/{settings.project}-pipeline",
         )["stateMachineArn"]
+        registry_run.stage(settings, args.profile, pipeline.substitutions, training)
         say(
             f"3/5 emulator: {state_machine_arn} in moto; SageMaker runs jobs as local processes under "
             f"{training.root / 'jobs'}; emulated time runs {args.speedup:g}x faster (a 300 s back-off takes "
@@ -261,15 +263,33 @@ def run_pipeline(args, settings, pipeline, training: LocalTraining, run_name: st
         pipeline = ["--config", args.config, "--state-machine-arn", state_machine_arn]
         trainstack(["report", run_name, *pipeline, "--out", str(report)])
         trainstack(["status", run_name, *pipeline])  # ends with the run's goodput line
-    report_attempts(sagemaker, training)
+        first = registry_run.execution_output(state_machine_arn, run_name)
+        if code == 0 and first is not None:
+            say(f"   registry: run {run_name}: {registry_run.decision_line(first)}")
+            worse_name = f"{run_name}-worse"
+            say(f"   registry: run {worse_name} trains only {registry_run.WORSE_STEPS} steps: a worse model")
+            start = [*command[:8], worse_name, "--wait", "--poll-seconds", "1"]
+            for name, value in {**hyperparameters, **registry_run.worse_hyperparameters()}.items():
+                start += ["--hp", f"{name}={value}"]
+            with mock.patch("trainstack.runs.clock", lambda: clock.now(UTC)):
+                trainstack(start)
+            worse = registry_run.execution_output(state_machine_arn, worse_name)
+            if worse is not None:
+                say(f"   registry: run {worse_name}: {registry_run.decision_line(worse)}")
+            trainstack(["models", *pipeline])
+    report_attempts(sagemaker, training, run_name)
     if code != 0:
         say(f"the retraining did not succeed (exit {code}); job logs: {training.root / 'jobs'}")
         return None
     return json.loads(described["output"])
 
 
-def report_attempts(sagemaker: FakeSageMaker, training: LocalTraining) -> None:
-    for number, job in enumerate(sorted(sagemaker.jobs.values(), key=lambda job: job.created), start=1):
+def report_attempts(sagemaker: FakeSageMaker, training: LocalTraining, run_name: str) -> None:
+    """The first run's attempts (its jobs <run>-<N>; the registry lines above tell its evaluation's story)."""
+    attempts = [
+        job for job in sagemaker.jobs.values() if re.fullmatch(rf"{re.escape(run_name)}-\d+", job.name)
+    ]
+    for number, job in enumerate(sorted(attempts, key=lambda job: job.created), start=1):
         phase = job.current()
         status, reason, log_path = phase.status, phase.failure_reason, job.run.log_path
         log = log_path.read_text(errors="replace") if log_path.exists() else ""

@@ -74,14 +74,17 @@ def load_pipeline(cdk_out: Path, project: str, region: str, name: str | None = N
             definition if isinstance(definition, str) else "".join(map(value_of, definition["Fn::Join"][1]))
         )
 
-    definition = text_of(properties["DefinitionString"])
-    children = {child: text_of(machines[child]["DefinitionString"]) for child in referenced}
-    substitutions = {
-        placeholder: local_value(placeholder, project, region)
-        for placeholder in properties.get("DefinitionSubstitutions", {})
-    }
-    for placeholder, value in substitutions.items():
-        definition = definition.replace("${" + placeholder + "}", value)
+    substitutions: dict[str, str] = {}
+
+    def filled(machine: dict[str, Any]) -> str:
+        text = text_of(machine["DefinitionString"])
+        for placeholder in machine.get("DefinitionSubstitutions", {}):
+            substitutions[placeholder] = local_value(placeholder, project, region)
+            text = text.replace("${" + placeholder + "}", substitutions[placeholder])
+        return text
+
+    definition = filled(properties)
+    children = {child: filled(machines[child]) for child in referenced}
     return SynthesizedPipeline(template_path, name, definition, substitutions, children)
 
 

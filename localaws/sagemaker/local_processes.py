@@ -24,6 +24,7 @@ failure file (`trainstack-fault:infrastructure:hang ...`) becomes the FailureRea
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -78,6 +79,8 @@ class LocalRun:
         if self.ended is None:  # SageMaker reports the end once the model and the logs are delivered
             return Phase("InProgress", "Uploading", fields=fields, instances_selected=True)
         status, reason = self.outcome(job, code)
+        if status == "Completed":
+            fields["FinalMetricDataList"] = final_metrics(job.request, self.log_path)
         return Phase(status, status, reason, fields=fields, instances_selected=True)
 
     def final_metrics(self) -> list[dict[str, Any]]:
@@ -125,21 +128,27 @@ class LocalTraining:
 
     def start(self, job: TrainingJob) -> LocalRun:
         request = job.request
-        checkpoint_dir = self.local_path(request["CheckpointConfig"]["S3Uri"])
+        # A job without CheckpointConfig (an evaluation) gets a folder of its own that nothing syncs.
+        checkpoints = request.get("CheckpointConfig", {}).get("S3Uri")
+        checkpoint_dir = (
+            self.local_path(checkpoints) if checkpoints else self.root / "jobs" / job.name / "ckpt"
+        )
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
         base = self.root / "jobs" / job.name / "ml"
-        present = [name for name in DATASET_CHANNELS if (self.dataset_dir / name).is_dir()]
+        channel_data = self.channel_data(request)
         opt_ml.lay_out(
             base,
             hyperparameters={
                 **request.get("HyperParameters", {}),
                 "sagemaker_mpi_num_of_processes_per_host": PROCESSES_PER_HOST,
-                "checkpoint_dir": str(checkpoint_dir),  # CheckpointConfig.LocalPath, synced with S3Uri
+                **(
+                    {"checkpoint_dir": str(checkpoint_dir)} if checkpoints else {}
+                ),  # CheckpointConfig.LocalPath
                 **(self.hang_hyperparameters if len(self.runs) < self.hang_failures else {}),
             },
             resources=opt_ml.resource_config(*opt_ml.first_choice(request)),
-            channels={name: opt_ml.FILE_CHANNEL for name in present},
-            channel_data={name: self.dataset_dir / name for name in present},
+            channels={name: opt_ml.FILE_CHANNEL for name in channel_data},
+            channel_data=channel_data,
         )
         log_path = base / "output" / "job.log"
         run = LocalRun(
@@ -152,6 +161,18 @@ class LocalTraining:
         self.runs.append(run)
         threading.Thread(target=self._supervise, args=(job, run), daemon=True).start()
         return run
+
+    def channel_data(self, request: dict[str, Any]) -> dict[str, Path]:
+        """The folder of each channel: the dataset's train and val (FSx or S3, the local dataset folder),
+        and any other S3 channel's prefix in local S3 (an evaluation's model and evaluation set)."""
+        data = {
+            name: self.dataset_dir / name for name in DATASET_CHANNELS if (self.dataset_dir / name).is_dir()
+        }
+        for channel in request.get("InputDataConfig", []):
+            source = channel["DataSource"].get("S3DataSource")
+            if channel["ChannelName"] not in DATASET_CHANNELS and source:
+                data[channel["ChannelName"]] = self.local_path(source["S3Uri"])
+        return data
 
     def shutdown(self) -> None:
         """Stop whatever still runs (the demo was interrupted)."""
@@ -196,6 +217,19 @@ class LocalTraining:
         board, events = job.request.get("TensorBoardOutputConfig"), run.base / "output" / "tensorboard"
         if board and events.is_dir():
             shutil.copytree(events, self.local_path(board["S3OutputPath"]), dirs_exist_ok=True)
+
+
+def final_metrics(request: dict[str, Any], log_path: Path) -> list[dict[str, Any]]:
+    """DescribeTrainingJob's FinalMetricDataList: for each of the request's MetricDefinitions that matched
+    the job's log, its last value (SageMaker's API reference calls them the final values; taking the
+    last match is assumed)."""
+    text = log_path.read_text(errors="replace") if log_path.exists() else ""
+    found = []
+    for definition in request.get("AlgorithmSpecification", {}).get("MetricDefinitions", []):
+        values = re.findall(definition["Regex"], text)
+        if values:
+            found.append({"MetricName": definition["Name"], "Value": float(values[-1])})
+    return found
 
 
 def _start_toolkit(base: Path, log_path: Path) -> subprocess.Popen:

@@ -18,6 +18,7 @@ from typing import Any
 from moto.core.responses import ActionResult, EmptyResult
 from moto.sagemaker.responses import SageMakerResponse
 
+from localaws.sagemaker import model_registry
 from localaws.sagemaker.training_jobs import FakeSageMaker
 
 
@@ -41,6 +42,7 @@ def install_fake_sagemaker(fake: FakeSageMaker, monkeypatch) -> None:
     """Route SageMaker's training-job calls to `fake` for the rest of the test."""
     for name, route in _routes(fake).items():
         monkeypatch.setattr(SageMakerResponse, name, _handler(route), raising=False)
+    model_registry.install(monkeypatch)
 
 
 def _handler(route: Callable[[dict[str, Any]], Any]):

@@ -21,6 +21,7 @@ from stacks.governed_account import (
 from stacks.network.network_stack import NetworkStack
 from stacks.validation import acknowledge
 from trainstack.config import ImageSettings
+from trainstack.registry import code_version
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = "container/Dockerfile"
@@ -80,7 +81,7 @@ class ImageStack(cdk.Stack):
             # Images are what past jobs ran: keep them (and the repository) when the stack goes.
             removal_policy=cdk.RemovalPolicy.RETAIN,
         )
-        build_args = {"SMP_REGION": self.region}
+        build_args = {"SMP_REGION": self.region, "TRAINSTACK_CODE_VERSION": code_version()}
         if image.base_digest:
             build_args["SMP_IMAGE_DIGEST"] = image.base_digest
         else:

@@ -94,6 +94,7 @@ class PipelineStack(cdk.Stack):
             pipeline=self.state_machine,
             emails=notification_emails,
         )
+        self.training.registration.notify(self.notifications.topic)
         cleanups = [self.cleanup] + ([self.queue_cleanup] if self.queue is not None else [])
         self.monitoring = PipelineMonitoring(
             self,
@@ -107,6 +108,7 @@ class PipelineStack(cdk.Stack):
             sweepers=[cleanup.sweeper for cleanup in cleanups],
             topic=self.notifications.topic,
         )
+        self.training.registration.add_to_dashboard(self.monitoring.dashboard)
         self._schedules(project, runs.profiles)
         if trigger is not None:
             self.trigger = RetrainTrigger(

@@ -1,12 +1,15 @@
 """The training pipeline's Step Functions state machines (JSONata): the pipeline and one attempt of it.
 
 The pipeline: check the input (the rules of trainstack.execution_input, in JSONata), build the run's
-CreateTrainingJob request from the profile's base request (trainstack.job_request, applied with $merge), run
-attempt after attempt in the attempt machine (attempt/training_attempt.py), wait with capped, jittered backoff
-between attempts that found no capacity, until the profile's max_attempts or its retry deadline (wall clock,
-from the execution's start), retry attempts that failed for the infrastructure's fault on the profile's fault
-budget (fault_retries.py), and report the result. Errors: InvalidInput, CapacityExhausted, QuotaExceeded,
-InfrastructureRetriesExhausted, TrainingFailed, TrainingStopped, BudgetExceeded (cost_cap_states.py)."""
+CreateTrainingJob request from the profile's base request (trainstack.job_request, applied with
+$merge), run attempt after attempt in the attempt machine (attempt/training_attempt.py), wait with
+capped, jittered backoff between attempts that found no capacity, until the profile's max_attempts or
+its retry deadline (wall clock, from the execution's start time), retry attempts that failed for the
+infrastructure's fault on the profile's fault budget (fault_retries.py), and report the result.
+Errors: InvalidInput, CapacityExhausted, QuotaExceeded, InfrastructureRetriesExhausted, TrainingFailed,
+TrainingStopped, BudgetExceeded (cost_cap_states.py), EvaluationFailed (a Completed run of a profile
+with `registry:` is evaluated: registry/).
+"""
 
 from __future__ import annotations
 
@@ -49,6 +52,7 @@ from stacks.pipeline.pipeline_run_request import (
 )
 from stacks.pipeline.pipeline_runs import PipelineRuns
 from stacks.pipeline.queue.training_queue import TrainingQueue, batch_training_jobs
+from stacks.pipeline.registry.model_registration import ModelRegistration
 from stacks.pipeline.state_machine_facts import (
     ERROR_CAPACITY_EXHAUSTED,
     ERROR_INFRASTRUCTURE_RETRIES_EXHAUSTED,
@@ -103,6 +107,7 @@ class TrainingStateMachine(Construct):
         }
         job_arn = training_job_arn(self, f"{project}-*")
         self.queue = queue
+        self.registration = ModelRegistration(self, "Registration", runs, resources, job_arn, sagemaker_role)
         if queue is None:
             attempt = TrainingAttempt(
                 self, "Attempt", partition=literal_partition(self), job_arn=job_arn
@@ -304,8 +309,8 @@ class TrainingStateMachine(Construct):
             )
         )
 
-    def _succeeded(self) -> sfn.Succeed:
-        return sfn.Succeed.jsonata(
+    def _succeeded(self) -> sfn.IChainable:
+        succeeded = sfn.Succeed.jsonata(
             self,
             "Succeeded",
             outputs={
@@ -317,8 +322,10 @@ class TrainingStateMachine(Construct):
                 "attempts": expression("$attempt"),
                 "retriedFaults": expression("$retriedFaults"),
                 "quotaWaits": expression("$quotaWaits"),
+                "modelPackage": expression("$registered"),
             },
         )
+        return self.registration.after(self, succeeded)
 
     def _capacity_exhausted(self) -> sfn.Fail:
         attempts = capacity_attempts()

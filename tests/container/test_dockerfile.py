@@ -56,15 +56,25 @@ FINAL_COPY = "COPY training_scripts/ /opt/ml/code/"
 
 
 ADDED_LINES = [
-    ("EFA installer", "RUN curl -O https://efa-installer.amazonaws.com/aws-efa-installer-1.38.0.tar.gz"
-     " && ./aws-efa-installer/efa_installer.sh -y", "second-nccl-or-efa"),
+    (
+        "EFA installer",
+        "RUN curl -O https://efa-installer.amazonaws.com/aws-efa-installer-1.38.0.tar.gz"
+        " && ./aws-efa-installer/efa_installer.sh -y",
+        "second-nccl-or-efa",
+    ),
     ("NCCL from apt", "RUN apt-get install -y libnccl2=2.21.5-1", "second-nccl-or-efa"),
     ("NCCL from pip", "RUN pip install --no-cache-dir nvidia-nccl-cu12==2.26.2", "second-nccl-or-efa"),
-    ("NCCL from source", "RUN git clone -b v2.26.2-1 https://github.com/NVIDIA/nccl.git"
-     " && make -C nccl src.build", "second-nccl-or-efa"),
+    (
+        "NCCL from source",
+        "RUN git clone -b v2.26.2-1 https://github.com/NVIDIA/nccl.git && make -C nccl src.build",
+        "second-nccl-or-efa",
+    ),
     ("NCCL from conda", "RUN conda install -y -c conda-forge nccl", "second-nccl-or-efa"),
-    ("second aws-ofi-nccl", "RUN wget https://github.com/aws/aws-ofi-nccl/releases/download/v1.14.0/"
-     "aws-ofi-nccl-1.14.0.tar.gz", "second-nccl-or-efa"),
+    (
+        "second aws-ofi-nccl",
+        "RUN wget https://github.com/aws/aws-ofi-nccl/releases/download/v1.14.0/aws-ofi-nccl-1.14.0.tar.gz",
+        "second-nccl-or-efa",
+    ),
     ("torch reinstalled", "RUN python3 -m pip install --no-cache-dir torch==2.6.0", "second-nccl-or-efa"),
     ("LD_PRELOAD in ENV", "ENV LD_PRELOAD=/usr/local/lib/libnccl.so.2", "ld-preload-nccl"),
     ("LD_PRELOAD in RUN", "RUN LD_PRELOAD=/opt/nccl/build/lib/libnccl.so python3 -V", "ld-preload-nccl"),
@@ -72,11 +82,19 @@ ADDED_LINES = [
 VARIANTS = [
     ("tag without digest", "@${SMP_IMAGE_DIGEST} AS smp_base", " AS smp_base", "unpinned-base"),
     ("digest without tag", ":${SMP_IMAGE_TAG}@", "@", "unpinned-base"),
-    ("latest tag through the ARG", "ARG SMP_IMAGE_TAG=2.5.1-gpu-py311-cu124", "ARG SMP_IMAGE_TAG=latest",
-     "latest-tag"),
+    (
+        "latest tag through the ARG",
+        "ARG SMP_IMAGE_TAG=2.5.1-gpu-py311-cu124",
+        "ARG SMP_IMAGE_TAG=latest",
+        "latest-tag",
+    ),
     ("another base by tag only", BASE_FROM, BASE_FROM + "\nFROM ubuntu:22.04 AS tools", "unpinned-base"),
-    ("base named by an undeclared ARG", BASE_FROM, BASE_FROM.replace("SMP_REGION", "AWS_REGION"),
-     "undeclared-arg"),
+    (
+        "base named by an undeclared ARG",
+        BASE_FROM,
+        BASE_FROM.replace("SMP_REGION", "AWS_REGION"),
+        "undeclared-arg",
+    ),
     *[(description, FINAL_COPY, f"{FINAL_COPY}\n{line}", rule) for description, line, rule in ADDED_LINES],
 ]
 
@@ -141,7 +159,8 @@ def _dockerignore_allows(path: str, patterns: list[str]) -> bool:
 
 def test_build_context_holds_what_the_dockerfile_copies_and_nothing_heavy():
     patterns = [
-        line.strip() for line in (REPO_ROOT / ".dockerignore").read_text().splitlines()
+        line.strip()
+        for line in (REPO_ROOT / ".dockerignore").read_text().splitlines()
         if line.strip() and not line.startswith("#")
     ]
     copied = []
@@ -154,3 +173,11 @@ def test_build_context_holds_what_the_dockerfile_copies_and_nothing_heavy():
         assert _dockerignore_allows(source.rstrip("/"), patterns), f"{source} is excluded by .dockerignore"
     for heavy in (".venv", "cdk.out", "node_modules", "tests", ".git", "container/dockerfile_policy.py"):
         assert not _dockerignore_allows(heavy, patterns), f"{heavy} would enter the build context"
+
+
+def test_the_image_carries_the_git_revision_it_was_built_from():
+    text = DOCKERFILE.read_text()
+    final_stage = text[text.rindex("\nFROM ") :]
+    assert "ARG TRAINSTACK_CODE_VERSION=unknown" in final_stage
+    assert 'LABEL org.opencontainers.image.revision="${TRAINSTACK_CODE_VERSION}"' in final_stage
+    assert 'TRAINSTACK_CODE_VERSION="${TRAINSTACK_CODE_VERSION}"' in final_stage

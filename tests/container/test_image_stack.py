@@ -11,6 +11,7 @@ import pytest
 
 from tests.conftest import DEFAULT_CONFIG, NO_ENV, REPO_ROOT, deep_merge, default_config_data
 from tests.infra.templates import mask_asset_hashes, only, resources
+from trainstack.registry import code_version
 
 CDK_CONTEXT = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
 BASE_DIGEST = "sha256:" + "ab12" * 16
@@ -47,8 +48,11 @@ def synthesize_image(overrides: dict[str, Any], outdir: Path) -> Synthesized:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Synthesized:
-    overrides = {"image": {"keep_images": 7, "base_digest": BASE_DIGEST}, "region": "eu-west-1",
-                 "availability_zone": "eu-west-1b"}
+    overrides = {
+        "image": {"keep_images": 7, "base_digest": BASE_DIGEST},
+        "region": "eu-west-1",
+        "availability_zone": "eu-west-1b",
+    }
     return synthesize_image(overrides, tmp_path_factory.mktemp("image-build"))
 
 
@@ -58,7 +62,7 @@ def existing(tmp_path_factory) -> Synthesized:
 
 
 def docker_image_asset(synthesized: Synthesized) -> tuple[str, dict[str, Any]]:
-    (asset_hash, asset), = synthesized.assets["dockerImages"].items()
+    ((asset_hash, asset),) = synthesized.assets["dockerImages"].items()
     return asset_hash, asset
 
 
@@ -80,7 +84,11 @@ def test_image_is_built_for_linux_amd64_from_the_container_dockerfile_with_regio
     source = asset["source"]
     assert source["platform"] == "linux/amd64"
     assert source["dockerFile"] == "container/Dockerfile"
-    assert source["dockerBuildArgs"] == {"SMP_REGION": "eu-west-1", "SMP_IMAGE_DIGEST": BASE_DIGEST}
+    assert source["dockerBuildArgs"] == {
+        "SMP_REGION": "eu-west-1",
+        "SMP_IMAGE_DIGEST": BASE_DIGEST,
+        "TRAINSTACK_CODE_VERSION": code_version(),  # the git revision, baked into the image
+    }
 
 
 def test_build_context_is_only_what_the_image_needs(built):
@@ -89,7 +97,11 @@ def test_build_context_is_only_what_the_image_needs(built):
     top_level = sorted(path.name for path in staged.iterdir())
     assert top_level == [".dockerignore", "container", "training_scripts"]
     assert sorted(path.name for path in (staged / "container").iterdir()) == [
-        "Dockerfile", "base-image-versions.txt", "preflight.py", "requirements.txt", "train",
+        "Dockerfile",
+        "base-image-versions.txt",
+        "preflight.py",
+        "requirements.txt",
+        "train",
         "versions_manifest.py",
     ]
 
@@ -120,8 +132,9 @@ def test_copy_function_may_pull_from_the_assets_repository_and_push_only_to_ours
 
 def test_missing_base_digest_warns_at_synth_naming_the_field(tmp_path):
     synthesized = synthesize_image({}, tmp_path)
-    warnings = [str(message.entry.data) for message in synthesized.messages
-                if message.level.name == "WARNING"]
+    warnings = [
+        str(message.entry.data) for message in synthesized.messages if message.level.name == "WARNING"
+    ]
     assert any("image.base_digest is not set" in warning for warning in warnings), warnings
     _, asset = docker_image_asset(synthesized)
     assert "SMP_IMAGE_DIGEST" not in asset["source"]["dockerBuildArgs"]

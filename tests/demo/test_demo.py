@@ -121,3 +121,22 @@ def test_each_attempt_uploads_its_tensorboard_scalars_where_its_request_says(dem
         events = EventAccumulator(folder)
         events.Reload()
         assert [event.step for event in events.Scalars("train/loss")], job
+
+
+def test_the_retraining_is_approved_and_the_worse_second_run_is_rejected_with_the_comparison(demo):
+    approved = re.search(r"registry: run \S+: version 1 Approved \(evaluation loss ([0-9.]+)\)", demo.out)
+    rejected = re.search(
+        r"registry: run \S+-worse: version 2 Rejected \(evaluation loss ([0-9.]+)\): rejected, worse than "
+        r"the approved model: evaluation loss \S+ vs \S+ of Approved version 1",
+        demo.out,
+    )
+    assert approved and rejected, demo.out
+    assert float(rejected.group(1)) > float(approved.group(1))
+    # `trainstack models` lists both versions with their lineage.
+    assert re.search(r"^trainstack-small-torchrun v1 +Approved +eval loss", demo.out, re.MULTILINE)
+    assert re.search(r"^trainstack-small-torchrun v2 +Rejected +eval loss", demo.out, re.MULTILINE)
+    assert "    data.trainingSetManifest = " in demo.out
+    # The first run's report names its evaluation and its version's decision.
+    report = (demo.workdir / "report.html").read_text()
+    assert f"<dt>Evaluation</dt><dd>loss {float(approved.group(1)):.4f}, perplexity" in report
+    assert re.search(r"<dt>Model version</dt><dd>arn:aws:sagemaker:\S+/1: Approved \(first version", report)

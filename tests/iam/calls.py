@@ -13,9 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tests.iam.deployed import DeployedApp, Role
+from tests.iam.registry_calls import RegistryCalls
 from tests.iam.training_job_calls import ECR_PULL_ACTIONS, TrainingJobCalls
 from tests.iam.trigger_calls import TriggerCalls
 from trainstack.queue_settings import BATCH_TRAINING_JOB_PREFIX, service_job_name, training_queue_name
+from trainstack.registry import EVALUATION_JOB_SUFFIX
 
 # The representative run: its name, the execution that runs it, Batch's ids for its service job.
 RUN_NAME_SUFFIX = "nightly-20261201"
@@ -68,7 +70,7 @@ class Call:
         return f"{self.caller}: {self.action} on {self.resource} by role {self.role.logical_id}"
 
 
-class CallCatalog(TrainingJobCalls, TriggerCalls):
+class CallCatalog(TrainingJobCalls, TriggerCalls, RegistryCalls):
     def __init__(self, app: DeployedApp, settings):
         self.app, self.settings = app, settings
         self.project = settings.project
@@ -182,6 +184,7 @@ class CallCatalog(TrainingJobCalls, TriggerCalls):
         execution = self._pipeline_execution()
         return {
             "runName": self.run_name,
+            "run": {"runName": self.run_name},  # the registration machine's input (docs/registry.md)
             "attempt": 1,
             "job": job,
             "service": {"id": SERVICE_JOB_ID, "trainingJobArn": self.job_arn()},
@@ -229,6 +232,8 @@ class CallCatalog(TrainingJobCalls, TriggerCalls):
         return [(None, job, self.job_tags(job))]
 
     def _sagemaker_createTrainingJob(self, arguments):  # noqa: N802
+        if self.job.endswith(EVALUATION_JOB_SUFFIX):
+            return self.evaluation_create_authorizations()
         return self.create_authorizations()
 
     def create_authorizations(self, profile=None) -> list[tuple[str, str, dict[str, Any]]]:
@@ -293,6 +298,9 @@ class CallCatalog(TrainingJobCalls, TriggerCalls):
             caller = f"training job ({profile.name})"
             for action, resource, context in self.job_authorizations(request):
                 yield Call(caller, role, action, resource, context, self.resource_policy(resource))
+        for profile, action, resource, context in self.evaluation_job_calls():
+            caller = f"evaluation job ({profile})"
+            yield Call(caller, role, action, resource, context, self.resource_policy(resource))
 
     # --- EventBridge rules and Scheduler schedules --------------------------------------------------------
 

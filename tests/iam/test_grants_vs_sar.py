@@ -24,6 +24,9 @@ TRAINING_PLAN = "arn:aws:sagemaker:us-east-1:111111111111:training-plan/p5-reser
 
 def _with_training_plan(data: dict[str, Any]) -> dict[str, Any]:
     data["profiles"][0]["instance_preferences"][0]["training_plan_arn"] = TRAINING_PLAN
+    # The plan's profile registers its runs too: its evaluation jobs name the plan (docs/registry.md). The
+    # check holds every principal that creates jobs to every plan named in the mode.
+    data["profiles"][0]["registry"] = {"evaluation_prefix": "evaluation/llama/"}
     return data
 
 

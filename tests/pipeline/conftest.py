@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 
 from localaws.emulator import VirtualClock
-from localaws.sagemaker import FakeSageMaker, scripted_sagemaker
+from localaws.sagemaker import TRAINING, FakeSageMaker, Phase, scripted_sagemaker
 from stacks.pipeline.state_machine_facts import substitution_names, with_values
 from tests.infra.templates import resources
 from tests.pipeline import harness
@@ -77,6 +78,7 @@ class SynthesizedPipeline:
     training_definition: str  # filled
     attempt_definition: str  # filled
     cleanup_definition: str  # filled
+    registration_definition: str  # filled
     resources: PipelineResources  # what the stack passed to the builder, with the fake values
 
     @property
@@ -95,6 +97,7 @@ def synthesized_pipeline(settings: Settings, stacks, assembly) -> SynthesizedPip
         training_definition=filled_definition(machines[f"{project}-pipeline"], template),
         attempt_definition=filled_definition(machines[f"{project}-pipeline-attempt"], template),
         cleanup_definition=filled_definition(machines[f"{project}-job-cleanup"], template),
+        registration_definition=filled_definition(machines[f"{project}-pipeline-registration"], template),
         resources=with_values(
             stack.resources, {name: fake_value(name) for name in substitution_names(stack.resources)}
         ),
@@ -106,6 +109,41 @@ def pipeline(default_app) -> SynthesizedPipeline:
     return synthesized_pipeline(*default_app)
 
 
+IMAGE_MANIFEST = json.dumps(
+    {"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json", "layers": []}
+)
+DATASET_KEYS = ("datasets/train-000.bin", "datasets/train-001.bin", "evaluation/small/eval-000.bin")
+
+
+def deploy_registry_resources(settings: Settings) -> None:
+    """What the deployed stacks hold that the registration machine reads (docs/registry.md): the dataset
+    bucket with a training and an evaluation set, the jobs' image in ECR, each registered profile's group."""
+    import boto3
+
+    ecr = boto3.client("ecr")
+    ecr.create_repository(repositoryName="trainstack-training")  # FAKE_VALUES' TrainingImageUri, tag v1
+    ecr.put_image(repositoryName="trainstack-training", imageManifest=IMAGE_MANIFEST, imageTag="v1")
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket=FAKE_VALUES["DatasetBucket"])
+    for key in DATASET_KEYS:
+        s3.put_object(Bucket=FAKE_VALUES["DatasetBucket"], Key=key, Body=key.encode())
+    for profile in settings.profiles:
+        if profile.registry is not None:
+            boto3.client("sagemaker").create_model_package_group(
+                ModelPackageGroupName=f"{settings.project}-{profile.name}"
+            )
+
+
+def evaluated(loss: float) -> list[Phase]:
+    """An evaluation job's phases: it completes, its FinalMetricDataList reporting `loss`."""
+    metrics = [
+        {"MetricName": "evaluation:loss", "Value": loss},
+        {"MetricName": "evaluation:perplexity", "Value": math.exp(loss)},
+        {"MetricName": "evaluation:tokens", "Value": 4096.0},
+    ]
+    return [TRAINING, Phase("Completed", "Completed", fields={"FinalMetricDataList": metrics})]
+
+
 @dataclass
 class Interpreter:
     """moto's Step Functions running the pipeline definitions against FakeSageMaker."""
@@ -115,6 +153,7 @@ class Interpreter:
     pipeline_arn: str
     attempt_arn: str
     cleanup_arn: str
+    registration_arn: str
 
     def run(self, execution_input: Any, name: str = "exec-1") -> harness.Outcome:
         return harness.run(self.pipeline_arn, execution_input, name)
@@ -133,6 +172,7 @@ def interpreter(pipeline, monkeypatch) -> Iterator[Callable[..., Interpreter]]:
         context = harness.pipeline_environment(fake, monkeypatch)
         clock = context.__enter__()
         contexts.append(context)
+        deploy_registry_resources(pipeline.settings)
         return Interpreter(
             fake=fake,
             clock=clock,
@@ -141,6 +181,9 @@ def interpreter(pipeline, monkeypatch) -> Iterator[Callable[..., Interpreter]]:
             ),
             pipeline_arn=harness.create_state_machine(pipeline.training_definition, "trainstack-pipeline"),
             cleanup_arn=harness.create_state_machine(pipeline.cleanup_definition, "trainstack-job-cleanup"),
+            registration_arn=harness.create_state_machine(
+                pipeline.registration_definition, "trainstack-pipeline-registration"
+            ),
         )
 
     yield start

@@ -56,11 +56,17 @@ def test_attempt_machine_role_touches_only_its_training_jobs_and_passes_only_the
     assert_only_logs_and_tracing_on_every_resource(statements)
 
 
-def test_pipeline_role_runs_only_its_attempt_machine(pipeline):
+def test_pipeline_role_runs_only_its_attempt_and_registration_machines(pipeline):
     statements = policy_statements(pipeline.template, "TrainingStateMachineRole")
     assert not [s for s in statements if any(a.startswith(("sagemaker:", "iam:")) for a in actions(s))]
-    (start,) = [s for s in statements if "states:StartExecution" in actions(s)]
-    assert start["Resource"] == {"Ref": machine_id(pipeline.template, f"{PROJECT}-pipeline-attempt")}
+    starts = [s for s in statements if "states:StartExecution" in actions(s)]
+    started = [
+        r for s in starts for r in (s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]])
+    ]
+    children = (f"{PROJECT}-pipeline-attempt", f"{PROJECT}-pipeline-registration")
+    assert sorted(started, key=str) == sorted(
+        ({"Ref": machine_id(pipeline.template, name)} for name in children), key=str
+    )
     (publish,) = [s for s in statements if "cloudwatch:PutMetricData" in actions(s)]
     assert publish["Condition"] == {"StringEquals": {"cloudwatch:namespace": f"trainstack/{PROJECT}"}}
     assert_only_logs_and_tracing_on_every_resource([s for s in statements if s is not publish])

@@ -20,6 +20,7 @@ from localaws.sagemaker import (
 from stacks.pipeline.state_machine_facts import POLL_MIN_SECONDS, poll_seconds
 from tests.domain.input_cases import MALFORMED_INPUTS
 from tests.pipeline import harness
+from tests.pipeline.conftest import evaluated
 from trainstack.execution_input import InvalidInputError, validate_execution_input
 from trainstack.job_request import build_create_training_job_request
 
@@ -71,6 +72,7 @@ def test_success_first_try(interpreter):
         "attempts": 1,
         "retriedFaults": [],
         "quotaWaits": [],
+        "modelPackage": None,  # the default profile has no registry: block
     }
     assert list(sm.fake.jobs) == [job]
 
@@ -180,10 +182,10 @@ def test_job_stopped_by_a_user_is_training_stopped(interpreter):
 
 
 def test_spot_capacity_that_never_came_is_retried_like_a_capacity_error(interpreter):
-    sm = interpreter(job_scripts=[[STARTING, SPOT_WAIT_EXCEEDED], SUCCESS])
+    sm = interpreter(job_scripts=[[STARTING, SPOT_WAIT_EXCEEDED], SUCCESS, evaluated(2.0)])
     outcome = sm.run({"profile": "small-torchrun", "runName": "trainstack-spot"})
     assert outcome.status == "SUCCEEDED", outcome.cause
-    assert list(sm.fake.jobs) == ["trainstack-spot-1", "trainstack-spot-2"]
+    assert list(sm.fake.jobs) == ["trainstack-spot-1", "trainstack-spot-2", "trainstack-spot-eval"]
     assert (outcome.output["instanceType"], outcome.output["instanceCount"]) == ("ml.g5.12xlarge", 1)
 
 
@@ -244,7 +246,7 @@ def test_request_equals_the_builders_for_every_profile(interpreter, pipeline, pr
         "maxRuntimeHours": 1.5,
         "resumeFrom": "s3://trainstack-checkpoints-test/trainstack-earlier/",
     }
-    sm = interpreter(job_scripts=[SUCCESS])
+    sm = interpreter(job_scripts=[SUCCESS, evaluated(2.0)])  # small-torchrun's run is evaluated
     outcome = sm.run(execution_input, name="same-builder")
     assert outcome.status == "SUCCEEDED", outcome.cause
     run = validate_execution_input(execution_input, pipeline.settings, "same-builder")
@@ -252,7 +254,7 @@ def test_request_equals_the_builders_for_every_profile(interpreter, pipeline, pr
     expected = build_create_training_job_request(
         profile, pipeline.resources, run, 1, execution_arn("same-builder")
     )
-    assert_same_request(sm.fake.created, [expected])
+    assert_same_request(sm.fake.created[:1], [expected])  # small-torchrun's evaluation job follows
     assert outcome.output["instanceCount"] == 1
     assert outcome.output["instanceType"] == profile.instance_preferences[0].instance_type
 

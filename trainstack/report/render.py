@@ -10,6 +10,7 @@ from datetime import datetime
 from html import escape
 
 from trainstack import quota, runs
+from trainstack.model_versions import run_facts
 from trainstack.prices import SAGEMAKER_TRAINING_PRICES
 from trainstack.report.collect import Attempt, RunReport
 from trainstack.report.goodput import HANG, KEPT, LOST, PARTS, SAVING, STARTING, RunLedger, ledger_of
@@ -55,6 +56,7 @@ def render(report: RunReport, forecast: Sequence[str] = ()) -> str:
         else "unknown (an instance type has no recorded price)",
         "Model": output.get("modelArtifacts", "-"),
         "Checkpoints": output.get("checkpointUri", "-"),
+        **run_facts(output.get("modelPackage")),
     }
     if execution.get("error"):
         facts["Error"] = f"{execution['error']}: {execution.get('cause', '')}"

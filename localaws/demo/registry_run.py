@@ -1,0 +1,76 @@
+"""The demo's model registry part (docs/registry.md): the dataset and the evaluation set where the pipeline
+lists and reads them, the profile's model package group as the stack creates it, a second, deliberately
+worse run after the first, and what the gate decided for each."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import boto3
+
+from localaws.sagemaker.local_processes import LocalTraining
+from trainstack.registry import group_name
+
+# A stand-in image manifest for (moto's) ECR: it needs a media type to store the image.
+MANIFEST = {
+    "schemaVersion": 2,
+    "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+    "layers": [],
+}
+# Steps of the deliberately worse run: far from what the first run reached, so its evaluation loss is higher.
+WORSE_STEPS = 3
+
+
+def stage(settings, profile: str, substitutions: dict[str, str], training: LocalTraining) -> None:
+    """The dataset's shards in (moto's) S3 under the dataset prefix, where the training-set manifest lists
+    them; the held-out evaluation set (the dataset's val shards) under the profile's evaluation_prefix, in
+    moto's S3 (the manifest) and in local S3 (the evaluation job's channel); the jobs' image in (moto's)
+    ECR; the profile's group."""
+    dataset_bucket, image_uri = substitutions["DatasetBucket"], substitutions["TrainingImageUri"]
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket=dataset_bucket)
+    evaluation_prefix = settings.profile(profile).registry.evaluation_prefix
+    local_evaluation = training.local_path(f"s3://{dataset_bucket}/{evaluation_prefix}")
+    local_evaluation.mkdir(parents=True, exist_ok=True)
+    for shard in sorted(training.dataset_dir.rglob("*.bin")):
+        key = f"{settings.dataset.prefix}{shard.parent.name}/{shard.name}"
+        s3.put_object(Bucket=dataset_bucket, Key=key, Body=shard.read_bytes())
+        if shard.parent.name == "val":
+            shutil.copy(shard, local_evaluation / shard.name)
+            s3.put_object(
+                Bucket=dataset_bucket, Key=f"{evaluation_prefix}{shard.name}", Body=shard.read_bytes()
+            )
+    # The image the jobs name (synthesized.local_value): registered, so the version records its digest.
+    repository, _, tag = image_uri.partition("/")[2].partition(":")
+    ecr = boto3.client("ecr")
+    ecr.create_repository(repositoryName=repository)
+    ecr.put_image(repositoryName=repository, imageManifest=json.dumps(MANIFEST), imageTag=tag)
+    boto3.client("sagemaker").create_model_package_group(
+        ModelPackageGroupName=group_name(settings.project, profile)
+    )
+
+
+def decision_line(output: dict) -> str:
+    """What the gate decided for a run, with its figures."""
+    package = output.get("modelPackage")
+    if not package:
+        return "not registered (the profile has no registry: block)"
+    loss = package["evaluation"]["loss"]
+    decided = f"version {package['version']} {package['decision']}"
+    return f"{decided} (evaluation loss {loss:.4f}): {package['reason']}"
+
+
+def worse_hyperparameters() -> dict[str, str]:
+    """The second run's changes: the same profile trained WORSE_STEPS steps only."""
+    steps = str(WORSE_STEPS)
+    return {"max_steps": steps, "checkpoint_interval": steps, "val_interval": steps, "warmup_steps": "1"}
+
+
+def execution_output(state_machine_arn: str, run_name: str) -> dict | None:
+    client = boto3.client("stepfunctions")
+    for item in client.list_executions(stateMachineArn=state_machine_arn)["executions"]:
+        if item["name"] == run_name:
+            described = client.describe_execution(executionArn=item["executionArn"])
+            return json.loads(described["output"]) if described.get("output") else None
+    return None

@@ -1,0 +1,1 @@
+"""Evaluation, registration and the approval gate of a completed run."""

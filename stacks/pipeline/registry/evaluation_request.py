@@ -1,0 +1,173 @@
+"""JSONata of the registration machine: the evaluation job's request, the gate and the lineage.
+
+Every expression reads the machine's variables: `$run` (the machine's input: profile, runName,
+executionArn, request, attempts, modelArtifacts), `$settings` (the profile's entry of registry_table),
+`$evaluation` ({loss, perplexity, tokens} from the evaluation job's FinalMetricDataList), `$baseline`
+(the latest Approved version: {arn, version, loss}, or null), `$trainingSetManifest` and `$datasetManifest`
+(the evaluation set's): {hash, objects, bytes} (stacks/pipeline/dataset_manifest.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from stacks.pipeline.dataset_manifest import MANIFEST_VARIABLE
+from stacks.pipeline.jsonata_text import literal
+from training_scripts.metrics import EVALUATION_METRIC_DEFINITIONS
+from trainstack.job_request import PipelineResources
+from trainstack.profiles import Profile
+from trainstack.registry import (
+    EVALUATION_FILE,
+    EVALUATION_JOB_NAME_RUN_PART,
+    EVALUATION_JOB_SUFFIX,
+    EVALUATION_PROGRAM,
+    LINEAGE_KEYS,
+    METADATA_VALUE_MAX_LENGTH,
+    config_hash,
+    group_name,
+)
+from trainstack.registry_settings import APPROVED, PENDING, REJECTED
+
+EVALUATION_JOB_NAME = (
+    f'$substring($run.runName, 0, {EVALUATION_JOB_NAME_RUN_PART}) & "{EVALUATION_JOB_SUFFIX}"'
+)
+# Request members of the run that the evaluation job leaves out: it writes no checkpoints and no
+# TensorBoard events, and it reads its own channels.
+NOT_FOR_EVALUATION = ("CheckpointConfig", "TensorBoardOutputConfig", "InputDataConfig")
+
+
+def registry_table(project: str, profiles: Sequence[Profile], resources: PipelineResources) -> dict[str, Any]:
+    """What the machine needs of each profile with a `registry:` block, by profile name."""
+    return {
+        profile.name: {
+            "group": group_name(project, profile.name),
+            "approval": profile.registry.approval,
+            "firstVersion": profile.registry.first_version,
+            "tolerance": profile.registry.loss_tolerance,
+            "maxEvalTokens": str(profile.registry.max_eval_tokens),
+            "evaluationPrefix": profile.registry.evaluation_prefix,
+            "evaluationUri": f"s3://{resources.dataset_bucket}/{profile.registry.evaluation_prefix}",
+            "configHash": config_hash(profile),
+        }
+        for profile in profiles
+        if profile.registry is not None
+    }
+
+
+def evaluation_request() -> str:
+    """The run's request for one instance, its program evaluate.py, its channels the model and the
+    profile's evaluation set, its metrics the evaluation's."""
+    resources = (
+        '($c := $run.request.ResourceConfig; $merge([$c, $c.InstancePreferences ? {"InstancePreferences": '
+        '$map($c.InstancePreferences, function($p) { $merge([$p, {"InstanceCount": 1}]) })} : '
+        '{"InstanceCount": 1}]))'
+    )
+    channel = (
+        'function($name, $uri) {{"ChannelName": $name, "InputMode": "File", "DataSource": {"S3DataSource": '
+        '{"S3DataType": "S3Prefix", "S3Uri": $uri, "S3DataDistributionType": "FullyReplicated"}}}}'
+    )
+    kept = f"$sift($run.request, function($v, $k) {{ $not($k in {literal(list(NOT_FOR_EVALUATION))}) }})"
+    return (
+        f"($channel := {channel}; $merge([{kept}, {{"
+        f'"TrainingJobName": {EVALUATION_JOB_NAME}, '
+        '"HyperParameters": $merge([$run.request.HyperParameters, {'
+        f'"sagemaker_program": {literal(json.dumps(EVALUATION_PROGRAM))}, '
+        '"max_eval_tokens": $settings.maxEvalTokens, '
+        f'"eval_manifest_hash": ${MANIFEST_VARIABLE}.hash}}]), '
+        '"AlgorithmSpecification": $merge([$run.request.AlgorithmSpecification, '
+        f'{{"MetricDefinitions": {literal(EVALUATION_METRIC_DEFINITIONS)}}}]), '
+        f'"ResourceConfig": {resources}, '
+        '"InputDataConfig": [$channel("model", $run.modelArtifacts), '
+        '$channel("eval", $settings.evaluationUri)]'
+        "}]))"
+    )
+
+
+def evaluation_metrics() -> str:
+    """{loss, perplexity, tokens} from DescribeTrainingJob's FinalMetricDataList; null members if absent."""
+    values = ", ".join(
+        f'"{name.split(":")[1]}": $r.FinalMetricDataList[MetricName = "{name}"][0].Value'
+        for name in (definition["Name"] for definition in EVALUATION_METRIC_DEFINITIONS)
+    )
+    return f"($r := $states.result; {{{values}}})"
+
+
+def evaluation_uri() -> str:
+    """evaluation.json: the evaluation job's model dir, uploaded uncompressed (OutputDataConfig NONE)."""
+    return (
+        f'$replace($run.request.OutputDataConfig.S3OutputPath, /\\/$/, "") & "/" & {EVALUATION_JOB_NAME} '
+        f'& "/output/model/{EVALUATION_FILE}"'
+    )
+
+
+def decision() -> str:
+    """{status, description}: the gate. manual leaves the version pending; auto without a comparable
+    Approved version follows first_version; auto approves a loss within the tolerance of the baseline's."""
+    loss = '$formatNumber($evaluation.loss, "0.0000")'
+    base = '$formatNumber($baseline.loss, "0.0000")'
+    tolerance = '$formatNumber($settings.tolerance, "0.0###")'
+    compared = (
+        f'"evaluation loss " & {loss} & " vs " & {base} & " of Approved version " '
+        f'& $string($baseline.version) & " (tolerance " & {tolerance} & ")"'
+    )
+    return (
+        f'$settings.approval = "manual" ? {{"status": "{PENDING}", "description": "approval: manual; " & '
+        f'($baseline ? {compared} : "evaluation loss " & {loss} & ", no Approved version yet")}} : '
+        f'$not($baseline) ? {{"status": $settings.firstVersion, "description": "first version: no Approved '
+        f'version to compare with; evaluation loss " & {loss} & "; first_version: " & '
+        f"$settings.firstVersion}} : "
+        f'$evaluation.loss <= $baseline.loss + $settings.tolerance ? {{"status": "{APPROVED}", '
+        f'"description": "approved: " & {compared}}} : '
+        f'{{"status": "{REJECTED}", "description": "rejected, worse than the approved model: " & {compared}}}'
+    )
+
+
+def lineage() -> str:
+    """CustomerMetadataProperties: the facts of LINEAGE_KEYS, each within the value limit; the attempts'
+    job names joined by spaces, or as `first .. last` when they do not fit."""
+    jobs = (
+        '($names := $map([1..$run.attempts], function($n) { $run.runName & "-" & $string($n) }); '
+        f'$joined := $join($names, " "); $length($joined) <= {METADATA_VALUE_MAX_LENGTH} ? $joined : '
+        '$names[0] & " .. " & $names[-1])'
+    )
+    facts = {
+        "run": "$run.runName",
+        "execution": "$run.executionArn",
+        "jobs": jobs,
+        "image": "$imageUri",
+        "imageDigest": '($imageDigest = "unresolved" ? "unresolved" : "")',
+        "config": "$settings.configHash",
+        "trainingSet": "$trainingSetManifest.hash",
+        "evaluationSet": f"${MANIFEST_VARIABLE}.hash",
+        "checkpoint": "$run.request.CheckpointConfig.S3Uri",
+        "evaluationJob": EVALUATION_JOB_NAME,
+        "loss": "$string($evaluation.loss)",
+        "perplexity": "$string($evaluation.perplexity)",
+        "tokens": "$string($evaluation.tokens)",
+    }
+    entries = ", ".join(f'"{LINEAGE_KEYS[fact]}": {value}' for fact, value in facts.items())
+    # A missing fact (no checkpoint config) would be an empty value, which the API refuses: left out.
+    return f'$sift({{{entries}}}, function($v) {{ $type($v) = "string" and $length($v) > 0 }})'
+
+
+def model_package_request() -> str:
+    """CreateModelPackage: a version of the profile's group, pending until the gate's update."""
+    container = (
+        '$substring($run.modelArtifacts, -7) = ".tar.gz" ? '
+        '{"Image": $image, "ModelDataUrl": $run.modelArtifacts} '
+        ': {"Image": $image, "ModelDataSource": {"S3DataSource": {"S3Uri": $run.modelArtifacts, '
+        '"S3DataType": "S3Prefix", "CompressionType": "None"}}}'
+    )
+    return (
+        "($image := $run.request.AlgorithmSpecification.TrainingImage; {"
+        '"ModelPackageGroupName": $settings.group, '
+        '"ModelPackageDescription": "Run " & $run.runName & " (" & $run.executionArn & ")", '
+        f'"ModelApprovalStatus": "{PENDING}", '
+        f'"InferenceSpecification": {{"Containers": [{container}]}}, '
+        '"ModelMetrics": {"ModelQuality": {"Statistics": {"ContentType": "application/json", '
+        f'"S3Uri": {evaluation_uri()}}}}}}}, '
+        f'"CustomerMetadataProperties": {lineage()}'
+        "})"
+    )

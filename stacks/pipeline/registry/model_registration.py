@@ -1,0 +1,319 @@
+"""Evaluation, registration and the approval gate, as their own state machine
+(`<project>-pipeline-registration`) started by the pipeline after a Completed attempt (docs/registry.md,
+"From run to approved model").
+
+The machine: create the evaluation job (the run's request in evaluation mode, evaluation_request.py),
+poll it, read its FinalMetricDataList; find the group's latest Approved version and its evaluation loss;
+decide; create the model package version (pending) and give it the decision with UpdateModelPackage
+(the comparison in ApprovalDescription). Its output, always (the execution succeeds): {"status":
+"Registered", "modelPackageArn", "version", "decision", "reason", "evaluation", "baseline"} or
+{"status": "EvaluationFailed", "cause"}; the pipeline fails a run whose evaluation failed with the error
+EvaluationFailed, and keeps its model unregistered.
+
+Each profile with a `registry:` block gets its model package group `<project>-<profile>` in the stack,
+kept when the stack is deleted (its versions are the registry's record).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import aws_cdk as cdk
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_sagemaker as sagemaker
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import aws_stepfunctions_tasks as tasks
+from constructs import Construct
+
+from stacks.pipeline.attempt_metrics import grant_publish, metrics_namespace
+from stacks.pipeline.jsonata_text import expression, literal
+from stacks.pipeline.logged_state_machine import logged_state_machine
+from stacks.pipeline.pipeline_runs import PipelineRuns
+from stacks.pipeline.registry.evaluation_request import (
+    registry_table,
+)
+from stacks.pipeline.registry.registration_states import (
+    EVALUATION_FAILED,
+    EVALUATION_LOSS,
+    PROFILE_DIMENSION,
+    registration_chain,
+)
+from stacks.pipeline.state_machine_facts import resource_value, substitution_names, with_placeholders
+from stacks.validation import acknowledge
+from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements
+from trainstack.job_request import PipelineResources
+from trainstack.profiles import Profile
+from trainstack.registry import group_name
+
+
+@dataclass(frozen=True)
+class _DatasetBucket:
+    """What DatasetManifest reads of its bucket."""
+
+    bucket_name: str
+    bucket_arn: str
+
+
+# The pipeline's error for a run whose evaluation failed (its model is kept, not registered).
+ERROR_EVALUATION_FAILED = EVALUATION_FAILED
+
+
+class ModelRegistration(Construct):
+    """The registration machine (`state_machine`), the profiles' groups and the pipeline's hook (`after`)."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        runs: PipelineRuns,
+        resources: PipelineResources,
+        job_arn: str,
+        sagemaker_role: iam.IRole,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        project, profiles = runs.project, runs.profiles
+        self.project, self.profiles = project, profiles
+        # Deploy-time values appear as ${Name} placeholders, which DefinitionSubstitutions fill.
+        self.table_resources = with_placeholders(resources)
+        self.table = registry_table(project, profiles, self.table_resources)
+        self.groups = {}
+        self.state_machine: sfn.StateMachine | None = None
+        if not self.table:
+            return  # no profile has a registry: block: no machine, no grants
+        for name, entry in self.table.items():
+            group = sagemaker.CfnModelPackageGroup(
+                self,
+                f"Group-{name}",
+                model_package_group_name=entry["group"],
+                model_package_group_description=f"Evaluated versions of profile {name} (trainstack)",
+            )
+            group.apply_removal_policy(cdk.RemovalPolicy.RETAIN)
+            self.groups[name] = group
+        stack = cdk.Stack.of(self)
+        groups = [group_name(project, name) for name in self.table]
+        self.package_arns = [
+            stack.format_arn(service="sagemaker", resource="model-package", resource_name=f"{name}/*")
+            for name in groups
+        ]
+        self.job_arn = job_arn
+        # The manifests list the dataset bucket: named in the definition by its ${DatasetBucket} placeholder
+        # (CDK refuses it as a bucket name: DatasetManifest reads only these two attributes), granted by ARN.
+        self.dataset_bucket = _DatasetBucket(
+            bucket_name=self.table_resources.dataset_bucket,
+            bucket_arn=cdk.Stack.of(self).format_arn(
+                service="s3", region="", account="", resource=resources.dataset_bucket
+            ),
+        )
+        self.dataset_prefix = resources.dataset_prefix
+        self.state_machine, self.log_group = logged_state_machine(
+            self,
+            "StateMachine",
+            name=f"{project}-pipeline-registration",
+            chain=registration_chain(
+                self,
+                project=project,
+                table=self.table,
+                dataset_bucket=self.dataset_bucket,
+                dataset_prefix=self.dataset_prefix,
+                package_arns=self.package_arns,
+                job_arn=job_arn,
+                repository_arn=stack.format_arn(
+                    service="ecr", resource="repository", resource_name=f"{project}-training"
+                ),
+            ),
+            timeout=None,
+        )
+        for group in self.groups.values():
+            self.state_machine.node.add_dependency(group)
+        machine = self.state_machine.node.default_child
+        assert isinstance(machine, sfn.CfnStateMachine)
+        machine.definition_substitutions = {
+            name: resource_value(resources, path) for name, path in substitution_names(resources).items()
+        }
+        self._grant(sagemaker_role)
+        grant_publish(self.state_machine.role, project)
+        self._grant_evaluation_sets(sagemaker_role, profiles)
+        self._acknowledge()
+
+    def after(self, scope: Construct, succeeded: sfn.IChainable) -> sfn.IChainable:
+        """The pipeline's states between a Completed attempt and `succeeded`: register the run of a profile
+        with a registry block ($registered holds the machine's output), or fail with EvaluationFailed."""
+        unregistered = sfn.Pass.jsonata(scope, "NotRegistered", assign={"registered": expression("null")})
+        if self.state_machine is None:
+            return unregistered.next(succeeded)
+        register = tasks.StepFunctionsStartExecution.jsonata(
+            scope,
+            "EvaluateAndRegister",
+            comment="Evaluate the model, register it as a version of the profile's group and gate it.",
+            state_machine=self.state_machine,
+            integration_pattern=sfn.IntegrationPattern.RUN_JOB,
+            associate_with_parent=True,
+            name=expression('"register-" & $uuid()'),
+            input=sfn.TaskInput.from_object(
+                {
+                    "profile": expression("$plan.profile"),
+                    "runName": expression("$plan.runName"),
+                    "executionArn": expression("$states.context.Execution.Id"),
+                    "request": expression("$request"),
+                    "attempts": expression("$attempt"),
+                    "modelArtifacts": expression("$outcome.job.artifacts"),
+                }
+            ),
+            assign={"registered": expression("$states.result.Output")},
+            outputs={},
+        )
+        failed = sfn.Fail.jsonata(
+            scope, "EvaluationFailed", error=ERROR_EVALUATION_FAILED, cause=expression("$registered.cause")
+        )
+        outcome = (
+            sfn.Choice.jsonata(scope, "IsRegistered")
+            .when(sfn.Condition.jsonata(expression(f'$registered.status = "{EVALUATION_FAILED}"')), failed)
+            .otherwise(succeeded)
+        )
+        return (
+            sfn.Choice.jsonata(scope, "HasRegistry")
+            .when(
+                sfn.Condition.jsonata(expression(f"$plan.profile in {literal(list(self.table))}")),
+                register.next(outcome),
+            )
+            .otherwise(unregistered.next(succeeded))
+        )
+
+    def notify(self, topic: sns.ITopic) -> events.Rule | None:
+        """Route SageMaker's `SageMaker Model Package State Change` events of the profiles' groups (a version
+        created, approved or rejected, here or by `trainstack approve|reject`) to the notification topic.
+        The event's detail carries the version's ModelPackageArn (its EventBridge schema, as CDK's
+        aws_sagemaker.events.SageMakerModelPackageStateChange names its fields)."""
+        if not self.table:
+            return None
+        rule = events.Rule(
+            self,
+            "OnModelPackageStateChange",
+            description="Notify about every change of a registered version's state",
+            event_pattern=events.EventPattern(
+                source=["aws.sagemaker"],
+                detail_type=["SageMaker Model Package State Change"],
+                detail={
+                    "ModelPackageArn": [
+                        events.Match.prefix(arn.removesuffix("*")) for arn in self.package_arns
+                    ]
+                },
+            ),
+        )
+        detail = events.EventField.from_path
+        rule.add_target(
+            targets.SnsTopic(
+                topic,
+                message=events.RuleTargetInput.from_text(
+                    f"Model package {detail('$.detail.ModelPackageArn')} is now "
+                    f"{detail('$.detail.ModelApprovalStatus')}: {detail('$.detail.ApprovalDescription')}"
+                ),
+            )
+        )
+        return rule
+
+    def add_to_dashboard(self, dashboard: cloudwatch.Dashboard) -> None:
+        """A row: the evaluation loss of each registered version (one point per version, by profile)."""
+        if not self.table:
+            return
+        metrics = [
+            cloudwatch.Metric(
+                namespace=metrics_namespace(self.project),
+                metric_name=EVALUATION_LOSS,
+                dimensions_map={PROFILE_DIMENSION: name},
+                statistic="Maximum",
+                period=cdk.Duration.minutes(5),
+                label=name,
+            )
+            for name in self.table
+        ]
+        dashboard.add_widgets(
+            cloudwatch.GraphWidget(title="Evaluation loss of each registered version", left=metrics, width=24)
+        )
+
+    def _grant(self, sagemaker_role: iam.IRole) -> None:
+        """The custom states' actions and passing the job's role to SageMaker."""
+        machine = self.state_machine
+        machine.add_to_role_policy(
+            iam.PolicyStatement(
+                sid="CreateEvaluationJobs",
+                actions=["sagemaker:CreateTrainingJob", "sagemaker:AddTags"],
+                resources=[self.job_arn],
+            )
+        )
+        # The evaluation job keeps the run's InstancePreferences and the training plans they name, which
+        # CreateTrainingJob authorizes too (Service Authorization Reference, SageMaker: training-plan).
+        registered = (profile for profile in self.profiles if profile.registry is not None)
+        plans = sorted({plan for profile in registered for plan in profile.training_plan_arns if plan})
+        if plans:
+            machine.add_to_role_policy(
+                iam.PolicyStatement(
+                    sid="EvaluateOnTrainingPlans", actions=["sagemaker:CreateTrainingJob"], resources=plans
+                )
+            )
+        # CreateModelPackage is authorized on the new version alone (resource type model-package).
+        machine.add_to_role_policy(
+            iam.PolicyStatement(
+                sid="CreateModelPackages",
+                actions=["sagemaker:CreateModelPackage"],
+                resources=self.package_arns,
+            )
+        )
+        machine.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["iam:PassRole"],
+                resources=[sagemaker_role.role_arn],
+                conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}},
+            )
+        )
+
+    def _acknowledge(self) -> None:
+        role = self.state_machine.role
+        acknowledge(
+            role,
+            f"AwsSolutions-IAM5[Resource::{self.job_arn}]",
+            "Evaluation jobs are named per run at run time; the project prefix is the narrowest fixed scope.",
+        )
+        acknowledge(
+            role,
+            "AwsSolutions-IAM5[Resource::*]",
+            "ListModelPackages supports no resource-level permissions (Service Authorization Reference, "
+            "SageMaker); CloudWatch Logs delivery and X-Ray actions added by CDK neither.",
+        )
+        for arn in self.package_arns:
+            acknowledge(
+                role,
+                f"AwsSolutions-IAM5[Resource::{arn}]",
+                "A group's versions are numbered by SageMaker at run time; the group is the narrowest scope.",
+            )
+
+    def _grant_evaluation_sets(self, sagemaker_role: iam.IRole, profiles: Sequence[Profile]) -> None:
+        """The evaluation jobs read the profiles' evaluation sets (outside the dataset prefix the training
+        jobs read) with the jobs' role."""
+        prefixes = sorted({p.registry.evaluation_prefix for p in profiles if p.registry is not None})
+        if not prefixes:
+            return
+        sagemaker_role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="ListEvaluationSets",
+                actions=["s3:ListBucket"],
+                resources=[self.dataset_bucket.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{prefix}*" for prefix in prefixes]}},
+            )
+        )
+        sagemaker_role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="ReadEvaluationSets",
+                actions=["s3:GetObject"],
+                resources=[f"{self.dataset_bucket.bucket_arn}/{prefix}*" for prefix in prefixes],
+            )
+        )
+        acknowledge_wildcard_statements(
+            sagemaker_role,
+            {"ReadEvaluationSets": "Evaluation reads every object under the profiles' evaluation prefixes."},
+        )

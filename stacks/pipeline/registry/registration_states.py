@@ -1,0 +1,309 @@
+"""The registration machine's states (model_registration.py): the two manifests, the evaluation job and its
+polling, the baseline, the decision, the version and its metric."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import aws_stepfunctions_tasks as tasks
+from constructs import Construct
+
+from stacks.pipeline.attempt_metrics import metrics_namespace
+from stacks.pipeline.dataset_manifest import MANIFEST_VARIABLE, DatasetManifest
+from stacks.pipeline.jsonata_text import expression, literal
+from stacks.pipeline.machine_kit import (
+    SAGEMAKER_ERROR,
+    literal_partition,
+    retry_must_succeed_call,
+    retry_poll_call,
+)
+from stacks.pipeline.registry.evaluation_request import (
+    EVALUATION_JOB_NAME,
+    decision,
+    evaluation_metrics,
+    evaluation_request,
+    model_package_request,
+)
+
+EVALUATION_POLL_SECONDS = 60
+# How an ECR error other than its modelled ones reaches a Task (DESIGN.md's rule for aws-sdk tasks).
+ECR_THROTTLED = "Ecr.EcrException"
+REGISTERED, EVALUATION_FAILED = "Registered", "EvaluationFailed"
+# The dashboard's metric: each version's evaluation loss, by profile (namespace trainstack/<project>).
+EVALUATION_LOSS, PROFILE_DIMENSION = "EvaluationLoss", "Profile"
+
+
+def registration_chain(
+    scope: Construct,
+    *,
+    project: str,
+    table: dict[str, Any],
+    dataset_bucket: Any,
+    dataset_prefix: str,
+    package_arns: list[str],
+    job_arn: str,
+    repository_arn: str,
+) -> sfn.IChainable:
+    """The registration machine's states (module docstring), from its input to its output."""
+    prepare = sfn.Pass.jsonata(
+        scope,
+        "Prepare",
+        assign={
+            "status": expression("null"),
+            "reason": expression("null"),
+            "run": expression("$states.input"),
+            "imageUri": expression("$states.input.request.AlgorithmSpecification.TrainingImage"),
+            "imageDigest": expression("null"),
+            "settings": expression(f"$lookup({literal(table)}, $states.input.profile)"),
+        },
+    )
+    create = _sdk_call(scope, "CreateEvaluationJob", "createTrainingJob", evaluation_request(), {})
+    wait = sfn.Wait.jsonata(
+        scope,
+        "WaitForEvaluation",
+        time=sfn.WaitTime.duration(cdk.Duration.seconds(EVALUATION_POLL_SECONDS)),
+    )
+    describe = _describe_evaluation(scope, job_arn, wait)
+    failed = sfn.Succeed.jsonata(
+        scope,
+        "ReportEvaluationFailed",
+        outputs=expression(
+            f'{{"status": "{EVALUATION_FAILED}", "cause": "Evaluation job " & {EVALUATION_JOB_NAME} '
+            '& " " & '
+            '($status ? "ended " & $status : "could not start") & ($reason ? ": " & $reason : "") & '
+            '". The model stays at " & $run.modelArtifacts & "; it is not registered."}'
+        ),
+    )
+    create.add_catch(
+        failed,
+        errors=["States.ALL"],
+        outputs={},
+        assign={"reason": expression("$states.errorOutput.Cause")},
+    )
+    register = _register(scope, project, package_arns, repository_arn)
+    check = (
+        sfn.Choice.jsonata(scope, "CheckEvaluation")
+        .when(sfn.Condition.jsonata(expression('$status in ["InProgress", "Stopping"]')), wait)
+        .when(
+            sfn.Condition.jsonata(expression('$status = "Completed" and $type($evaluation.loss) = "number"')),
+            register,
+        )
+        .when(
+            sfn.Condition.jsonata(expression('$status = "Completed"')),
+            failed,
+            assign={"reason": expression('"it reported no evaluation:loss metric"')},
+        )
+        .otherwise(failed)
+    )
+    return (
+        prepare.next(_manifests(scope, dataset_bucket, dataset_prefix))
+        .next(create)
+        .next(wait)
+        .next(describe)
+        .next(check)
+    )
+
+
+def _register(scope: Construct, project: str, package_arns: list[str], repository_arn: str) -> sfn.IChainable:
+    list_approved = tasks.CallAwsService.jsonata(
+        scope,
+        "FindApprovedVersion",
+        service="sagemaker",
+        action="listModelPackages",
+        parameters={
+            "ModelPackageGroupName": expression("$settings.group"),
+            "ModelApprovalStatus": "Approved",
+            "ModelPackageType": "Versioned",
+            "SortBy": "CreationTime",
+            "SortOrder": "Descending",
+            "MaxResults": 1,
+        },
+        iam_resources=["*"],
+        assign={
+            "baselineArn": expression(
+                "($a := $states.result.ModelPackageSummaryList[0].ModelPackageArn; $a ? $a : null)"
+            ),
+            "baseline": expression("null"),
+        },
+        outputs={},
+    )
+    describe_baseline = _describe_baseline(scope, package_arns)
+    create_package = _sdk_call(
+        scope,
+        "CreateModelPackage",
+        "createModelPackage",
+        model_package_request(),
+        {"packageArn": expression("$states.result.ModelPackageArn"), "decision": expression(decision())},
+    )
+    gate = tasks.CallAwsService.jsonata(
+        scope,
+        "ApplyDecision",
+        service="sagemaker",
+        action="updateModelPackage",
+        parameters={
+            "ModelPackageArn": expression("$packageArn"),
+            "ModelApprovalStatus": expression("$decision.status"),
+            "ApprovalDescription": expression("$substring($decision.description, 0, 1024)"),
+        },
+        iam_resources=package_arns,
+        outputs={},
+    )
+    for task in (list_approved, describe_baseline, gate):
+        retry_must_succeed_call(task, [SAGEMAKER_ERROR])
+    done = sfn.Succeed.jsonata(
+        scope,
+        "Registered",
+        outputs=expression(
+            f'{{"status": "{REGISTERED}", "modelPackageArn": $packageArn, '
+            '"version": $number($split($packageArn, "/")[-1]), "decision": $decision.status, '
+            '"reason": $decision.description, "evaluation": $evaluation, "baseline": $baseline}'
+        ),
+    )
+    has_baseline = (
+        sfn.Choice.jsonata(scope, "HasApprovedVersion")
+        .when(sfn.Condition.jsonata(expression("$baselineArn ? true : false")), describe_baseline)
+        .otherwise(create_package)
+    )
+    retry_must_succeed_call(create_package, [SAGEMAKER_ERROR])
+    describe_baseline.next(create_package)
+    publish = _publish_evaluation_loss(scope, project)
+    publish.add_catch(done, errors=["States.ALL"], outputs={})
+    create_package.next(gate).next(publish).next(done)
+    list_approved.next(has_baseline)
+    return _image_digest(scope, repository_arn, list_approved)
+
+
+def _sdk_call(
+    scope: Construct, state_id: str, action: str, arguments: str, assign: dict[str, str]
+) -> sfn.CustomState:
+    """A SageMaker call whose request is one JSONata value (CallAwsService takes an object of fields
+    only, hence a custom state); its permissions are granted in `_grant`."""
+    return sfn.CustomState(
+        scope,
+        state_id,
+        state_json={
+            "Type": "Task",
+            "Resource": f"arn:{literal_partition(scope)}:states:::aws-sdk:sagemaker:{action}",
+            "Arguments": expression(arguments),
+            "Assign": assign,
+            "Output": {},
+        },
+    )
+
+
+def _manifests(scope: Construct, dataset_bucket: Any, dataset_prefix: str) -> sfn.IChainable:
+    """The training set's and the evaluation set's manifests (trainstack.manifest), as the run registers:
+    $trainingSetManifest and $datasetManifest."""
+    train_manifest = DatasetManifest(
+        scope, "TrainingSetManifest", bucket=dataset_bucket, prefix=literal(dataset_prefix)
+    )
+    keep_train = sfn.Pass.jsonata(
+        scope,
+        "KeepTrainingSetManifest",
+        assign={"trainingSetManifest": expression(f"${MANIFEST_VARIABLE}")},
+    )
+    eval_manifest = DatasetManifest(
+        scope, "EvaluationSetManifest", bucket=dataset_bucket, prefix="$settings.evaluationPrefix"
+    )
+    return train_manifest.next(keep_train).next(eval_manifest)
+
+
+def _describe_evaluation(scope: Construct, job_arn: str, wait: sfn.Wait) -> tasks.CallAwsService:
+    """DescribeTrainingJob of the evaluation job into $status, $reason and $evaluation; a throttled call
+    waits for the next poll."""
+    describe = tasks.CallAwsService.jsonata(
+        scope,
+        "DescribeEvaluationJob",
+        service="sagemaker",
+        action="describeTrainingJob",
+        parameters={"TrainingJobName": expression(EVALUATION_JOB_NAME)},
+        iam_resources=[job_arn],
+        assign={
+            "status": expression("$states.result.TrainingJobStatus"),
+            "reason": expression("$states.result.FailureReason ? $states.result.FailureReason : null"),
+            "evaluation": expression(evaluation_metrics()),
+        },
+        outputs={},
+    )
+    retry_poll_call(describe, [SAGEMAKER_ERROR])
+    describe.add_catch(wait, errors=[SAGEMAKER_ERROR], outputs={})
+    return describe
+
+
+def _publish_evaluation_loss(scope: Construct, project: str) -> sfn.CustomState:
+    """PutMetricData of the version's evaluation loss (custom state: grant_publish's namespace condition)."""
+    return sfn.CustomState(
+        scope,
+        "PublishEvaluationLoss",
+        state_json={
+            "Type": "Task",
+            "Comment": "The version's evaluation loss for the dashboard (best effort: errors are caught).",
+            "Resource": f"arn:{literal_partition(scope)}:states:::aws-sdk:cloudwatch:putMetricData",
+            "Arguments": {
+                "Namespace": metrics_namespace(project),
+                "MetricData": expression(
+                    f'[{{"MetricName": "{EVALUATION_LOSS}", "Value": $evaluation.loss, "Dimensions": '
+                    f'[{{"Name": "{PROFILE_DIMENSION}", "Value": $run.profile}}]}}]'
+                ),
+            },
+            "Output": {},
+        },
+    )
+
+
+def _describe_baseline(scope: Construct, package_arns: list[str]) -> tasks.CallAwsService:
+    """DescribeModelPackage of the latest Approved version into $baseline {arn, version, loss} (null
+    without an evaluation loss in its metadata: no comparable baseline)."""
+    return tasks.CallAwsService.jsonata(
+        scope,
+        "DescribeApprovedVersion",
+        service="sagemaker",
+        action="describeModelPackage",
+        parameters={"ModelPackageName": expression("$baselineArn")},
+        iam_resources=package_arns,
+        assign={
+            "baseline": expression(
+                '($loss := $states.result.CustomerMetadataProperties."evaluation.loss"; $loss ? '
+                '{"arn": $baselineArn, "version": $states.result.ModelPackageVersion, '
+                '"loss": $number($loss)} '
+                ": null)"
+            )
+        },
+        outputs={},
+    )
+
+
+def _image_digest(scope: Construct, repository_arn: str, then: sfn.IChainable) -> sfn.IChainable:
+    """$imageUri: the run's image as `<registry>/<repository>@<digest>` (ECR DescribeImages of its tag), as
+    given when it names a digest already; `unresolved` in $imageDigest when ECR does not answer (an image
+    outside the stack's repository, or one deleted since)."""
+    path = '$substringAfter($run.request.AlgorithmSpecification.TrainingImage, "/")'
+    describe = tasks.CallAwsService.jsonata(
+        scope,
+        "ResolveImageDigest",
+        service="ecr",
+        action="describeImages",
+        parameters={
+            "RepositoryName": expression(f'$substringBefore({path}, ":")'),
+            "ImageIds": [{"ImageTag": expression(f'$substringAfter({path}, ":")')}],
+        },
+        iam_resources=[repository_arn],
+        assign={
+            "imageDigest": expression("$states.result.ImageDetails[0].ImageDigest"),
+            "imageUri": expression(
+                '$substringBefore($run.request.AlgorithmSpecification.TrainingImage, ":" & '
+                f'$substringAfter({path}, ":")) & "@" & $states.result.ImageDetails[0].ImageDigest'
+            ),
+        },
+        outputs={},
+    )
+    retry_must_succeed_call(describe, [ECR_THROTTLED])
+    describe.add_catch(then, errors=["States.ALL"], outputs={}, assign={"imageDigest": "unresolved"})
+    describe.next(then)
+    return (
+        sfn.Choice.jsonata(scope, "ImageHasDigest")
+        .when(sfn.Condition.jsonata(expression(f'$not($contains({path}, "@"))')), describe)
+        .otherwise(then)
+    )

@@ -1,0 +1,62 @@
+"""`trainstack models`, `approve` and `reject` against moto's Model Registry (with localaws's correction of
+UpdateModelPackage, docs/registry.md)."""
+
+from __future__ import annotations
+
+import boto3
+import pytest
+
+from localaws.sagemaker import model_registry
+from tests.aws_fixtures import REGION
+from trainstack.cli import main
+
+GROUP = "trainstack-small-torchrun"  # config/default.yaml's one profile with a registry: block
+
+
+@pytest.fixture
+def registry(aws, monkeypatch):
+    model_registry.install(monkeypatch)
+    sagemaker = boto3.client("sagemaker", region_name=REGION)
+    sagemaker.create_model_package_group(ModelPackageGroupName=GROUP)
+    arns = []
+    for run, loss, status in (("trainstack-a", "2.1", "Approved"), ("trainstack-b", "2.9", "Rejected")):
+        arn = sagemaker.create_model_package(
+            ModelPackageGroupName=GROUP,
+            ModelApprovalStatus="PendingManualApproval",
+            CustomerMetadataProperties={"run.name": run, "evaluation.loss": loss},
+        )["ModelPackageArn"]
+        sagemaker.update_model_package(
+            ModelPackageArn=arn, ModelApprovalStatus=status, ApprovalDescription="gate"
+        )
+        arns.append(arn)
+    return sagemaker, arns
+
+
+def test_models_lists_each_version_with_its_loss_status_and_lineage(registry, capsys):
+    assert main(["models", "--state-machine-arn", "unused"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].split() == [f"{GROUP}", "v1", "Approved", "eval", "loss", "2.1", "gate"]
+    assert "    run.name = trainstack-a" in printed
+    assert any(line.split()[:3] == [GROUP, "v2", "Rejected"] for line in printed)
+
+
+def test_approve_a_rejected_version_keeps_its_lineage_and_says_who_and_why(registry, capsys, monkeypatch):
+    sagemaker, arns = registry
+    monkeypatch.setattr("getpass.getuser", lambda: "ana")
+    assert main(["approve", "2", "--reason", "judged better on the holdout", "--state-machine-arn", "x"]) == 0
+    described = sagemaker.describe_model_package(ModelPackageName=arns[1])
+    assert described["ModelApprovalStatus"] == "Approved"
+    assert described["ApprovalDescription"] == "approved by ana: judged better on the holdout"
+    assert described["CustomerMetadataProperties"]["run.name"] == "trainstack-b"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["reject", "v2", "--reason", "x"], "VERSION: 'v2' is neither a version number"),
+        (["models", "--profile", "llama-7b-smp"], "--profile: 'llama-7b-smp' has no registry: block"),
+    ],
+)
+def test_a_bad_version_or_profile_is_one_sentence_and_exit_2(registry, capsys, argv, message):
+    assert main([*argv, "--state-machine-arn", "x"]) == 2
+    assert message in capsys.readouterr().err

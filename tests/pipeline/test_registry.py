@@ -1,0 +1,181 @@
+"""From run to approved model, on the virtual clock: the evaluation job, its failure, the gate in each
+mode, the first version and the lineage a version carries (docs/registry.md)."""
+
+from __future__ import annotations
+
+import json
+
+import boto3
+import pytest
+
+from localaws.sagemaker import COMPLETED, STARTING, TRAINING, Phase, failed
+from tests.domain.sagemaker_model import problems
+from tests.pipeline import harness
+from tests.pipeline.conftest import FAKE_VALUES, evaluated
+from trainstack.manifest import prefix_manifest
+from trainstack.registry import LINEAGE_KEYS, config_hash
+
+PROFILE = "small-torchrun"  # config/default.yaml: approval auto, loss_tolerance 0.01, first_version Approved
+GROUP = f"trainstack-{PROFILE}"
+TRAINED = [STARTING, TRAINING, COMPLETED]
+DATASET_BUCKET = FAKE_VALUES["DatasetBucket"]  # conftest.deploy_registry_resources fills it
+
+
+@pytest.fixture
+def registry(interpreter, pipeline):
+    """run(loss, mode edits) -> the run's Outcome: one run of PROFILE whose evaluation reports `loss`, with
+    the registration machine's profile table edited by `table` (e.g. approval manual; the table is a JSON
+    literal inside the definition's JSON, hence the escaped quotes)."""
+
+    def start(table: dict[str, str] | None = None):
+        sm = interpreter(job_scripts=[TRAINED])
+        if table:
+            definition = pipeline.registration_definition
+            for old, new in table.items():
+                assert old in definition
+                definition = definition.replace(old, new)
+            boto3.client("stepfunctions").update_state_machine(
+                stateMachineArn=sm.registration_arn, definition=definition
+            )
+        boto3.client("sagemaker").create_model_package_group(ModelPackageGroupName=GROUP)  # the stack's
+
+        def run(name: str, loss: float, script: list[Phase] | None = None):
+            sm.fake.behaviour.script([TRAINED, script or evaluated(loss)])
+            return sm.run({"profile": PROFILE, "runName": name, "hyperparameters": {}}, name=name)
+
+        run.sm = sm
+        return run
+
+    return start
+
+
+def versions() -> list[dict]:
+    client = boto3.client("sagemaker")
+    listed = client.list_model_packages(ModelPackageGroupName=GROUP, SortBy="CreationTime")
+    return [
+        client.describe_model_package(ModelPackageName=item["ModelPackageArn"])
+        for item in listed["ModelPackageSummaryList"]
+    ]
+
+
+def test_auto_approves_the_first_version_then_a_better_one_and_rejects_a_worse_one_saying_why(
+    registry, pipeline
+):
+    run = registry()
+    first = run("trainstack-r1", 2.0)
+    assert first.status == "SUCCEEDED", first.cause
+    assert first.output["modelPackage"]["decision"] == "Approved"
+    assert "first version" in first.output["modelPackage"]["reason"]
+    assert_lineage(versions()[0], first, run.sm.fake.jobs["trainstack-r1-eval"].request, pipeline)
+    better = run("trainstack-r2", 1.995)  # worse by less than the tolerance counts as no worse
+    assert better.status == "SUCCEEDED", better.cause
+    assert better.output["modelPackage"]["decision"] == "Approved", better.output
+    worse = run("trainstack-r3", 2.5)
+    package = worse.output["modelPackage"]
+    assert worse.status == "SUCCEEDED"
+    assert package["decision"] == "Rejected"
+    assert package["reason"] == (
+        "rejected, worse than the approved model: evaluation loss 2.5000 vs 1.9950 of Approved version 2 "
+        "(tolerance 0.01)"
+    )
+    described = versions()
+    assert [v["ModelApprovalStatus"] for v in described] == ["Approved", "Approved", "Rejected"]
+    assert_requests_match_the_service_model(run.sm.registration_arn)
+    assert described[2]["ApprovalDescription"] == package["reason"]
+    assert described[2]["ModelPackageArn"] == package["modelPackageArn"]
+
+
+def test_manual_leaves_even_a_first_version_pending_whatever_first_version_says(registry):
+    run = registry({r"\"approval\":\"auto\"": r"\"approval\":\"manual\""})  # first_version: Approved
+    package = run("trainstack-m1", 1.0).output["modelPackage"]
+    assert package["decision"] == "PendingManualApproval"
+    assert package["reason"] == "approval: manual; evaluation loss 1.0000, no Approved version yet"
+    assert [v["ModelApprovalStatus"] for v in versions()] == ["PendingManualApproval"]
+
+
+def test_a_first_version_follows_first_version_and_then_has_no_baseline_to_beat(registry):
+    run = registry({r"\"firstVersion\":\"Approved\"": r"\"firstVersion\":\"PendingManualApproval\""})
+    outcome = run("trainstack-f1", 3.0)
+    assert outcome.output["modelPackage"]["decision"] == "PendingManualApproval"
+    assert outcome.output["modelPackage"]["baseline"] is None
+
+
+def test_a_failed_evaluation_ends_the_run_evaluation_failed_and_registers_nothing(registry):
+    run = registry()
+    outcome = run("trainstack-e1", 0, script=[TRAINING, failed("AlgorithmError: out of memory")])
+    assert outcome.status == "FAILED"
+    assert outcome.error == "EvaluationFailed"
+    assert outcome.cause == (
+        "Evaluation job trainstack-e1-eval ended Failed: AlgorithmError: out of memory. The model stays at "
+        "s3://trainstack-artifacts-test/trainstack-e1/trainstack-e1-1/output/model/; it is not registered."
+    )
+    assert versions() == []
+
+
+def assert_lineage(version: dict, outcome, evaluation: dict, pipeline) -> None:
+    """The version of run trainstack-r1 (evaluation loss 2.0) names where it came from; its evaluation job
+    evaluated the run's model on the profile's evaluation set."""
+    lineage = version["CustomerMetadataProperties"]
+    s3 = boto3.client("s3")
+    profile = pipeline.settings.profile(PROFILE)
+    assert lineage == {
+        LINEAGE_KEYS["run"]: "trainstack-r1",
+        LINEAGE_KEYS["execution"]: outcome.execution_arn,
+        LINEAGE_KEYS["jobs"]: "trainstack-r1-1",
+        LINEAGE_KEYS["image"]: f"{pipeline.resources.image_uri.removesuffix(':v1')}@{image_digest()}",
+        LINEAGE_KEYS["config"]: config_hash(profile),
+        LINEAGE_KEYS["trainingSet"]: prefix_manifest(s3, DATASET_BUCKET, "datasets/").hash,
+        LINEAGE_KEYS["evaluationSet"]: prefix_manifest(s3, DATASET_BUCKET, "evaluation/small/").hash,
+        LINEAGE_KEYS["checkpoint"]: "s3://trainstack-checkpoints-test/trainstack-r1/",
+        LINEAGE_KEYS["evaluationJob"]: "trainstack-r1-eval",
+        LINEAGE_KEYS["loss"]: "2",
+        LINEAGE_KEYS["perplexity"]: lineage[LINEAGE_KEYS["perplexity"]],
+        LINEAGE_KEYS["tokens"]: "4096",
+    }
+    model = "s3://trainstack-artifacts-test/trainstack-r1/trainstack-r1-1/output/model/"
+    container = version["InferenceSpecification"]["Containers"][0]
+    assert container["ModelDataSource"]["S3DataSource"]["S3Uri"] == model
+    statistics = version["ModelMetrics"]["ModelQuality"]["Statistics"]
+    assert statistics["S3Uri"] == (
+        "s3://trainstack-artifacts-test/trainstack-r1/trainstack-r1-eval/output/model/evaluation.json"
+    )
+    channels = {
+        c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in evaluation["InputDataConfig"]
+    }
+    assert channels == {"model": model, "eval": "s3://trainstack-datasets-test/evaluation/small/"}
+    # JSON-encoded, as the toolkit reads the job's program (trainstack.job_request writes "train.py" so)
+    assert evaluation["HyperParameters"]["sagemaker_program"] == '"evaluate.py"'
+    assert evaluation["HyperParameters"]["eval_manifest_hash"] == lineage[LINEAGE_KEYS["evaluationSet"]]
+    assert "CheckpointConfig" not in evaluation
+    assert evaluation["ResourceConfig"]["InstanceCount"] == 1
+
+
+def image_digest() -> str:
+    described = boto3.client("ecr").describe_images(
+        repositoryName="trainstack-training", imageIds=[{"imageTag": "v1"}]
+    )
+    return described["imageDetails"][0]["imageDigest"]
+
+
+def assert_requests_match_the_service_model(registration_arn: str) -> None:
+    """Every SageMaker request the registration machine made passes botocore's model: required members,
+    types, lengths, patterns and enums (tests/domain/sagemaker_model.py)."""
+    calls = [
+        event["taskScheduledEventDetails"]
+        for execution in harness.executions(registration_arn)
+        for event in execution.events("TaskScheduled")
+        if event["taskScheduledEventDetails"]["resourceType"] == "aws-sdk:sagemaker"
+    ]
+    operations = set()
+    for call in calls:
+        operation = call["resource"][0].upper() + call["resource"][1:]
+        operations.add(operation)
+        assert problems(operation, json.loads(call["parameters"])) == [], operation
+    assert operations >= {
+        "CreateTrainingJob",
+        "DescribeTrainingJob",
+        "ListModelPackages",
+        "DescribeModelPackage",
+        "CreateModelPackage",
+        "UpdateModelPackage",
+    }

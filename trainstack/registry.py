@@ -1,0 +1,70 @@
+"""The model registry's facts, in plain Python: each profile's model package group, the evaluation job's
+name, the lineage a version carries in CustomerMetadataProperties and its limits (docs/registry.md).
+
+Limits from botocore's sagemaker service model (shape CustomerMetadataMap): at most 50 entries, keys of
+1-128 and values of 1-256 characters, both matching `[\\p{L}\\p{Z}\\p{N}_.:/=+\\-@]*` (letters, spaces,
+digits and `_.:/=+-@`: no comma, so lists are joined with spaces).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+
+from trainstack.profiles import Profile
+
+METADATA_MAX_ENTRIES = 50
+METADATA_KEY_MAX_LENGTH = 128
+METADATA_VALUE_MAX_LENGTH = 256
+# Job names allow 63 characters (CreateTrainingJob TrainingJobName): the run name is cut to leave room.
+EVALUATION_JOB_SUFFIX = "-eval"
+EVALUATION_JOB_NAME_RUN_PART = 63 - len(EVALUATION_JOB_SUFFIX)
+EVALUATION_PROGRAM = "evaluate.py"
+EVALUATION_FILE = "evaluation.json"  # training_scripts/evaluate.py writes it into the job's model dir
+# Where each fact of a version's lineage lives in CustomerMetadataProperties.
+UNKNOWN_CODE_VERSION = "unknown"  # the Dockerfile's default too
+REPOSITORY = Path(__file__).resolve().parents[1]
+LINEAGE_KEYS = {
+    "run": "run.name",
+    "execution": "run.executionArn",
+    "jobs": "run.trainingJobs",
+    "image": "image.uri",  # with its digest
+    "imageDigest": "image.digest",  # present only when ECR could not resolve it: "unresolved"
+    "config": "config.sha256",
+    "trainingSet": "data.trainingSetManifest",
+    "evaluationSet": "data.evaluationSetManifest",
+    "checkpoint": "checkpoint.uri",
+    "evaluationJob": "evaluation.jobName",
+    "loss": "evaluation.loss",
+    "perplexity": "evaluation.perplexity",
+    "tokens": "evaluation.tokens",
+}
+
+
+def group_name(project: str, profile: str) -> str:
+    """The profile's model package group (`<project>-<profile>`: both are lowercase letters, digits, -)."""
+    return f"{project}-{profile}"
+
+
+def config_hash(profile: Profile) -> str:
+    """SHA-256 of the profile's settings as the config loaded them: changes whenever the profile does."""
+    return hashlib.sha256(json.dumps(profile.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
+
+
+def code_version(repository: Path = REPOSITORY) -> str:
+    """The git revision the image is built from (HEAD, `-dirty` with uncommitted changes to tracked
+    files); UNKNOWN_CODE_VERSION outside a git checkout or without git."""
+    try:
+        revision = _git(repository, "rev-parse", "HEAD")
+        changed = _git(repository, "status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.CalledProcessError):
+        return UNKNOWN_CODE_VERSION
+    return f"{revision}-dirty" if changed else revision
+
+
+def _git(repository: Path, *arguments: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(repository), *arguments], capture_output=True, text=True, check=True
+    ).stdout.strip()

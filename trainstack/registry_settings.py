@@ -1,0 +1,34 @@
+"""A profile's `registry:` block: evaluate every completed run, register it as a model package version and
+gate its approval (docs/registry.md, "From run to approved model")."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from trainstack.base import StrictModel, matching
+
+# SageMaker's ModelApprovalStatus values a new version can get (botocore sagemaker model, enum
+# ModelApprovalStatus).
+APPROVED, REJECTED, PENDING = "Approved", "Rejected", "PendingManualApproval"
+
+
+class RegistrySettings(StrictModel):
+    """`evaluation_prefix`: the held-out evaluation set, a key prefix in the dataset bucket (its *.bin files,
+    like the train channel's); the same set for every version of the profile. `approval: auto` approves a
+    version whose evaluation loss is at most the latest Approved version's plus `loss_tolerance`, and rejects
+    the others; `manual` leaves every version PendingManualApproval. `first_version`: the status of a version
+    with no Approved version to compare with (auto only). `max_eval_tokens` bounds the evaluation's cost."""
+
+    evaluation_prefix: Annotated[
+        str,
+        matching(
+            r"^[A-Za-z0-9!_.*'()-][A-Za-z0-9!_.*'()/-]{0,511}/$",
+            "an S3 key prefix ending in / (letters, digits and !_.*'()/- only)",
+        ),
+    ]
+    approval: Literal["auto", "manual"] = "manual"
+    first_version: Literal["Approved", "PendingManualApproval"] = PENDING
+    loss_tolerance: Annotated[float, Field(ge=0, le=100)] = 0.0
+    max_eval_tokens: Annotated[int, Field(ge=1, le=1_000_000_000)] = 1_000_000
