@@ -7,16 +7,12 @@ from __future__ import annotations
 import logging
 import sys
 
-import pytest
-
 from training_scripts.mlflow_log import MlflowLog
 from training_scripts.tensorboard_scalars import TRAIN_LOSS, VALIDATION_LOSS, Scalars
 
 
 def test_the_scalars_and_parameters_land_in_an_mlflow_run_named_after_the_job(tmp_path, monkeypatch):
-    mlflow = pytest.importorskip(
-        "mlflow", reason="the MLflow client is optional (container/requirements.txt)"
-    )
+    import mlflow  # in the image (container/requirements.txt), so in .venv-image: never skipped
     store = tmp_path / "mlruns"
     # MLflow 3 keeps its file store, for local use, behind this switch (mlflow/store/tracking/file_store.py).
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
@@ -54,7 +50,6 @@ def test_without_the_client_training_goes_on_with_one_warning(monkeypatch, caplo
 
 
 def test_an_unreachable_tracking_server_ends_the_logging_not_the_training(monkeypatch, caplog):
-    pytest.importorskip("mlflow", reason="the MLflow client is optional (container/requirements.txt)")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # the discard port: nothing answers
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     with caplog.at_level(logging.INFO, logger="train"):
