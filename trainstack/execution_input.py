@@ -29,6 +29,7 @@ from typing import Any, Protocol
 from trainstack.config import Settings
 from trainstack.cost_cap import cost_cap_problem
 from trainstack.job_request import RunRequest
+from trainstack.planning.forecast import INTERVAL_HYPERPARAMETER
 from trainstack.planning.setups import instance_count_problem
 from trainstack.profiles import (
     MAX_PRIORITY,
@@ -115,6 +116,14 @@ def _is_job_name_part(value: str) -> bool:
     return len(value) <= RUN_NAME_MAX_LENGTH and re.match(RUN_NAME_PATTERN, value) is not None
 
 
+# train.py's --checkpoint-interval takes whole steps; a profile's `auto` is resolved at synth, never per run.
+CHECKPOINT_INTERVAL_PATTERN = r"^[1-9][0-9]{0,8}$"
+
+
+def _is_step_count(name: str, value: Any) -> bool:
+    return name != INTERVAL_HYPERPARAMETER or re.match(CHECKPOINT_INTERVAL_PATTERN, str(value)) is not None
+
+
 def _within_sizes(name: str, value: str) -> bool:
     return 0 < len(name) <= HYPERPARAMETER_NAME_MAX_LENGTH and len(value) <= HYPERPARAMETER_VALUE_MAX_LENGTH
 
@@ -187,6 +196,13 @@ INPUT_RULES: tuple[InputRule, ...] = (
         f"hyperparameters names may have at most {HYPERPARAMETER_NAME_MAX_LENGTH} characters "
         f"and values at most {HYPERPARAMETER_VALUE_MAX_LENGTH}.",
         _hyperparameters(_within_sizes),
+    ),
+    InputRule(
+        "hyperparameters",
+        "checkpoint-interval",
+        f"hyperparameters.{INTERVAL_HYPERPARAMETER} must be a whole number of steps from 1 to 999999999 "
+        f"('auto' is a profile setting, resolved when the app is synthesized).",
+        _hyperparameters(_is_step_count),
     ),
     InputRule(
         "instanceCount",

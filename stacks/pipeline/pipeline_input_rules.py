@@ -16,6 +16,7 @@ from stacks.pipeline import cost_cap_states
 from stacks.pipeline.jsonata_text import literal
 from stacks.pipeline.state_machine_facts import extra_time_seconds
 from trainstack.execution_input import (
+    CHECKPOINT_INTERVAL_PATTERN,
     EXECUTION_NAME_MESSAGE,
     HYPERPARAMETER_NAME_MAX_LENGTH,
     HYPERPARAMETER_VALUE_MAX_LENGTH,
@@ -32,6 +33,7 @@ from trainstack.execution_input import (
     message_context,
 )
 from trainstack.job_request import PipelineResources, base_request, instance_preferences
+from trainstack.planning.forecast import INTERVAL_HYPERPARAMETER
 from trainstack.planning.setups import instance_count_problem
 from trainstack.profiles import (
     MAX_PRIORITY,
@@ -77,6 +79,10 @@ def _conditions(settings: RunConfig) -> dict[tuple[str, str], str]:
             "$count($filter($keys($v), function($k) { $length($k) = 0 "
             f"or $length($k) > {HYPERPARAMETER_NAME_MAX_LENGTH} "
             f"or $length($lookup($v, $k)) > {HYPERPARAMETER_VALUE_MAX_LENGTH} }})) = 0"
+        ),
+        ("hyperparameters", "checkpoint-interval"): (
+            f"$count($filter($keys($v), function($k) {{ $k = {literal(INTERVAL_HYPERPARAMETER)} and "
+            f"$not($contains($lookup($v, $k), {regex(CHECKPOINT_INTERVAL_PATTERN)})) }})) = 0"
         ),
         ("instanceCount", "integer>=1"): (
             f'$type($v) = "number" ? ($v = $floor($v) and $v >= 1 and $v <= {MAX_INSTANCE_COUNT}) : false'

@@ -44,6 +44,16 @@ MALFORMED_INPUTS: list[tuple[str, Any, str]] = [
         {"hyperparameters": {"x" * 257: "1"}},
         "hyperparameters names may have at most 256 characters",
     ),
+    (
+        "checkpoint-interval-auto",
+        {"hyperparameters": {"checkpoint_interval": "auto"}},
+        "hyperparameters.checkpoint_interval must be a whole number of steps from 1 to 999999999",
+    ),
+    (
+        "checkpoint-interval-zero",
+        {"hyperparameters": {"checkpoint_interval": "0"}},
+        "hyperparameters.checkpoint_interval must be a whole number of steps from 1 to 999999999",
+    ),
     ("instance-count-zero", {"instanceCount": 0}, "instanceCount must be a whole number from 1 to 512."),
     ("instance-count-string", {"instanceCount": "2"}, "instanceCount must be a whole number from 1 to 512."),
     (
