@@ -9,7 +9,8 @@ import json
 import boto3
 
 REGION = "us-east-1"
-ROLE = "arn:aws:iam::123456789012:role/trainstack-pipeline"
+ACCOUNT = "123456789012"  # moto's default account
+ROLE = f"arn:aws:iam::{ACCOUNT}:role/trainstack-pipeline"
 # Stand-ins for the pipeline's definition: one that succeeds at once, one that runs for the whole test.
 SUCCEEDS = {"StartAt": "Done", "States": {"Done": {"Type": "Pass", "Result": {"attempts": 2}, "End": True}}}
 KEEPS_RUNNING = {"StartAt": "Train", "States": {"Train": {"Type": "Wait", "Seconds": 3600, "End": True}}}

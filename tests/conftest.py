@@ -87,6 +87,7 @@ def aws(monkeypatch):
     the CLI reads config/default.yaml unless the test sets $TRAINSTACK_CONFIG."""
     from moto import mock_aws
 
+    import localaws.emulator  # noqa: F401  (adds the ListServiceQuotas moto lacks: the CLI's quota check)
     from tests.aws_fixtures import REGION
 
     for variable, value in {

@@ -4,9 +4,8 @@ the warning `trainstack plan --profile` and `trainstack start` print (stderr) be
 ListServiceQuotas (ServiceCode `sagemaker`; botocore's service-quotas model) lists the quotas applied to
 the account, each with its QuotaName (`ml.p5.48xlarge for training job usage`, the name SageMaker's
 refusal quotes: trainstack.quota) and Value. GetServiceQuota needs the QuotaCode, which only a listing
-gives, so one paginated listing reads them all. Where the caller may not (AccessDenied), the endpoint
-does not answer it (moto implements no ListServiceQuotas) or no credentials are found, one line says so
-and nothing is checked.
+gives, so one paginated listing reads them all. Where the caller may not (AccessDenied), Service Quotas
+answers another error or no credentials are found, one line says so and nothing is checked.
 """
 
 from __future__ import annotations
@@ -47,10 +46,6 @@ def training_quotas(service_quotas: Any) -> dict[str, float]:
                 f"quotas not checked: this caller may not call {LIST_ACTION} (AccessDenied)"
             ) from None
         raise QuotasUnreadable(f"quotas not checked: Service Quotas answered {code}") from None
-    except NotImplementedError:  # moto: "The list_service_quotas action has not been implemented"
-        raise QuotasUnreadable(
-            f"quotas not checked: this endpoint does not implement {LIST_ACTION} (the local emulator)"
-        ) from None
     except BotoCoreError as error:
         raise QuotasUnreadable(f"quotas not checked: Service Quotas could not be read ({error})") from None
     return quotas

@@ -1,5 +1,6 @@
 """A local AWS Step Functions for tests and demos: moto's interpreter running JSONata state machines with
-AWS's error names on a virtual or scaled clock. Needs the dev dependencies (moto, jsonata-python).
+AWS's error names on a virtual or scaled clock, and the Service Quotas listing moto lacks
+(service_quotas.py). Needs the dev dependencies (moto, jsonata-python).
 
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
         with local_stepfunctions(VirtualClock()) as clock:
@@ -8,6 +9,7 @@ AWS's error names on a virtual or scaled clock. Needs the dev dependencies (moto
 
 from localaws.emulator.clock import Clock, ScaledClock, SteppedClock, VirtualClock
 from localaws.emulator.errors import aws_sdk_error_name, modelled_error_codes, service_error
+from localaws.emulator.service_quotas import apply_quota
 from localaws.emulator.session import local_stepfunctions
 
 __all__ = [
@@ -15,6 +17,7 @@ __all__ = [
     "ScaledClock",
     "SteppedClock",
     "VirtualClock",
+    "apply_quota",
     "aws_sdk_error_name",
     "local_stepfunctions",
     "modelled_error_codes",

@@ -53,7 +53,7 @@ def test_start_finds_the_state_machine_in_the_stack_outputs_and_sends_the_input(
     captured = capsys.readouterr()
     assert captured.out.strip() == execution["executionArn"]
     # The plan of the run it started: the profile with the run's instance count and max_steps.
-    # Then the quota check, which moto cannot answer (tests/domain/test_service_quotas.py).
+    # Then the quota check: no quota is applied in this account (tests/domain/test_service_quotas.py).
     assert [line.split(" GiB")[0] for line in captured.err.splitlines()][:2] == [
         "plan: ml.p5.48xlarge x4: 25.7 of 79.6",
         "plan: ml.p4de.24xlarge x4: 25.7 of 80.0",

@@ -7,7 +7,8 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from tests.aws_fixtures import REGION, SUCCEEDS, state_machine
+from localaws.emulator import apply_quota
+from tests.aws_fixtures import ACCOUNT, REGION, SUCCEEDS, state_machine
 from trainstack.cli import main as trainstack
 from trainstack.config_loading import load_settings
 from trainstack.service_quotas import LIST_ACTION, quota_lines
@@ -77,10 +78,14 @@ def test_a_caller_that_may_not_read_quotas_is_told_in_one_line(profile):
     ]
 
 
-def test_start_and_plan_say_the_emulator_cannot_tell_the_quotas(aws, capsys):
-    """moto implements no ListServiceQuotas: the commands say so and carry on."""
-    said = f"quotas not checked: this endpoint does not implement {LIST_ACTION} (the local emulator)"
+def test_start_and_plan_read_the_accounts_quotas_through_the_api(aws, capsys):
+    """The CLI's own client, through moto's Service Quotas with ListServiceQuotas (localaws.emulator):
+    no quota applied says nothing; a p5 quota of 1 against the profile's 2 is named in one line."""
     assert trainstack(["plan", "--profile", PROFILE]) == 0
-    assert capsys.readouterr().err.splitlines()[-1] == said
+    assert "quota" not in capsys.readouterr().err
+    apply_quota(ACCOUNT, REGION, "sagemaker", "L-1234ABCD", "ml.p5.48xlarge for training job usage", 1)
+    assert trainstack(["plan", "--profile", PROFILE]) == 0
+    said = capsys.readouterr().err.splitlines()[-1]
+    assert said.startswith("quota: profile llama-7b-smp instance_preferences.0 asks for 2 ml.p5.48xlarge, ")
     assert trainstack(["start", "--state-machine-arn", state_machine(SUCCEEDS)]) == 0
     assert capsys.readouterr().err.splitlines()[-1] == said
