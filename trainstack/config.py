@@ -23,6 +23,7 @@ from trainstack.planning.auto_interval import check_auto_intervals
 from trainstack.planning.setups import fit_problems
 from trainstack.profiles import Profile
 from trainstack.queue_settings import QueueSettings
+from trainstack.registry_settings import check_held_out_sets
 from trainstack.trigger_settings import RetrainOnNewData
 
 # AZ ids start with a per-region code (use1-az4 is in us-east-1); AZ id -> name differs per account,
@@ -226,6 +227,7 @@ class Settings(StrictModel):
 
     _fault_models = model_validator(mode="before")(classmethod(inherit_fault_model))
     _auto_intervals = model_validator(mode="after")(check_auto_intervals)
+    _held_out_sets = model_validator(mode="after")(check_held_out_sets)
 
     @model_validator(mode="after")
     def _placement(self) -> Settings:

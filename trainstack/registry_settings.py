@@ -3,7 +3,7 @@ gate its approval (docs/registry.md, "From run to approved model")."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -32,3 +32,18 @@ class RegistrySettings(StrictModel):
     first_version: Literal["Approved", "PendingManualApproval"] = PENDING
     loss_tolerance: Annotated[float, Field(ge=0, le=100)] = 0.0
     max_eval_tokens: Annotated[int, Field(ge=1, le=1_000_000_000)] = 1_000_000
+
+
+def check_held_out_sets(settings: Any) -> Any:
+    """Settings' after-validator: an evaluation set lies outside the dataset prefix, which every training job
+    reads whole (its train channel), so that no version is evaluated on data it trained on."""
+    dataset_prefix = settings.dataset.prefix
+    for index, profile in enumerate(settings.profiles):
+        held_out = profile.registry and profile.registry.evaluation_prefix
+        if held_out and (held_out.startswith(dataset_prefix) or dataset_prefix.startswith(held_out)):
+            raise ValueError(
+                f"profiles.{index}.registry.evaluation_prefix '{held_out}' overlaps dataset.prefix "
+                f"'{dataset_prefix}', which training reads whole; put the held-out set beside it "
+                "(like evaluation/<name>/)"
+            )
+    return settings

@@ -218,3 +218,18 @@ def test_synth_states_what_control_tower_costs_for_the_config(make_settings):
 
 
 IMAGE_URI = "111111111111.dkr.ecr.us-east-1.amazonaws.com/trainstack:v1"
+
+
+@pytest.mark.parametrize(
+    ("dataset_prefix", "evaluation_prefix"),
+    [("datasets/", "datasets/held-out/"), ("datasets/", "datasets/"), ("datasets/train/", "datasets/")],
+)
+def test_an_evaluation_set_overlapping_the_training_data_is_refused(dataset_prefix, evaluation_prefix):
+    data = default_config_data()
+    registered = next(index for index, profile in enumerate(data["profiles"]) if profile.get("registry"))
+    data["profiles"][registered]["registry"]["evaluation_prefix"] = evaluation_prefix
+    message = error_for({"profiles": data["profiles"], "dataset": {"prefix": dataset_prefix, "size_gib": 10}})
+    assert (
+        f"profiles.{registered}.registry.evaluation_prefix '{evaluation_prefix}' overlaps dataset.prefix "
+        f"'{dataset_prefix}', which training reads whole"
+    ) in message
