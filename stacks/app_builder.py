@@ -65,6 +65,7 @@ def network_stack(app: cdk.App, settings: Settings, **kwargs) -> NetworkStack:
         zone=settings.training_zone,
         network=settings.network,
         governed=governed(settings),
+        mlflow=any(profile.mlflow_tracking_server_arn for profile in settings.profiles),
         **kwargs,
     )
 

@@ -67,6 +67,7 @@ class NetworkStack(cdk.Stack):
         zone: TrainingZone,
         network: NetworkSettings,
         governed: bool,
+        mlflow: bool = False,
         **kwargs,
     ) -> None:
         # Read by the availability_zones override below, which CDK calls while building the VPC.
@@ -78,6 +79,7 @@ class NetworkStack(cdk.Stack):
             **kwargs,
         )
         self._project, self._zone, self._network, self._governed = project, zone, network, governed
+        self._mlflow = mlflow
         existing = network.existing
         self._vpc_cidr = existing.vpc_cidr if existing else network.vpc_cidr
         if existing is None:
@@ -238,6 +240,12 @@ class NetworkStack(cdk.Stack):
         if self._governed and self._network.existing is None:
             # CDK's handler that empties the default security group runs in the VPC (_handlers_in_vpc).
             services["Ec2"] = ec2.InterfaceVpcEndpointAwsService.EC2
+        if self._mlflow:
+            # A profile's SageMaker managed MLflow tracking server: the client in the image (sagemaker-mlflow)
+            # calls https://<region>.experiments.sagemaker.aws, the private DNS name of this service
+            # (aws.sagemaker.<region>.experiments in aws-cdk-lib's list of AWS's endpoint services; AWS's
+            # page "Connecting to an MLflow tracking server through an Interface VPC Endpoint").
+            services["SageMakerExperiments"] = ec2.InterfaceVpcEndpointAwsService.SAGEMAKER_EXPERIMENTS
         for name, service in services.items():
             self.endpoints[name] = ec2.InterfaceVpcEndpoint(
                 self,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -245,3 +246,22 @@ def test_imported_vpc_with_its_own_egress_gets_no_endpoints(imported_vpc_nat_no_
 def test_outputs_name_subnets_and_security_groups(default_infra: InfraApp):
     outputs = default_infra.network_template["Outputs"]
     assert {"VpcId", "TrainingSubnetIds", "TrainingSecurityGroupId", "FsxSecurityGroupId"} <= set(outputs)
+
+
+def test_a_profile_logging_to_mlflow_gets_the_experiments_endpoint(
+    default_infra: InfraApp, imported_vpc_persistent_500: InfraApp
+):
+    """Jobs in `egress: endpoints` reach a SageMaker managed MLflow server only through its endpoint
+    (aws.sagemaker.<region>.experiments); without a tracking server the app creates none."""
+
+    def experiments(infra: InfraApp) -> list[dict[str, Any]]:
+        return [
+            body
+            for body in interface_endpoints(infra.network_template).values()
+            if "experiments" in json.dumps(body["Properties"]["ServiceName"])
+        ]
+
+    [endpoint] = experiments(imported_vpc_persistent_500)
+    assert endpoint["Properties"]["PrivateDnsEnabled"]
+    assert endpoint["Properties"]["ServiceName"] == "aws.sagemaker.us-east-1.experiments"
+    assert experiments(default_infra) == []
