@@ -8,10 +8,10 @@ import json
 import boto3
 import pytest
 
-from localaws.sagemaker import COMPLETED, STARTING, TRAINING, Phase, failed
+from localaws.sagemaker import COMPLETED, STARTING, TRAINING, Phase, evaluated, failed
 from tests.domain.sagemaker_model import problems
 from tests.pipeline import harness
-from tests.pipeline.conftest import FAKE_VALUES, evaluated
+from tests.pipeline.conftest import FAKE_VALUES
 from trainstack.manifest import prefix_manifest
 from trainstack.registry import LINEAGE_KEYS, config_hash
 

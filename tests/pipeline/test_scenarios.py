@@ -15,12 +15,12 @@ from localaws.sagemaker import (
     STARTING,
     TRAINING,
     Phase,
+    evaluated,
     failed,
 )
 from stacks.pipeline.state_machine_facts import POLL_MIN_SECONDS, poll_seconds
 from tests.domain.input_cases import MALFORMED_INPUTS
 from tests.pipeline import harness
-from tests.pipeline.conftest import evaluated
 from trainstack.execution_input import InvalidInputError, validate_execution_input
 from trainstack.job_request import build_create_training_job_request
 
