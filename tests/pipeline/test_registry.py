@@ -40,7 +40,7 @@ def registry(interpreter, pipeline):
         boto3.client("sagemaker").create_model_package_group(ModelPackageGroupName=GROUP)  # the stack's
 
         def run(name: str, loss: float, script: list[Phase] | None = None):
-            sm.fake.behaviour.script([TRAINED, script or evaluated(loss)])
+            sm.fake.behaviour.evaluation_script = script or evaluated(loss)
             return sm.run({"profile": PROFILE, "runName": name, "hyperparameters": {}}, name=name)
 
         run.sm = sm

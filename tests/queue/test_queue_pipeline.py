@@ -483,8 +483,9 @@ def test_queued_quota_busy_then_free_is_submitted_again_after_the_capacity_back_
         "trainstack-qbusy-2",
     ]
     evaluation = queue.sagemaker.jobs["trainstack-qbusy-eval"].request
-    channels = {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in evaluation["InputDataConfig"]}
-    assert f"/{outcome.output['trainingJobName']}/output/model/" in channels["model"]  # what Batch's job trained
+    channels = {c["ChannelName"]: c["DataSource"]["S3DataSource"] for c in evaluation["InputDataConfig"]}
+    # Its model: the output of the training job Batch started and named.
+    assert f"/{outcome.output['trainingJobName']}/output/model/" in channels["model"]["S3Uri"]
     # The run's tags: the job cleanup stops it as it stops a direct-mode job of an ended execution.
     assert "trainstack:execution" in {tag["Key"] for tag in evaluation["Tags"]}
     assert outcome.output["modelPackage"]["status"] == "Registered"
