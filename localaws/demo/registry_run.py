@@ -41,14 +41,34 @@ def stage(settings, profile: str, substitutions: dict[str, str], training: Local
             s3.put_object(
                 Bucket=dataset_bucket, Key=f"{evaluation_prefix}{shard.name}", Body=shard.read_bytes()
             )
-    # The image the jobs name (synthesized.local_value): registered, so the version records its digest.
+    register_image(image_uri)
+    boto3.client("sagemaker").create_model_package_group(
+        ModelPackageGroupName=group_name(settings.project, profile)
+    )
+
+
+def register_image(image_uri: str) -> None:
+    """The image the jobs name (`<registry>/<repository>:<tag>`) in (moto's) ECR, so that a version records
+    its digest."""
     repository, _, tag = image_uri.partition("/")[2].partition(":")
     ecr = boto3.client("ecr")
     ecr.create_repository(repositoryName=repository)
     ecr.put_image(repositoryName=repository, imageManifest=json.dumps(MANIFEST), imageTag=tag)
-    boto3.client("sagemaker").create_model_package_group(
-        ModelPackageGroupName=group_name(settings.project, profile)
-    )
+
+
+def deploy_registry_resources(settings, dataset_bucket: str, image_uri: str) -> None:
+    """What the deployed stacks hold that the registration machine reads, for scripted jobs (nothing reads
+    the shards): the jobs' image in ECR, a one-shard evaluation set under each registered profile's
+    evaluation_prefix in the (existing) dataset bucket, each registered profile's model package group."""
+    register_image(image_uri)
+    s3, sagemaker = boto3.client("s3"), boto3.client("sagemaker")
+    for profile in settings.profiles:
+        if profile.registry is not None:
+            key = f"{profile.registry.evaluation_prefix}eval-000.bin"
+            s3.put_object(Bucket=dataset_bucket, Key=key, Body=key.encode())
+            sagemaker.create_model_package_group(
+                ModelPackageGroupName=group_name(settings.project, profile.name)
+            )
 
 
 def decision_line(output: dict) -> str:

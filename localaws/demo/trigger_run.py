@@ -1,9 +1,11 @@
 """`make demo-trigger` (python -m localaws.demo.trigger_run): retrain on new data on this machine, no AWS.
 
 The app is synthesized with `retrain_on_new_data` on (profile small-torchrun, prefix <dataset prefix>demo/,
-quiet 15 minutes) and its trigger, pipeline and attempt machines run in the local emulator on a stepped
-clock (emulated minutes pass in milliseconds); S3, EventBridge and DynamoDB are moto's, FSx's import tasks
-and SageMaker's training jobs are scripted fakes (localaws.emulator.fake_fsx, localaws.sagemaker.scripted).
+quiet 15 minutes) and its trigger, pipeline, attempt and registration machines run in the local emulator on
+a stepped clock (emulated minutes pass in milliseconds); S3, EventBridge, DynamoDB, ECR and the model
+registry are moto's, FSx's import tasks and SageMaker's training and evaluation jobs are scripted fakes
+(localaws.emulator.fake_fsx, localaws.sagemaker.scripted; every evaluation reports loss 2.0, so a profile
+with `registry:` registers each run's model).
 
 1. 20 files land one emulated minute apart: exactly one run starts, 15 quiet minutes after the last;
    3 new files land while it trains: exactly one more run, after it.
@@ -18,11 +20,12 @@ import shutil
 from pathlib import Path
 
 from localaws.demo.queue_run import synthesize
+from localaws.demo.registry_run import decision_line
 from localaws.demo.run import say
 from localaws.demo.synthesized import load_pipeline
 from localaws.demo.trigger_world import TriggerMachines, TriggerWorld, trigger_world
 from localaws.emulator.fake_fsx import FakeFsx
-from localaws.sagemaker import scripted_sagemaker
+from localaws.sagemaker import evaluated, scripted_sagemaker
 from localaws.sagemaker.scripted import COMPLETED, STARTING, TRAINING
 from trainstack.config_loading import load_settings
 from trainstack.trigger_settings import RetrainOnNewData, trigger_machine_name, trigger_table_name
@@ -73,6 +76,8 @@ def machines(cdk_out: Path, settings) -> TriggerMachines:
         rule_pattern=pattern,
         table=trigger_table_name(project),
         bucket=bucket,
+        settings=settings,
+        image_uri=pipeline.substitutions["TrainingImageUri"],
     )
 
 
@@ -84,9 +89,11 @@ def upload(world: TriggerWorld, prefix: str, names: list[str]) -> None:
 
 def show_runs(world: TriggerWorld, since: int = 0) -> None:
     for run in world.runs()[since:]:
+        output = json.loads(run.get("output") or "{}")
         say(
             f"   run {run['name']}: {run['status']}, "
             f"{run['startDate']:%H:%M} -> {run['stopDate']:%H:%M} (emulated)"
+            + (f"; registry: {decision_line(output)}" if output else "")
         )
 
 
@@ -127,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     say(f"synthesized with retrain_on_new_data on (profile {args.profile}) into {cdk_out}")
     local = machines(cdk_out, settings)
     fsx = FakeFsx(("fs-0123456789abcdef0",)) if settings.fsx_plan else None
-    jobs = scripted_sagemaker([[STARTING, *[TRAINING] * 8, COMPLETED]])
+    jobs = scripted_sagemaker([[STARTING, *[TRAINING] * 8, COMPLETED]], evaluation_script=evaluated(2.0))
     with pytest.MonkeyPatch.context() as monkeypatch, trigger_world(local, jobs, fsx, monkeypatch) as world:
         problems = scenario(world, settings.retrain_on_new_data.prefix)
         say(

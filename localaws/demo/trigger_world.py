@@ -1,8 +1,10 @@
 """The retrain trigger's world on this machine, for `make demo-trigger` and the trigger's tests: moto's S3
 (dataset bucket with EventBridge notifications on), EventBridge (the trigger's rule, starting the trigger
 machine: localaws.emulator.event_targets), DynamoDB (the trigger table), Step Functions running the
-trigger, pipeline and attempt machines on a SteppedClock, a SageMaker fake and, with FSx, the FSx data
-repository task fake (localaws.emulator.fake_fsx). Time moves only when `run_until` jumps to the next
+trigger machine and the synthesized pipeline's machines (attempt, registration) on a SteppedClock, what
+the registration machine reads (registry_run.deploy_registry_resources: ECR image, evaluation set, model
+package groups), a SageMaker fake and, with FSx, the FSx data repository task fake
+(localaws.emulator.fake_fsx). Time moves only when `run_until` jumps to the next
 Wait's end or a caller advances it, so uploads land exactly when the scenario says.
 """
 
@@ -17,6 +19,7 @@ from typing import Any
 import boto3
 from moto import mock_aws
 
+from localaws.demo.registry_run import deploy_registry_resources
 from localaws.emulator import SteppedClock, local_stepfunctions
 from localaws.emulator.event_targets import install_state_machine_targets
 from localaws.emulator.fake_fsx import FakeFsx, install_fake_fsx
@@ -37,6 +40,8 @@ class TriggerMachines:
     rule_pattern: dict[str, Any]  # the trigger rule's EventPattern, naming the local bucket
     table: str
     bucket: str
+    settings: Any  # the config the app was synthesized with: its registered profiles
+    image_uri: str  # the training image the pipeline's requests name
 
 
 @dataclass
@@ -130,6 +135,8 @@ def trigger_world(
 def _create_resources(machines: TriggerMachines) -> None:
     s3 = boto3.client("s3", region_name=REGION)
     s3.create_bucket(Bucket=machines.bucket)
+    # Before the notifications: the evaluation set lands where no trigger watches anyway.
+    deploy_registry_resources(machines.settings, machines.bucket, machines.image_uri)
     # What the storage stack sets on the dataset bucket (NotificationConfiguration.EventBridgeConfiguration).
     s3.put_bucket_notification_configuration(
         Bucket=machines.bucket, NotificationConfiguration={"EventBridgeConfiguration": {}}

@@ -12,6 +12,7 @@ from localaws.sagemaker.scripted import (
     STARTING,
     TRAINING,
     ScriptedJobs,
+    evaluated,
     failed,
     scripted_sagemaker,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "Phase",
     "ScriptedJobs",
     "TrainingJob",
+    "evaluated",
     "failed",
     "install_fake_sagemaker",
     "scripted_sagemaker",

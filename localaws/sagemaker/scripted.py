@@ -1,17 +1,21 @@
 """Training jobs that follow a script of DescribeTrainingJob answers, for the scenario and cleanup tests.
 
 Job i follows job_scripts[i] (the last script repeats); each DescribeTrainingJob moves a job one phase
-on, and its last phase repeats. The failure texts are SageMaker's (DESIGN.md's Facts: the capacity
+on, and its last phase repeats. With an `evaluation_script`, evaluation jobs (`<run>-eval`,
+trainstack.registry) follow it instead and take no place in job_scripts' order: a test scripts its
+training jobs as if no run were evaluated. The failure texts are SageMaker's (DESIGN.md's Facts: the capacity
 failure's FailureReason; managed spot's SecondaryStatus MaxWaitTimeExceeded).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from localaws.sagemaker.calls import CallControl
 from localaws.sagemaker.training_jobs import STOPPED, FakeSageMaker, Phase, TrainingJob
+from trainstack.registry import EVALUATION_JOB_SUFFIX
 
 CAPACITY_ERROR = (
     "CapacityError: Unable to provision requested ML compute capacity. "
@@ -30,6 +34,17 @@ SPOT_WAIT_EXCEEDED = Phase("Stopped", "MaxWaitTimeExceeded")
 
 def failed(reason: str) -> Phase:
     return Phase("Failed", "Failed", reason)
+
+
+def evaluated(loss: float) -> list[Phase]:
+    """An evaluation job's phases: it completes, its FinalMetricDataList reporting `loss` (the
+    MetricDefinitions of training_scripts/metrics.py)."""
+    metrics = [
+        {"MetricName": "evaluation:loss", "Value": loss},
+        {"MetricName": "evaluation:perplexity", "Value": math.exp(loss)},
+        {"MetricName": "evaluation:tokens", "Value": 4096.0},
+    ]
+    return [TRAINING, Phase("Completed", "Completed", fields={"FinalMetricDataList": metrics})]
 
 
 @dataclass
@@ -51,8 +66,12 @@ class ScriptedJobs:
     started: int = 0
     # Jobs started before job_scripts was last set: scripts apply from the next job on.
     script_offset: int = 0
+    # What every evaluation job follows; None: evaluation jobs take their turn in job_scripts.
+    evaluation_script: list[Phase] | None = None
 
     def start(self, job: TrainingJob) -> ScriptedRun:
+        if self.evaluation_script is not None and job.name.endswith(EVALUATION_JOB_SUFFIX):
+            return ScriptedRun(list(self.evaluation_script))
         index = self.started - self.script_offset
         self.started += 1
         return ScriptedRun(list(self.job_scripts[min(index, len(self.job_scripts) - 1)]))
@@ -63,9 +82,14 @@ class ScriptedJobs:
 
 
 def scripted_sagemaker(
-    job_scripts: list[list[Phase]] | None = None, throttles: dict[str, int] | None = None, **fields: Any
+    job_scripts: list[list[Phase]] | None = None,
+    throttles: dict[str, int] | None = None,
+    evaluation_script: list[Phase] | None = None,
+    **fields: Any,
 ) -> FakeSageMaker:
-    """A FakeSageMaker whose jobs follow `job_scripts`, whose calls are throttled `throttles` times by
-    action; `fields` are FakeSageMaker's (create_errors, reject_creates, ...)."""
+    """A FakeSageMaker whose jobs follow `job_scripts` (evaluation jobs `evaluation_script`, when given),
+    whose calls are throttled `throttles` times by action; `fields` are FakeSageMaker's (create_errors,
+    reject_creates, ...)."""
     behaviour = ScriptedJobs(job_scripts) if job_scripts is not None else ScriptedJobs()
+    behaviour.evaluation_script = evaluation_script
     return FakeSageMaker(behaviour=behaviour, control=CallControl(throttles=dict(throttles or {})), **fields)

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
+from localaws.demo import registry_run
 from localaws.emulator import VirtualClock
-from localaws.sagemaker import TRAINING, FakeSageMaker, Phase, scripted_sagemaker
+from localaws.sagemaker import FakeSageMaker, scripted_sagemaker
 from stacks.pipeline.state_machine_facts import substitution_names, with_values
 from tests.infra.templates import resources
 from tests.pipeline import harness
@@ -109,39 +109,21 @@ def pipeline(default_app) -> SynthesizedPipeline:
     return synthesized_pipeline(*default_app)
 
 
-IMAGE_MANIFEST = json.dumps(
-    {"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json", "layers": []}
-)
-DATASET_KEYS = ("datasets/train-000.bin", "datasets/train-001.bin", "evaluation/small/eval-000.bin")
+TRAINING_KEYS = ("datasets/train-000.bin", "datasets/train-001.bin")
 
 
 def deploy_registry_resources(settings: Settings) -> None:
     """What the deployed stacks hold that the registration machine reads (docs/registry.md): the dataset
-    bucket with a training and an evaluation set, the jobs' image in ECR, each registered profile's group."""
+    bucket with a training set, and localaws.demo.registry_run's evaluation set, image and groups."""
     import boto3
 
-    ecr = boto3.client("ecr")
-    ecr.create_repository(repositoryName="trainstack-training")  # FAKE_VALUES' TrainingImageUri, tag v1
-    ecr.put_image(repositoryName="trainstack-training", imageManifest=IMAGE_MANIFEST, imageTag="v1")
     s3 = boto3.client("s3")
     s3.create_bucket(Bucket=FAKE_VALUES["DatasetBucket"])
-    for key in DATASET_KEYS:
+    for key in TRAINING_KEYS:
         s3.put_object(Bucket=FAKE_VALUES["DatasetBucket"], Key=key, Body=key.encode())
-    for profile in settings.profiles:
-        if profile.registry is not None:
-            boto3.client("sagemaker").create_model_package_group(
-                ModelPackageGroupName=f"{settings.project}-{profile.name}"
-            )
-
-
-def evaluated(loss: float) -> list[Phase]:
-    """An evaluation job's phases: it completes, its FinalMetricDataList reporting `loss`."""
-    metrics = [
-        {"MetricName": "evaluation:loss", "Value": loss},
-        {"MetricName": "evaluation:perplexity", "Value": math.exp(loss)},
-        {"MetricName": "evaluation:tokens", "Value": 4096.0},
-    ]
-    return [TRAINING, Phase("Completed", "Completed", fields={"FinalMetricDataList": metrics})]
+    registry_run.deploy_registry_resources(
+        settings, FAKE_VALUES["DatasetBucket"], FAKE_VALUES["TrainingImageUri"]
+    )
 
 
 @dataclass

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import boto3
 
-from localaws.sagemaker import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING
+from localaws.sagemaker import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING, evaluated
 from stacks.pipeline.attempt_metrics import ATTEMPTS, OUTCOME_DIMENSION, QUOTA_DIMENSION, QUOTA_WAITS
 from tests.pipeline import harness
 from tests.pipeline.test_fault_surfacing import status_of
@@ -45,10 +45,17 @@ def preferences(request: dict) -> list[str]:
 
 
 def test_quota_busy_then_free_waits_like_capacity_and_succeeds(interpreter):
-    sm = interpreter(job_scripts=[SUCCESS], create_errors=[busy("ml.g5.12xlarge", "spot training")])
+    sm = interpreter(
+        job_scripts=[SUCCESS],
+        evaluation_script=evaluated(2.0),
+        create_errors=[busy("ml.g5.12xlarge", "spot training")],
+    )
     outcome = sm.run({"profile": "small-torchrun", "runName": "trainstack-busy"})
     assert outcome.status == "SUCCEEDED", outcome.cause
-    assert list(sm.fake.jobs) == ["trainstack-busy-2"]  # attempt 1's create made no job
+    # Attempt 1's create made no job; attempt 2 trained, and its model was evaluated (small-torchrun has a
+    # registry: block, docs/registry.md).
+    assert list(sm.fake.jobs) == ["trainstack-busy-2", "trainstack-busy-eval"]
+    assert outcome.output["modelPackage"]["status"] == "Registered"
     assert outcome.output["quotaWaits"] == [
         {
             "attempt": 1,

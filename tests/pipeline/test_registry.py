@@ -8,10 +8,10 @@ import json
 import boto3
 import pytest
 
-from localaws.sagemaker import COMPLETED, STARTING, TRAINING, Phase, failed
+from localaws.sagemaker import COMPLETED, STARTING, TRAINING, Phase, evaluated, failed
 from tests.domain.sagemaker_model import problems
 from tests.pipeline import harness
-from tests.pipeline.conftest import FAKE_VALUES, evaluated
+from tests.pipeline.conftest import FAKE_VALUES
 from trainstack.manifest import prefix_manifest
 from trainstack.registry import LINEAGE_KEYS, config_hash
 
@@ -40,7 +40,7 @@ def registry(interpreter, pipeline):
         boto3.client("sagemaker").create_model_package_group(ModelPackageGroupName=GROUP)  # the stack's
 
         def run(name: str, loss: float, script: list[Phase] | None = None):
-            sm.fake.behaviour.script([TRAINED, script or evaluated(loss)])
+            sm.fake.behaviour.evaluation_script = script or evaluated(loss)
             return sm.run({"profile": PROFILE, "runName": name, "hyperparameters": {}}, name=name)
 
         run.sm = sm

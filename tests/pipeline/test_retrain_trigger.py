@@ -1,5 +1,6 @@
 """Retrain on new data, on the stepped clock: uploads land at the minutes the scenario says, EventBridge
-starts the trigger machine per object, and the trigger starts the real pipeline (scripted SageMaker jobs)."""
+starts the trigger machine per object, and the trigger starts the real pipeline (scripted SageMaker jobs;
+its registration machine evaluates and registers each run's model, docs/registry.md)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 from localaws.demo.trigger_world import trigger_world
 from localaws.emulator.fake_fsx import FakeFsx, ImportScript
-from localaws.sagemaker import scripted_sagemaker
+from localaws.sagemaker import evaluated, scripted_sagemaker
 from localaws.sagemaker.scripted import COMPLETED, STARTING, TRAINING
 from tests.infra.templates import resources
 from tests.pipeline.conftest import FAKE_VALUES
@@ -30,7 +31,7 @@ def templates(pipeline):
 def world(templates, pipeline, monkeypatch):
     def start(variant: str = "fsx", fsx_scripts=(), job_scripts=None):
         fsx = FakeFsx((FAKE_VALUES["FileSystemId"],), scripts=list(fsx_scripts)) if variant == "fsx" else None
-        sagemaker = scripted_sagemaker(job_scripts)
+        sagemaker = scripted_sagemaker(job_scripts, evaluation_script=evaluated(2.0))  # PROFILE registers
         context = trigger_world(trigger_machines(templates[variant], pipeline), sagemaker, fsx, monkeypatch)
         contexts.append(context)
         return context.__enter__()
@@ -67,6 +68,7 @@ def test_a_burst_of_uploads_starts_one_run_once_the_prefix_is_quiet(world):
     (run,) = world.runs()
     assert run["status"] == "SUCCEEDED"
     assert json.loads(run["input"]) == {"profile": PROFILE, "runName": run["name"]}
+    assert json.loads(run["output"])["modelPackage"]["decision"] == "Approved"  # the first version
     assert run["startDate"].timestamp() - upload_time(world, 5) >= 15 * MINUTE, "quiet_minutes after the last"
     assert decisions(world).count("trained") == 1
     (task,) = world.fsx.tasks

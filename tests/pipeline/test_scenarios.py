@@ -15,12 +15,12 @@ from localaws.sagemaker import (
     STARTING,
     TRAINING,
     Phase,
+    evaluated,
     failed,
 )
 from stacks.pipeline.state_machine_facts import POLL_MIN_SECONDS, poll_seconds
 from tests.domain.input_cases import MALFORMED_INPUTS
 from tests.pipeline import harness
-from tests.pipeline.conftest import evaluated
 from trainstack.execution_input import InvalidInputError, validate_execution_input
 from trainstack.job_request import build_create_training_job_request
 
@@ -182,7 +182,7 @@ def test_job_stopped_by_a_user_is_training_stopped(interpreter):
 
 
 def test_spot_capacity_that_never_came_is_retried_like_a_capacity_error(interpreter):
-    sm = interpreter(job_scripts=[[STARTING, SPOT_WAIT_EXCEEDED], SUCCESS, evaluated(2.0)])
+    sm = interpreter(job_scripts=[[STARTING, SPOT_WAIT_EXCEEDED], SUCCESS], evaluation_script=evaluated(2.0))
     outcome = sm.run({"profile": "small-torchrun", "runName": "trainstack-spot"})
     assert outcome.status == "SUCCEEDED", outcome.cause
     assert list(sm.fake.jobs) == ["trainstack-spot-1", "trainstack-spot-2", "trainstack-spot-eval"]
@@ -246,7 +246,8 @@ def test_request_equals_the_builders_for_every_profile(interpreter, pipeline, pr
         "maxRuntimeHours": 1.5,
         "resumeFrom": "s3://trainstack-checkpoints-test/trainstack-earlier/",
     }
-    sm = interpreter(job_scripts=[SUCCESS, evaluated(2.0)])  # small-torchrun's run is evaluated
+    # small-torchrun's run is evaluated
+    sm = interpreter(job_scripts=[SUCCESS], evaluation_script=evaluated(2.0))
     outcome = sm.run(execution_input, name="same-builder")
     assert outcome.status == "SUCCEEDED", outcome.cause
     run = validate_execution_input(execution_input, pipeline.settings, "same-builder")

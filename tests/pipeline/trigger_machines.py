@@ -60,13 +60,15 @@ def trigger_templates(settings) -> dict[str, dict]:
 
 
 def trigger_machines(template: dict, pipeline: SynthesizedPipeline) -> TriggerMachines:
-    """The trigger machine of `template` beside the real (synthesized) pipeline and attempt machines."""
+    """The trigger machine of `template` beside the real (synthesized) pipeline, attempt and registration
+    machines."""
     name = trigger_machine_name(PROJECT)
     (rule,) = resources(template, "AWS::Events::Rule").values()
     pattern = rule["Properties"]["EventPattern"]
     return TriggerMachines(
         definitions={
             f"{PROJECT}-pipeline-attempt": pipeline.attempt_definition,
+            f"{PROJECT}-pipeline-registration": pipeline.registration_definition,
             f"{PROJECT}-pipeline": pipeline.training_definition,
             name: filled_definition(state_machines(template)[name], template),
         },
@@ -75,4 +77,6 @@ def trigger_machines(template: dict, pipeline: SynthesizedPipeline) -> TriggerMa
         rule_pattern=pattern,
         table=trigger_table_name(PROJECT),
         bucket=FAKE_VALUES["DatasetBucket"],
+        settings=pipeline.settings,
+        image_uri=FAKE_VALUES["TrainingImageUri"],
     )

@@ -23,12 +23,13 @@ from localaws.sagemaker import (
     STARTING,
     TRAINING,
     FakeSageMaker,
+    evaluated,
     scripted_sagemaker,
 )
 from stacks.pipeline.queue.training_queue import weight_factor
 from tests.conftest import synthesize
 from tests.pipeline import harness
-from tests.pipeline.conftest import fake_value, state_machine_arn, state_machines
+from tests.pipeline.conftest import deploy_registry_resources, fake_value, state_machine_arn, state_machines
 from tests.pipeline.test_fault_drills import NCCL, USER_CONFIG
 from tests.pipeline.test_quota_drills import P4DE, P5, busy, exceeded
 from tests.queue.conftest import service_job
@@ -65,6 +66,7 @@ class QueuedPipeline:
     pipeline: str
     attempt: str
     queue_cleanup: str
+    registration: str
     outdir: Path  # the synthesized cloud assembly
 
 
@@ -84,6 +86,7 @@ def queued_pipeline(
         filled(machines["trainstack-pipeline"], template),
         filled(machines["trainstack-pipeline-attempt"], template),
         filled(machines["trainstack-queue-cleanup"], template),
+        filled(machines["trainstack-pipeline-registration"], template),
         outdir,
     )
 
@@ -127,9 +130,12 @@ class Queue:
 
 
 def queue_for(pipeline: QueuedPipeline, monkeypatch, scripts, naming: str = "awsbatch") -> Any:
-    sagemaker = scripted_sagemaker(job_scripts=scripts)
+    """The queue world; a profile with `registry:` registers its Completed runs, their evaluation jobs
+    created by the registration machine directly, outside the queue (docs/queue.md, "Evaluation jobs")."""
+    sagemaker = scripted_sagemaker(job_scripts=scripts, evaluation_script=evaluated(2.0))
     context = harness.pipeline_environment(sagemaker, monkeypatch)
     clock = context.__enter__()
+    deploy_registry_resources(pipeline.settings)
     queue = pipeline.settings.queue
     batch = FakeBatch(
         sagemaker=sagemaker,
@@ -141,6 +147,7 @@ def queue_for(pipeline: QueuedPipeline, monkeypatch, scripts, naming: str = "aws
     )
     install_fake_batch(batch, monkeypatch)
     harness.create_state_machine(pipeline.attempt, "trainstack-pipeline-attempt")
+    harness.create_state_machine(pipeline.registration, "trainstack-pipeline-registration")
     arn = harness.create_state_machine(pipeline.pipeline, "trainstack-pipeline")
     cleanup = harness.create_state_machine(pipeline.queue_cleanup, "trainstack-queue-cleanup")
     return context, Queue(sagemaker, batch, arn, cleanup)
@@ -446,6 +453,11 @@ def quota_queue(fifo_pipeline, monkeypatch):
         context.__exit__(None, None, None)
 
 
+def submitted(queue: Queue) -> list[dict[str, Any]]:
+    """The SubmitServiceJob calls."""
+    return [call for operation, call in queue.batch.calls if operation == "SubmitServiceJob"]
+
+
 def submitted_preferences(queue: Queue) -> list[list[str]]:
     return [
         [
@@ -454,8 +466,7 @@ def submitted_preferences(queue: Queue) -> list[list[str]]:
                 "InstancePreferences", []
             )
         ]
-        for operation, call in queue.batch.calls
-        if operation == "SubmitServiceJob"
+        for call in submitted(queue)
     ]
 
 
@@ -466,6 +477,18 @@ def test_queued_quota_busy_then_free_is_submitted_again_after_the_capacity_back_
     )
     assert outcome.status == "SUCCEEDED", outcome.cause
     assert (outcome.output["attempts"], len(outcome.output["quotaWaits"])) == (2, 1)
+    # small-torchrun registers: its evaluation job is created directly, not submitted to the queue.
+    assert [json.loads(call["serviceRequestPayload"])["TrainingJobName"] for call in submitted(queue)] == [
+        "trainstack-qbusy-1",
+        "trainstack-qbusy-2",
+    ]
+    evaluation = queue.sagemaker.jobs["trainstack-qbusy-eval"].request
+    channels = {c["ChannelName"]: c["DataSource"]["S3DataSource"] for c in evaluation["InputDataConfig"]}
+    # Its model: the output of the training job Batch started and named.
+    assert f"/{outcome.output['trainingJobName']}/output/model/" in channels["model"]["S3Uri"]
+    # The run's tags: the job cleanup stops it as it stops a direct-mode job of an ended execution.
+    assert "trainstack:execution" in {tag["Key"] for tag in evaluation["Tags"]}
+    assert outcome.output["modelPackage"]["status"] == "Registered"
 
 
 def test_queued_quota_busy_on_the_first_preference_submits_the_second(quota_queue):
