@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from localaws.emulator.batch_jobs import TERMINATIONS
 from localaws.sagemaker import BILLED_TRAINING, COMPLETED, STARTING
 from tests.pipeline import harness
 from tests.pipeline.test_cost_cap import HOURLY, WIDE, _dollars
@@ -22,9 +23,11 @@ def wide_pipeline(tmp_path_factory):
     return queued_pipeline(WIDE_QUEUE, tmp_path_factory)
 
 
-@pytest.fixture
-def wide_queue(wide_pipeline, monkeypatch):
+@pytest.fixture(params=TERMINATIONS)
+def wide_queue(wide_pipeline, monkeypatch, request):
+    """Under each plausible moment a terminated service job shows FAILED (docs/emulator.md)."""
     context, queue = queue_for(wide_pipeline, monkeypatch, [[STARTING, BILLED_TRAINING]])
+    queue.batch.terminations = request.param
     # The fake's TrainingStartTime/EndTime on the interpreter's clock.
     queue.sagemaker.now = queue.batch.now
     yield queue
