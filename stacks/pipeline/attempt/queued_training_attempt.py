@@ -280,15 +280,17 @@ class QueuedTrainingAttempt(Construct):
             },
         )
         classify_training_job = sfn.Choice.jsonata(self, "ClassifyTrainingJob")
+        add_attempt_budget_stop(classify_training_job, report, stop_over_budget)
+        # Described for its cost while Batch has not ended the service job: any other end is Batch's to
+        # report (a capacity failure, say, sends the service job back to RUNNABLE). After the cost cap's
+        # stop: poll on until the training job has stopped.
+        not_ended = (
+            f"$service.status in {json.dumps(HAS_INSTANCES)} or "
+            f'($exists($budgetStop) and {status} in ["InProgress", "Stopping"])'
+        )
+        classify_training_job.when(sfn.Condition.jsonata(expression(not_ended)), wait)
         report_when(classify_training_job, f'{status} = "Completed"', report, outcome("Completed"))
         report_when(classify_training_job, f'{status} = "Failed"', report, failed_outcome())
-        add_attempt_budget_stop(classify_training_job, report, stop_over_budget)
-        # Still running (described for its cost), or stopping after the cost cap's stop: poll on.
-        running = (
-            f'{status} in ["InProgress", "Stopping"] and '
-            f"($service.status in {json.dumps(HAS_INSTANCES)} or $exists($budgetStop))"
-        )
-        classify_training_job.when(sfn.Condition.jsonata(expression(running)), wait)
         classify_training_job.otherwise(stopped.next(report))
         describe_started_job.next(classify_training_job)
         return describe_started_job
