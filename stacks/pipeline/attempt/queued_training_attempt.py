@@ -224,7 +224,8 @@ class QueuedTrainingAttempt(Construct):
     ) -> tasks.CallAwsService:
         """The cost cap's stop: terminating the service job stops its training job ("For SageMaker Training
         jobs, this will stop the training job in SageMaker AI as well": Batch user guide, "Terminate service
-        jobs"), and Batch does not start it again. Then the next poll, until the training job has stopped."""
+        jobs") and ends the service job, as the overdue stop does. Then the next poll, until the training job
+        has stopped (when Batch shows the service job FAILED is assumed: either way, docs/emulator.md)."""
         terminate = tasks.CallAwsService.jsonata(
             self,
             "TerminateOverBudgetServiceJob",
