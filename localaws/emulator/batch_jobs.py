@@ -18,6 +18,9 @@ CAPACITY_WAITING = f"{CAPACITY_REASON} - Unable to provision requested compute r
 CAPACITY_TERMINATED = f"Terminated by JobStateTimeLimit action due to reason: {CAPACITY_REASON}"
 JOB_NAME = re.compile(r"[A-Za-z0-9_-]{1,128}")
 TRAINING_JOB_NAMES = ("awsbatch", "truncated", "payload")
+# When a terminated service job whose training job runs shows FAILED (FakeBatch.terminations; assumed,
+# Batch's guide says only that the training job is stopped): at once, or once the training job stopped.
+TERMINATIONS = ("at_once", "after_stop")
 # ListServiceJobs' maxResults: "between 1 and 100"; without it, "up to 100 results" (botocore's model).
 MAX_PAGE = 100
 SAGEMAKER_NAME_LENGTH = 63
@@ -72,6 +75,8 @@ class ServiceJob:
     started_at: int | None = None
     stopped_at: int | None = None
     terminated: bool = False
+    # TerminateServiceJob's reason while the training job stops (FakeBatch.terminations "after_stop").
+    termination_reason: str | None = None
 
     @property
     def name(self) -> str:

@@ -18,15 +18,19 @@ queue demo. docs/emulator.md lists each behaviour with its source; in short:
   payload's TrainingJobName ("payload"); which one AWS uses past the guide's example is not documented,
   so the pipeline is tested under each; DescribeServiceJob names it in latestAttempt.serviceResourceId;
 - ListServiceJobs pages its answer (maxResults, at most 100, nextToken), newest first;
-- TerminateServiceJob fails a waiting job at once and stops the training job of a started one.
+- TerminateServiceJob fails a waiting job at once and stops the training job of a started one ("For
+  SageMaker Training jobs, this will stop the training job in SageMaker AI as well": Batch user guide,
+  "Terminate service jobs").
 
 Assumed (no AWS source): the attempt id's form (32 hex digits), the statusReason text of SageMaker
 failures, how InstancePreferences count against the capacity limit (the largest count), what a quota
 refusal of the training job's create does to the service job (`quota_refusals`: FAILED, or RUNNABLE and
-tried again; the pipeline is tested under both), that Batch re-starts a job on the pass after a capacity
-failure, and the payload alternative's `-b<n>` names of re-submissions. Jobs advance when they are
-described (each DescribeServiceJob describes its training job once), the way scripted SageMaker jobs
-advance per DescribeTrainingJob (localaws/sagemaker/scripted.py).
+tried again; the pipeline is tested under both), when a terminated job whose training job runs shows
+FAILED (`terminations`: at once, or once its training job has stopped; the pipeline's cost cap is
+tested under both), that Batch re-starts a job on the pass after a capacity failure, and the payload
+alternative's `-b<n>` names of re-submissions. Jobs advance when they are described (each
+DescribeServiceJob describes its training job once), the way scripted SageMaker jobs advance per
+DescribeTrainingJob (localaws/sagemaker/scripted.py).
 """
 
 from __future__ import annotations
@@ -81,6 +85,8 @@ class FakeBatch:
     # A CreateTrainingJob refused for a quota (assumed, undocumented): the service job FAILS with the
     # refusal as statusReason ("fail"), or stays RUNNABLE with it and is tried again ("runnable").
     quota_refusals: str = "fail"
+    # One of batch_jobs.TERMINATIONS (assumed, undocumented).
+    terminations: str = "at_once"
     now: Callable[[], float] = time.time
     jobs: dict[str, ServiceJob] = field(default_factory=dict)
     # (job name, status) each time a job's status changed, in order.
@@ -198,6 +204,9 @@ class FakeBatch:
                 return {}
             if job.status in ACTIVE and job.training_job:
                 self.sagemaker.stop(job.training_job)
+                if self.terminations == "after_stop":
+                    job.terminated, job.termination_reason = True, request["reason"]
+                    return {}
             self._finish(job, "FAILED", request["reason"])
             job.terminated = True
             self._schedule()
@@ -300,6 +309,10 @@ class FakeBatch:
             return
         if status == "Completed":
             self._finish(job, "SUCCEEDED", f"{SAGEMAKER_STATUS}Completed")
+            return
+        if job.termination_reason:
+            job.attempts[-1]["stoppedAt"] = self._millis()
+            self._finish(job, "FAILED", job.termination_reason)
             return
         reason = training.get("FailureReason", "")
         attempt = job.attempts[-1]

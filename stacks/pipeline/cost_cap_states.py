@@ -3,7 +3,8 @@ rule, the run's cap and spend, the attempt's billed-cost stop and the pipeline's
 
 The pipeline keeps `$costCap` (null without max_cost_usd) and `$spentUsd` (the billed cost of the
 attempts that ended). Each attempt gets the cap with what is left of it (`remainingUsd`); once its own
-job's billed cost passes that, it stops the job (StopTrainingJob), follows it until it has stopped and
+job's billed cost passes that, it stops the job (the direct attempt: StopTrainingJob; the queued one:
+TerminateServiceJob, which stops the training job Batch started), follows it until it has stopped and
 reports BudgetExceeded. The pipeline then fails the run with BudgetExceeded, and so it does instead of
 retrying once the spend has reached the cap. The checkpoint prefix is left as it is, so a later run
 resumes with resumeFrom.
@@ -26,7 +27,7 @@ from trainstack.profiles import Profile
 
 BUDGET_EXCEEDED_STATUS = "BudgetExceeded"
 # The attempt's copy of the cap, from the pipeline (null without max_cost_usd).
-_ATTEMPT_CAP = "$states.context.Execution.Input.costCap"
+ATTEMPT_CAP = "$states.context.Execution.Input.costCap"
 
 
 def money(amount: str) -> str:
@@ -172,45 +173,53 @@ def billed_seconds(result: str) -> str:
 def poll_within_budget(poll_seconds: str) -> str:
     """The poll wait, shortened so that the next poll comes when the job's cost reaches what the run has
     left (at least POLL_MIN_SECONDS): the stop then comes within a minute of billing past the cap."""
-    cap = _ATTEMPT_CAP
+    cap = ATTEMPT_CAP
     to_cap = f"$round(({cap}.remainingUsd - {job_usd('$job', cap)}) / {hourly_usd('$job', cap)} * 3600)"
     billing = f'$type({cap}) = "object" and $type($job.billedSeconds) = "number" and $job.billedSeconds > 0'
     return f"({billing}) ? $max([{POLL_MIN_SECONDS}, $min([{poll_seconds}, {to_cap}])]) : {poll_seconds}"
 
 
-def add_attempt_budget_stop(
-    scope: Construct,
-    check_job: sfn.Choice,
-    report: sfn.IChainable,
-    wait_for_job: sfn.IChainable,
-    job_arn: str,
-) -> None:
-    """CheckJob's branches: a job stopped for the budget reports BudgetExceeded; a running job whose billed
-    cost passed what the run has left is stopped, then followed until it has stopped."""
-    over = (
-        f'$described.status = "InProgress" and $type({_ATTEMPT_CAP}) = "object" and '
-        f"{job_usd('$job', _ATTEMPT_CAP)} > {_ATTEMPT_CAP}.remainingUsd"
-    )
-    spent = f"({_ATTEMPT_CAP}.maxUsd - {_ATTEMPT_CAP}.remainingUsd + {job_usd('$job', _ATTEMPT_CAP)})"
-    cause = (
-        '"Training job " & $job.name & " was stopped by the pipeline: the run\'s billed cost reached " & '
-        f'{money(spent)} & ", over its max_cost_usd of " & {money(_ATTEMPT_CAP + ".maxUsd")} & "."'
-    )
+# What the attempt's stop state assigns: the stop was the cost cap's (add_attempt_budget_stop).
+BUDGET_STOP_ASSIGN = {"budgetStop": True}
+BUDGET_STOP_COMMENT = "The run's billed cost passed max_cost_usd: stop the job (its checkpoints stay)."
+
+
+def stop_over_budget_job(
+    scope: Construct, wait_for_job: sfn.IChainable, job_arn: str
+) -> tasks.CallAwsService:
+    """The direct attempt's stop: StopTrainingJob, then the next poll."""
     stop = tasks.CallAwsService.jsonata(
         scope,
         "StopOverBudgetJob",
-        comment="The run's billed cost passed max_cost_usd: stop the job (its checkpoints stay).",
+        comment=BUDGET_STOP_COMMENT,
         service="sagemaker",
         action="stopTrainingJob",
         parameters={"TrainingJobName": expression("$job.name")},
         iam_resources=[job_arn],
-        assign={"budgetStop": True},
+        assign=BUDGET_STOP_ASSIGN,
         outputs={},
     )
     retry_poll_call(stop, [SAGEMAKER_ERROR])
     # The job may just have ended: the next poll tells.
     stop.add_catch(wait_for_job, errors=[SAGEMAKER_ERROR], outputs={})
     stop.next(wait_for_job)
+    return stop
+
+
+def add_attempt_budget_stop(check_job: sfn.Choice, report: sfn.IChainable, stop: sfn.IChainable) -> None:
+    """The branches of the Choice that reads `$described` (DescribeTrainingJob of the attempt's job): a job
+    stopped for the budget reports BudgetExceeded; a running job whose billed cost passed what the run has
+    left goes to `stop` (which assigns BUDGET_STOP_ASSIGN and leads to the next poll, so that the attempt
+    follows the job until it has stopped)."""
+    over = (
+        f'$described.status = "InProgress" and $type({ATTEMPT_CAP}) = "object" and '
+        f"{job_usd('$job', ATTEMPT_CAP)} > {ATTEMPT_CAP}.remainingUsd"
+    )
+    spent = f"({ATTEMPT_CAP}.maxUsd - {ATTEMPT_CAP}.remainingUsd + {job_usd('$job', ATTEMPT_CAP)})"
+    cause = (
+        '"Training job " & $job.name & " was stopped by the pipeline: the run\'s billed cost reached " & '
+        f'{money(spent)} & ", over its max_cost_usd of " & {money(ATTEMPT_CAP + ".maxUsd")} & "."'
+    )
     stopped = '$described.status = "Stopped" and $exists($budgetStop)'
     check_job.when(
         sfn.Condition.jsonata(expression(stopped)),

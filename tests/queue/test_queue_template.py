@@ -217,6 +217,7 @@ def test_each_call_retries_by_its_purpose_and_names_the_errors_it_can_raise(queu
     assert _retry(attempt["SubmitServiceJob"]) == (batch_errors, 8, 60)
     assert _retry(attempt["DescribeServiceJob"]) == (batch_errors, 5, 60)
     assert _retry(attempt["TerminateOverdueServiceJob"]) == (batch_errors, 5, 60)
+    assert _retry(attempt["TerminateOverBudgetServiceJob"]) == (batch_errors, 5, 60)
     assert _retry(attempt["DescribeTrainingJob"]) == (["SageMaker.SageMakerException"], 5, 60)
     sweeper = _definition(template, "QueueCleanupSweeper")
     (each,) = (state for name, state in sweeper["States"].items() if name.startswith("Each"))

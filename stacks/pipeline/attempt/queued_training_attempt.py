@@ -17,6 +17,10 @@ waited the queue's capacity time limit. So this attempt:
   which Batch itself limits (only time in SCHEDULED counts toward the queue's capacity time limit, and
   a capacity failure sends the job back to RUNNABLE: Batch user guide, "Jobs stuck in RUNNABLE due to
   capacity");
+- with a cost cap (cost_cap_states.py), describes the training job Batch started on every poll while it
+  has its instances, and once its billed cost passes what the run has left terminates the service job
+  (which stops the training job), follows the training job until it has stopped and reports
+  BudgetExceeded, as the direct attempt does;
 - at the end describes the training job Batch started, by the name in DescribeServiceJob's
   latestAttempt.serviceResourceId (botocore's batch model: LatestServiceJobAttempt.serviceResourceId
   {name: TrainingJobArn, value}); Batch names it `AWSBatch<jobName><attemptId>`, not like the request.
@@ -38,6 +42,13 @@ from stacks.pipeline.attempt.training_attempt import (
     outcome,
     poll_wait,
     report_when,
+)
+from stacks.pipeline.cost_cap_states import (
+    ATTEMPT_CAP,
+    BUDGET_STOP_ASSIGN,
+    BUDGET_STOP_COMMENT,
+    add_attempt_budget_stop,
+    poll_within_budget,
 )
 from stacks.pipeline.jsonata_text import expression
 from stacks.pipeline.machine_kit import (
@@ -94,11 +105,15 @@ class QueuedTrainingAttempt(Construct):
         super().__init__(scope, construct_id)
         report = sfn.Succeed.jsonata(self, "ReportOutcome", outputs=expression("$outcome"))
         submit = self._submit_service_job(partition, job_queue_arn, queue_name, report)
-        wait = poll_wait(self, "WaitForServiceJob")
+        wait = poll_wait(self, "WaitForServiceJob", bound=poll_within_budget)
         describe = self._describe_service_job(wait)
         terminate = self._terminate_overdue_service_job(service_job_arn, wait, report)
         describe_started_job = self._describe_started_training_job(
-            job_arns, batch_job_permissions, wait, report
+            job_arns,
+            batch_job_permissions,
+            wait,
+            report,
+            self._terminate_over_budget_service_job(service_job_arn, wait),
         )
         check = self._check_service_job(report, describe_started_job, terminate, wait)
 
@@ -204,16 +219,45 @@ class QueuedTrainingAttempt(Construct):
         terminate.next(report)
         return terminate
 
+    def _terminate_over_budget_service_job(
+        self, service_job_arn: str, wait: sfn.IChainable
+    ) -> tasks.CallAwsService:
+        """The cost cap's stop: terminating the service job stops its training job ("For SageMaker Training
+        jobs, this will stop the training job in SageMaker AI as well": Batch user guide, "Terminate service
+        jobs") and ends the service job, as the overdue stop does. Then the next poll, until the training job
+        has stopped (when Batch shows the service job FAILED is assumed: either way, docs/emulator.md)."""
+        terminate = tasks.CallAwsService.jsonata(
+            self,
+            "TerminateOverBudgetServiceJob",
+            comment=BUDGET_STOP_COMMENT,
+            service="batch",
+            action="terminateServiceJob",
+            parameters={
+                "JobId": expression("$service.id"),
+                "Reason": "trainstack: the run's billed cost passed max_cost_usd",
+            },
+            iam_resources=[service_job_arn],
+            assign=BUDGET_STOP_ASSIGN,
+            outputs={},
+        )
+        retry_poll_call(terminate, BATCH_TRANSIENT_ERRORS)
+        # The job may just have ended: the next poll tells.
+        terminate.add_catch(wait, errors=[BATCH_CLIENT_ERROR, *BATCH_TRANSIENT_ERRORS], outputs={})
+        terminate.next(wait)
+        return terminate
+
     def _describe_started_training_job(
         self,
         job_arns: list[str],
         batch_job_permissions: list[iam.PolicyStatement],
         wait: sfn.IChainable,
         report: sfn.IChainable,
+        stop_over_budget: sfn.IChainable,
     ) -> tasks.CallAwsService:
-        """The training job Batch started, and how it ended: its name is the ARN's last part (Batch's guide
-        shows ARNs training-job/AWSBatch<jobName><attemptId>; should SageMaker write the ARN in lower case,
-        the request's own name is used when it is that name)."""
+        """The training job Batch started: how it ended, or (with a cost cap, while it runs) its billed
+        cost. Its name is the ARN's last part (Batch's guide shows ARNs training-job/AWSBatch<jobName>
+        <attemptId>; should SageMaker write the ARN in lower case, the request's own name is used when it is
+        that name)."""
         arn_name = '$split($service.trainingJobArn, "/")[-1]'
         describe_started_job = describe_training_job(
             self,
@@ -237,6 +281,15 @@ class QueuedTrainingAttempt(Construct):
             },
         )
         classify_training_job = sfn.Choice.jsonata(self, "ClassifyTrainingJob")
+        add_attempt_budget_stop(classify_training_job, report, stop_over_budget)
+        # Described for its cost while Batch has not ended the service job: any other end is Batch's to
+        # report (a capacity failure, say, sends the service job back to RUNNABLE). After the cost cap's
+        # stop: poll on until the training job has stopped.
+        not_ended = (
+            f"$service.status in {json.dumps(HAS_INSTANCES)} or "
+            f'($exists($budgetStop) and {status} in ["InProgress", "Stopping"])'
+        )
+        classify_training_job.when(sfn.Condition.jsonata(expression(not_ended)), wait)
         report_when(classify_training_job, f'{status} = "Completed"', report, outcome("Completed"))
         report_when(classify_training_job, f'{status} = "Failed"', report, failed_outcome())
         classify_training_job.otherwise(stopped.next(report))
@@ -283,9 +336,16 @@ class QueuedTrainingAttempt(Construct):
             ),
         )
         overdue = "$runningSince > 0 and $millis() > $runningSince + $limits.timeLimitSeconds * 1000"
+        # With a cost cap, a training job that has its instances is described on every poll for its cost.
+        capped_and_running = (
+            f'$type({ATTEMPT_CAP}) = "object" and {status} in {json.dumps(HAS_INSTANCES)} and '
+            "$exists($service.trainingJobArn)"
+        )
         check = sfn.Choice.jsonata(self, "CheckServiceJob")
         report_when(check, capacity_time_limit, report, outcome("Capacity", capacity_cause))
         check.when(sfn.Condition.jsonata(expression(training_job_ended)), describe_started_job)
         for condition, result in failed_before_training:
             report_when(check, condition, report, result)
-        return check.when(sfn.Condition.jsonata(expression(overdue)), terminate).otherwise(wait)
+        check.when(sfn.Condition.jsonata(expression(overdue)), terminate)
+        check.when(sfn.Condition.jsonata(expression(capped_and_running)), describe_started_job)
+        return check.otherwise(wait)

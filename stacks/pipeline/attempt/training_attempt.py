@@ -34,6 +34,7 @@ from stacks.pipeline.cost_cap_states import (
     add_attempt_budget_stop,
     billed_seconds,
     poll_within_budget,
+    stop_over_budget_job,
 )
 from stacks.pipeline.jsonata_text import expression, literal
 from stacks.pipeline.machine_kit import (
@@ -102,7 +103,7 @@ def described_job(*, with_name: bool = False) -> str:
 
 def poll_wait(scope: Construct, construct_id: str, bound: Callable[[str], str] = str) -> sfn.Wait:
     """The wait before the next status call, by the age of the attempt (both attempt kinds); `bound` may
-    shorten it (the direct attempt: to reach the cost cap's moment)."""
+    shorten it (poll_within_budget: to reach the cost cap's moment)."""
     seconds = poll_seconds_expression("($millis() - $job.createdMillis) / 1000")
     return sfn.Wait.jsonata(scope, construct_id, time=sfn.WaitTime.seconds(expression(bound(seconds))))
 
@@ -317,7 +318,7 @@ class TrainingAttempt(Construct):
         report_when(check_job, f'{status} = "Completed"', report, outcome("Completed"))
         report_when(check_job, capacity, report, outcome("Capacity", capacity_cause))
         report_when(check_job, f'{status} = "Failed"', report, failed_outcome())
-        add_attempt_budget_stop(self, check_job, report, wait_for_job, self._job_arn)
+        add_attempt_budget_stop(check_job, report, stop_over_budget_job(self, wait_for_job, self._job_arn))
         report_when(check_job, f'{status} = "Stopped"', report, outcome("Stopped", stopped_cause))
         return check_job.when(
             sfn.Condition.jsonata(expression("$millis() > $limits.stopAtMillis")), stop
