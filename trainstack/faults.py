@@ -38,6 +38,7 @@ from training_scripts.fault_table import (
     USER,
     first_match,
 )
+from trainstack.jsonata_regex import regex_literal
 
 # The table's names, used here and by the CLI, the report and the stacks.
 __all__ = [
@@ -88,10 +89,6 @@ def classify(reason: str | None) -> Fault:
     return Fault(row.fault_class, row.kind) if row else Fault(UNKNOWN, UNKNOWN)  # type: ignore[arg-type]
 
 
-def _regex(pattern: str) -> str:
-    return "/" + pattern.replace("/", "\\/") + "/i"
-
-
 def _string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
@@ -101,7 +98,7 @@ def fault_expression(reason: str) -> str:
     chain = f'{{"class": {_string(UNKNOWN)}, "kind": {_string(UNKNOWN)}}}'
     for row in reversed(FAULT_PATTERNS):
         result = f'{{"class": {_string(row.fault_class)}, "kind": {_string(row.kind)}}}'
-        chain = f"($contains($r, {_regex(row.pattern)}) ? {result} : {chain})"
+        chain = f"($contains($r, {regex_literal(row.pattern, 'i')}) ? {result} : {chain})"
     token = "/" + TOKEN_PATTERN + "/"
     return (
         f'($r := {reason} ? {reason} : ""; $token := $match($r, {token}); '

@@ -24,6 +24,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from trainstack.jsonata_regex import regex_literal
+
 # Searched anywhere in the text: Step Functions adds "(Service: SageMaker, Status Code: 400, Request ID:
 # ...)" to the Cause, AWS Batch "Received status from SageMaker:" before it.
 # Any white space between words: texts copied from a terminal wrap lines (zenml-io/zenml#847).
@@ -72,17 +74,13 @@ def quota_name(instance_type: str, *, spot: bool = False) -> str:
     return f"{instance_type} for {'spot ' if spot else ''}training job usage"
 
 
-def _regex(pattern: str) -> str:
-    return "/" + pattern.replace("/", "\\/") + "/"
-
-
 def quota_expression(message: str) -> str:
     """JSONata: {"name", "instanceType", "limit", "utilization", "delta", "busy"} of the refusal that the
     JSONata expression `message` yields, or null when the wording is not the one known (as `parse`)."""
     return (
-        f'($q := $match({message} ? {message} : "", {_regex(QUOTA_PATTERN)})[0]; '
+        f'($q := $match({message} ? {message} : "", {regex_literal(QUOTA_PATTERN)})[0]; '
         "$exists($q) ? ($n := $q.groups[0]; $t := $match($n, "
-        f"{_regex(INSTANCE_TYPE_PATTERN)})[0]; "
+        f"{regex_literal(INSTANCE_TYPE_PATTERN)})[0]; "
         '{"name": $n, "instanceType": $exists($t) ? $t.groups[0] : null, '
         '"limit": $number($q.groups[1]), "utilization": $number($q.groups[2]), '
         '"delta": $number($q.groups[3]), "busy": $number($q.groups[3]) <= $number($q.groups[1])}) : null)'

@@ -33,6 +33,7 @@ from trainstack.execution_input import (
     message_context,
 )
 from trainstack.job_request import PipelineResources, base_request, instance_preferences
+from trainstack.jsonata_regex import regex_literal
 from trainstack.planning.forecast import INTERVAL_HYPERPARAMETER
 from trainstack.planning.setups import instance_count_problem
 from trainstack.profiles import (
@@ -45,11 +46,6 @@ from trainstack.retry_policies import Backoff
 
 # Fraction of each capacity backoff added at random (jitter).
 JITTER_FRACTION = 0.1
-
-
-def regex(pattern: str) -> str:
-    """A Python regular expression as a JSONata regex literal."""
-    return "/" + pattern.replace("/", "\\/") + "/"
 
 
 def _conditions(settings: RunConfig) -> dict[tuple[str, str], str]:
@@ -66,7 +62,7 @@ def _conditions(settings: RunConfig) -> dict[tuple[str, str], str]:
         (
             "runName",
             "job-name",
-        ): f"$length($v) <= {RUN_NAME_MAX_LENGTH} and $contains($v, {regex(RUN_NAME_PATTERN)})",
+        ): f"$length($v) <= {RUN_NAME_MAX_LENGTH} and $contains($v, {regex_literal(RUN_NAME_PATTERN)})",
         ("hyperparameters", "object"): '$type($v) = "object"',
         ("hyperparameters", "string-values"): (
             '$count($filter($keys($v), function($k) { $type($lookup($v, $k)) != "string" })) = 0'
@@ -82,7 +78,7 @@ def _conditions(settings: RunConfig) -> dict[tuple[str, str], str]:
         ),
         ("hyperparameters", "checkpoint-interval"): (
             f"$count($filter($keys($v), function($k) {{ $k = {literal(INTERVAL_HYPERPARAMETER)} and "
-            f"$not($contains($lookup($v, $k), {regex(CHECKPOINT_INTERVAL_PATTERN)})) }})) = 0"
+            f"$not($contains($lookup($v, $k), {regex_literal(CHECKPOINT_INTERVAL_PATTERN)})) }})) = 0"
         ),
         ("instanceCount", "integer>=1"): (
             f'$type($v) = "number" ? ($v = $floor($v) and $v >= 1 and $v <= {MAX_INSTANCE_COUNT}) : false'
@@ -90,7 +86,10 @@ def _conditions(settings: RunConfig) -> dict[tuple[str, str], str]:
         ("maxRuntimeHours", "number-in-range"): (
             f'$type($v) = "number" ? ($v >= {MIN_RUNTIME_HOURS} and $v <= {MAX_RUNTIME_HOURS_LIMIT}) : false'
         ),
-        ("resumeFrom", "s3-uri"): f'$type($v) = "string" ? $contains($v, {regex(S3_URI_PATTERN)}) : false',
+        (
+            "resumeFrom",
+            "s3-uri",
+        ): f'$type($v) = "string" ? $contains($v, {regex_literal(S3_URI_PATTERN)}) : false',
         ("instanceCount", "within-queue"): f"$v <= {settings.queue.max_instances}",
         ("priority", "integer-0-9999"): (
             f'$type($v) = "number" ? ($v = $floor($v) and $v >= 0 and $v <= {MAX_PRIORITY}) : false'
@@ -142,7 +141,7 @@ def check_input_expression(settings: RunConfig) -> str:
         chain = f"($v := {value}; ($exists($v) ? $not({accepts}) : false) ? {cause} : {chain})"
     # First of all, the execution name (it becomes a tag value).
     chain = (
-        f"($contains($states.context.Execution.Name, {regex(UNSAFE_EXECUTION_NAME_CHARACTER)}) ? "
+        f"($contains($states.context.Execution.Name, {regex_literal(UNSAFE_EXECUTION_NAME_CHARACTER)}) ? "
         f"{literal(EXECUTION_NAME_MESSAGE)} : {chain})"
     )
     defaults = (
