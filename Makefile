@@ -112,4 +112,4 @@ local-train: $(DEV_DEPS)
 	bash training_scripts/local_train.sh
 
 clean:
-	rm -rf cdk.out local-run demo-run demo-fault-run demo-queue-run .pytest_cache .hypothesis
+	rm -rf cdk.out local-run demo-run demo-fault-run demo-queue-run demo-trigger-run .pytest_cache .hypothesis
