@@ -33,6 +33,7 @@ LINEAGE_KEYS = {
     "image": "image.uri",  # with its digest
     "imageDigest": "image.digest",  # present only when ECR could not resolve it: "unresolved"
     "config": "config.sha256",
+    "code": "code.version",  # the git revision the app and its image were built from (code_version)
     "trainingSet": "data.trainingSetManifest",
     "evaluationSet": "data.evaluationSetManifest",
     "checkpoint": "checkpoint.uri",

@@ -13,7 +13,7 @@ from tests.domain.sagemaker_model import problems
 from tests.pipeline import harness
 from tests.pipeline.conftest import FAKE_VALUES
 from trainstack.manifest import prefix_manifest
-from trainstack.registry import LINEAGE_KEYS, config_hash
+from trainstack.registry import LINEAGE_KEYS, code_version, config_hash
 
 PROFILE = "small-torchrun"  # config/default.yaml: approval auto, loss_tolerance 0.01, first_version Approved
 GROUP = f"trainstack-{PROFILE}"
@@ -124,6 +124,7 @@ def assert_lineage(version: dict, outcome, evaluation: dict, pipeline) -> None:
         LINEAGE_KEYS["jobs"]: "trainstack-r1-1",
         LINEAGE_KEYS["image"]: f"{pipeline.resources.image_uri.removesuffix(':v1')}@{image_digest()}",
         LINEAGE_KEYS["config"]: config_hash(profile),
+        LINEAGE_KEYS["code"]: code_version(),  # the revision this synth's image is built from
         LINEAGE_KEYS["trainingSet"]: prefix_manifest(s3, DATASET_BUCKET, "datasets/").hash,
         LINEAGE_KEYS["evaluationSet"]: prefix_manifest(s3, DATASET_BUCKET, "evaluation/small/").hash,
         LINEAGE_KEYS["checkpoint"]: "s3://trainstack-checkpoints-test/trainstack-r1/",

@@ -25,6 +25,7 @@ from trainstack.registry import (
     EVALUATION_PROGRAM,
     LINEAGE_KEYS,
     METADATA_VALUE_MAX_LENGTH,
+    code_version,
     config_hash,
     group_name,
 )
@@ -50,6 +51,8 @@ def registry_table(project: str, profiles: Sequence[Profile], resources: Pipelin
             "evaluationPrefix": profile.registry.evaluation_prefix,
             "evaluationUri": f"s3://{resources.dataset_bucket}/{profile.registry.evaluation_prefix}",
             "configHash": config_hash(profile),
+            # The revision the image of this synth is built from (stacks/image bakes the same one in).
+            "codeVersion": code_version(),
         }
         for profile in profiles
         if profile.registry is not None
@@ -139,6 +142,7 @@ def lineage() -> str:
         "image": "$imageUri",
         "imageDigest": '($imageDigest = "unresolved" ? "unresolved" : "")',
         "config": "$settings.configHash",
+        "code": "$settings.codeVersion",
         "trainingSet": "$trainingSetManifest.hash",
         "evaluationSet": f"${MANIFEST_VARIABLE}.hash",
         "checkpoint": "$run.request.CheckpointConfig.S3Uri",
