@@ -13,7 +13,9 @@
    classifies its FailureReason as an infrastructure fault (trainstack.faults), backs off and resumes.
    `trainstack report` then writes <workdir>/report.html and `trainstack status` prints the run with
    its goodput line; each job's TensorBoard event files are
-   uploaded to its TensorBoardOutputConfig.S3OutputPath, <workdir>/s3/<bucket>/<run>/<job>/tensorboard.
+   uploaded to its TensorBoardOutputConfig.S3OutputPath, <workdir>/s3/<bucket>/<run>/<job>/tensorboard,
+   and, where the profile names a SageMaker managed MLflow tracking server, each job logs its parameters and
+   metrics to the local MLflow store standing for it, <workdir>/mlflow/<server>, which the demo reads back.
 5. The model artifact the execution outputs loads with transformers' AutoModelForCausalLM.
 """
 
@@ -31,7 +33,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from unittest import mock
 
-from localaws.demo import registry_run
+from localaws.demo import mlflow_runs, registry_run
 from localaws.demo.synthesized import load_pipeline
 from localaws.opt_ml import TRAINING_SCRIPTS
 from localaws.sagemaker.local_processes import LocalTraining
@@ -278,6 +280,7 @@ def run_pipeline(args, settings, pipeline, training: LocalTraining, run_name: st
                 say(f"   registry: run {worse_name}: {registry_run.decision_line(worse)}")
             trainstack(["models", *pipeline])
     report_attempts(sagemaker, training, run_name)
+    report_mlflow(settings, args.profile, training)
     if code != 0:
         say(f"the retraining did not succeed (exit {code}); job logs: {training.root / 'jobs'}")
         return None
@@ -305,6 +308,18 @@ def report_attempts(sagemaker: FakeSageMaker, training: LocalTraining, run_name:
         board = job.request.get("TensorBoardOutputConfig", {}).get("S3OutputPath")
         events = f"; TensorBoard event files in {training.local_path(board)}" if board else ""
         say(f"   attempt {number}: {job.name} {story}{last}, {end}{events}")
+
+
+def report_mlflow(settings, profile_name: str, training: LocalTraining) -> None:
+    """Every job's MLflow run, from the local store standing for the profile's tracking server."""
+    server = settings.profile(profile_name).mlflow_tracking_server_arn
+    if server is None:
+        say(f"   mlflow: profile {profile_name} names no mlflow_tracking_server_arn: no MLflow runs")
+        return
+    store = training.mlflow_store(server)
+    say(f"   mlflow: {server} stands as the local store {store}, experiment {profile_name}:")
+    for line in mlflow_runs.run_lines(store, profile_name):
+        say(f"   mlflow:   {line}")
 
 
 def check_model(training: LocalTraining, output: dict, run_name: str) -> int:

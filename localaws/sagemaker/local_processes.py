@@ -19,6 +19,13 @@ processes get SIGTERM and the job ends Failed with SageMaker's `CapacityError:` 
 `hang_failures=N` makes the first N jobs hang instead: their hyperparameters get `hang_hyperparameters`
 (train.py's `--inject-hang-at-step` and the watchdog's bound), train.py's watchdog ends the job and its
 failure file (`trainstack-fault:infrastructure:hang ...`) becomes the FailureReason, as on SageMaker.
+
+The request's Environment reaches the processes, as SageMaker sets it in the container ("The environment
+variables to set in the Docker container", CreateTrainingJob in botocore's sagemaker model), with the job's
+name in TRAINING_JOB_NAME, which SageMaker sets too (sagemaker-training's params.TRAINING_JOB_ENV). A
+SageMaker managed MLflow tracking server there (MLFLOW_TRACKING_URI an `mlflow-tracking-server` ARN, which the
+`sagemaker-mlflow` plugin resolves to the server on AWS) stands as a local MLflow file store, one folder per
+server under <root>/mlflow (`mlflow_store`): the demo reads every attempt's metrics from it.
 """
 
 from __future__ import annotations
@@ -43,10 +50,14 @@ from localaws.demo import local_logs
 from localaws.sagemaker.scripted import CAPACITY_ERROR
 from localaws.sagemaker.training_jobs import FakeSageMaker, Phase, TrainingJob, model_uri
 from training_scripts.metrics import parse_metrics
+from training_scripts.mlflow_log import JOB_NAME_ENV, MLFLOW_TRACKING_URI_ENV
+from trainstack.profiles import MLFLOW_TRACKING_SERVER_ARN_PATTERN
 
 # CPU stands in for the instance's GPUs: two processes per host (the toolkit starts one otherwise).
 PROCESSES_PER_HOST = "2"
 DATASET_CHANNELS = ("train", "val")
+# MLflow 3 serves its file store, for local use, only with this switch (mlflow/store/tracking/file_store.py).
+ALLOW_FILE_STORE = {"MLFLOW_ALLOW_FILE_STORE": "true"}
 
 
 @dataclass
@@ -154,13 +165,26 @@ class LocalTraining:
         run = LocalRun(
             base,
             checkpoint_dir,
-            _start_toolkit(base, log_path),
+            _start_toolkit(base, log_path, self.container_environment(job)),
             log_path,
             simulate_capacity_failure=len(self.runs) < self.capacity_failures,
         )
         self.runs.append(run)
         threading.Thread(target=self._supervise, args=(job, run), daemon=True).start()
         return run
+
+    def mlflow_store(self, tracking_server_arn: str) -> Path:
+        """The local MLflow file store that stands for a tracking server (module docstring)."""
+        return self.root / "mlflow" / tracking_server_arn.rsplit("/", 1)[1]
+
+    def container_environment(self, job: TrainingJob) -> dict[str, str]:
+        """The request's Environment and the job's name, a tracking server's ARN replaced by its local
+        store's URI."""
+        environment = {**job.request.get("Environment", {}), JOB_NAME_ENV: job.name}
+        uri = environment.get(MLFLOW_TRACKING_URI_ENV, "")
+        if re.match(MLFLOW_TRACKING_SERVER_ARN_PATTERN, uri):
+            environment |= {MLFLOW_TRACKING_URI_ENV: self.mlflow_store(uri).as_uri(), **ALLOW_FILE_STORE}
+        return environment
 
     def channel_data(self, request: dict[str, Any]) -> dict[str, Path]:
         """The folder of each channel: the dataset's train and val (FSx or S3, the local dataset folder),
@@ -232,9 +256,10 @@ def final_metrics(request: dict[str, Any], log_path: Path) -> list[dict[str, Any
     return found
 
 
-def _start_toolkit(base: Path, log_path: Path) -> subprocess.Popen:
+def _start_toolkit(base: Path, log_path: Path, container_environment: dict[str, str]) -> subprocess.Popen:
     environment = {
         **os.environ,
+        **container_environment,
         "SAGEMAKER_BASE_DIR": str(base),
         "SM_STUDIO_LOCAL_MODE": "true",  # else the toolkit waits to resolve host algo-1
         "SAGEMAKER_TRAINING_MODULE": "sagemaker_pytorch_container.training:main",

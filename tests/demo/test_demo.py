@@ -145,3 +145,38 @@ def test_the_retraining_is_approved_and_the_worse_second_run_is_rejected_with_th
     report = (demo.workdir / "report.html").read_text()
     assert f"<dt>Evaluation</dt><dd>loss {float(approved.group(1)):.4f}, perplexity" in report
     assert re.search(r"<dt>Model version</dt><dd>arn:aws:sagemaker:\S+/1: Approved \(first version", report)
+
+
+def test_each_job_logs_its_metrics_to_the_local_mlflow_store_standing_for_the_profiles_tracking_server(demo):
+    import os
+
+    from mlflow.tracking import MlflowClient
+
+    from localaws.sagemaker.local_processes import ALLOW_FILE_STORE
+
+    stands = re.search(
+        r"mlflow: arn:aws:sagemaker:\S+:mlflow-tracking-server/(\S+) stands as the local store (\S+), "
+        r"experiment (\S+):",
+        demo.out,
+    )
+    assert stands, demo.out
+    server, store, experiment = stands.groups()
+    assert Path(store) == demo.workdir / "mlflow" / server
+    attempts = re.findall(r"attempt \d: (\S+) (?:started from scratch|resumed from)", demo.out)
+    worse = re.search(r"registry: run (\S+-worse): version 2", demo.out).group(1)
+    os.environ.update(ALLOW_FILE_STORE)
+    client = MlflowClient(Path(store).as_uri())
+    runs = {
+        run.info.run_name: run
+        for run in client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
+    }
+    # One MLflow run per training job, named after it (TRAINING_JOB_NAME), the evaluations log none.
+    assert sorted(runs) == sorted([*attempts, f"{worse}-1"]), demo.out
+    completed = runs[attempts[-1]]
+    assert completed.data.params["max_steps"] == "20"
+    steps = [metric.step for metric in client.get_metric_history(completed.info.run_id, "train/loss")]
+    assert steps and steps[-1] == 20
+    assert completed.data.metrics["validation/loss"] > 0
+    # The demo's own lines say the same.
+    line = rf"mlflow:   {re.escape(attempts[-1])}: FINISHED, train/loss at steps [\d, ]*20 "
+    assert re.search(line, demo.out), demo.out

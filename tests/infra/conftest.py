@@ -85,14 +85,12 @@ EXISTING_VPC = {
 }
 # 2,400 GiB read at 1,100 MB/s on PERSISTENT_2: 500 MB/s/TiB at 2,400 GiB is the cheapest way. With the
 # retrain trigger on: the dataset bucket's events go to EventBridge beside FSx's data repository association.
-# A profile logging to a SageMaker managed MLflow tracking server: its interface endpoint too.
-MLFLOW_SERVER = "arn:aws:sagemaker:us-east-1:111111111111:mlflow-tracking-server/trainstack"
+# No profile names a SageMaker managed MLflow tracking server (the default config's small-torchrun does): no
+# experiments endpoint.
 IMPORTED_VPC_PERSISTENT_500 = {
     "retrain_on_new_data": {"profile": "small-torchrun", "prefix": "datasets/corpus/"},
     "profiles": [
-        {**profile, "mlflow_tracking_server_arn": MLFLOW_SERVER}
-        if profile["name"] == "small-torchrun"
-        else profile
+        {name: value for name, value in profile.items() if name != "mlflow_tracking_server_arn"}
         for profile in default_config_data()["profiles"]
     ],
     "network": {"existing": EXISTING_VPC},

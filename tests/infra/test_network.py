@@ -68,11 +68,12 @@ def gateway_endpoint(template: dict[str, Any]) -> dict[str, Any]:
 
 
 def service_suffix(endpoint: dict[str, Any]) -> str:
-    """ecr.api from "com.amazonaws.us-east-1.ecr.api" or its Fn::Join with the region as a Ref."""
+    """ecr.api from "com.amazonaws.us-east-1.ecr.api" or its Fn::Join with the region as a Ref;
+    experiments from SageMaker's "aws.sagemaker.us-east-1.experiments"."""
     name = endpoint["Properties"]["ServiceName"]
     if isinstance(name, dict):
         name = "".join(part if isinstance(part, str) else "<region>" for part in name["Fn::Join"][1])
-    return re.fullmatch(r"com\.amazonaws\.[^.]+\.(.+)", name).group(1)
+    return re.fullmatch(r"(?:com\.amazonaws|aws\.sagemaker)\.[^.]+\.(.+)", name).group(1)
 
 
 def subnet_placement(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -168,7 +169,10 @@ def test_no_security_group_accepts_traffic_from_anywhere(default_infra: InfraApp
 
 def test_endpoints_mode_has_private_endpoints_and_nothing_public(default_infra: InfraApp):
     network = default_infra.network_template
-    assert {service_suffix(body) for body in interface_endpoints(network).values()} == INTERFACE_SERVICES
+    # The default config's small-torchrun logs to an MLflow tracking server: SageMaker's experiments endpoint.
+    assert {service_suffix(body) for body in interface_endpoints(network).values()} == INTERFACE_SERVICES | {
+        "experiments"
+    }
     assert all(body["Properties"]["PrivateDnsEnabled"] for body in interface_endpoints(network).values())
     for resource_type in ("AWS::EC2::InternetGateway", "AWS::EC2::NatGateway", "AWS::EC2::EIP"):
         assert not resources(network, resource_type)
@@ -261,7 +265,7 @@ def test_a_profile_logging_to_mlflow_gets_the_experiments_endpoint(
             if "experiments" in json.dumps(body["Properties"]["ServiceName"])
         ]
 
-    [endpoint] = experiments(imported_vpc_persistent_500)
+    [endpoint] = experiments(default_infra)
     assert endpoint["Properties"]["PrivateDnsEnabled"]
     assert endpoint["Properties"]["ServiceName"] == "aws.sagemaker.us-east-1.experiments"
-    assert experiments(default_infra) == []
+    assert experiments(imported_vpc_persistent_500) == []
