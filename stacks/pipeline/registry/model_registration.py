@@ -37,8 +37,8 @@ from stacks.pipeline.pipeline_runs import PipelineRuns
 from stacks.pipeline.registry.evaluation_request import (
     registry_table,
 )
+from stacks.pipeline.registry.evaluation_states import EVALUATION_FAILED
 from stacks.pipeline.registry.registration_states import (
-    EVALUATION_FAILED,
     EVALUATION_LOSS,
     PROFILE_DIMENSION,
     registration_chain,
@@ -162,6 +162,8 @@ class ModelRegistration(Construct):
                     "request": expression("$request"),
                     "attempts": expression("$attempt"),
                     "modelArtifacts": expression("$outcome.job.artifacts"),
+                    # The profile's retry settings, which the evaluation jobs' retries follow too.
+                    "plan": expression("$plan"),
                 }
             ),
             assign={"registered": expression("$states.result.Output")},
