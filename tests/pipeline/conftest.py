@@ -188,21 +188,20 @@ REGISTRY_GROUP = f"trainstack-{REGISTRY_PROFILE}"
 @pytest.fixture
 def registry(interpreter, pipeline):
     """run(name, loss) -> the run's Outcome: one run of REGISTRY_PROFILE whose evaluation reports `loss`, with
-    the registration machine's profile table edited by `table` (e.g. approval manual) and the pipeline's
-    profile table by `profiles` (e.g. a shorter retry deadline); both are JSON literals inside the
-    definitions' JSON, hence the escaped quotes. `fake` are scripted_sagemaker's fields."""
+    the registration machine's profile table edited by `table` (e.g. approval manual, a shorter retry
+    deadline; the table is a JSON literal inside the definition's JSON, hence the escaped quotes). `fake`
+    are scripted_sagemaker's fields."""
 
-    def start(table: dict[str, str] | None = None, profiles: dict[str, str] | None = None, **fake):
+    def start(table: dict[str, str] | None = None, **fake):
         sm = interpreter(job_scripts=[[STARTING, TRAINING, COMPLETED]], **fake)
-        for arn, definition, edits in (
-            (sm.registration_arn, pipeline.registration_definition, table),
-            (sm.pipeline_arn, pipeline.training_definition, profiles),
-        ):
-            if edits:
-                for old, new in edits.items():
-                    assert old in definition
-                    definition = definition.replace(old, new)
-                boto3.client("stepfunctions").update_state_machine(stateMachineArn=arn, definition=definition)
+        if table:
+            definition = pipeline.registration_definition
+            for old, new in table.items():
+                assert old in definition
+                definition = definition.replace(old, new)
+            boto3.client("stepfunctions").update_state_machine(
+                stateMachineArn=sm.registration_arn, definition=definition
+            )
         # The stack's group.
         boto3.client("sagemaker").create_model_package_group(ModelPackageGroupName=REGISTRY_GROUP)
 

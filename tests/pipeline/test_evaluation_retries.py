@@ -174,7 +174,7 @@ def test_a_quota_below_the_request_ends_evaluation_failed_at_once(registry):
 def test_no_capacity_until_the_retry_deadline_ends_evaluation_failed(registry):
     # A 900 s retry deadline: jobs fail at about 120 s, 300 s, 540 s and 900 s of the evaluation; after the
     # fourth the longest back-off (330 s) would start the next one past the deadline.
-    run = registry(profiles={r"\"deadlineSeconds\":172800": r"\"deadlineSeconds\":900"})
+    run = registry({r"\"deadlineSeconds\":172800": r"\"deadlineSeconds\":900"})
     outcome = run("trainstack-d1", 0, [TRAINING, CAPACITY_FAILURE])
     assert (outcome.status, outcome.error) == ("FAILED", "EvaluationFailed")
     assert evaluation_jobs(run) == [evaluation_job_name("trainstack-d1", n) for n in (1, 2, 3, 4)]

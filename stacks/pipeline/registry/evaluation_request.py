@@ -1,7 +1,7 @@
 """JSONata of the registration machine: the evaluation job's request, the gate and the lineage.
 
 Every expression reads the machine's variables: `$run` (the machine's input: profile, runName,
-executionArn, request, attempts, modelArtifacts, plan), `$attempt` (the evaluation job's number: 1, then one
+executionArn, request, attempts, modelArtifacts), `$attempt` (the evaluation job's number: 1, then one
 more for each retry, evaluation_states.py), `$settings` (the profile's entry of registry_table),
 `$evaluation` ({loss, perplexity, tokens} from the evaluation job's FinalMetricDataList), `$baseline`
 (the latest Approved version: {arn, version, loss}, or null), `$trainingSetManifest` and `$datasetManifest`
@@ -16,6 +16,7 @@ from typing import Any
 
 from stacks.pipeline.dataset_manifest import MANIFEST_VARIABLE
 from stacks.pipeline.jsonata_text import literal
+from stacks.pipeline.pipeline_input_rules import retry_settings
 from training_scripts.metrics import EVALUATION_METRIC_DEFINITIONS
 from trainstack.job_request import PipelineResources
 from trainstack.profiles import Profile
@@ -56,6 +57,8 @@ def registry_table(project: str, profiles: Sequence[Profile], resources: Pipelin
             "configHash": config_hash(profile),
             # The revision the image of this synth is built from (stacks/image bakes the same one in).
             "codeVersion": code_version(),
+            # What the evaluation jobs' retries follow (evaluation_states.py), as the pipeline's $plan has it.
+            "retry": retry_settings(profile),
         }
         for profile in profiles
         if profile.registry is not None

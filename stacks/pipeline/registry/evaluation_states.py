@@ -4,9 +4,10 @@ retry it for what the training attempts retry (docs/registry.md, "Evaluation fai
 Each try ends in `$outcome` {"status", "cause", "job", "fault", "quota"}, shaped like a training attempt's
 output (attempt/training_attempt.py), so the pipeline's retry decisions (fault_retries.py) apply unchanged
 to the machine's variables of the same names: `$attempt` (the evaluation job's number, which names it:
-evaluation_request.EVALUATION_JOB_NAME), `$faults`, `$retriedFaults`, `$backoffSeconds` and `$plan`, the
-run's plan (its profile's `retry` and `fault_retries` settings) with both deadlines moved to the
-evaluation's own start plus `retry.deadline_hours` (the run's deadline counts from before training):
+evaluation_request.EVALUATION_JOB_NAME), `$faults`, `$retriedFaults`, `$backoffSeconds` and `$plan`: the
+profile's `retry` and `fault_retries` settings as the pipeline's plan holds them (pipeline_input_rules.
+retry_settings, in the registry table), with both deadlines at the evaluation's own start plus
+`retry.deadline_hours` (the run's deadline counts from before training):
 - capacity (the fault table's capacity class, in a job's FailureReason or in a refused CreateTrainingJob's
   message; spot capacity that never came), a throttled CreateTrainingJob and a busy quota
   (trainstack.quota): a new evaluation job after the capacity back-off, while `retry.max_attempts` and the
@@ -63,25 +64,26 @@ _CAPACITY_LIKE = (
 )
 
 
-def evaluation_start_assignments() -> dict[str, str]:
-    """The registration's first evaluation job: number 1, no fault retried, the run's plan (the machine's
-    input `plan`) with its deadlines from now."""
-    return {
-        "attempt": expression("1"),
-        "faults": expression(NO_FAULTS_YET),
-        "retriedFaults": expression("[]"),
-        "plan": expression(
-            "($d := $millis() + 1000 * $states.input.plan.deadlineSeconds; "
-            '$merge([$states.input.plan, {"deadlineMillis": $d, "faultDeadlineMillis": $d}]))'
-        ),
-    }
-
-
 def evaluation_states(
     scope: Construct, *, job_arn: str, request: str, completed: sfn.IChainable
 ) -> sfn.IChainable:
     """From CreateEvaluationJob (the `request` JSONata) to `completed` (the job reported its evaluation
     loss into $evaluation) or the machine's output {"status": "EvaluationFailed", "cause"}."""
+    plan = sfn.Pass.jsonata(
+        scope,
+        "PlanEvaluation",
+        comment="Job 1, no fault retried yet; the profile's retry settings, the deadline from now.",
+        assign={
+            "attempt": 1,
+            "faults": expression(NO_FAULTS_YET),
+            "retriedFaults": expression("[]"),
+            "plan": expression(
+                "($d := $millis() + 1000 * $settings.retry.deadlineSeconds; "
+                '$merge([$settings.retry, {"profile": $run.profile, "deadlineMillis": $d, '
+                '"faultDeadlineMillis": $d}]))'
+            ),
+        },
+    )
     create = sagemaker_call(
         scope,
         "CreateEvaluationJob",
@@ -134,7 +136,7 @@ def evaluation_states(
         .otherwise(wait)
     )
     create.next(wait).next(describe).next(check)
-    return create
+    return plan.next(create)
 
 
 def sagemaker_call(

@@ -4,7 +4,7 @@
 
 The machine: create the evaluation job (the run's request in evaluation mode, evaluation_request.py),
 poll it, read its FinalMetricDataList, and retry it as a new job for capacity, a busy quota or the
-infrastructure's fault on the profile's budgets (evaluation_states.py; the run's `plan` is in the input);
+infrastructure's fault on the profile's budgets (evaluation_states.py);
 find the group's latest Approved version and its evaluation loss; decide; create the model package version
 (pending) and give it the decision with UpdateModelPackage (the comparison in ApprovalDescription). Its
 output, always (the execution succeeds): {"status": "Registered", "modelPackageArn", "version", "decision",
@@ -163,8 +163,6 @@ class ModelRegistration(Construct):
                     "request": expression("$request"),
                     "attempts": expression("$attempt"),
                     "modelArtifacts": expression("$outcome.job.artifacts"),
-                    # The profile's retry settings, which the evaluation jobs' retries follow too.
-                    "plan": expression("$plan"),
                 }
             ),
             assign={"registered": expression("$states.result.Output")},

@@ -15,11 +15,7 @@ from stacks.pipeline.dataset_manifest import MANIFEST_VARIABLE, DatasetManifest
 from stacks.pipeline.jsonata_text import expression, literal
 from stacks.pipeline.machine_kit import SAGEMAKER_ERROR, literal_partition, retry_must_succeed_call
 from stacks.pipeline.registry.evaluation_request import decision, evaluation_request, model_package_request
-from stacks.pipeline.registry.evaluation_states import (
-    evaluation_start_assignments,
-    evaluation_states,
-    sagemaker_call,
-)
+from stacks.pipeline.registry.evaluation_states import evaluation_states, sagemaker_call
 
 # How an ECR error other than its modelled ones reaches a Task (DESIGN.md's rule for aws-sdk tasks).
 ECR_THROTTLED = "Ecr.EcrException"
@@ -48,7 +44,6 @@ def registration_chain(
             "imageUri": expression("$states.input.request.AlgorithmSpecification.TrainingImage"),
             "imageDigest": expression("null"),
             "settings": expression(f"$lookup({literal(table)}, $states.input.profile)"),
-            **evaluation_start_assignments(),
         },
     )
     register = _register(scope, project, package_arns, repository_arn)
