@@ -1,5 +1,5 @@
-"""The model registry's facts, in plain Python: each profile's model package group, the evaluation job's
-name, the lineage a version carries in CustomerMetadataProperties and its limits (docs/registry.md).
+"""The model registry's facts, in plain Python: each profile's model package group, the evaluation jobs'
+names, the lineage a version carries in CustomerMetadataProperties and its limits (docs/registry.md).
 
 Limits from botocore's sagemaker service model (shape CustomerMetadataMap): at most 50 entries, keys of
 1-128 and values of 1-256 characters, both matching `[\\p{L}\\p{Z}\\p{N}_.:/=+\\-@]*` (letters, spaces,
@@ -10,17 +10,26 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 from pathlib import Path
 
+from trainstack.faults import UNKNOWN_RETRIES
 from trainstack.profiles import Profile
+from trainstack.retry_policies import MAX_ATTEMPTS_LIMIT, MAX_FAULT_RETRIES
 
 METADATA_MAX_ENTRIES = 50
 METADATA_KEY_MAX_LENGTH = 128
 METADATA_VALUE_MAX_LENGTH = 256
-# Job names allow 63 characters (CreateTrainingJob TrainingJobName): the run name is cut to leave room.
+# Job names allow 63 characters (CreateTrainingJob TrainingJobName): the run name is cut to leave room for
+# the suffix: `-eval` for a run's first evaluation job, `-eval<n>` for its n-th (a retry).
+JOB_NAME_MAX_LENGTH = 63
 EVALUATION_JOB_SUFFIX = "-eval"
-EVALUATION_JOB_NAME_RUN_PART = 63 - len(EVALUATION_JOB_SUFFIX)
+# The most evaluation jobs one run can try: every capacity attempt, infrastructure and unknown retry a profile
+# may allow (trainstack.retry_policies, trainstack.faults).
+EVALUATION_JOBS_LIMIT = MAX_ATTEMPTS_LIMIT + MAX_FAULT_RETRIES + UNKNOWN_RETRIES
+# No training job matches: theirs end `-<attempt>`, Batch's `<attempt id>` (hexadecimal).
+_EVALUATION_JOB = re.compile(re.escape(EVALUATION_JOB_SUFFIX) + r"[0-9]*$")
 EVALUATION_PROGRAM = "evaluate.py"
 EVALUATION_FILE = "evaluation.json"  # training_scripts/evaluate.py writes it into the job's model dir
 # Where each fact of a version's lineage lives in CustomerMetadataProperties.
@@ -42,6 +51,16 @@ LINEAGE_KEYS = {
     "perplexity": "evaluation.perplexity",
     "tokens": "evaluation.tokens",
 }
+
+
+def evaluation_job_name(run_name: str, number: int = 1) -> str:
+    """The run's `number`-th evaluation job (as the registration machine names it: evaluation_request.py)."""
+    suffix = EVALUATION_JOB_SUFFIX + (str(number) if number > 1 else "")
+    return run_name[: JOB_NAME_MAX_LENGTH - len(suffix)] + suffix
+
+
+def is_evaluation_job(name: str) -> bool:
+    return _EVALUATION_JOB.search(name) is not None
 
 
 def group_name(project: str, profile: str) -> str:

@@ -1,9 +1,10 @@
 """Training jobs that follow a script of DescribeTrainingJob answers, for the scenario and cleanup tests.
 
 Job i follows job_scripts[i] (the last script repeats); each DescribeTrainingJob moves a job one phase
-on, and its last phase repeats. With an `evaluation_script`, evaluation jobs (`<run>-eval`,
-trainstack.registry) follow it instead and take no place in job_scripts' order: a test scripts its
-training jobs as if no run were evaluated. The failure texts are SageMaker's (DESIGN.md's Facts: the capacity
+on, and its last phase repeats. With `evaluation_scripts`, evaluation jobs (`<run>-eval`, `<run>-eval2`, ...:
+trainstack.registry) follow them instead, the i-th evaluation job the i-th script (the last repeats), and
+take no place in job_scripts' order: a test scripts its training jobs as if no run were evaluated. The
+failure texts are SageMaker's (DESIGN.md's Facts: the capacity
 failure's FailureReason; managed spot's SecondaryStatus MaxWaitTimeExceeded).
 """
 
@@ -13,9 +14,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from localaws.emulator import service_error
 from localaws.sagemaker.calls import CallControl
 from localaws.sagemaker.training_jobs import STOPPED, FakeSageMaker, Phase, TrainingJob
-from trainstack.registry import EVALUATION_JOB_SUFFIX
+from trainstack.registry import is_evaluation_job
 
 CAPACITY_ERROR = (
     "CapacityError: Unable to provision requested ML compute capacity. "
@@ -66,12 +68,22 @@ class ScriptedJobs:
     started: int = 0
     # Jobs started before job_scripts was last set: scripts apply from the next job on.
     script_offset: int = 0
-    # What every evaluation job follows; None: evaluation jobs take their turn in job_scripts.
-    evaluation_script: list[Phase] | None = None
+    # What the evaluation jobs follow, one script each (the last repeats); None: evaluation jobs take their
+    # turn in job_scripts.
+    evaluation_scripts: list[list[Phase]] | None = None
+    evaluations_started: int = 0
+    evaluation_offset: int = 0
+    # Errors (code, message) that refuse the next CreateTrainingJob calls of evaluation jobs, one each: no
+    # job is made (as FakeSageMaker.create_errors, for evaluation jobs only).
+    evaluation_create_errors: list[tuple[str, str]] = field(default_factory=list)
 
     def start(self, job: TrainingJob) -> ScriptedRun:
-        if self.evaluation_script is not None and job.name.endswith(EVALUATION_JOB_SUFFIX):
-            return ScriptedRun(list(self.evaluation_script))
+        if self.evaluation_create_errors and is_evaluation_job(job.name):
+            raise service_error(*self.evaluation_create_errors.pop(0))
+        if self.evaluation_scripts is not None and is_evaluation_job(job.name):
+            index = min(self.evaluations_started - self.evaluation_offset, len(self.evaluation_scripts) - 1)
+            self.evaluations_started += 1
+            return ScriptedRun(list(self.evaluation_scripts[index]))
         index = self.started - self.script_offset
         self.started += 1
         return ScriptedRun(list(self.job_scripts[min(index, len(self.job_scripts) - 1)]))
@@ -80,16 +92,27 @@ class ScriptedJobs:
         """Script the jobs created from now on."""
         self.job_scripts, self.script_offset = job_scripts, self.started
 
+    def script_evaluations(self, *scripts: list[Phase]) -> None:
+        """Script the evaluation jobs created from now on: the first follows scripts[0], and so on."""
+        self.evaluation_scripts, self.evaluation_offset = list(scripts), self.evaluations_started
+
 
 def scripted_sagemaker(
     job_scripts: list[list[Phase]] | None = None,
     throttles: dict[str, int] | None = None,
     evaluation_script: list[Phase] | None = None,
+    evaluation_scripts: list[list[Phase]] | None = None,
+    evaluation_create_errors: list[tuple[str, str]] | None = None,
     **fields: Any,
 ) -> FakeSageMaker:
-    """A FakeSageMaker whose jobs follow `job_scripts` (evaluation jobs `evaluation_script`, when given),
-    whose calls are throttled `throttles` times by action; `fields` are FakeSageMaker's (create_errors,
-    reject_creates, ...)."""
+    """A FakeSageMaker whose jobs follow `job_scripts` (every evaluation job `evaluation_script`, or each
+    its own of `evaluation_scripts`, when given), whose calls are throttled `throttles` times by action;
+    whose evaluation jobs' creates are refused with `evaluation_create_errors` first; `fields` are
+    FakeSageMaker's (create_errors, reject_creates, ...)."""
     behaviour = ScriptedJobs(job_scripts) if job_scripts is not None else ScriptedJobs()
-    behaviour.evaluation_script = evaluation_script
+    behaviour.evaluation_create_errors = list(evaluation_create_errors or [])
+    if evaluation_script is not None:
+        behaviour.script_evaluations(evaluation_script)
+    if evaluation_scripts is not None:
+        behaviour.script_evaluations(*evaluation_scripts)
     return FakeSageMaker(behaviour=behaviour, control=CallControl(throttles=dict(throttles or {})), **fields)

@@ -11,6 +11,7 @@
 Counters: `$faults` {"infrastructure", "unknown"} counts the retries made so far; `$retriedFaults` lists
 them ({attempt, job, class, kind, reason}) for the output, the causes and `trainstack status`.
 Capacity keeps its own budget: `capacity_attempts()` leaves the fault retries out of the attempt count.
+The registration machine applies the same decisions to its evaluation jobs (registry/evaluation_states.py).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def infrastructure_exhausted_condition() -> str:
     return _failed_as(INFRASTRUCTURE)
 
 
-def _described_fault() -> str:
+def described_fault() -> str:
     """`infrastructure fault (nccl)` / `user error (oom)`, as trainstack.faults.describe writes it."""
     return (
         f'$outcome.fault.class & ($outcome.fault.class = {literal(USER)} ? " error" : " fault") '
@@ -85,7 +86,7 @@ def fault_retry_assignments() -> dict[str, str]:
     }
 
 
-def _earlier_retries() -> str:
+def earlier_retries() -> str:
     return (
         '($count($retriedFaults) = 0 ? "" : " Retried before: " & $join($retriedFaults.('
         '"attempt " & $string(attempt) & " " & class & " (" & kind & ")"), ", ") & ".")'
@@ -94,7 +95,7 @@ def _earlier_retries() -> str:
 
 def training_failed_cause() -> str:
     """TrainingFailed: the job's own cause (its FailureReason), then how it was classified."""
-    return f'$outcome.cause & " Classified: " & {_described_fault()} & "." & {_earlier_retries()}'
+    return f'$outcome.cause & " Classified: " & {described_fault()} & "." & {earlier_retries()}'
 
 
 def infrastructure_exhausted_cause() -> str:
@@ -106,6 +107,6 @@ def infrastructure_exhausted_cause() -> str:
         '& "% of the run\'s time limit (fault_retries.max_deadline_share of profile " & $plan.profile & ")"'
     )
     return (
-        f'"Training job " & $outcome.job.name & " failed with an " & {_described_fault()} '
-        f'& " and no retry is left: " & ({why}) & ". " & $outcome.cause & {_earlier_retries()}'
+        f'"Training job " & $outcome.job.name & " failed with an " & {described_fault()} '
+        f'& " and no retry is left: " & ({why}) & ". " & $outcome.cause & {earlier_retries()}'
     )

@@ -174,7 +174,6 @@ def _profile_entry(profile: Profile, resources: PipelineResources) -> dict[str, 
     valid_counts = [
         count for count in range(1, MAX_INSTANCE_COUNT + 1) if instance_count_problem(profile, count) is None
     ]
-    retry, faults = profile.retry, profile.fault_retries
     entry: dict[str, Any] = {
         "name": profile.name,
         "request": request,
@@ -183,6 +182,21 @@ def _profile_entry(profile: Profile, resources: PipelineResources) -> dict[str, 
             profile.max_wait_hours if profile.managed_spot else MAX_RUNTIME_HOURS_LIMIT
         ),
         "countsText": _describe_counts(valid_counts),
+        **retry_settings(profile),
+        "extraSeconds": extra_time_seconds(profile),
+    }
+    entry.update(cost_cap_states.profile_cost_cap(profile))
+    # Listed only when the profile rules some counts out (512 numbers cost parse time on every check).
+    if valid_counts != list(range(1, MAX_INSTANCE_COUNT + 1)):
+        entry["validCounts"] = valid_counts
+    return entry
+
+
+def retry_settings(profile: Profile) -> dict[str, Any]:
+    """The profile's `retry` and `fault_retries` as the machines read them (the pipeline's `$plan`, the
+    registration machine's evaluation retries)."""
+    retry, faults = profile.retry, profile.fault_retries
+    return {
         "maxAttempts": retry.max_attempts,
         "backoff": _backoff(retry),
         "deadlineSeconds": round(retry.deadline_hours * 3600),
@@ -191,13 +205,7 @@ def _profile_entry(profile: Profile, resources: PipelineResources) -> dict[str, 
             "deadlineShare": _plain_number(faults.max_deadline_share),
             "backoff": _backoff(faults),
         },
-        "extraSeconds": extra_time_seconds(profile),
     }
-    entry.update(cost_cap_states.profile_cost_cap(profile))
-    # Listed only when the profile rules some counts out (512 numbers cost parse time on every check).
-    if valid_counts != list(range(1, MAX_INSTANCE_COUNT + 1)):
-        entry["validCounts"] = valid_counts
-    return entry
 
 
 def _backoff(policy: Backoff) -> dict[str, Any]:

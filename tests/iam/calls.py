@@ -17,7 +17,7 @@ from tests.iam.registry_calls import RegistryCalls
 from tests.iam.training_job_calls import ECR_PULL_ACTIONS, TrainingJobCalls
 from tests.iam.trigger_calls import TriggerCalls
 from trainstack.queue_settings import BATCH_TRAINING_JOB_PREFIX, service_job_name, training_queue_name
-from trainstack.registry import EVALUATION_JOB_SUFFIX
+from trainstack.registry import EVALUATION_JOBS_LIMIT, is_evaluation_job
 
 # The representative run: its name, the execution that runs it, Batch's ids for its service job.
 RUN_NAME_SUFFIX = "nightly-20261201"
@@ -79,6 +79,7 @@ class CallCatalog(TrainingJobCalls, TriggerCalls, RegistryCalls):
         self.machines = app.state_machines()
         self.pipeline_name = f"{self.project}-pipeline"
         self.job = self.job_name()  # the training job `$job` names in the machine being read
+        self.attempt = 1  # `$attempt` in the machine being read
 
     def arn(self, service: str, resource: str, region: bool = True) -> str:
         if not region:
@@ -132,11 +133,18 @@ class CallCatalog(TrainingJobCalls, TriggerCalls, RegistryCalls):
         for name, (definition, role) in self.machines.items():
             for action in (*LOG_DELIVERY_ACTIONS, *TRACING_ACTIONS):
                 yield Call(f"{name} (logging, tracing)", role, action, "*")
+            self.attempt = 1
             self.job = self.described_job(definition)
-            for state_name, state in _task_states(definition["States"]):
-                caller = f"{name}/{state_name}"
-                for action, resource, context in self.task_authorizations(state):
-                    yield Call(caller, role, action, resource, context)
+            # A machine that names evaluation jobs by `$attempt` (the registration machine): its first job and
+            # the last its retries can reach, the longest name.
+            attempts = (1, EVALUATION_JOBS_LIMIT) if is_evaluation_job(self.job) else (1,)
+            for attempt in attempts:
+                self.attempt = attempt
+                self.job = self.described_job(definition)
+                for state_name, state in _task_states(definition["States"]):
+                    caller = f"{name}/{state_name}"
+                    for action, resource, context in self.task_authorizations(state):
+                        yield Call(caller, role, action, resource, context)
 
     def task_authorizations(self, state: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
         """(action, resource, context) IAM checks for one Task state, for the representative run."""
@@ -185,7 +193,7 @@ class CallCatalog(TrainingJobCalls, TriggerCalls, RegistryCalls):
         return {
             "runName": self.run_name,
             "run": {"runName": self.run_name},  # the registration machine's input (docs/registry.md)
-            "attempt": 1,
+            "attempt": self.attempt,
             "job": job,
             "service": {"id": SERVICE_JOB_ID, "trainingJobArn": self.job_arn()},
             "jobId": SERVICE_JOB_ID,
@@ -232,7 +240,7 @@ class CallCatalog(TrainingJobCalls, TriggerCalls, RegistryCalls):
         return [(None, job, self.job_tags(job))]
 
     def _sagemaker_createTrainingJob(self, arguments):  # noqa: N802
-        if self.job.endswith(EVALUATION_JOB_SUFFIX):
+        if is_evaluation_job(self.job):
             return self.evaluation_create_authorizations()
         return self.create_authorizations()
 

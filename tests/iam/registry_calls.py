@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from tests.iam.training_job_calls import SECURE
-from trainstack.registry import group_name
+from trainstack.registry import EVALUATION_JOBS_LIMIT, evaluation_job_name, group_name
 
 
 class RegistryCalls:
@@ -29,12 +29,16 @@ class RegistryCalls:
     def evaluation_create_authorizations(self) -> list[tuple[str, str, dict[str, Any]]]:
         """CreateTrainingJob of each registered profile's evaluation job: the run's request (its tags, its
         training plans, its role) under the evaluation job's name."""
-        run_job, evaluation_job = self._training_job(self.job_name()), self._training_job(self.job)
-        return [
-            (action, evaluation_job if resource == run_job else resource, context)
-            for profile in self.registered_profiles()
-            for action, resource, context in self.create_authorizations(profile)
-        ]
+        evaluation_job = self._training_job(self.job)
+        found = []
+        for profile in self.registered_profiles():
+            # The request's own name (`<run>-1`, also in queue mode, where Batch names the training job).
+            run_job = self._training_job(self.request(profile)["TrainingJobName"])
+            found += [
+                (action, evaluation_job if resource == run_job else resource, context)
+                for action, resource, context in self.create_authorizations(profile)
+            ]
+        return found
 
     def _sagemaker_listModelPackages(self, arguments):  # noqa: N802
         return [(None, "*", {})]
@@ -55,8 +59,9 @@ class RegistryCalls:
         return [("s3:ListBucket", bucket, {**SECURE, "s3:prefix": prefix}) for prefix in prefixes]
 
     def evaluation_job_calls(self) -> Iterator[tuple[str, str, str, dict[str, Any]]]:
-        """(profile, action, resource, context) of each evaluation job: it lists and reads the run's model
-        and the profile's evaluation set, and writes its evaluation.json."""
+        """(profile, action, resource, context) of each evaluation job (the first, and the last a run's
+        retries can reach): it lists and reads the run's model and the profile's evaluation set, and writes
+        its evaluation.json."""
         resources = self.resources()
         for profile in self.registered_profiles():
             request = self.request(profile)
@@ -67,7 +72,9 @@ class RegistryCalls:
                 for action, resource, context in self._s3_read(uri, item):
                     yield profile.name, action, resource, context
             output = request["OutputDataConfig"]["S3OutputPath"]
-            for action, resource, context in self._s3_object(
-                "s3:PutObject", output, f"{self.run_name}-eval/output/model/evaluation.json"
-            ):
-                yield profile.name, action, resource, context
+            for number in (1, EVALUATION_JOBS_LIMIT):
+                evaluation = evaluation_job_name(self.run_name, number)
+                for action, resource, context in self._s3_object(
+                    "s3:PutObject", output, f"{evaluation}/output/model/evaluation.json"
+                ):
+                    yield profile.name, action, resource, context

@@ -10,9 +10,10 @@ from dataclasses import replace
 
 import pytest
 
-from tests.iam.calls import CallCatalog
+from tests.iam.calls import RUN_NAME_SUFFIX, CallCatalog
 from tests.iam.conftest import MODES, PLAN, PLATFORM_BOUNDARY
 from tests.iam.simulator import simulate
+from trainstack.registry import EVALUATION_JOBS_LIMIT, evaluation_job_name
 
 
 def denial_report(mode) -> str:
@@ -50,6 +51,24 @@ def test_every_task_of_every_state_machine_is_simulated(simulated_mode):
         if f"{name}/{state}" not in callers
     ]
     assert missing == []
+
+
+@pytest.mark.parametrize("mode", ["default", "queue-with-plans"])
+def test_evaluation_jobs_first_and_longest_names_are_simulated(simulated_default, simulated_mode, mode):
+    """The registration machine creates and describes a new evaluation job for each retry
+    (docs/registry.md): its first job and the last one a run's retries can reach (the longest name) are
+    among the allowed calls, in direct and in queue mode."""
+    simulated = simulated_default if mode == "default" else simulated_mode(mode)
+    run_name = f"{simulated.settings.project}-{RUN_NAME_SUFFIX}"
+    registration = {
+        (call.action, call.resource.rsplit("/", 1)[-1])
+        for call in simulated.calls
+        if call.caller.startswith(f"{simulated.settings.project}-pipeline-registration/")
+    }
+    for number in (1, EVALUATION_JOBS_LIMIT):
+        name = evaluation_job_name(run_name, number)
+        expected = {("sagemaker:CreateTrainingJob", name), ("sagemaker:DescribeTrainingJob", name)}
+        assert expected <= registration, name
 
 
 def test_the_modes_exercise_what_they_claim(simulated_default, simulated_mode):

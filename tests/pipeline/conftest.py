@@ -7,11 +7,20 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import boto3
 import pytest
 
 from localaws.demo import registry_run
 from localaws.emulator import VirtualClock
-from localaws.sagemaker import FakeSageMaker, scripted_sagemaker
+from localaws.sagemaker import (
+    COMPLETED,
+    STARTING,
+    TRAINING,
+    FakeSageMaker,
+    Phase,
+    evaluated,
+    scripted_sagemaker,
+)
 from stacks.pipeline.state_machine_facts import substitution_names, with_values
 from tests.infra.templates import resources
 from tests.pipeline import harness
@@ -115,8 +124,6 @@ TRAINING_KEYS = ("datasets/train-000.bin", "datasets/train-001.bin")
 def deploy_registry_resources(settings: Settings) -> None:
     """What the deployed stacks hold that the registration machine reads (docs/registry.md): the dataset
     bucket with a training set, and localaws.demo.registry_run's evaluation set, image and groups."""
-    import boto3
-
     s3 = boto3.client("s3")
     s3.create_bucket(Bucket=FAKE_VALUES["DatasetBucket"])
     for key in TRAINING_KEYS:
@@ -171,3 +178,39 @@ def interpreter(pipeline, monkeypatch) -> Iterator[Callable[..., Interpreter]]:
     yield start
     for context in reversed(contexts):
         context.__exit__(None, None, None)
+
+
+# config/default.yaml: approval auto, loss_tolerance 0.01, first_version Approved; the default retry settings.
+REGISTRY_PROFILE = "small-torchrun"
+REGISTRY_GROUP = f"trainstack-{REGISTRY_PROFILE}"
+
+
+@pytest.fixture
+def registry(interpreter, pipeline):
+    """run(name, loss) -> the run's Outcome: one run of REGISTRY_PROFILE whose evaluation reports `loss`, with
+    the registration machine's profile table edited by `table` (e.g. approval manual, a shorter retry
+    deadline; the table is a JSON literal inside the definition's JSON, hence the escaped quotes). `fake`
+    are scripted_sagemaker's fields."""
+
+    def start(table: dict[str, str] | None = None, **fake):
+        sm = interpreter(job_scripts=[[STARTING, TRAINING, COMPLETED]], **fake)
+        if table:
+            definition = pipeline.registration_definition
+            for old, new in table.items():
+                assert old in definition
+                definition = definition.replace(old, new)
+            boto3.client("stepfunctions").update_state_machine(
+                stateMachineArn=sm.registration_arn, definition=definition
+            )
+        # The stack's group.
+        boto3.client("sagemaker").create_model_package_group(ModelPackageGroupName=REGISTRY_GROUP)
+
+        def run(name: str, loss: float, *scripts: list[Phase]):
+            """Evaluation job i follows scripts[i] (the last repeats), by default evaluated(loss)."""
+            sm.fake.behaviour.script_evaluations(*(scripts or [evaluated(loss)]))
+            return sm.run({"profile": REGISTRY_PROFILE, "runName": name, "hyperparameters": {}}, name=name)
+
+        run.sm = sm
+        return run
+
+    return start

@@ -1,52 +1,21 @@
-"""From run to approved model, on the virtual clock: the evaluation job, its failure, the gate in each
-mode, the first version and the lineage a version carries (docs/registry.md)."""
+"""From run to approved model, on the virtual clock: the evaluation job, the gate in each mode, the first
+version and the lineage a version carries (docs/registry.md). Its failures and retries:
+test_evaluation_retries.py."""
 
 from __future__ import annotations
 
 import json
 
 import boto3
-import pytest
 
-from localaws.sagemaker import COMPLETED, STARTING, TRAINING, Phase, evaluated, failed
 from tests.domain.sagemaker_model import problems
 from tests.pipeline import harness
-from tests.pipeline.conftest import FAKE_VALUES
+from tests.pipeline.conftest import FAKE_VALUES, REGISTRY_GROUP, REGISTRY_PROFILE
 from trainstack.manifest import prefix_manifest
 from trainstack.registry import LINEAGE_KEYS, code_version, config_hash
 
-PROFILE = "small-torchrun"  # config/default.yaml: approval auto, loss_tolerance 0.01, first_version Approved
-GROUP = f"trainstack-{PROFILE}"
-TRAINED = [STARTING, TRAINING, COMPLETED]
+PROFILE, GROUP = REGISTRY_PROFILE, REGISTRY_GROUP
 DATASET_BUCKET = FAKE_VALUES["DatasetBucket"]  # conftest.deploy_registry_resources fills it
-
-
-@pytest.fixture
-def registry(interpreter, pipeline):
-    """run(loss, mode edits) -> the run's Outcome: one run of PROFILE whose evaluation reports `loss`, with
-    the registration machine's profile table edited by `table` (e.g. approval manual; the table is a JSON
-    literal inside the definition's JSON, hence the escaped quotes)."""
-
-    def start(table: dict[str, str] | None = None):
-        sm = interpreter(job_scripts=[TRAINED])
-        if table:
-            definition = pipeline.registration_definition
-            for old, new in table.items():
-                assert old in definition
-                definition = definition.replace(old, new)
-            boto3.client("stepfunctions").update_state_machine(
-                stateMachineArn=sm.registration_arn, definition=definition
-            )
-        boto3.client("sagemaker").create_model_package_group(ModelPackageGroupName=GROUP)  # the stack's
-
-        def run(name: str, loss: float, script: list[Phase] | None = None):
-            sm.fake.behaviour.evaluation_script = script or evaluated(loss)
-            return sm.run({"profile": PROFILE, "runName": name, "hyperparameters": {}}, name=name)
-
-        run.sm = sm
-        return run
-
-    return start
 
 
 def versions() -> list[dict]:
@@ -100,18 +69,6 @@ def test_a_first_version_follows_first_version_and_then_has_no_baseline_to_beat(
     assert outcome.output["modelPackage"]["baseline"] is None
 
 
-def test_a_failed_evaluation_ends_the_run_evaluation_failed_and_registers_nothing(registry):
-    run = registry()
-    outcome = run("trainstack-e1", 0, script=[TRAINING, failed("AlgorithmError: out of memory")])
-    assert outcome.status == "FAILED"
-    assert outcome.error == "EvaluationFailed"
-    assert outcome.cause == (
-        "Evaluation job trainstack-e1-eval ended Failed: AlgorithmError: out of memory. The model stays at "
-        "s3://trainstack-artifacts-test/trainstack-e1/trainstack-e1-1/output/model/; it is not registered."
-    )
-    assert versions() == []
-
-
 def assert_lineage(version: dict, outcome, evaluation: dict, pipeline) -> None:
     """The version of run trainstack-r1 (evaluation loss 2.0) names where it came from; its evaluation job
     evaluated the run's model on the profile's evaluation set."""
@@ -158,9 +115,19 @@ def image_digest() -> str:
     return described["imageDetails"][0]["imageDigest"]
 
 
-def assert_requests_match_the_service_model(registration_arn: str) -> None:
+REGISTRATION_OPERATIONS = {
+    "CreateTrainingJob",
+    "DescribeTrainingJob",
+    "ListModelPackages",
+    "DescribeModelPackage",
+    "CreateModelPackage",
+    "UpdateModelPackage",
+}
+
+
+def assert_requests_match_the_service_model(registration_arn: str, made=REGISTRATION_OPERATIONS) -> None:
     """Every SageMaker request the registration machine made passes botocore's model: required members,
-    types, lengths, patterns and enums (tests/domain/sagemaker_model.py)."""
+    types, lengths, patterns and enums (tests/domain/sagemaker_model.py); it made at least `made`."""
     calls = [
         event["taskScheduledEventDetails"]
         for execution in harness.executions(registration_arn)
@@ -172,11 +139,4 @@ def assert_requests_match_the_service_model(registration_arn: str) -> None:
         operation = call["resource"][0].upper() + call["resource"][1:]
         operations.add(operation)
         assert problems(operation, json.loads(call["parameters"])) == [], operation
-    assert operations >= {
-        "CreateTrainingJob",
-        "DescribeTrainingJob",
-        "ListModelPackages",
-        "DescribeModelPackage",
-        "CreateModelPackage",
-        "UpdateModelPackage",
-    }
+    assert operations >= made

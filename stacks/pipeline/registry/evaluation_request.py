@@ -1,7 +1,8 @@
 """JSONata of the registration machine: the evaluation job's request, the gate and the lineage.
 
 Every expression reads the machine's variables: `$run` (the machine's input: profile, runName,
-executionArn, request, attempts, modelArtifacts), `$settings` (the profile's entry of registry_table),
+executionArn, request, attempts, modelArtifacts), `$attempt` (the evaluation job's number: 1, then one
+more for each retry, evaluation_states.py), `$settings` (the profile's entry of registry_table),
 `$evaluation` ({loss, perplexity, tokens} from the evaluation job's FinalMetricDataList), `$baseline`
 (the latest Approved version: {arn, version, loss}, or null), `$trainingSetManifest` and `$datasetManifest`
 (the evaluation set's): {hash, objects, bytes} (stacks/pipeline/dataset_manifest.py).
@@ -15,14 +16,15 @@ from typing import Any
 
 from stacks.pipeline.dataset_manifest import MANIFEST_VARIABLE
 from stacks.pipeline.jsonata_text import literal
+from stacks.pipeline.pipeline_input_rules import retry_settings
 from training_scripts.metrics import EVALUATION_METRIC_DEFINITIONS
 from trainstack.job_request import PipelineResources
 from trainstack.profiles import Profile
 from trainstack.registry import (
     EVALUATION_FILE,
-    EVALUATION_JOB_NAME_RUN_PART,
     EVALUATION_JOB_SUFFIX,
     EVALUATION_PROGRAM,
+    JOB_NAME_MAX_LENGTH,
     LINEAGE_KEYS,
     METADATA_VALUE_MAX_LENGTH,
     code_version,
@@ -31,8 +33,10 @@ from trainstack.registry import (
 )
 from trainstack.registry_settings import APPROVED, PENDING, REJECTED
 
+# The $attempt-th evaluation job of the run, as trainstack.registry.evaluation_job_name names it.
 EVALUATION_JOB_NAME = (
-    f'$substring($run.runName, 0, {EVALUATION_JOB_NAME_RUN_PART}) & "{EVALUATION_JOB_SUFFIX}"'
+    f'($s := "{EVALUATION_JOB_SUFFIX}" & ($attempt > 1 ? $string($attempt) : ""); '
+    f"$substring($run.runName, 0, {JOB_NAME_MAX_LENGTH} - $length($s)) & $s)"
 )
 # Request members of the run that the evaluation job leaves out: it writes no checkpoints and no
 # TensorBoard events, and it reads its own channels.
@@ -53,6 +57,8 @@ def registry_table(project: str, profiles: Sequence[Profile], resources: Pipelin
             "configHash": config_hash(profile),
             # The revision the image of this synth is built from (stacks/image bakes the same one in).
             "codeVersion": code_version(),
+            # What the evaluation jobs' retries follow (evaluation_states.py), as the pipeline's $plan has it.
+            "retry": retry_settings(profile),
         }
         for profile in profiles
         if profile.registry is not None

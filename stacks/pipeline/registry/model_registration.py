@@ -3,12 +3,13 @@
 "From run to approved model").
 
 The machine: create the evaluation job (the run's request in evaluation mode, evaluation_request.py),
-poll it, read its FinalMetricDataList; find the group's latest Approved version and its evaluation loss;
-decide; create the model package version (pending) and give it the decision with UpdateModelPackage
-(the comparison in ApprovalDescription). Its output, always (the execution succeeds): {"status":
-"Registered", "modelPackageArn", "version", "decision", "reason", "evaluation", "baseline"} or
-{"status": "EvaluationFailed", "cause"}; the pipeline fails a run whose evaluation failed with the error
-EvaluationFailed, and keeps its model unregistered.
+poll it, read its FinalMetricDataList, and retry it as a new job for capacity, a busy quota or the
+infrastructure's fault on the profile's budgets (evaluation_states.py);
+find the group's latest Approved version and its evaluation loss; decide; create the model package version
+(pending) and give it the decision with UpdateModelPackage (the comparison in ApprovalDescription). Its
+output, always (the execution succeeds): {"status": "Registered", "modelPackageArn", "version", "decision",
+"reason", "evaluation", "baseline"} or {"status": "EvaluationFailed", "cause"}; the pipeline fails a run
+whose evaluation failed with the error EvaluationFailed, and keeps its model unregistered.
 
 Each profile with a `registry:` block gets its model package group `<project>-<profile>` in the stack,
 kept when the stack is deleted (its versions are the registry's record).
@@ -37,8 +38,8 @@ from stacks.pipeline.pipeline_runs import PipelineRuns
 from stacks.pipeline.registry.evaluation_request import (
     registry_table,
 )
+from stacks.pipeline.registry.evaluation_states import EVALUATION_FAILED
 from stacks.pipeline.registry.registration_states import (
-    EVALUATION_FAILED,
     EVALUATION_LOSS,
     PROFILE_DIMENSION,
     registration_chain,

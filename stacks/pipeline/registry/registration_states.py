@@ -1,11 +1,11 @@
-"""The registration machine's states (model_registration.py): the two manifests, the evaluation job and its
-polling, the baseline, the decision, the version and its metric."""
+"""The registration machine's states (model_registration.py): the two manifests, the evaluation
+(evaluation_states.py: its jobs, their polling and retries), the baseline, the decision, the version and its
+metric."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import aws_cdk as cdk
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
@@ -13,24 +13,13 @@ from constructs import Construct
 from stacks.pipeline.attempt_metrics import metrics_namespace
 from stacks.pipeline.dataset_manifest import MANIFEST_VARIABLE, DatasetManifest
 from stacks.pipeline.jsonata_text import expression, literal
-from stacks.pipeline.machine_kit import (
-    SAGEMAKER_ERROR,
-    literal_partition,
-    retry_must_succeed_call,
-    retry_poll_call,
-)
-from stacks.pipeline.registry.evaluation_request import (
-    EVALUATION_JOB_NAME,
-    decision,
-    evaluation_metrics,
-    evaluation_request,
-    model_package_request,
-)
+from stacks.pipeline.machine_kit import SAGEMAKER_ERROR, literal_partition, retry_must_succeed_call
+from stacks.pipeline.registry.evaluation_request import decision, evaluation_request, model_package_request
+from stacks.pipeline.registry.evaluation_states import evaluation_states, sagemaker_call
 
-EVALUATION_POLL_SECONDS = 60
 # How an ECR error other than its modelled ones reaches a Task (DESIGN.md's rule for aws-sdk tasks).
 ECR_THROTTLED = "Ecr.EcrException"
-REGISTERED, EVALUATION_FAILED = "Registered", "EvaluationFailed"
+REGISTERED = "Registered"
 # The dashboard's metric: each version's evaluation loss, by profile (namespace trainstack/<project>).
 EVALUATION_LOSS, PROFILE_DIMENSION = "EvaluationLoss", "Profile"
 
@@ -51,59 +40,15 @@ def registration_chain(
         scope,
         "Prepare",
         assign={
-            "status": expression("null"),
-            "reason": expression("null"),
             "run": expression("$states.input"),
             "imageUri": expression("$states.input.request.AlgorithmSpecification.TrainingImage"),
             "imageDigest": expression("null"),
             "settings": expression(f"$lookup({literal(table)}, $states.input.profile)"),
         },
     )
-    create = _sdk_call(scope, "CreateEvaluationJob", "createTrainingJob", evaluation_request(), {})
-    wait = sfn.Wait.jsonata(
-        scope,
-        "WaitForEvaluation",
-        time=sfn.WaitTime.duration(cdk.Duration.seconds(EVALUATION_POLL_SECONDS)),
-    )
-    describe = _describe_evaluation(scope, job_arn, wait)
-    failed = sfn.Succeed.jsonata(
-        scope,
-        "ReportEvaluationFailed",
-        outputs=expression(
-            f'{{"status": "{EVALUATION_FAILED}", "cause": "Evaluation job " & {EVALUATION_JOB_NAME} '
-            '& " " & '
-            '($status ? "ended " & $status : "could not start") & ($reason ? ": " & $reason : "") & '
-            '". The model stays at " & $run.modelArtifacts & "; it is not registered."}'
-        ),
-    )
-    create.add_catch(
-        failed,
-        errors=["States.ALL"],
-        outputs={},
-        assign={"reason": expression("$states.errorOutput.Cause")},
-    )
     register = _register(scope, project, package_arns, repository_arn)
-    check = (
-        sfn.Choice.jsonata(scope, "CheckEvaluation")
-        .when(sfn.Condition.jsonata(expression('$status in ["InProgress", "Stopping"]')), wait)
-        .when(
-            sfn.Condition.jsonata(expression('$status = "Completed" and $type($evaluation.loss) = "number"')),
-            register,
-        )
-        .when(
-            sfn.Condition.jsonata(expression('$status = "Completed"')),
-            failed,
-            assign={"reason": expression('"it reported no evaluation:loss metric"')},
-        )
-        .otherwise(failed)
-    )
-    return (
-        prepare.next(_manifests(scope, dataset_bucket, dataset_prefix))
-        .next(create)
-        .next(wait)
-        .next(describe)
-        .next(check)
-    )
+    evaluate = evaluation_states(scope, job_arn=job_arn, request=evaluation_request(), completed=register)
+    return prepare.next(_manifests(scope, dataset_bucket, dataset_prefix)).next(evaluate)
 
 
 def _register(scope: Construct, project: str, package_arns: list[str], repository_arn: str) -> sfn.IChainable:
@@ -130,7 +75,7 @@ def _register(scope: Construct, project: str, package_arns: list[str], repositor
         outputs={},
     )
     describe_baseline = _describe_baseline(scope, package_arns)
-    create_package = _sdk_call(
+    create_package = sagemaker_call(
         scope,
         "CreateModelPackage",
         "createModelPackage",
@@ -175,24 +120,6 @@ def _register(scope: Construct, project: str, package_arns: list[str], repositor
     return _image_digest(scope, repository_arn, list_approved)
 
 
-def _sdk_call(
-    scope: Construct, state_id: str, action: str, arguments: str, assign: dict[str, str]
-) -> sfn.CustomState:
-    """A SageMaker call whose request is one JSONata value (CallAwsService takes an object of fields
-    only, hence a custom state); its permissions are granted in `_grant`."""
-    return sfn.CustomState(
-        scope,
-        state_id,
-        state_json={
-            "Type": "Task",
-            "Resource": f"arn:{literal_partition(scope)}:states:::aws-sdk:sagemaker:{action}",
-            "Arguments": expression(arguments),
-            "Assign": assign,
-            "Output": {},
-        },
-    )
-
-
 def _manifests(scope: Construct, dataset_bucket: Any, dataset_prefix: str) -> sfn.IChainable:
     """The training set's and the evaluation set's manifests (trainstack.manifest), as the run registers:
     $trainingSetManifest and $datasetManifest."""
@@ -208,28 +135,6 @@ def _manifests(scope: Construct, dataset_bucket: Any, dataset_prefix: str) -> sf
         scope, "EvaluationSetManifest", bucket=dataset_bucket, prefix="$settings.evaluationPrefix"
     )
     return train_manifest.next(keep_train).next(eval_manifest)
-
-
-def _describe_evaluation(scope: Construct, job_arn: str, wait: sfn.Wait) -> tasks.CallAwsService:
-    """DescribeTrainingJob of the evaluation job into $status, $reason and $evaluation; a throttled call
-    waits for the next poll."""
-    describe = tasks.CallAwsService.jsonata(
-        scope,
-        "DescribeEvaluationJob",
-        service="sagemaker",
-        action="describeTrainingJob",
-        parameters={"TrainingJobName": expression(EVALUATION_JOB_NAME)},
-        iam_resources=[job_arn],
-        assign={
-            "status": expression("$states.result.TrainingJobStatus"),
-            "reason": expression("$states.result.FailureReason ? $states.result.FailureReason : null"),
-            "evaluation": expression(evaluation_metrics()),
-        },
-        outputs={},
-    )
-    retry_poll_call(describe, [SAGEMAKER_ERROR])
-    describe.add_catch(wait, errors=[SAGEMAKER_ERROR], outputs={})
-    return describe
 
 
 def _publish_evaluation_loss(scope: Construct, project: str) -> sfn.CustomState:
