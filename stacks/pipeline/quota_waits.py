@@ -63,16 +63,21 @@ def quota_start_assignments() -> dict[str, str]:
     return {SKIPPED: expression("[]"), WAITS: expression("[]")}
 
 
-def attempt_request(attempt_fields: str) -> str:
-    """The attempt's request: the run's, without the preferences left out for their quota, with the
-    attempt's own fields (`attempt_fields`, a JSONata object) merged in."""
+def request_without_skipped() -> str:
+    """The run's request without the preferences left out for their quota (what the next attempt asks
+    for, and what the evaluation of a Completed run asks for: the types it was just refused stay out)."""
     kept = f"[{_PREFERENCES}[$not(InstanceType in ${SKIPPED}.instanceType)]]"
-    request = (
+    return (
         f"($exists({_PREFERENCES}) and $count(${SKIPPED}) > 0 ? $merge([$request, "
         f'{{"ResourceConfig": $merge([$request.ResourceConfig, {{"InstancePreferences": {kept}}}])}}]) '
         ": $request)"
     )
-    return f"$merge([{request}, {attempt_fields}])"
+
+
+def attempt_request(attempt_fields: str) -> str:
+    """The attempt's request: request_without_skipped() with the attempt's own fields (`attempt_fields`, a
+    JSONata object) merged in."""
+    return f"$merge([{request_without_skipped()}, {attempt_fields}])"
 
 
 def _exceeded_only(skipped: str) -> str:

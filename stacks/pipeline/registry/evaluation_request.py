@@ -67,10 +67,11 @@ def registry_table(project: str, profiles: Sequence[Profile], resources: Pipelin
 
 def evaluation_request() -> str:
     """The run's request for one instance, its program evaluate.py, its channels the model and the
-    profile's evaluation set, its metrics the evaluation's."""
+    profile's evaluation set, its metrics the evaluation's. ($map of a one-element array yields the element,
+    not an array, in JSONata: the array constructor keeps InstancePreferences a list.)"""
     resources = (
         '($c := $run.request.ResourceConfig; $merge([$c, $c.InstancePreferences ? {"InstancePreferences": '
-        '$map($c.InstancePreferences, function($p) { $merge([$p, {"InstanceCount": 1}]) })} : '
+        '[$map($c.InstancePreferences, function($p) { $merge([$p, {"InstanceCount": 1}]) })]} : '
         '{"InstanceCount": 1}]))'
     )
     channel = (

@@ -35,6 +35,7 @@ from stacks.pipeline.attempt_metrics import grant_publish, metrics_namespace
 from stacks.pipeline.jsonata_text import expression, literal
 from stacks.pipeline.logged_state_machine import logged_state_machine
 from stacks.pipeline.pipeline_runs import PipelineRuns
+from stacks.pipeline.quota_waits import request_without_skipped
 from stacks.pipeline.registry.evaluation_request import (
     registry_table,
 )
@@ -160,7 +161,7 @@ class ModelRegistration(Construct):
                     "profile": expression("$plan.profile"),
                     "runName": expression("$plan.runName"),
                     "executionArn": expression("$states.context.Execution.Id"),
-                    "request": expression("$request"),
+                    "request": expression(request_without_skipped()),
                     "attempts": expression("$attempt"),
                     "modelArtifacts": expression("$outcome.job.artifacts"),
                 }
