@@ -16,7 +16,9 @@ queue demo. docs/emulator.md lists each behaviour with its source; in short:
 - the training job's name (`training_job_names`): `AWSBatch<jobName><attemptId>` as Batch's guide shows
   it ("awsbatch", the default), the same cut to SageMaker's 63 characters ("truncated"), or the
   payload's TrainingJobName ("payload"); which one AWS uses past the guide's example is not documented,
-  so the pipeline is tested under each; DescribeServiceJob names it in latestAttempt.serviceResourceId;
+  so the pipeline is tested under each; DescribeServiceJob names it in latestAttempt.serviceResourceId,
+  and every training job started for the job, in order, in `attempts` (botocore's model:
+  ServiceJobAttemptDetail {serviceResourceId, startedAt, stoppedAt, statusReason});
 - ListServiceJobs pages its answer (maxResults, at most 100, nextToken), newest first;
 - TerminateServiceJob fails a waiting job at once and stops the training job of a started one ("For
   SageMaker Training jobs, this will stop the training job in SageMaker AI as well": Batch user guide,
@@ -311,7 +313,6 @@ class FakeBatch:
             self._finish(job, "SUCCEEDED", f"{SAGEMAKER_STATUS}Completed")
             return
         if job.termination_reason:
-            job.attempts[-1]["stoppedAt"] = self._millis()
             self._finish(job, "FAILED", job.termination_reason)
             return
         reason = training.get("FailureReason", "")
@@ -350,6 +351,8 @@ class FakeBatch:
         self._set_status(job, status)
         job.status_reason = reason
         job.stopped_at = self._millis()
+        if job.training_job is not None:  # its attempt ends too (ServiceJobAttemptDetail.stoppedAt)
+            job.attempts[-1].setdefault("stoppedAt", job.stopped_at)
         job.training_job = None if status != "SUCCEEDED" else job.training_job
 
     # ------------------------------------------------------------ answers

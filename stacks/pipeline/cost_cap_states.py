@@ -3,7 +3,8 @@ rule, the run's cap and spend, the attempt's billed-cost stop and the pipeline's
 
 The pipeline keeps `$costCap` (null without max_cost_usd) and `$spentUsd` (the billed cost of the
 attempts that ended). Each attempt gets the cap with what is left of it (`remainingUsd`); once its own
-job's billed cost passes that, it stops the job (the direct attempt: StopTrainingJob; the queued one:
+billed cost (job_usd: its job's, plus in queue mode what the training jobs Batch started for it before
+that job billed) passes that, it stops the job (the direct attempt: StopTrainingJob; the queued one:
 TerminateServiceJob, which stops the training job Batch started), follows it until it has stopped and
 reports BudgetExceeded. The pipeline then fails the run with BudgetExceeded, and so it does instead of
 retrying once the spend has reached the cap. The checkpoint prefix is left as it is, so a later run
@@ -108,9 +109,12 @@ def hourly_usd(job: str, cap: str) -> str:
 
 
 def job_usd(job: str, cap: str) -> str:
-    """The billed cost of one attempt's job ({billedSeconds, instanceType, instanceCount})."""
+    """The billed cost of one attempt's job ({billedSeconds, instanceType, instanceCount}), plus, in queue
+    mode, `endedUsd`: what the training jobs AWS Batch started for the attempt before it billed
+    (attempt/batch_training_jobs.py). So the attempt's output `job` carries the whole attempt's cost."""
     return (
-        f'($type({job}.billedSeconds) = "number" ? {job}.billedSeconds / 3600 * {hourly_usd(job, cap)} : 0)'
+        f'(($type({job}.billedSeconds) = "number" ? {job}.billedSeconds / 3600 * {hourly_usd(job, cap)} : 0)'
+        f' + ($type({job}.endedUsd) = "number" ? {job}.endedUsd : 0))'
     )
 
 
@@ -216,9 +220,14 @@ def add_attempt_budget_stop(check_job: sfn.Choice, report: sfn.IChainable, stop:
         f"{job_usd('$job', ATTEMPT_CAP)} > {ATTEMPT_CAP}.remainingUsd"
     )
     spent = f"({ATTEMPT_CAP}.maxUsd - {ATTEMPT_CAP}.remainingUsd + {job_usd('$job', ATTEMPT_CAP)})"
+    # Queue mode: say what of it the earlier training jobs of the service job billed.
+    earlier = (
+        f'($type($job.endedUsd) = "number" and $job.endedUsd > 0 ? "; " & {money("$job.endedUsd")} & '
+        '" of it by the training jobs AWS Batch started before it for this attempt" : "")'
+    )
     cause = (
         '"Training job " & $job.name & " was stopped by the pipeline: the run\'s billed cost reached " & '
-        f'{money(spent)} & ", over its max_cost_usd of " & {money(ATTEMPT_CAP + ".maxUsd")} & "."'
+        f'{money(spent)} & ", over its max_cost_usd of " & {money(ATTEMPT_CAP + ".maxUsd")} & {earlier} & "."'
     )
     stopped = '$described.status = "Stopped" and $exists($budgetStop)'
     check_job.when(

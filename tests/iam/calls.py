@@ -195,7 +195,9 @@ class CallCatalog(TrainingJobCalls, TriggerCalls, RegistryCalls):
             "run": {"runName": self.run_name},  # the registration machine's input (docs/registry.md)
             "attempt": self.attempt,
             "job": job,
-            "service": {"id": SERVICE_JOB_ID, "trainingJobArn": self.job_arn()},
+            # The queued attempt's earlier training jobs (batch_training_jobs.py): one, named like the latest.
+            "service": {"id": SERVICE_JOB_ID, "trainingJobArn": self.job_arn(), "earlier": [self.job_arn()]},
+            "ended": [],
             "jobId": SERVICE_JOB_ID,
             "owner": execution,
             "nextToken": "token",

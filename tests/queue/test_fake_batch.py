@@ -174,6 +174,37 @@ def test_capacity_error_sends_the_job_back_to_runnable_and_batch_starts_it_again
     assert batch.jobs[job].retries_left == 0  # capacity retries use no retryStrategy attempt
 
 
+@pytest.mark.parametrize("terminated", [False, True])
+def test_attempts_list_every_training_job_batch_started_as_botocore_models_them(world, terminated):
+    """DescribeServiceJob's `attempts` (ServiceJobAttemptDetail: serviceResourceId {name: TrainingJobArn,
+    value}, startedAt, stoppedAt, statusReason; Unix milliseconds), oldest first; latestAttempt names the
+    last. Each attempt stops when its training job ends, or when the job is terminated."""
+    client, batch, sagemaker, clock = world
+    sagemaker.behaviour.script(
+        [[STARTING, TRAINING, CAPACITY_FAILURE], [STARTING, TRAINING, TRAINING, COMPLETED]]
+    )
+    job = submit(client, "run")
+    seen = [status(client, job)]
+    while seen[-1] != "RUNNING" or len(batch.training_jobs_of("run")) < 2:
+        clock.seconds += 60
+        seen.append(status(client, job))
+    clock.seconds += 60
+    if terminated:
+        client.terminate_service_job(jobId=job, reason="Execution aborted")
+    seen += run_to_end(client, job)
+    described = client.describe_service_job(jobId=job)
+    arns = [sagemaker.describe(name)["TrainingJobArn"] for name in batch.training_jobs_of("run")]
+    assert [attempt["serviceResourceId"] for attempt in described["attempts"]] == [
+        {"name": "TrainingJobArn", "value": arn} for arn in arns
+    ]
+    assert described["latestAttempt"] == {"serviceResourceId": described["attempts"][-1]["serviceResourceId"]}
+    first, second = described["attempts"]
+    assert first["startedAt"] < first["stoppedAt"] < second["startedAt"] < second["stoppedAt"]
+    assert first["statusReason"] == CAPACITY_WAITING
+    assert second["stoppedAt"] == described["stoppedAt"]
+    assert seen[-1] == ("FAILED" if terminated else "SUCCEEDED")
+
+
 def test_capacity_wait_beyond_the_time_limit_terminates_the_job(world):
     client, batch, sagemaker, clock = world
     batch.capacity_wait_seconds = 3600

@@ -10,11 +10,13 @@ from collections.abc import Iterator
 
 from moto.sagemaker.responses import SageMakerResponse
 
+from localaws.sagemaker import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING
 from tests.iam.calls import Call, arn_casings
 from tests.iam.deployed import DeployedApp, Role
 from tests.iam.simulator import simulate
 from tests.pipeline import harness
 from tests.queue import test_queue_pipeline as scenario
+from tests.queue.conftest import service_job
 
 # The scenario's fixtures: the FIFO queue's synthesized app, and the emulator running it under each naming.
 fifo_pipeline, fifo = scenario.fifo_pipeline, scenario.fifo
@@ -50,7 +52,8 @@ def recorded_calls(operations, described: list[str], app: DeployedApp, attempt: 
             yield Call("recorded DescribeTrainingJob", attempt, "sagemaker:DescribeTrainingJob", resource)
 
 
-def test_a_queued_runs_recorded_calls_are_allowed(fifo, fifo_pipeline, monkeypatch):
+def _recording_describes(monkeypatch) -> list[str]:
+    """The names of the training jobs the attempt describes, from now on."""
     described: list[str] = []
     answer = SageMakerResponse.describe_training_job
 
@@ -59,9 +62,30 @@ def test_a_queued_runs_recorded_calls_are_allowed(fifo, fifo_pipeline, monkeypat
         return answer(response)
 
     monkeypatch.setattr(SageMakerResponse, "describe_training_job", recording)
+    return described
+
+
+def test_a_queued_runs_recorded_calls_are_allowed(fifo, fifo_pipeline, monkeypatch):
+    described = _recording_describes(monkeypatch)
     run = fifo.start("first", {"runName": "trainstack-first"})
     assert harness.wait_for(run).status == "SUCCEEDED"
+    _assert_allowed(fifo, fifo_pipeline, described)
 
+
+def test_a_capped_run_describes_every_training_job_batch_started_as_allowed(fifo, fifo_pipeline, monkeypatch):
+    """With max_cost_usd (llama-1b-smddp's $300) the attempt describes the training job Batch lost for
+    capacity, never seen with its instances, after it ended, to count what it billed
+    (stacks/pipeline/attempt/batch_training_jobs.py)."""
+    fifo.sagemaker.behaviour.script([[STARTING, CAPACITY_FAILURE], [STARTING, TRAINING, COMPLETED]])
+    described = _recording_describes(monkeypatch)
+    execution_input = {"runName": "trainstack-lost", "profile": "llama-1b-smddp"}
+    assert harness.wait_for(fifo.start("lost", execution_input)).status == "SUCCEEDED"
+    lost, finished = fifo.batch.training_jobs_of(service_job("trainstack-lost-1"))
+    assert {lost.lower(), finished.lower()} <= {name.lower() for name in described}
+    _assert_allowed(fifo, fifo_pipeline, described)
+
+
+def _assert_allowed(fifo, fifo_pipeline, described: list[str]) -> None:
     settings = fifo_pipeline.settings
     app = DeployedApp(fifo_pipeline.outdir, settings.account, settings.region)
     [attempt] = [

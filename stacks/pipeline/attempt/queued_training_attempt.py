@@ -18,9 +18,10 @@ waited the queue's capacity time limit. So this attempt:
   a capacity failure sends the job back to RUNNABLE: Batch user guide, "Jobs stuck in RUNNABLE due to
   capacity");
 - with a cost cap (cost_cap_states.py), describes the training job Batch started on every poll while it
-  has its instances, and once its billed cost passes what the run has left terminates the service job
-  (which stops the training job), follows the training job until it has stopped and reports
-  BudgetExceeded, as the direct attempt does;
+  has its instances, and once the attempt's billed cost (that job's plus what every training job Batch
+  started for the service job before it billed: batch_training_jobs.py) passes what the run has left
+  terminates the service job (which stops the training job), follows the training job until it has
+  stopped and reports BudgetExceeded, as the direct attempt does; the output `job` carries that sum;
 - at the end describes the training job Batch started, by the name in DescribeServiceJob's
   latestAttempt.serviceResourceId (botocore's batch model: LatestServiceJobAttempt.serviceResourceId
   {name: TrainingJobArn, value}); Batch names it `AWSBatch<jobName><attemptId>`, not like the request.
@@ -36,6 +37,11 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
+from stacks.pipeline.attempt.batch_training_jobs import (
+    count_earlier_training_jobs,
+    earlier_training_jobs,
+    training_job_name,
+)
 from stacks.pipeline.attempt.training_attempt import (
     describe_training_job,
     failed_outcome,
@@ -116,8 +122,11 @@ class QueuedTrainingAttempt(Construct):
             self._terminate_over_budget_service_job(service_job_arn, wait),
         )
         check = self._check_service_job(report, describe_started_job, terminate, wait)
+        count_earlier = count_earlier_training_jobs(
+            self, job_arns=job_arns, more_permissions=batch_job_permissions, then=check, wait=wait
+        )
 
-        submit.next(wait).next(describe).next(check)
+        submit.next(wait).next(describe).next(count_earlier)
         self.start: sfn.IChainable = submit
 
     def _submit_service_job(
@@ -149,6 +158,8 @@ class QueuedTrainingAttempt(Construct):
                     "job": expression(f'{{"name": {request}.TrainingJobName, "createdMillis": $millis()}}'),
                     "limits": expression('{"timeLimitSeconds": $states.input.timeLimitSeconds}'),
                     "runningSince": expression("0"),
+                    # The earlier training jobs counted (batch_training_jobs.py).
+                    "ended": [],
                 },
                 "Output": {},
             },
@@ -175,7 +186,8 @@ class QueuedTrainingAttempt(Construct):
                 "service": expression(
                     '{"id": $service.id, "status": $states.result.Status, '
                     '"reason": $states.result.StatusReason, '
-                    '"trainingJobArn": $states.result.LatestAttempt.ServiceResourceId.Value}'
+                    '"trainingJobArn": $states.result.LatestAttempt.ServiceResourceId.Value, '
+                    f'"earlier": {earlier_training_jobs("$states.result")}}}'
                 ),
                 # Reset whenever the job waits again (a capacity failure sends it back to RUNNABLE).
                 "runningSince": expression(
@@ -254,14 +266,11 @@ class QueuedTrainingAttempt(Construct):
         report: sfn.IChainable,
         stop_over_budget: sfn.IChainable,
     ) -> tasks.CallAwsService:
-        """The training job Batch started: how it ended, or (with a cost cap, while it runs) its billed
-        cost. Its name is the ARN's last part (Batch's guide shows ARNs training-job/AWSBatch<jobName>
-        <attemptId>; should SageMaker write the ARN in lower case, the request's own name is used when it is
-        that name)."""
-        arn_name = '$split($service.trainingJobArn, "/")[-1]'
+        """The latest training job Batch started: how it ended, or (with a cost cap, while it runs) its
+        billed cost."""
         describe_started_job = describe_training_job(
             self,
-            name=f"($lowercase($job.name) = {arn_name} ? $job.name : {arn_name})",
+            name=training_job_name("$service.trainingJobArn"),
             job_arns=job_arns,
             with_name=True,
             more_permissions=batch_job_permissions,

@@ -87,17 +87,26 @@ def failed_outcome() -> str:
     )
 
 
+def billed_figures(result: str) -> str:
+    """The members of a job's billed cost (cost_cap_states.job_usd) in a DescribeTrainingJob result: the
+    instance type and count SageMaker chose among the preferences and the billed seconds."""
+    config = f"{result}.ResourceConfig"
+    return (
+        f'"instanceType": {config}.SelectedInstanceType ? {config}.SelectedInstanceType : '
+        f"{config}.InstanceType, "
+        f'"instanceCount": {config}.SelectedInstanceCount ? {config}.SelectedInstanceCount : '
+        f'{config}.InstanceCount, "billedSeconds": {billed_seconds(result)}'
+    )
+
+
 def described_job(*, with_name: bool = False) -> str:
-    """$job with what DescribeTrainingJob says of it: the instance type and count SageMaker chose among
-    the preferences, the model artifacts and, where the job was known by ARN only, its name."""
+    """$job with what DescribeTrainingJob says of it: its billed figures, the model artifacts and, where
+    the job was known by ARN only, its name."""
     name = '"name": $r.TrainingJobName, ' if with_name else ""
     return (
-        "($r := $states.result; $c := $r.ResourceConfig; $merge([$job, {"
-        f"{name}"
-        '"instanceType": $c.SelectedInstanceType ? $c.SelectedInstanceType : $c.InstanceType, '
-        '"instanceCount": $c.SelectedInstanceCount ? $c.SelectedInstanceCount : $c.InstanceCount, '
-        '"artifacts": $r.ModelArtifacts.S3ModelArtifacts, "metrics": $r.FinalMetricDataList, '
-        f'"billedSeconds": {billed_seconds("$r")}}}]))'
+        "($r := $states.result; $merge([$job, {"
+        f"{name}{billed_figures('$r')}, "
+        '"artifacts": $r.ModelArtifacts.S3ModelArtifacts, "metrics": $r.FinalMetricDataList}]))'
     )
 
 
@@ -115,18 +124,21 @@ def describe_training_job(
     job_arns: list[str],
     with_name: bool = False,
     more_permissions: list[iam.PolicyStatement] | None = None,
+    construct_id: str = "DescribeTrainingJob",
+    assign: dict[str, str] | None = None,
 ) -> tasks.CallAwsService:
-    """DescribeTrainingJob of job `name` (a JSONata expression) into $described and $job, retried on
-    throttling (both attempt kinds)."""
+    """DescribeTrainingJob of job `name` (a JSONata expression) into $described and $job (or `assign`),
+    retried on throttling (both attempt kinds)."""
     describe = tasks.CallAwsService.jsonata(
         scope,
-        "DescribeTrainingJob",
+        construct_id,
         service="sagemaker",
         action="describeTrainingJob",
         parameters={"TrainingJobName": expression(name)},
         iam_resources=job_arns,
         additional_iam_statements=more_permissions,
-        assign={
+        assign=assign
+        or {
             "described": expression(DESCRIBED_STATUS),
             "job": expression(described_job(with_name=with_name)),
         },
