@@ -10,15 +10,16 @@ Overrides of other size hyperparameters (seq_len, micro_batch_size, ...) are not
 billed-cost stop still bounds such a run. A profile the planner cannot plan (another entry point, a
 GPU without an MFU figure) has no planned cost: only the billed-cost stop applies.
 
-Billed cost (stacks/pipeline/cost_cap_states.py computes it in the machines): per attempt,
-billed seconds x instance count x the on-demand price of the type SageMaker selected, summed over the
-run's attempts (in queue mode an attempt's cost sums this over every training job AWS Batch started for
-it: stacks/pipeline/attempt/batch_training_jobs.py). Billed seconds are DescribeTrainingJob's BillableTimeInSeconds once SageMaker reports it
-(for managed spot it already holds the spot saving: botocore's model gives the saving as
-1 - BillableTimeInSeconds / TrainingTimeInSeconds), else TrainingStartTime to TrainingEndTime, or to now
-while the job runs ("You are billed for the time interval between this time and the value of
-TrainingEndTime", DescribeTrainingJob in botocore's sagemaker model). On-demand list prices make the
-figure an upper bound for spot runs while they run; warm pools (keep_alive_seconds) are not counted.
+Billed cost (stacks/pipeline/cost_cap_states.py computes it in the machines): per attempt, billed seconds
+x instance count x the on-demand price of the type SageMaker selected, summed over the run's attempts (in
+queue mode an attempt's cost sums this over every training job AWS Batch started for it:
+stacks/pipeline/attempt/batch_training_jobs.py). Billed seconds are DescribeTrainingJob's
+BillableTimeInSeconds once SageMaker reports it (for managed spot it already holds the spot saving:
+botocore's model gives the saving as 1 - BillableTimeInSeconds / TrainingTimeInSeconds), else
+TrainingStartTime to TrainingEndTime, or to now while the job runs ("You are billed for the time interval
+between this time and the value of TrainingEndTime", DescribeTrainingJob in botocore's sagemaker model).
+On-demand list prices make the figure an upper bound for spot runs while they run; warm pools
+(keep_alive_seconds) are not counted.
 """
 
 from __future__ import annotations

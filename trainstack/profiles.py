@@ -82,7 +82,10 @@ _ENV_VALUE = Annotated[str, BeforeValidator(_as_text), Field(max_length=512)]
 
 
 # SageMaker's TrackingServerArn pattern (botocore's sagemaker model) with its TrackingServerName's.
-MLFLOW_TRACKING_SERVER_ARN_PATTERN = r"^arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]*:[0-9]{12}:mlflow-tracking-server/[a-zA-Z0-9](-*[a-zA-Z0-9]){0,255}$"
+MLFLOW_TRACKING_SERVER_ARN_PATTERN = (
+    r"^arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]*:[0-9]{12}:mlflow-tracking-server/"
+    r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,255}$"
+)
 _MLFLOW_TRACKING_SERVER_ARN = Annotated[
     str | None,
     matching(
