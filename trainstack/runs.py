@@ -210,11 +210,21 @@ def queued_job(
 
 
 def batch_started_job(sagemaker: Any, attempt: int, summary: dict[str, Any]) -> Job | None:
-    """The training job Batch started for a service job: Batch names it itself (`AWSBatch<jobName>...`);
-    the summary's latestAttempt.serviceResourceId holds its ARN, whose last part is the name."""
-    arn = summary.get("latestAttempt", {}).get("serviceResourceId", {}).get("value")
-    if not arn:
-        return None
+    """The training job Batch started last for a service job: the summary's latestAttempt.serviceResourceId
+    holds its ARN."""
+    arn = batch_job_arn(summary.get("latestAttempt", {}))
+    return batch_job(sagemaker, attempt, arn) if arn else None
+
+
+def batch_job_arn(tried: dict[str, Any]) -> str | None:
+    """The ARN of the training job of one of Batch's attempts at a service job (a latestAttempt or an item
+    of DescribeServiceJob's attempts: ServiceJobAttemptDetail.serviceResourceId, botocore's batch model)."""
+    return tried.get("serviceResourceId", {}).get("value")
+
+
+def batch_job(sagemaker: Any, attempt: int, arn: str) -> Job:
+    """A training job Batch started, by its ARN: Batch names it itself (`AWSBatch<jobName>...`), the ARN's
+    last part is the name."""
     return Job(attempt, sagemaker.describe_training_job(TrainingJobName=arn.rsplit("/", 1)[-1]))
 
 

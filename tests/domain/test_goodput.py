@@ -235,3 +235,22 @@ def test_the_ledger_shows_the_billed_cost_against_the_profiles_cost_cap():
     assert ledger.summary().endswith(
         f"; billed ${billed:,.2f} of the $200.00 cost cap ({100 * billed / 200:.0f}%)"
     )
+
+
+def test_a_training_job_batch_started_before_the_latest_is_ledgered_as_a_failed_attempt():
+    """Queue mode: the same two jobs as one attempt's, the first lost by Batch (collect.py's earlier_jobs):
+    the same split, kept up to the checkpoint the next job resumed from, the same billed cost, a row each."""
+    direct = hang_then_resume()
+    first, second = direct.attempts
+    second.number, second.started = 1, first.started
+    second.earlier_jobs = [first]
+    queued = RunReport("run", direct.execution, [second], [], max_cost_usd=200)
+    expected = ledger_of(hang_then_resume(), now=at(100))
+    ledger = ledger_of(queued, now=at(100))
+    assert [row.label for row in ledger.attempts] == ["attempt 1, Batch job 1", "attempt 1, Batch job 2"]
+    assert [row.parts_ms for row in ledger.attempts] == [row.parts_ms for row in expected.attempts]
+    assert [row.restarted for row in ledger.attempts] == [False, True]  # its start: lost to failures
+    assert ledger.lost_usd == pytest.approx(expected.lost_usd)
+    billed = P4D_HOURLY * 2 * (2760 + 1920) / 3600
+    assert ledger.billed_usd == pytest.approx(billed) and queued.cost_usd == pytest.approx(billed)
+    assert f"; billed ${billed:,.2f} of the $200.00 cost cap" in ledger.summary()

@@ -26,7 +26,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "the goodput ledger: each attempt's billed time split into starting, kept training, checkpoint "
         "saving, lost work and idle in a hang, the waits between attempts and the dollars lost to failures. "
         "Reads the Step Functions histories, DescribeTrainingJob and the jobs' CloudWatch logs; in queue "
-        "mode also DescribeServiceJob: the training job Batch started, the time each attempt waited queued.",
+        "mode also DescribeServiceJob: every training job Batch started for an attempt (each billed), the "
+        "time each attempt waited queued.",
         takes_run=True,
         arguments=lambda parser: parser.add_argument(
             "--out", type=Path, help="the HTML file to write (default: RUN-report.html)"

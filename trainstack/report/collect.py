@@ -2,7 +2,10 @@
 executions (Step Functions GetExecutionHistory), each attempt's training job (DescribeTrainingJob), and
 the job's training log lines (CloudWatch Logs, `/aws/sagemaker/TrainingJobs`). In queue mode an attempt
 is a service job (AWS Batch DescribeServiceJob): the training job is the one Batch started last, and the
-service job's attempts tell how long it waited in the queue.
+service job's attempts tell how long it waited in the queue and which training jobs Batch started before
+(it re-submits a job by itself after a capacity error, each time a new training job that bills): each of
+those is described too, so that the run's billed cost is the sum over every training job, as the pipeline's
+cost cap counts it (stacks/pipeline/attempt/batch_training_jobs.py).
 
 The metrics come from the log lines rather than from the CloudWatch metrics SageMaker derives from them
 (GetMetricData): those carry a timestamp only, the lines carry the step, which is what lines attempts up
@@ -24,7 +27,15 @@ from trainstack.faults import CAPACITY, SPOT_CAPACITY_SECONDARY_STATUS, classify
 from trainstack.job_request import CHECKPOINT_LOCAL_PATH
 from trainstack.prices import SAGEMAKER_TRAINING_PRICES
 from trainstack.report.progress import STEP, Progress, read_progress
-from trainstack.runs import SERVICE_JOB_WAITING, batch_started_job, log_events, run_name_of, service_jobs_of
+from trainstack.runs import (
+    SERVICE_JOB_WAITING,
+    batch_job,
+    batch_job_arn,
+    batch_started_job,
+    log_events,
+    run_name_of,
+    service_jobs_of,
+)
 
 # State names of the synthesized pipeline (stacks/pipeline/training_state_machine.py).
 ATTEMPT_STATE = "RunAttempt"
@@ -79,6 +90,14 @@ class Attempt:
     progress: Progress = field(default_factory=Progress)  # when its log says the training got where
     slow_hosts: list[SlowHost] = field(default_factory=list)  # flagged in its log
     quota: dict[str, Any] | None = None  # the quota SageMaker refused the create for (trainstack.quota)
+    # Queue mode: the training jobs Batch started for the attempt before `job`, oldest first, each an
+    # Attempt of its own (the attempt's number and times; its job, log and billed figures).
+    earlier_jobs: list[Attempt] = field(default_factory=list)
+
+    @property
+    def training_jobs(self) -> list[Attempt]:
+        """The attempt's training jobs as they ran: Batch's earlier ones (queue mode), then its own."""
+        return [*self.earlier_jobs, self]
 
     @property
     def queue_wait_seconds(self) -> float | None:
@@ -155,8 +174,14 @@ class RunReport:
         return json.loads(self.execution.get("output") or "{}")
 
     @property
+    def training_jobs(self) -> list[Attempt]:
+        """Every training job of the run in the order they ran (in queue mode several per attempt)."""
+        return [job for attempt in self.attempts for job in attempt.training_jobs]
+
+    @property
     def cost_usd(self) -> float | None:
-        costs = [attempt.cost_usd for attempt in self.attempts if attempt.job]
+        """The billed cost of every training job, as the pipeline's cost cap counts it."""
+        costs = [job.cost_usd for job in self.training_jobs if job.job]
         return sum(costs) if costs and None not in costs else None
 
 
@@ -183,12 +208,15 @@ def collect(
             _follow_service_job(batch, sagemaker, attempt, service_jobs[attempt.number]["jobId"])
         else:
             attempt.job = _describe(sagemaker, attempt.job_name)
-        attempt.phases = attempt.queue_waits + job_phases(attempt.job)
+        attempt.phases = attempt.queue_waits + [
+            phase for job in attempt.training_jobs for phase in job_phases(job.job)
+        ]
         if attempt.child_arn:
             child = history(stepfunctions, attempt.child_arn)
             attempt.job_created = _job_created(child)
             attempt.phases += _throttled_creates(child)
-        _read_log(attempt, log_events(logs, attempt.job_name) if attempt.job else [])
+        for job in attempt.training_jobs:
+            _read_log(job, log_events(logs, job.job_name) if job.job else [])
     return RunReport(run_name, execution, attempts, backoffs)
 
 
@@ -273,6 +301,20 @@ def _follow_service_job(batch: Any, sagemaker: Any, attempt: Attempt, job_id: st
     attempt.queue_waits = queue_waits(attempt.service_job)
     if started := batch_started_job(sagemaker, attempt.number, attempt.service_job):
         attempt.job_name, attempt.job = started.name, started.description
+    for arn in earlier_job_arns(attempt.service_job):
+        job = batch_job(sagemaker, attempt.number, arn)
+        attempt.earlier_jobs.append(
+            Attempt(attempt.number, job.name, attempt.started, attempt.ended, job=job.description)
+        )
+
+
+def earlier_job_arns(service_job: dict[str, Any]) -> list[str]:
+    """The ARNs of the training jobs Batch started for a service job before its latest, oldest first:
+    DescribeServiceJob's attempts (ServiceJobAttemptDetail serviceResourceId and startedAt, botocore's
+    batch model, which does not say in which order the list comes) less latestAttempt's."""
+    latest = batch_job_arn(service_job.get("latestAttempt", {}))
+    tried = sorted(service_job.get("attempts", []), key=lambda detail: detail.get("startedAt", 0))
+    return [arn for arn in map(batch_job_arn, tried) if arn and arn != latest]
 
 
 def queue_waits(service_job: dict[str, Any]) -> list[Span]:

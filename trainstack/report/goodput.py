@@ -20,6 +20,17 @@ smaller than the training time with managed spot). Each attempt's billed seconds
   infrastructure/hang): from its last logged step to the failure. Steps done after the last logged
   one count as idle (the log is the only record).
 
+Queue mode: AWS Batch re-submits a service job by itself after a capacity error, each time as a new
+training job that bills (collect.py). Each training job Batch started before an attempt's latest is a
+row of its own (`attempt N, Batch job K`), split by the rules above as a failed attempt's job followed by
+the next job Batch started (which resumes from the run's checkpoint prefix): its
+set-up is starting, its training up to the checkpoint that next job resumed from kept training, the rest
+up to its failure lost work (the capacity Batch lost took it, as a failure would), and the next job's
+starting, when it resumed from a checkpoint, a restart lost to failures. A job whose log and
+SecondaryStatusTransitions show no training loop is lost work as a whole, as a direct attempt's is.
+The attempt's queue waits count once, on its latest job. So the billed total, and the cost-cap line, is
+the sum over every training job, the pipeline's figure (stacks/pipeline/attempt/batch_training_jobs.py).
+
 Moments inside a job come from its log's timestamps (progress.py); where the billed time differs from
 the wall time (managed spot), each part gets its share of the billed time. Parts are whole
 milliseconds that add up to the billed milliseconds exactly (largest remainders).
@@ -27,7 +38,7 @@ milliseconds that add up to the billed milliseconds exactly (largest remainders)
 Not billed: the run's back-offs, each attempt's wait in the queue (queue mode) and SageMaker's time from
 CreationTime to TrainingStartTime (capacity, provisioning). Dollars: instance-seconds at
 trainstack.prices' on-demand price; lost to failures = lost work + idle in a hang + the starting of
-every later attempt that resumed from a checkpoint (the restart a failure made necessary).
+every later attempt (or Batch job) that resumed from a checkpoint (the restart a failure made necessary).
 """
 
 from __future__ import annotations
@@ -64,6 +75,11 @@ class AttemptLedger:
     parts_ms: dict[str, int]  # per instance, every part of PARTS; adds up to billed_ms
     waiting_seconds: float  # not billed: queued, and CreationTime to TrainingStartTime
     restarted: bool  # a later attempt that resumed from a checkpoint: its starting is lost to failures
+    batch_job: int | None = None  # queue mode, Batch started several training jobs: which one, 1 = oldest
+
+    @property
+    def label(self) -> str:
+        return f"attempt {self.number}" + (f", Batch job {self.batch_job}" if self.batch_job else "")
 
     @property
     def lost_to_failures_ms(self) -> int:
@@ -136,17 +152,27 @@ class RunLedger:
 
 
 def ledger_of(report: RunReport, now: datetime) -> RunLedger:
-    """The ledger of a collected run; `now` ends the billed time of a job still running."""
-    attempts = report.attempts
-    followers = [*attempts[1:], None][: len(attempts)]
+    """The ledger of a collected run, a row per training job (report.training_jobs: in queue mode each job
+    Batch started); `now` ends the billed time of a job still running."""
+    followers = [*report.training_jobs[1:], None]
+    rows: list[AttemptLedger] = []
+    for attempt in report.attempts:
+        tried = attempt.training_jobs
+        for number, job in enumerate(tried, start=1):
+            batch_job = number if len(tried) > 1 else None
+            rows.append(attempt_ledger(job, followers[len(rows)], now, bool(rows), batch_job))
     return RunLedger(
-        [attempt_ledger(attempt, after, now) for attempt, after in zip(attempts, followers, strict=True)],
+        rows,
         sum((backoff.end - backoff.start).total_seconds() for backoff in report.backoffs),
         report.max_cost_usd,
     )
 
 
-def attempt_ledger(attempt: Attempt, following: Attempt | None, now: datetime) -> AttemptLedger:
+def attempt_ledger(
+    attempt: Attempt, following: Attempt | None, now: datetime, later: bool, batch_job: int | None
+) -> AttemptLedger:
+    """One training job's row; `following`: the job after it (the next one Batch started, else the next
+    attempt's first); `later`: it is not the run's first job."""
     job = attempt.job
     start = job.get("TrainingStartTime")
     end = job.get("TrainingEndTime") or now
@@ -163,7 +189,8 @@ def attempt_ledger(attempt: Attempt, following: Attempt | None, now: datetime) -
         billed_ms=billed_ms,
         parts_ms=allocate(billed_ms, wall, fallback),
         waiting_seconds=(attempt.queue_wait_seconds or 0.0) + _before_billing(attempt, now),
-        restarted=attempt.number > 1 and attempt.resumed_from is not None,
+        restarted=later and attempt.resumed_from is not None,
+        batch_job=batch_job,
     )
 
 

@@ -1,6 +1,6 @@
 """The account's own failure rate, for `trainstack plan --from-history`: infrastructure-classified job
 failures (trainstack.faults) per billed GPU-hour (the goodput ledger's billed time x the GPUs of the type
-each attempt ran on), over the pipeline's newest executions.
+each training job ran on, in queue mode every one Batch started), over the pipeline's newest executions.
 
 Under the fault model (exponential failures at a rate proportional to the GPUs a job holds), failures /
 GPU-hours is the maximum-likelihood estimate of the per-GPU rate, its inverse the per-GPU MTBF. Capacity
@@ -51,12 +51,12 @@ def failure_history(reports: Iterable[RunReport]) -> FailureHistory:
         ledger = ledger_of(report, clock())
         billed = [
             (attempt, entry)
-            for attempt, entry in zip(report.attempts, ledger.attempts, strict=True)
+            for attempt, entry in zip(report.training_jobs, ledger.attempts, strict=True)
             if entry.billed_ms
         ]
         runs += bool(billed)
+        attempts += len({attempt.number for attempt, _ in billed})
         for attempt, entry in billed:
-            attempts += 1
             spec = INSTANCE_TYPES.get(attempt.instance_type or "")
             gpu_hours += entry.billed_ms * entry.instance_count * (spec.gpus if spec else 0) / 3_600_000
             failures += (

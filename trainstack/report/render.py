@@ -118,17 +118,18 @@ def _classification(attempt: Attempt, attempts: Sequence[Attempt]) -> str:
 
 
 def attempt_table(attempts: Sequence[Attempt]) -> str:
+    """A row per training job: in queue mode one per job Batch started for the attempt."""
     rows = []
-    for attempt in attempts:
+    jobs = [(job, _service_job_notes(a, n)) for a in attempts for n, job in enumerate(a.training_jobs, 1)]
+    for attempt, notes in jobs:
         reason = attempt.job.get("FailureReason", "")
         resumed = (
             f"step {attempt.resumed_from[1]} ({attempt.resumed_checkpoint})" if attempt.resumed_from else "-"
         )
         seconds, waited = attempt.billed_seconds, attempt.queue_wait_seconds
-        service_job = attempt.service_job.get("jobName")
         cells = [
             f'<span class="swatch" style="background:{attempt_colour(attempt)}"></span> {attempt.number}',
-            escape(attempt.job_name + (f" (service job {service_job})" if service_job else "")),
+            escape(attempt.job_name + (f" ({notes})" if notes else "")),
             hms(waited) if waited is not None else "-",
             escape(f"{attempt.instance_count} x {attempt.instance_type}" if attempt.instance_type else "-"),
             escape(attempt.status + (f": {reason}" if reason else "")),
@@ -153,6 +154,15 @@ def attempt_table(attempts: Sequence[Attempt]) -> str:
         )
     )
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+def _service_job_notes(attempt: Attempt, number: int) -> str:
+    """Queue mode: the attempt's service job, and which of the training jobs Batch started for it."""
+    service_job = attempt.service_job.get("jobName")
+    notes = [f"service job {service_job}"] if service_job else []
+    if len(attempt.training_jobs) > 1:
+        notes.append(f"Batch job {number} of {len(attempt.training_jobs)}")
+    return ", ".join(notes)
 
 
 def timeline(report: RunReport) -> str:
@@ -287,7 +297,7 @@ def goodput_section(ledger: RunLedger) -> str:
     parts, rows = [], []
     for index, attempt in enumerate(ledger.attempts):
         y, x = LEDGER_TOP + index * LEDGER_ROW, float(left)
-        parts.append(f'<text x="4" y="{y + 13}">attempt {attempt.number}</text>')
+        parts.append(f'<text x="4" y="{y + 13}">{escape(attempt.label)}</text>')
         for part in PARTS:
             ms = attempt.parts_ms[part]
             if not ms:
@@ -303,7 +313,8 @@ def goodput_section(ledger: RunLedger) -> str:
         kept = f", {100 * attempt.parts_ms[KEPT] / attempt.billed_ms:.0f}% kept" if attempt.billed_ms else ""
         note = f"billed {hms(billed)} x {attempt.instance_count}{kept}" if billed else "nothing billed"
         parts.append(f'<text x="{left}" y="{y + 28}">{escape(note)}</text>')
-        cells = [str(attempt.number), *(hms(attempt.parts_ms[part] / 1000) for part in PARTS)]
+        cells = [attempt.label.removeprefix("attempt ")]
+        cells += [hms(attempt.parts_ms[part] / 1000) for part in PARTS]
         lost = attempt.usd(attempt.lost_to_failures_ms)
         cells += [hms(billed), hms(attempt.waiting_seconds), f"${lost:,.2f}" if lost is not None else "-"]
         rows.append("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in cells) + "</tr>")
@@ -324,7 +335,8 @@ def goodput_section(ledger: RunLedger) -> str:
         "BillableTimeInSeconds with managed spot); moments inside a job from its log lines' timestamps "
         "(the training loop's start, step lines, checkpoint pauses and completed checkpoints), the kept "
         "point from the checkpoint the next attempt resumed from; lost to failures: lost work, idle in a "
-        "hang and the start of each attempt that resumed after a failure.</p>"
+        "hang and the start of each attempt that resumed after a failure. Queue mode: a row per training "
+        "job AWS Batch started for an attempt (Batch job K), each billed.</p>"
     )
 
 
