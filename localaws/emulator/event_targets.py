@@ -2,9 +2,13 @@
 to (its Rule.send_to_targets raises NotImplementedError for them, and S3's notification code swallows it).
 
 Behaviour, from the EventBridge user guide ("Amazon EventBridge targets"; "Step Functions state machine"
-target): for each matching event, EventBridge calls StartExecution on the state machine with the event
-as the execution's input, under a name EventBridge chooses. Everything else (pattern matching, the other
-target kinds, S3's "Object Created" events with EventBridge notifications on) stays moto's.
+target): for each matching event, EventBridge calls StartExecution on the state machine, under a name
+EventBridge chooses, with the target's input (PutTargets' Target in botocore's events model): `Input`, "valid
+JSON text passed to the target. In this case, nothing from the event itself is passed"; `InputPath`, "the
+value of the JSONPath that is used for extracting part of the matched event"; `InputTransformer`, rendered
+by moto's own EventTemplateParser (as moto renders it for its other targets); else the whole event.
+Everything else (pattern matching, the other target kinds, S3's "Object Created" events with EventBridge
+notifications on) stays moto's.
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ import uuid
 from typing import Any
 
 import boto3
+from jsonpath_ng.ext import parse as parse_json_path
 from moto.events.models import Rule
+from moto.events.utils import EventTemplateParser
 from moto.utilities.arns import parse_arn
 
 
@@ -29,7 +35,7 @@ def install_state_machine_targets(monkeypatch) -> None:
         for target in machines:
             region = parse_arn(target["Arn"]).region
             boto3.client("stepfunctions", region_name=region).start_execution(
-                stateMachineArn=target["Arn"], name=str(uuid.uuid4()), input=json.dumps(event, default=str)
+                stateMachineArn=target["Arn"], name=str(uuid.uuid4()), input=target_input(target, event)
             )
         others = [target for target in self.targets if target not in machines]
         if others:
@@ -40,3 +46,21 @@ def install_state_machine_targets(monkeypatch) -> None:
                 self.targets = kept
 
     monkeypatch.setattr(Rule, "send_to_targets", send)
+
+
+def target_input(target: dict[str, Any], event: dict[str, Any]) -> str:
+    """The execution input EventBridge passes a state machine target for `event` (module docstring)."""
+    if "Input" in target:
+        return target["Input"]
+    if "InputPath" in target:
+        matches = parse_json_path(target["InputPath"]).find(event)
+        return json.dumps(matches[0].value if matches else None, default=str)
+    if "InputTransformer" in target:
+        transformer = target["InputTransformer"]
+        rendered = EventTemplateParser.parse(
+            input_template=transformer.get("InputTemplate"),
+            input_paths_map=transformer.get("InputPathsMap", {}),
+            event=event,
+        )
+        return json.dumps(rendered, default=str)
+    return json.dumps(event, default=str)

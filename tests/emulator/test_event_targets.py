@@ -1,0 +1,71 @@
+"""EventBridge rules starting state machine executions in the emulator (localaws/emulator/event_targets.py):
+each of PutTargets' input forms reaches the execution as EventBridge documents it."""
+
+from __future__ import annotations
+
+import json
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from localaws.emulator.event_targets import install_state_machine_targets
+
+REGION = "us-east-1"
+DETAIL = {"bucket": {"name": "datasets"}, "object": {"key": "train/a.bin"}}
+
+
+def started_input(monkeypatch, **target_input) -> dict:
+    """The input of the one execution a matching event starts through a target with `target_input`."""
+    with mock_aws():
+        install_state_machine_targets(monkeypatch)
+        stepfunctions = boto3.client("stepfunctions", region_name=REGION)
+        machine = stepfunctions.create_state_machine(
+            name="target",
+            definition=json.dumps({"StartAt": "Done", "States": {"Done": {"Type": "Succeed"}}}),
+            roleArn="arn:aws:iam::123456789012:role/target",
+        )["stateMachineArn"]
+        events = boto3.client("events", region_name=REGION)
+        events.put_rule(Name="objects", EventPattern=json.dumps({"source": ["aws.s3"]}))
+        events.put_targets(
+            Rule="objects",
+            Targets=[
+                {
+                    "Id": "machine",
+                    "Arn": machine,
+                    "RoleArn": "arn:aws:iam::123456789012:role/events",
+                    **target_input,
+                }
+            ],
+        )
+        events.put_events(
+            Entries=[{"Source": "aws.s3", "DetailType": "Object Created", "Detail": json.dumps(DETAIL)}]
+        )
+        [execution] = stepfunctions.list_executions(stateMachineArn=machine)["executions"]
+        return json.loads(stepfunctions.describe_execution(executionArn=execution["executionArn"])["input"])
+
+
+def test_without_an_input_form_the_execution_gets_the_whole_event(monkeypatch):
+    event = started_input(monkeypatch)
+    assert (event["source"], event["detail-type"], event["detail"]) == ("aws.s3", "Object Created", DETAIL)
+
+
+@pytest.mark.parametrize(
+    ("target_input", "expected"),
+    [
+        ({"Input": '{"profile": "small-torchrun"}'}, {"profile": "small-torchrun"}),
+        ({"InputPath": "$.detail.object"}, {"key": "train/a.bin"}),
+        (
+            {
+                "InputTransformer": {
+                    "InputPathsMap": {"key": "$.detail.object.key", "bucket": "$.detail.bucket.name"},
+                    "InputTemplate": '{"uri": "s3://<bucket>/<key>"}',
+                }
+            },
+            {"uri": "s3://datasets/train/a.bin"},
+        ),
+    ],
+    ids=["Input", "InputPath", "InputTransformer"],
+)
+def test_each_input_form_shapes_the_execution_input(monkeypatch, target_input, expected):
+    assert started_input(monkeypatch, **target_input) == expected
