@@ -101,18 +101,15 @@ def scripted_sagemaker(
     job_scripts: list[list[Phase]] | None = None,
     throttles: dict[str, int] | None = None,
     evaluation_script: list[Phase] | None = None,
-    evaluation_scripts: list[list[Phase]] | None = None,
     evaluation_create_errors: list[tuple[str, str]] | None = None,
     **fields: Any,
 ) -> FakeSageMaker:
-    """A FakeSageMaker whose jobs follow `job_scripts` (every evaluation job `evaluation_script`, or each
-    its own of `evaluation_scripts`, when given), whose calls are throttled `throttles` times by action;
-    whose evaluation jobs' creates are refused with `evaluation_create_errors` first; `fields` are
-    FakeSageMaker's (create_errors, reject_creates, ...)."""
+    """A FakeSageMaker whose jobs follow `job_scripts` (every evaluation job `evaluation_script`, when
+    given; ScriptedJobs.script_evaluations gives each its own), whose calls are throttled `throttles` times
+    by action; whose evaluation jobs' creates are refused with `evaluation_create_errors` first; `fields`
+    are FakeSageMaker's (create_errors, reject_creates, ...)."""
     behaviour = ScriptedJobs(job_scripts) if job_scripts is not None else ScriptedJobs()
     behaviour.evaluation_create_errors = list(evaluation_create_errors or [])
     if evaluation_script is not None:
         behaviour.script_evaluations(evaluation_script)
-    if evaluation_scripts is not None:
-        behaviour.script_evaluations(*evaluation_scripts)
     return FakeSageMaker(behaviour=behaviour, control=CallControl(throttles=dict(throttles or {})), **fields)
