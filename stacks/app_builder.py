@@ -11,10 +11,11 @@ from stacks.checkov_skips import skip_project_wide_checks
 from stacks.governed_account import apply_governance, governed, synthesizer
 from stacks.image.image_stack import ImageStack
 from stacks.network.network_stack import NetworkStack
-from stacks.pipeline.pipeline_runs import PipelineRuns
 from stacks.pipeline.pipeline_stack import PipelineStack
+from stacks.pipeline.queue.queue_stack import QueueStack
 from stacks.storage.storage_stack import StorageStack
 from trainstack.config import Settings
+from trainstack.pipeline_runs import all_pipeline_runs, shared_queue
 
 
 @dataclass(frozen=True)
@@ -22,11 +23,17 @@ class TrainstackStacks:
     network: NetworkStack
     storage: StorageStack
     image: ImageStack
-    pipeline: PipelineStack
+    pipelines: tuple[PipelineStack, ...]  # one, or with teams one per team
+    queue: QueueStack | None = None  # with teams in queue mode: the queue they share
+
+    @property
+    def pipeline(self) -> PipelineStack:
+        """The first (without teams, the only) pipeline."""
+        return self.pipelines[0]
 
     @property
     def all(self) -> list[cdk.Stack]:
-        return [self.network, self.storage, self.image, self.pipeline]
+        return [self.network, self.storage, self.image, *([self.queue] if self.queue else []), *self.pipelines]
 
 
 def build_app(app: cdk.App, settings: Settings, *, nag: bool = True) -> TrainstackStacks:
@@ -37,8 +44,9 @@ def build_app(app: cdk.App, settings: Settings, *, nag: bool = True) -> Trainsta
     network = network_stack(app, settings, **common)
     storage = storage_stack(app, settings, network, **common)
     image = image_stack(app, settings, network, **common)
-    pipeline = pipeline_stack(app, settings, network, storage, image, **common)
-    stacks = TrainstackStacks(network=network, storage=storage, image=image, pipeline=pipeline)
+    queue = queue_stack(app, settings, **common)
+    pipelines = pipeline_stacks(app, settings, network, storage, image, queue, **common)
+    stacks = TrainstackStacks(network=network, storage=storage, image=image, pipelines=pipelines, queue=queue)
     for stack in stacks.all:
         for key, value in settings.tags.items():
             cdk.Tags.of(stack).add(key, value)
@@ -98,22 +106,37 @@ def image_stack(app: cdk.App, settings: Settings, network: NetworkStack | None, 
     )
 
 
-def pipeline_stack(
+def queue_stack(app: cdk.App, settings: Settings, **kwargs) -> QueueStack | None:
+    """With teams in queue mode, the one queue they share; without teams the pipeline stack holds it."""
+    if not (settings.teams and settings.queue.enabled):
+        return None
+    return QueueStack(app, f"{settings.project}-queue", project=settings.project, queue=shared_queue(settings), **kwargs)
+
+
+def pipeline_stacks(
     app: cdk.App,
     settings: Settings,
     network: NetworkStack,
     storage: StorageStack,
     image: ImageStack,
+    queue: QueueStack | None,
     **kwargs,
-) -> PipelineStack:
-    return PipelineStack(
-        app,
-        f"{settings.project}-pipeline",
-        runs=PipelineRuns(project=settings.project, profiles=tuple(settings.profiles), queue=settings.queue),
-        notification_emails=settings.notification_emails,
-        trigger=settings.retrain_on_new_data,
-        network=network,
-        storage=storage,
-        image=image,
-        **kwargs,
+) -> tuple[PipelineStack, ...]:
+    """`<project>-pipeline`, or with teams `<project>-<team>-pipeline` for each team."""
+    teams = {team.name: team for team in settings.teams}
+    return tuple(
+        PipelineStack(
+            app,
+            f"{runs.project}-pipeline",
+            runs=runs,
+            notification_emails=settings.notification_emails,
+            trigger=settings.retrain_on_new_data,
+            network=network,
+            storage=storage,
+            image=image,
+            team=teams.get(runs.team) if runs.team else None,
+            queue=queue.queue if queue else None,
+            **kwargs,
+        )
+        for runs in all_pipeline_runs(settings)
     )

@@ -24,6 +24,7 @@ from trainstack.planning.setups import fit_problems
 from trainstack.profiles import Profile
 from trainstack.queue_settings import QueueSettings
 from trainstack.registry_settings import check_held_out_sets
+from trainstack.teams import RunLimits, Team, namespace
 from trainstack.trigger_settings import RetrainOnNewData
 
 # AZ ids start with a per-region code (use1-az4 is in us-east-1); AZ id -> name differs per account,
@@ -210,6 +211,8 @@ class Settings(StrictModel):
     queue: QueueSettings = QueueSettings()
     fault_model: FaultModel = FaultModel()  # failure rate for goodput and checkpoint_interval: auto
     retrain_on_new_data: RetrainOnNewData | None = None  # off unless set (trainstack/trigger_settings.py)
+    # Teams sharing this deployment, each with a pipeline of its own (trainstack/teams.py, docs/teams.md).
+    teams: list[Team] = []
     # Deploying into a governed account (trainstack/governance.py; README of the same name).
     compliance: Compliance = "none"
     iam: IamSettings = IamSettings()
@@ -279,10 +282,10 @@ class Settings(StrictModel):
     @model_validator(mode="after")
     def _queue_fits(self) -> Settings:
         for index, profile in enumerate(self.profiles):
-            if profile.priority is not None and not (self.queue.enabled and self.queue.shares):
+            if profile.priority is not None and not (self.queue.enabled and (self.queue.shares or self.teams)):
                 raise ValueError(
                     f"profiles.{index}.priority orders jobs only in a fair-share queue; "
-                    "set queue.enabled and queue.shares, or remove priority"
+                    "set queue.enabled and queue.shares (or teams), or remove priority"
                 )
             if not self.queue.enabled:
                 continue
@@ -293,6 +296,57 @@ class Settings(StrictModel):
                         f"{preference.instance_type}, more than queue.max_instances "
                         f"({self.queue.max_instances}); such a job would wait forever"
                     )
+        return self
+
+    @model_validator(mode="after")
+    def _teams_fit(self) -> Settings:
+        from trainstack.execution_input import RUN_NAME_MAX_LENGTH, default_run_name_length
+
+        for field, values in (
+            ("name", [team.name for team in self.teams]),
+            ("share", [team.share_identifier for team in self.teams]),
+        ):
+            if repeated := sorted({value for value in values if values.count(value) > 1}):
+                raise ValueError(f"teams: each team needs its own {field}; repeated: {', '.join(repeated)}")
+        if self.teams and self.queue.shares:
+            raise ValueError("queue.shares: with teams, each team's share and weight come from teams; remove it")
+        if self.teams and self.retrain_on_new_data is not None:
+            raise ValueError(
+                "retrain_on_new_data is not available with teams yet (docs/teams.md); remove one of them"
+            )
+        known = [profile.name for profile in self.profiles]
+        for index, team in enumerate(self.teams):
+            where = f"teams.{index} ({team.name})"
+            for name in team.profiles:
+                if name not in known:
+                    raise ValueError(f"{where}.profiles: '{name}' is not a profile; use one of {', '.join(known)}")
+                profile = self.profile(name)
+                if (longest := default_run_name_length(namespace(self.project, team.name), name)) > RUN_NAME_MAX_LENGTH:
+                    raise ValueError(
+                        f"{where}: runs of profile {name} would be named with {longest} characters, more than "
+                        f"{RUN_NAME_MAX_LENGTH}; shorten the team's, the profile's or the project's name"
+                    )
+                counts = [preference.instance_count for preference in profile.instance_preferences]
+                if max(counts) > team.max_instances:
+                    raise ValueError(
+                        f"{where}: profile {name} asks for {max(counts)} instances, more than the team's "
+                        f"max_instances ({team.max_instances}); raise the cap or remove the profile"
+                    )
+                if profile.max_runtime_hours > team.max_runtime_hours:
+                    raise ValueError(
+                        f"{where}: profile {name} runs up to {profile.max_runtime_hours:g} hours, more than the "
+                        f"team's max_runtime_hours ({team.max_runtime_hours:g}); raise the cap or remove the profile"
+                    )
+                if (profile.priority or 0) > team.max_priority:
+                    raise ValueError(
+                        f"{where}: profile {name} has priority {profile.priority}, above the team's "
+                        f"max_priority ({team.max_priority})"
+                    )
+            if self.queue.enabled and team.max_instances > self.queue.max_instances:
+                raise ValueError(
+                    f"{where}.max_instances ({team.max_instances}) is more than queue.max_instances "
+                    f"({self.queue.max_instances}): such a run would wait forever"
+                )
         return self
 
     @model_validator(mode="after")
@@ -324,6 +378,12 @@ class Settings(StrictModel):
         """FSx for Lustre sized for dataset.size_gib and the fsx need; None when fsx.enabled is false."""
         # Recomputed on each use (microseconds): a cached value would go stale in model_copy(update=...).
         return plan_for(self.dataset.size_gib, self.fsx)
+
+    @property
+    def limits(self) -> RunLimits:
+        """The product's own limits on one run: a config without teams has no others (with teams, each team's
+        pipeline has its caps: trainstack.pipeline_runs)."""
+        return RunLimits()
 
     @property
     def training_zone(self) -> TrainingZone:

@@ -39,11 +39,13 @@ from trainstack.profiles import (
 )
 from trainstack.queue_settings import QueueSettings
 from trainstack.retry_policies import MAX_ATTEMPTS_LIMIT
+from trainstack.teams import MAX_INSTANCE_COUNT, RunLimits
 
 
 class RunConfig(Protocol):
-    """What the input rules read of the config: Settings has it, and so does the pipeline's own slice
-    (stacks.pipeline.pipeline_runs.PipelineRuns)."""
+    """What the input rules read of the config: one pipeline's slice (trainstack.pipeline_runs.PipelineRuns:
+    with teams, the team's namespace, profiles, share and caps). Settings has it too, for a config without
+    teams."""
 
     @property
     def project(self) -> str: ...
@@ -54,6 +56,11 @@ class RunConfig(Protocol):
     @property
     def queue(self) -> QueueSettings: ...
 
+    @property
+    def limits(self) -> RunLimits: ...
+
+    def profile(self, name: str) -> Profile: ...
+
 
 FIELDS = ("profile", "runName", "hyperparameters", "instanceCount", "maxRuntimeHours", "resumeFrom")
 QUEUE_FIELDS = ("priority", "share")
@@ -62,7 +69,6 @@ QUEUE_FIELDS = ("priority", "share")
 RUN_NAME_MAX_LENGTH = 63 - 1 - len(str(MAX_ATTEMPTS_LIMIT))
 MIN_RUNTIME_HOURS = 0.01
 RUN_NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$"
-MAX_INSTANCE_COUNT = 512
 S3_URI_PATTERN = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$"
 HYPERPARAMETER_NAME_MAX_LENGTH = 256
 # The execution's ARN becomes the value of the jobs' trainstack:execution tag, and SageMaker tag values
@@ -122,6 +128,11 @@ CHECKPOINT_INTERVAL_PATTERN = r"^[1-9][0-9]{0,8}$"
 
 def _is_step_count(name: str, value: Any) -> bool:
     return name != INTERVAL_HYPERPARAMETER or re.match(CHECKPOINT_INTERVAL_PATTERN, str(value)) is not None
+
+
+def _key_of(uri: str) -> str:
+    """The object key (prefix) of s3://bucket/key."""
+    return uri.split("/", 3)[3] if uri.count("/") >= 3 else ""
 
 
 def _within_sizes(name: str, value: str) -> bool:
@@ -207,20 +218,30 @@ INPUT_RULES: tuple[InputRule, ...] = (
     InputRule(
         "instanceCount",
         "integer>=1",
-        f"instanceCount must be a whole number from 1 to {MAX_INSTANCE_COUNT}.",
-        lambda value, _: _is_whole_number(value) and 1 <= value <= MAX_INSTANCE_COUNT,
+        "instanceCount must be a whole number from 1 to {max_instance_count}.",
+        lambda value, settings: _is_whole_number(value) and 1 <= value <= settings.limits.max_instance_count,
     ),
     InputRule(
         "maxRuntimeHours",
         "number-in-range",
-        f"maxRuntimeHours must be a number from {MIN_RUNTIME_HOURS} to {MAX_RUNTIME_HOURS_LIMIT} (28 days).",
-        lambda value, _: _is_number(value) and MIN_RUNTIME_HOURS <= value <= MAX_RUNTIME_HOURS_LIMIT,
+        f"maxRuntimeHours must be a number from {MIN_RUNTIME_HOURS} to {{max_runtime_hours}}.",
+        lambda value, settings: _is_number(value)
+        and MIN_RUNTIME_HOURS <= value <= settings.limits.max_runtime_hours,
     ),
     InputRule(
         "resumeFrom",
         "s3-uri",
         "resumeFrom must be an S3 URI such as s3://bucket/run-name/.",
         lambda value, _: isinstance(value, str) and re.match(S3_URI_PATTERN, value) is not None,
+    ),
+    # A run may resume only from its own namespace's runs. The state machine also checks the bucket (one of
+    # the deployment's checkpoint and artifact buckets, whose names the CLI does not know), and the
+    # SageMaker role of the namespace can read nothing else.
+    InputRule(
+        "resumeFrom",
+        "own-runs",
+        "resumeFrom must lie in a run of {prefix}: s3://<checkpoint or artifact bucket>/{prefix}-<run>/...",
+        lambda value, settings: _key_of(value).startswith(f"{settings.project}-"),
     ),
     InputRule(
         "instanceCount",
@@ -232,8 +253,8 @@ INPUT_RULES: tuple[InputRule, ...] = (
     InputRule(
         "priority",
         "integer-0-9999",
-        f"priority must be a whole number from 0 to {MAX_PRIORITY} (higher runs first).",
-        lambda value, _: _is_whole_number(value) and 0 <= value <= MAX_PRIORITY,
+        "priority must be a whole number from 0 to {max_priority} (higher runs first).",
+        lambda value, settings: _is_whole_number(value) and 0 <= value <= settings.limits.max_priority,
         queue_only=True,
     ),
     InputRule(
@@ -278,10 +299,17 @@ PROFILE_RULES: tuple[ProfileRule, ...] = (
 )
 
 
-def default_run_name(settings: Settings, profile: str, now: datetime | None = None) -> str:
+def default_run_name(settings: RunConfig, profile: str, now: datetime | None = None) -> str:
     """`<project>-<profile>-<UTC yyyymmdd-HHMMSS>`: the run name when neither input nor caller gives one."""
-    now = now or datetime.now(UTC)
-    return f"{settings.project}-{profile}-{now:%Y%m%d-%H%M%S}"
+    return _default_run_name(settings.project, profile, now or datetime.now(UTC))
+
+
+def _default_run_name(project: str, profile: str, now: datetime) -> str:
+    return f"{project}-{profile}-{now:%Y%m%d-%H%M%S}"
+
+
+def default_run_name_length(project: str, profile: str) -> int:
+    return len(_default_run_name(project, profile, datetime(2000, 1, 1, tzinfo=UTC)))
 
 
 def input_rules(settings: RunConfig) -> tuple[InputRule, ...]:
@@ -298,11 +326,15 @@ def message_context(settings: RunConfig, unknown: str) -> dict[str, str]:
         "reserved": ", ".join(RESERVED_HYPERPARAMETERS),
         "unknown": unknown,
         "max_instances": str(settings.queue.max_instances),
+        "max_instance_count": str(settings.limits.max_instance_count),
+        "max_runtime_hours": f"{settings.limits.max_runtime_hours:g}"
+        + (" (28 days)" if settings.limits.max_runtime_hours == MAX_RUNTIME_HOURS_LIMIT else ""),
+        "max_priority": str(settings.limits.max_priority),
         "shares": ", ".join(settings.queue.shares) or "none (the queue has no fair shares)",
     }
 
 
-def validate_execution_input(data: Any, settings: Settings, execution_name: str | None = None) -> RunRequest:
+def validate_execution_input(data: Any, settings: RunConfig, execution_name: str | None = None) -> RunRequest:
     """The RunRequest an input describes, or InvalidInputError with the cause the state machine reports.
 
     A missing runName becomes `<project>-<execution_name>` as in the state machine, or

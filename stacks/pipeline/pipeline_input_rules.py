@@ -14,13 +14,12 @@ from typing import Any
 
 from stacks.pipeline import cost_cap_states
 from stacks.pipeline.jsonata_text import literal
-from stacks.pipeline.state_machine_facts import extra_time_seconds
+from stacks.pipeline.state_machine_facts import extra_time_seconds, placeholder
 from trainstack.execution_input import (
     CHECKPOINT_INTERVAL_PATTERN,
     EXECUTION_NAME_MESSAGE,
     HYPERPARAMETER_NAME_MAX_LENGTH,
     HYPERPARAMETER_VALUE_MAX_LENGTH,
-    MAX_INSTANCE_COUNT,
     MIN_RUNTIME_HOURS,
     PROFILE_RULES,
     RUN_NAME_MAX_LENGTH,
@@ -37,12 +36,12 @@ from trainstack.jsonata_regex import regex_literal
 from trainstack.planning.forecast import INTERVAL_HYPERPARAMETER
 from trainstack.planning.setups import instance_count_problem
 from trainstack.profiles import (
-    MAX_PRIORITY,
     MAX_RUNTIME_HOURS_LIMIT,
     RESERVED_HYPERPARAMETERS,
     Profile,
 )
 from trainstack.retry_policies import Backoff
+from trainstack.teams import MAX_INSTANCE_COUNT
 
 # Fraction of each capacity backoff added at random (jitter).
 JITTER_FRACTION = 0.1
@@ -52,6 +51,9 @@ def _conditions(settings: RunConfig) -> dict[tuple[str, str], str]:
     """What each rule accepts; `$v` is the field's value, `$p` the chosen profile's table entry."""
     names = literal([profile.name for profile in settings.profiles])
     prefix = f"{settings.project}-"
+    limits = settings.limits
+    # s3://<checkpoint or artifact bucket>/<namespace>-: the buckets' names are filled in at deploy time.
+    run_prefixes = literal([f"s3://{placeholder(bucket)}/{prefix}" for bucket in ("CheckpointBucket", "ArtifactBucket")])
     return {
         ("", "object"): '$type($raw) = "object"',
         ("", "known-fields"): "$count($unknown) = 0",
@@ -81,18 +83,21 @@ def _conditions(settings: RunConfig) -> dict[tuple[str, str], str]:
             f"$not($contains($lookup($v, $k), {regex_literal(CHECKPOINT_INTERVAL_PATTERN)})) }})) = 0"
         ),
         ("instanceCount", "integer>=1"): (
-            f'$type($v) = "number" ? ($v = $floor($v) and $v >= 1 and $v <= {MAX_INSTANCE_COUNT}) : false'
+            f'$type($v) = "number" ? ($v = $floor($v) and $v >= 1 and $v <= {limits.max_instance_count}) : false'
         ),
         ("maxRuntimeHours", "number-in-range"): (
-            f'$type($v) = "number" ? ($v >= {MIN_RUNTIME_HOURS} and $v <= {MAX_RUNTIME_HOURS_LIMIT}) : false'
+            f'$type($v) = "number" ? ($v >= {MIN_RUNTIME_HOURS} and $v <= {limits.max_runtime_hours}) : false'
         ),
         (
             "resumeFrom",
             "s3-uri",
         ): f'$type($v) = "string" ? $contains($v, {regex_literal(S3_URI_PATTERN)}) : false',
+        ("resumeFrom", "own-runs"): (
+            f"$count($filter({run_prefixes}, function($r) {{ $substring($v, 0, $length($r)) = $r }})) > 0"
+        ),
         ("instanceCount", "within-queue"): f"$v <= {settings.queue.max_instances}",
         ("priority", "integer-0-9999"): (
-            f'$type($v) = "number" ? ($v = $floor($v) and $v >= 0 and $v <= {MAX_PRIORITY}) : false'
+            f'$type($v) = "number" ? ($v = $floor($v) and $v >= 0 and $v <= {limits.max_priority}) : false'
         ),
         ("priority", "fair-share-queue"): literal(bool(settings.queue.shares)),
         ("share", "one-of-shares"): f"$v in {literal(list(settings.queue.shares))}",

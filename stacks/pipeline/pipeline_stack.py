@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
@@ -18,8 +19,9 @@ from stacks.pipeline.cleanup.queue_cleanup import QueueCleanup
 from stacks.pipeline.mlflow_access import grant_mlflow_tracking
 from stacks.pipeline.monitoring import TRAINING_METRICS_NAMESPACE, PipelineMonitoring
 from stacks.pipeline.pipeline_notifications import PipelineNotifications
-from stacks.pipeline.pipeline_runs import PipelineRuns
-from stacks.pipeline.queue.training_queue import TrainingQueue
+from trainstack.pipeline_runs import PipelineRuns
+from stacks.pipeline.queue.training_queue import TRAINING_QUEUE_ARN_OUTPUT, TrainingQueue
+from stacks.pipeline.team_access import TeamAccess
 from stacks.pipeline.training_state_machine import TrainingStateMachine
 from stacks.pipeline.trigger.retrain_trigger import RetrainTrigger
 from stacks.storage.storage_stack import StorageStack
@@ -27,12 +29,8 @@ from stacks.validation import acknowledge
 from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements
 from trainstack.job_request import PipelineResources
 from trainstack.profiles import Profile
-from trainstack.queue_settings import (
-    BATCH_TRAINING_JOB_PREFIX,
-    QueueSettings,
-    queue_job_prefix,
-    training_queue_name,
-)
+from trainstack.queue_settings import BATCH_TRAINING_JOB_PREFIX, QueueSettings, queue_job_prefix
+from trainstack.teams import Team
 from trainstack.trigger_settings import RetrainOnNewData
 
 # Where SageMaker training jobs write their logs (fixed by SageMaker).
@@ -41,7 +39,6 @@ TRAINING_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 STATE_MACHINE_ARN_OUTPUT = "StateMachineArn"
 CLEANUP_STATE_MACHINE_ARN_OUTPUT = "CleanupStateMachineArn"
 NOTIFICATION_TOPIC_ARN_OUTPUT = "NotificationTopicArn"
-TRAINING_QUEUE_ARN_OUTPUT = "TrainingQueueArn"
 
 
 class PipelineStack(cdk.Stack):
@@ -56,8 +53,12 @@ class PipelineStack(cdk.Stack):
         storage: StorageStack,
         image: ImageStack,
         trigger: RetrainOnNewData | None = None,
+        team: Team | None = None,
+        queue: TrainingQueue | None = None,
         **kwargs,
     ) -> None:
+        """One pipeline: the project's, or with teams one team's (`team`, `runs` namespaced `<project>-<team>`),
+        whose runs read only the team's dataset directory and go through the teams' shared `queue`."""
         super().__init__(
             scope,
             construct_id,
@@ -66,10 +67,13 @@ class PipelineStack(cdk.Stack):
             **kwargs,
         )
         project = runs.project
-        self.sagemaker_role = self._sagemaker_role(project, runs.queue.enabled, network, storage, image)
+        self.dataset = team_dataset(storage, team)
+        if queue is None and runs.queue.enabled:
+            queue = self._training_queue(project, runs.queue)
+        self.queue = queue
+        self.sagemaker_role = self._sagemaker_role(project, network, storage, image)
         grant_mlflow_tracking(self.sagemaker_role, runs.profiles)
-        self.resources = _pipeline_resources(project, self.sagemaker_role, network, storage, image)
-        self.queue = self._training_queue(project, runs.queue) if runs.queue.enabled else None
+        self.resources = _pipeline_resources(project, self.sagemaker_role, network, storage, image, self.dataset)
         self.training = TrainingStateMachine(
             self,
             "Training",
@@ -79,9 +83,12 @@ class PipelineStack(cdk.Stack):
             queue=self.queue,
         )
         self.state_machine = self.training.state_machine
-        queued = runs.queue.enabled
         self.cleanup = JobCleanup(
-            self, "JobCleanup", project=project, pipeline=self.state_machine, batch_jobs=queued
+            self,
+            "JobCleanup",
+            project=project,
+            pipeline=self.state_machine,
+            batch_queue_name=self.queue.queue_name if self.queue is not None else None,
         )
         if self.queue is not None:
             self.queue_cleanup = QueueCleanup(
@@ -110,6 +117,10 @@ class PipelineStack(cdk.Stack):
         )
         self.training.registration.add_to_dashboard(self.monitoring.dashboard)
         self._schedules(project, runs.profiles)
+        if team is not None:
+            self.team_access = TeamAccess(
+                self, "TeamAccess", team=team, project=project, pipelines=self.training, stack=self
+            )
         if trigger is not None:
             self.trigger = RetrainTrigger(
                 self,
@@ -155,7 +166,7 @@ class PipelineStack(cdk.Stack):
         )
 
     def _sagemaker_role(
-        self, project: str, queued: bool, network: NetworkStack, storage: StorageStack, image: ImageStack
+        self, project: str, network: NetworkStack, storage: StorageStack, image: ImageStack
     ) -> iam.Role:
         """What a training job may do: read the dataset, read/write checkpoints and artifacts, pull the
         image, write its logs and metrics, and manage the ENIs of its VPC placement."""
@@ -165,17 +176,17 @@ class PipelineStack(cdk.Stack):
             assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
             description=f"{project} training jobs: their buckets, image, logs and VPC network interfaces",
         )
-        _grant_data(role, project, storage)
+        _grant_data(role, project, storage, self.dataset.prefix)
         if image.repository is not None:
             image.repository.grant_pull(role)
         else:
             role.add_to_policy(iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"]))
-        self._log_and_metric_permissions(role, project, queued=queued)
+        self._log_and_metric_permissions(role, project)
         self._vpc_permissions(role, network)
         _acknowledge_role(role, project)
         return role
 
-    def _log_and_metric_permissions(self, role: iam.Role, project: str, *, queued: bool) -> None:
+    def _log_and_metric_permissions(self, role: iam.Role, project: str) -> None:
         """The job's log streams in SageMaker's fixed group, and its metrics in their namespace."""
         log_group_arn = self.format_arn(
             service="logs",
@@ -190,8 +201,9 @@ class PipelineStack(cdk.Stack):
                 resources=[log_group_arn, f"{log_group_arn}:*"],
             )
         )
-        batch_jobs = BATCH_TRAINING_JOB_PREFIX + queue_job_prefix(training_queue_name(project))
-        job_name_prefixes = [f"{project}-", *([batch_jobs] if queued else [])]
+        job_name_prefixes = [f"{project}-"]
+        if self.queue is not None:
+            job_name_prefixes.append(BATCH_TRAINING_JOB_PREFIX + queue_job_prefix(self.queue.queue_name))
         role.add_to_policy(
             iam.PolicyStatement(
                 sid="TrainingLogStreams",
@@ -291,22 +303,23 @@ class PipelineStack(cdk.Stack):
             )
 
 
-def _grant_data(role: iam.Role, project: str, storage: StorageStack) -> None:
-    """Read the dataset; read and write the runs' checkpoints and artifacts (and their keys)."""
+def _grant_data(role: iam.Role, project: str, storage: StorageStack, dataset_prefix: str) -> None:
+    """Read the dataset under `dataset_prefix`; read and write the runs' checkpoints and artifacts (and their
+    keys): with teams, the team's own prefixes only."""
     dataset = storage.dataset_bucket
     role.add_to_policy(
         iam.PolicyStatement(
             sid="ListDataset",
             actions=["s3:ListBucket"],
             resources=[dataset.bucket_arn],
-            conditions={"StringLike": {"s3:prefix": [f"{storage.dataset_prefix}*"]}},
+            conditions={"StringLike": {"s3:prefix": [f"{dataset_prefix}*"]}},
         )
     )
     role.add_to_policy(
         iam.PolicyStatement(
             sid="ReadDataset",
             actions=["s3:GetObject"],
-            resources=[dataset.arn_for_objects(f"{storage.dataset_prefix}*")],
+            resources=[dataset.arn_for_objects(f"{dataset_prefix}*")],
         )
     )
     # Checkpoints sync both ways (resume, save); resumeFrom may point at checkpoints or artifacts.
@@ -356,8 +369,30 @@ def _acknowledge_role(role: iam.Role, project: str) -> None:
     )
 
 
+@dataclass(frozen=True)
+class TeamDataset:
+    """Where a pipeline's jobs read their data: the dataset prefix and FSx directory, with teams the team's."""
+
+    prefix: str
+    file_system_directory_path: str | None
+
+
+def team_dataset(storage: StorageStack, team: Team | None) -> TeamDataset:
+    """`<dataset prefix><team>/` in S3, which the file system shows as `/<mount>/<team>` (its root is the
+    dataset prefix); without teams, the whole dataset prefix and file system."""
+    path = storage.file_system_dataset_path
+    if team is None:
+        return TeamDataset(storage.dataset_prefix, path)
+    return TeamDataset(f"{storage.dataset_prefix}{team.name}/", None if path is None else f"{path}/{team.name}")
+
+
 def _pipeline_resources(
-    project: str, sagemaker_role: iam.Role, network: NetworkStack, storage: StorageStack, image: ImageStack
+    project: str,
+    sagemaker_role: iam.Role,
+    network: NetworkStack,
+    storage: StorageStack,
+    image: ImageStack,
+    dataset: TeamDataset,
 ) -> PipelineResources:
     """What the job requests name: the role, image, buckets, VPC placement and file system."""
     return PipelineResources(
@@ -367,9 +402,9 @@ def _pipeline_resources(
         checkpoint_bucket=storage.checkpoint_bucket.bucket_name,
         artifact_bucket=storage.artifact_bucket.bucket_name,
         dataset_bucket=storage.dataset_bucket.bucket_name,
-        dataset_prefix=storage.dataset_prefix,
+        dataset_prefix=dataset.prefix,
         subnet_ids=tuple(subnet.subnet_id for subnet in network.training_subnets),
         security_group_ids=(network.training_security_group.security_group_id,),
         file_system_id=storage.file_system_id,
-        file_system_directory_path=storage.file_system_dataset_path,
+        file_system_directory_path=dataset.file_system_directory_path,
     )

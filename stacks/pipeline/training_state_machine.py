@@ -50,7 +50,7 @@ from stacks.pipeline.pipeline_run_request import (
     plan_expression,
     request_expression,
 )
-from stacks.pipeline.pipeline_runs import PipelineRuns
+from trainstack.pipeline_runs import PipelineRuns
 from stacks.pipeline.queue.training_queue import TrainingQueue, batch_training_jobs
 from stacks.pipeline.registry.model_registration import ModelRegistration
 from stacks.pipeline.state_machine_facts import (
@@ -122,7 +122,7 @@ class TrainingStateMachine(Construct):
                 job_arns=[job_arn],
                 service_job_arn=queue.service_job_arn,
                 batch_job_permissions=[
-                    batch_training_jobs(self, project, DESCRIBE_BATCH_JOBS, ["sagemaker:DescribeTrainingJob"])
+                    batch_training_jobs(self, queue.queue_name, DESCRIBE_BATCH_JOBS, ["sagemaker:DescribeTrainingJob"])
                 ],
             ).start
         self.attempt_machine, self.attempt_log_group = logged_state_machine(

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from stacks.pipeline.pipeline_stack import TRAINING_QUEUE_ARN_OUTPUT
+from stacks.pipeline.queue.training_queue import TRAINING_QUEUE_ARN_OUTPUT
 from tests.conftest import synthesize
 from tests.infra.templates import only, resources
 from tests.infra.test_app_quality import LINT_PLUGINS, run_cfn_lint, validation_report

@@ -68,9 +68,9 @@ class JobCleanup(Construct):
         *,
         project: str,
         pipeline: sfn.StateMachine,
-        batch_jobs: bool = False,
+        batch_queue_name: str | None = None,
     ) -> None:
-        """batch_jobs: queue mode, where AWS Batch names the training jobs (the sweeper may stop those)."""
+        """batch_queue_name: queue mode's queue, whose jobs AWS Batch names itself (the sweeper may stop those)."""
         super().__init__(scope, construct_id)
         self._project = project
         self._job_arns = training_job_arn(self, f"{project}-*")
@@ -93,9 +93,9 @@ class JobCleanup(Construct):
             self.sweeper,
             f"Stop InProgress {project} jobs whose pipeline execution is no longer running",
         )
-        if batch_jobs:
+        if batch_queue_name is not None:
             self.sweeper.add_to_role_policy(
-                batch_training_jobs(self, project, STOP_BATCH_JOBS, ["sagemaker:StopTrainingJob"])
+                batch_training_jobs(self, batch_queue_name, STOP_BATCH_JOBS, ["sagemaker:StopTrainingJob"])
             )
             acknowledge_wildcard_statements(
                 self.sweeper.role,

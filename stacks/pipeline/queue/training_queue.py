@@ -24,6 +24,8 @@ from trainstack.queue_settings import (
 )
 
 SERVICE_TYPE = "SAGEMAKER_TRAINING"
+# Key of the CfnOutput naming the job queue (the pipeline stack's, or with teams the queue stack's).
+TRAINING_QUEUE_ARN_OUTPUT = "TrainingQueueArn"
 # statusReason Batch gives a job waiting after capacity errors (Batch user guide, "Jobs stuck in RUNNABLE").
 CAPACITY_REASON = "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"
 # A job larger than the service environment; the pipeline rejects those up front, this is the backstop.
@@ -31,22 +33,23 @@ MAX_RESOURCE_REASON = "MISCONFIGURATION:SERVICE_ENVIRONMENT_MAX_RESOURCE"
 MIN_TIME_LIMIT_SECONDS = 600
 
 
-def batch_training_job_arns(scope: Construct, project: str) -> list[str]:
-    """The training jobs Batch starts for this project's service jobs: `AWSBatch<jobName><attemptId>`
-    (queue_settings.py), and every jobName we submit starts with the queue's key. In both casings: SageMaker
+def batch_training_job_arns(scope: Construct, queue_name: str) -> list[str]:
+    """The training jobs Batch starts for the service jobs of the queue `queue_name`:
+    `AWSBatch<jobName><attemptId>` (queue_settings.py), and every jobName we submit starts with the queue's
+    key (with teams, every team's: the queue is shared). In both casings: SageMaker
     reports its ARNs lower-cased (boto/boto3#4606) and no source says which one IAM authorizes."""
-    prefix = BATCH_TRAINING_JOB_PREFIX + queue_job_prefix(training_queue_name(project))
+    prefix = BATCH_TRAINING_JOB_PREFIX + queue_job_prefix(queue_name)
     return [
         cdk.Stack.of(scope).format_arn(service="sagemaker", resource="training-job", resource_name=f"{name}*")
         for name in (prefix, prefix.lower())
     ]
 
 
-def batch_training_jobs(scope: Construct, project: str, sid: str, actions: list[str]) -> iam.PolicyStatement:
-    """`actions` on the training jobs Batch starts for this project, by the name we give their service
+def batch_training_jobs(scope: Construct, queue_name: str, sid: str, actions: list[str]) -> iam.PolicyStatement:
+    """`actions` on the training jobs Batch starts for the queue's service jobs, by the name we give their service
     jobs. No tag condition: no source says the training job carries the payload's Tags (AWS's SDK sends
     a run's tags as the service job's own `tags`: sagemaker-python-sdk, aws_batch/batch_api_helper.py)."""
-    return iam.PolicyStatement(sid=sid, actions=actions, resources=batch_training_job_arns(scope, project))
+    return iam.PolicyStatement(sid=sid, actions=actions, resources=batch_training_job_arns(scope, queue_name))
 
 
 def service_job_name(queue_name: str, run_name: str, attempt: str) -> str:

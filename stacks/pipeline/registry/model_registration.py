@@ -34,7 +34,7 @@ from constructs import Construct
 from stacks.pipeline.attempt_metrics import grant_publish, metrics_namespace
 from stacks.pipeline.jsonata_text import expression, literal
 from stacks.pipeline.logged_state_machine import logged_state_machine
-from stacks.pipeline.pipeline_runs import PipelineRuns
+from trainstack.pipeline_runs import PipelineRuns
 from stacks.pipeline.quota_waits import request_without_skipped
 from stacks.pipeline.registry.evaluation_request import (
     registry_table,

@@ -1,0 +1,113 @@
+"""Who may use one team's pipeline: the team's start policy, a managed policy attached to the team's principals
+(or, keyed on a principal tag, wherever the platform team attaches it).
+
+A Step Functions execution cannot see who started it, so the team's identity is its entry: the team's own
+pipeline, whose definition names the team. Only this policy grants StartExecution on it; the inner machines
+(attempt, registration, cleanup) are granted to nobody but the pipeline's own roles. The same policy lets the
+team follow, stop and report its runs and approve or reject versions of its own model package groups
+(`trainstack approve` / `reject` act within the caller's team because IAM allows nothing else).
+"""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from aws_cdk import aws_iam as iam
+from constructs import Construct
+
+from stacks.pipeline.training_state_machine import TrainingStateMachine
+from stacks.validation import acknowledge
+from stacks.wildcard_acknowledgments import flatten_reference
+from trainstack.teams import Team
+
+
+class TeamAccess(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        team: Team,
+        project: str,
+        pipelines: TrainingStateMachine,
+        stack: cdk.Stack,
+    ) -> None:
+        """`project` is the team's namespace (`<project>-<team>`), which every name of its pipeline starts with."""
+        super().__init__(scope, construct_id)
+        pipeline = pipelines.state_machine
+        executions = stack.format_arn(
+            service="states",
+            resource="execution",
+            resource_name=f"{project}-pipeline:*",  # the pipeline's name (training_state_machine.py)
+            arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
+        )
+        statements = [
+            iam.PolicyStatement(
+                sid="StartAndListRuns",
+                actions=["states:StartExecution", "states:ListExecutions", "states:DescribeStateMachine"],
+                resources=[pipeline.state_machine_arn],
+            ),
+            iam.PolicyStatement(
+                sid="FollowAndStopRuns",
+                actions=["states:DescribeExecution", "states:GetExecutionHistory", "states:StopExecution"],
+                resources=[executions],
+            ),
+            iam.PolicyStatement(
+                sid="FindThePipeline",
+                actions=["cloudformation:DescribeStacks"],
+                resources=[stack.stack_id],
+            ),
+            iam.PolicyStatement(
+                sid="DescribeRunJobs",
+                actions=["sagemaker:DescribeTrainingJob"],
+                resources=[stack.format_arn(service="sagemaker", resource="training-job", resource_name=f"{project}-*")],
+            ),
+            iam.PolicyStatement(
+                sid="DecideOwnModelVersions",
+                actions=["sagemaker:DescribeModelPackage", "sagemaker:UpdateModelPackage"],
+                resources=[
+                    stack.format_arn(service="sagemaker", resource="model-package", resource_name=f"{project}-*/*")
+                ],
+            ),
+            iam.PolicyStatement(
+                sid="ListOwnModelVersions",
+                actions=["sagemaker:ListModelPackages"],
+                resources=["*"],  # no resource types (Service Authorization Reference)
+            ),
+        ]
+        if team.principal_tag is not None:
+            for statement in statements:
+                statement.add_condition(
+                    "StringEquals", {f"aws:PrincipalTag/{team.principal_tag.key}": team.principal_tag.value}
+                )
+        self.policy = iam.ManagedPolicy(
+            self,
+            "StartPolicy",
+            managed_policy_name=f"{project}-start",
+            description=f"Start, follow, stop and approve the runs of team {team.name} (trainstack)",
+            statements=statements,
+            roles=[
+                iam.Role.from_role_arn(self, f"Role{index}", arn, mutable=False)
+                for index, arn in enumerate(team.principals)
+                if ":role/" in arn
+            ],
+            users=[
+                iam.User.from_user_arn(self, f"User{index}", arn)
+                for index, arn in enumerate(team.principals)
+                if ":user/" in arn
+            ],
+        )
+        reason = (
+            f"The team's executions, jobs and model versions are named at run time under {project}-; "
+            "ListModelPackages supports no resource types."
+        )
+        for statement in statements:
+            for resource in statement.resources:
+                if "*" in resource:
+                    finding = flatten_reference(stack.resolve(resource))
+                    acknowledge(self.policy, f"AwsSolutions-IAM5[Resource::{finding}]", reason)
+        cdk.CfnOutput(
+            stack,
+            "TeamStartPolicyArn",
+            value=self.policy.managed_policy_arn,
+            description=f"Attach to whoever may start team {team.name}'s runs",
+        )

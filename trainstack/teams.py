@@ -1,0 +1,94 @@
+"""Teams of one shared deployment (the `teams:` section of the config; docs/teams.md).
+
+Each team gets a pipeline of its own, namespaced `<project>-<team>`: its own state machines (the team's
+name is fixed in their definitions, never read from an execution input), its own SageMaker execution
+role, run prefixes `<project>-<team>-*`, dataset prefix `<dataset.prefix><team>/` (FSx directory
+`/<mount>/<team>`), model package groups, fair share and caps. A config without `teams:` is one team
+whose namespace is the project: everything is named as it always was.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from pydantic import Field, model_validator
+
+from trainstack.base import StrictModel, matching
+from trainstack.profiles import MAX_PRIORITY, MAX_RUNTIME_HOURS_LIMIT
+
+# One team's namespace `<project>-<team>` must never be a prefix of another's (IAM grants on
+# `<project>-<team>-*`): a team name holds no hyphen. Letters and digits also make it a valid AWS Batch
+# share identifier; 12 characters leave room for run names within SageMaker's 63 (run_name_room).
+TEAM_NAME_PATTERN = r"^[a-z][a-z0-9]{0,11}$"
+MAX_INSTANCE_COUNT = 512  # instances one run may ask for, with or without teams
+# The IAM principals a team's start policy may be attached to (same account: roles and users).
+PRINCIPAL_ARN_PATTERN = r"^arn:aws[a-z-]*:iam::[0-9]{12}:(role|user)/([A-Za-z0-9_+=,.@-]+/)*[A-Za-z0-9_+=,.@-]{1,128}$"
+# Principal tags: IAM's own key and value rules (letters, digits, spaces and + - = . _ : / @).
+TAG_KEY_PATTERN = r"^[A-Za-z0-9_+=.:/@ -]{1,128}$"
+TAG_VALUE_PATTERN = r"^[A-Za-z0-9_+=.:/@ -]{0,256}$"
+
+
+@dataclass(frozen=True)
+class RunLimits:
+    """What one run may ask for at most: the team's caps, or the product's own limits without teams."""
+
+    max_instance_count: int = MAX_INSTANCE_COUNT
+    max_runtime_hours: float = MAX_RUNTIME_HOURS_LIMIT
+    max_priority: int = MAX_PRIORITY
+
+
+class PrincipalTag(StrictModel):
+    """Principals carrying this tag may start the team's runs once the platform team attaches the team's
+    start policy to them (a group, a permission set): the policy's statements require the tag."""
+
+    key: Annotated[str, matching(TAG_KEY_PATTERN, "an IAM tag key: 1 to 128 letters, digits, spaces or +-=.:/@_")]
+    value: Annotated[
+        str, matching(TAG_VALUE_PATTERN, "an IAM tag value: up to 256 letters, digits, spaces or +-=.:/@_")
+    ]
+
+
+class Team(StrictModel):
+    name: Annotated[
+        str,
+        matching(TEAM_NAME_PATTERN, "1 to 12 lowercase letters or digits starting with a letter (no hyphen)"),
+    ]
+    # Names of the config's profiles this team may run.
+    profiles: Annotated[list[str], Field(min_length=1)]
+    # Who may start, follow, stop and approve the team's runs: roles or users of the account that get the
+    # team's start policy, or a principal tag that policy requires (attach it where the tag lives).
+    principals: list[
+        Annotated[str, matching(PRINCIPAL_ARN_PATTERN, "an IAM role or user ARN like arn:aws:iam::111111111111:role/ml-a")]
+    ] = []
+    principal_tag: PrincipalTag | None = None
+    # Caps on every run of the team, whatever the profile: instances, hours and planned/billed cost.
+    max_instances: Annotated[int, Field(ge=1, le=MAX_INSTANCE_COUNT)]
+    max_runtime_hours: Annotated[float, Field(gt=0, le=MAX_RUNTIME_HOURS_LIMIT)]
+    max_cost_usd: Annotated[float, Field(gt=0)]
+    # Queue mode: the team's fair share (AWS Batch share identifier, default the team's name) and weight,
+    # and the highest schedulingPriority its runs may ask for.
+    share: Annotated[str | None, matching(r"^[A-Za-z0-9]{1,255}$", "letters and digits (a Batch share identifier)")] = None
+    weight: Annotated[int, Field(ge=1, le=1000)] = 1
+    max_priority: Annotated[int, Field(ge=0, le=MAX_PRIORITY)] = 0
+
+    @model_validator(mode="after")
+    def _someone_may_start(self) -> Team:
+        if not self.principals and self.principal_tag is None:
+            raise ValueError(
+                f"team {self.name}: give principals (IAM role or user ARNs) or principal_tag, or nobody can "
+                "start its runs"
+            )
+        return self
+
+    @property
+    def share_identifier(self) -> str:
+        return self.share or self.name
+
+    @property
+    def limits(self) -> RunLimits:
+        return RunLimits(self.max_instances, self.max_runtime_hours, self.max_priority)
+
+
+def namespace(project: str, team: str | None) -> str:
+    """What a team's resources, run names and prefixes start with: `<project>-<team>`, or the project."""
+    return f"{project}-{team}" if team else project
