@@ -33,7 +33,13 @@ class TrainstackStacks:
 
     @property
     def all(self) -> list[cdk.Stack]:
-        return [self.network, self.storage, self.image, *([self.queue] if self.queue else []), *self.pipelines]
+        return [
+            self.network,
+            self.storage,
+            self.image,
+            *([self.queue] if self.queue else []),
+            *self.pipelines,
+        ]
 
 
 def build_app(app: cdk.App, settings: Settings, *, nag: bool = True) -> TrainstackStacks:
@@ -110,7 +116,9 @@ def queue_stack(app: cdk.App, settings: Settings, **kwargs) -> QueueStack | None
     """With teams in queue mode, the one queue they share; without teams the pipeline stack holds it."""
     if not (settings.teams and settings.queue.enabled):
         return None
-    return QueueStack(app, f"{settings.project}-queue", project=settings.project, queue=shared_queue(settings), **kwargs)
+    return QueueStack(
+        app, f"{settings.project}-queue", project=settings.project, queue=shared_queue(settings), **kwargs
+    )
 
 
 def pipeline_stacks(

@@ -282,7 +282,9 @@ class Settings(StrictModel):
     @model_validator(mode="after")
     def _queue_fits(self) -> Settings:
         for index, profile in enumerate(self.profiles):
-            if profile.priority is not None and not (self.queue.enabled and (self.queue.shares or self.teams)):
+            if profile.priority is not None and not (
+                self.queue.enabled and (self.queue.shares or self.teams)
+            ):
                 raise ValueError(
                     f"profiles.{index}.priority orders jobs only in a fair-share queue; "
                     "set queue.enabled and queue.shares (or teams), or remove priority"
@@ -309,7 +311,9 @@ class Settings(StrictModel):
             if repeated := sorted({value for value in values if values.count(value) > 1}):
                 raise ValueError(f"teams: each team needs its own {field}; repeated: {', '.join(repeated)}")
         if self.teams and self.queue.shares:
-            raise ValueError("queue.shares: with teams, each team's share and weight come from teams; remove it")
+            raise ValueError(
+                "queue.shares: with teams, each team's share and weight come from teams; remove it"
+            )
         if self.teams and self.retrain_on_new_data is not None:
             raise ValueError(
                 "retrain_on_new_data is not available with teams yet (docs/teams.md); remove one of them"
@@ -319,11 +323,16 @@ class Settings(StrictModel):
             where = f"teams.{index} ({team.name})"
             for name in team.profiles:
                 if name not in known:
-                    raise ValueError(f"{where}.profiles: '{name}' is not a profile; use one of {', '.join(known)}")
-                profile = self.profile(name)
-                if (longest := default_run_name_length(namespace(self.project, team.name), name)) > RUN_NAME_MAX_LENGTH:
                     raise ValueError(
-                        f"{where}: runs of profile {name} would be named with {longest} characters, more than "
+                        f"{where}.profiles: '{name}' is not a profile; use one of {', '.join(known)}"
+                    )
+                profile = self.profile(name)
+                if (
+                    longest := default_run_name_length(namespace(self.project, team.name), name)
+                ) > RUN_NAME_MAX_LENGTH:
+                    raise ValueError(
+                        f"{where}: runs of profile {name} would be named with {longest} characters, "
+                        "more than "
                         f"{RUN_NAME_MAX_LENGTH}; shorten the team's, the profile's or the project's name"
                     )
                 counts = [preference.instance_count for preference in profile.instance_preferences]
@@ -334,8 +343,9 @@ class Settings(StrictModel):
                     )
                 if profile.max_runtime_hours > team.max_runtime_hours:
                     raise ValueError(
-                        f"{where}: profile {name} runs up to {profile.max_runtime_hours:g} hours, more than the "
-                        f"team's max_runtime_hours ({team.max_runtime_hours:g}); raise the cap or remove the profile"
+                        f"{where}: profile {name} runs up to {profile.max_runtime_hours:g} hours, more than "
+                        f"the team's max_runtime_hours ({team.max_runtime_hours:g}); raise the cap or remove "
+                        "the profile"
                     )
                 if (profile.priority or 0) > team.max_priority:
                     raise ValueError(

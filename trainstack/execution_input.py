@@ -26,20 +26,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from trainstack.config import Settings
 from trainstack.cost_cap import cost_cap_problem
 from trainstack.job_request import RunRequest
 from trainstack.planning.forecast import INTERVAL_HYPERPARAMETER
 from trainstack.planning.setups import instance_count_problem
 from trainstack.profiles import (
-    MAX_PRIORITY,
     MAX_RUNTIME_HOURS_LIMIT,
     RESERVED_HYPERPARAMETERS,
     Profile,
 )
 from trainstack.queue_settings import QueueSettings
 from trainstack.retry_policies import MAX_ATTEMPTS_LIMIT
-from trainstack.teams import MAX_INSTANCE_COUNT, RunLimits
+from trainstack.teams import RunLimits
 
 
 class RunConfig(Protocol):
@@ -225,8 +223,9 @@ INPUT_RULES: tuple[InputRule, ...] = (
         "maxRuntimeHours",
         "number-in-range",
         f"maxRuntimeHours must be a number from {MIN_RUNTIME_HOURS} to {{max_runtime_hours}}.",
-        lambda value, settings: _is_number(value)
-        and MIN_RUNTIME_HOURS <= value <= settings.limits.max_runtime_hours,
+        lambda value, settings: (
+            _is_number(value) and MIN_RUNTIME_HOURS <= value <= settings.limits.max_runtime_hours
+        ),
     ),
     InputRule(
         "resumeFrom",

@@ -48,7 +48,9 @@ def team_runs(settings: Settings, team: Team) -> PipelineRuns:
 def all_pipeline_runs(settings: Settings) -> tuple[PipelineRuns, ...]:
     """One pipeline per team, or the project's one pipeline without teams."""
     if not settings.teams:
-        return (PipelineRuns(project=settings.project, profiles=tuple(settings.profiles), queue=settings.queue),)
+        return (
+            PipelineRuns(project=settings.project, profiles=tuple(settings.profiles), queue=settings.queue),
+        )
     return tuple(team_runs(settings, team) for team in settings.teams)
 
 
@@ -69,4 +71,6 @@ def shared_queue(settings: Settings) -> QueueSettings:
     """The job queue every pipeline submits to: with teams, fair share between the teams' shares."""
     if not settings.teams:
         return settings.queue
-    return settings.queue.model_copy(update={"shares": {t.share_identifier: t.weight for t in settings.teams}})
+    return settings.queue.model_copy(
+        update={"shares": {t.share_identifier: t.weight for t in settings.teams}}
+    )

@@ -23,7 +23,9 @@ from trainstack.profiles import MAX_PRIORITY, MAX_RUNTIME_HOURS_LIMIT
 TEAM_NAME_PATTERN = r"^[a-z][a-z0-9]{0,11}$"
 MAX_INSTANCE_COUNT = 512  # instances one run may ask for, with or without teams
 # The IAM principals a team's start policy may be attached to (same account: roles and users).
-PRINCIPAL_ARN_PATTERN = r"^arn:aws[a-z-]*:iam::[0-9]{12}:(role|user)/([A-Za-z0-9_+=,.@-]+/)*[A-Za-z0-9_+=,.@-]{1,128}$"
+PRINCIPAL_ARN_PATTERN = (
+    r"^arn:aws[a-z-]*:iam::[0-9]{12}:(role|user)/([A-Za-z0-9_+=,.@-]+/)*[A-Za-z0-9_+=,.@-]{1,128}$"
+)
 # Principal tags: IAM's own key and value rules (letters, digits, spaces and + - = . _ : / @).
 TAG_KEY_PATTERN = r"^[A-Za-z0-9_+=.:/@ -]{1,128}$"
 TAG_VALUE_PATTERN = r"^[A-Za-z0-9_+=.:/@ -]{0,256}$"
@@ -42,7 +44,9 @@ class PrincipalTag(StrictModel):
     """Principals carrying this tag may start the team's runs once the platform team attaches the team's
     start policy to them (a group, a permission set): the policy's statements require the tag."""
 
-    key: Annotated[str, matching(TAG_KEY_PATTERN, "an IAM tag key: 1 to 128 letters, digits, spaces or +-=.:/@_")]
+    key: Annotated[
+        str, matching(TAG_KEY_PATTERN, "an IAM tag key: 1 to 128 letters, digits, spaces or +-=.:/@_")
+    ]
     value: Annotated[
         str, matching(TAG_VALUE_PATTERN, "an IAM tag value: up to 256 letters, digits, spaces or +-=.:/@_")
     ]
@@ -58,7 +62,12 @@ class Team(StrictModel):
     # Who may start, follow, stop and approve the team's runs: roles or users of the account that get the
     # team's start policy, or a principal tag that policy requires (attach it where the tag lives).
     principals: list[
-        Annotated[str, matching(PRINCIPAL_ARN_PATTERN, "an IAM role or user ARN like arn:aws:iam::111111111111:role/ml-a")]
+        Annotated[
+            str,
+            matching(
+                PRINCIPAL_ARN_PATTERN, "an IAM role or user ARN like arn:aws:iam::111111111111:role/ml-a"
+            ),
+        ]
     ] = []
     principal_tag: PrincipalTag | None = None
     # Caps on every run of the team, whatever the profile: instances, hours and planned/billed cost.
@@ -67,7 +76,9 @@ class Team(StrictModel):
     max_cost_usd: Annotated[float, Field(gt=0)]
     # Queue mode: the team's fair share (AWS Batch share identifier, default the team's name) and weight,
     # and the highest schedulingPriority its runs may ask for.
-    share: Annotated[str | None, matching(r"^[A-Za-z0-9]{1,255}$", "letters and digits (a Batch share identifier)")] = None
+    share: Annotated[
+        str | None, matching(r"^[A-Za-z0-9]{1,255}$", "letters and digits (a Batch share identifier)")
+    ] = None
     weight: Annotated[int, Field(ge=1, le=1000)] = 1
     max_priority: Annotated[int, Field(ge=0, le=MAX_PRIORITY)] = 0
 

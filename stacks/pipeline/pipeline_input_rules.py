@@ -53,7 +53,9 @@ def _conditions(settings: RunConfig) -> dict[tuple[str, str], str]:
     prefix = f"{settings.project}-"
     limits = settings.limits
     # s3://<checkpoint or artifact bucket>/<namespace>-: the buckets' names are filled in at deploy time.
-    run_prefixes = literal([f"s3://{placeholder(bucket)}/{prefix}" for bucket in ("CheckpointBucket", "ArtifactBucket")])
+    run_prefixes = literal(
+        [f"s3://{placeholder(bucket)}/{prefix}" for bucket in ("CheckpointBucket", "ArtifactBucket")]
+    )
     return {
         ("", "object"): '$type($raw) = "object"',
         ("", "known-fields"): "$count($unknown) = 0",
@@ -83,7 +85,8 @@ def _conditions(settings: RunConfig) -> dict[tuple[str, str], str]:
             f"$not($contains($lookup($v, $k), {regex_literal(CHECKPOINT_INTERVAL_PATTERN)})) }})) = 0"
         ),
         ("instanceCount", "integer>=1"): (
-            f'$type($v) = "number" ? ($v = $floor($v) and $v >= 1 and $v <= {limits.max_instance_count}) : false'
+            f'$type($v) = "number" ? ($v = $floor($v) and $v >= 1 '
+            f"and $v <= {limits.max_instance_count}) : false"
         ),
         ("maxRuntimeHours", "number-in-range"): (
             f'$type($v) = "number" ? ($v >= {MIN_RUNTIME_HOURS} and $v <= {limits.max_runtime_hours}) : false'

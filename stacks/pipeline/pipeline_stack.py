@@ -19,7 +19,6 @@ from stacks.pipeline.cleanup.queue_cleanup import QueueCleanup
 from stacks.pipeline.mlflow_access import grant_mlflow_tracking
 from stacks.pipeline.monitoring import TRAINING_METRICS_NAMESPACE, PipelineMonitoring
 from stacks.pipeline.pipeline_notifications import PipelineNotifications
-from trainstack.pipeline_runs import PipelineRuns
 from stacks.pipeline.queue.training_queue import TRAINING_QUEUE_ARN_OUTPUT, TrainingQueue
 from stacks.pipeline.team_access import TeamAccess
 from stacks.pipeline.training_state_machine import TrainingStateMachine
@@ -28,6 +27,7 @@ from stacks.storage.storage_stack import StorageStack
 from stacks.validation import acknowledge
 from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements
 from trainstack.job_request import PipelineResources
+from trainstack.pipeline_runs import PipelineRuns
 from trainstack.profiles import Profile
 from trainstack.queue_settings import BATCH_TRAINING_JOB_PREFIX, QueueSettings, queue_job_prefix
 from trainstack.teams import Team
@@ -57,7 +57,8 @@ class PipelineStack(cdk.Stack):
         queue: TrainingQueue | None = None,
         **kwargs,
     ) -> None:
-        """One pipeline: the project's, or with teams one team's (`team`, `runs` namespaced `<project>-<team>`),
+        """One pipeline: the project's, or with teams one team's (`team`; `runs` namespaced
+        `<project>-<team>`),
         whose runs read only the team's dataset directory and go through the teams' shared `queue`."""
         super().__init__(
             scope,
@@ -73,7 +74,9 @@ class PipelineStack(cdk.Stack):
         self.queue = queue
         self.sagemaker_role = self._sagemaker_role(project, network, storage, image)
         grant_mlflow_tracking(self.sagemaker_role, runs.profiles)
-        self.resources = _pipeline_resources(project, self.sagemaker_role, network, storage, image, self.dataset)
+        self.resources = _pipeline_resources(
+            project, self.sagemaker_role, network, storage, image, self.dataset
+        )
         self.training = TrainingStateMachine(
             self,
             "Training",
@@ -371,7 +374,8 @@ def _acknowledge_role(role: iam.Role, project: str) -> None:
 
 @dataclass(frozen=True)
 class TeamDataset:
-    """Where a pipeline's jobs read their data: the dataset prefix and FSx directory, with teams the team's."""
+    """Where a pipeline's jobs read their data: the dataset prefix and FSx directory (with teams, the
+    team's)."""
 
     prefix: str
     file_system_directory_path: str | None
@@ -383,7 +387,9 @@ def team_dataset(storage: StorageStack, team: Team | None) -> TeamDataset:
     path = storage.file_system_dataset_path
     if team is None:
         return TeamDataset(storage.dataset_prefix, path)
-    return TeamDataset(f"{storage.dataset_prefix}{team.name}/", None if path is None else f"{path}/{team.name}")
+    return TeamDataset(
+        f"{storage.dataset_prefix}{team.name}/", None if path is None else f"{path}/{team.name}"
+    )
 
 
 def _pipeline_resources(

@@ -1,4 +1,5 @@
-"""Who may use one team's pipeline: the team's start policy, a managed policy attached to the team's principals
+"""Who may use one team's pipeline: the team's start policy, a managed policy attached to the team's
+principals
 (or, keyed on a principal tag, wherever the platform team attaches it).
 
 A Step Functions execution cannot see who started it, so the team's identity is its entry: the team's own
@@ -31,7 +32,7 @@ class TeamAccess(Construct):
         pipelines: TrainingStateMachine,
         stack: cdk.Stack,
     ) -> None:
-        """`project` is the team's namespace (`<project>-<team>`), which every name of its pipeline starts with."""
+        """`project` is the team's namespace (`<project>-<team>`): every name of its pipeline starts so."""
         super().__init__(scope, construct_id)
         pipeline = pipelines.state_machine
         executions = stack.format_arn(
@@ -59,13 +60,19 @@ class TeamAccess(Construct):
             iam.PolicyStatement(
                 sid="DescribeRunJobs",
                 actions=["sagemaker:DescribeTrainingJob"],
-                resources=[stack.format_arn(service="sagemaker", resource="training-job", resource_name=f"{project}-*")],
+                resources=[
+                    stack.format_arn(
+                        service="sagemaker", resource="training-job", resource_name=f"{project}-*"
+                    )
+                ],
             ),
             iam.PolicyStatement(
                 sid="DecideOwnModelVersions",
                 actions=["sagemaker:DescribeModelPackage", "sagemaker:UpdateModelPackage"],
                 resources=[
-                    stack.format_arn(service="sagemaker", resource="model-package", resource_name=f"{project}-*/*")
+                    stack.format_arn(
+                        service="sagemaker", resource="model-package", resource_name=f"{project}-*/*"
+                    )
                 ],
             ),
             iam.PolicyStatement(

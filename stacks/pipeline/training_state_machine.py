@@ -50,7 +50,6 @@ from stacks.pipeline.pipeline_run_request import (
     plan_expression,
     request_expression,
 )
-from trainstack.pipeline_runs import PipelineRuns
 from stacks.pipeline.queue.training_queue import TrainingQueue, batch_training_jobs
 from stacks.pipeline.registry.model_registration import ModelRegistration
 from stacks.pipeline.state_machine_facts import (
@@ -68,6 +67,7 @@ from stacks.pipeline.state_machine_facts import (
 from stacks.validation import acknowledge
 from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements
 from trainstack.job_request import PipelineResources
+from trainstack.pipeline_runs import PipelineRuns
 
 # A StartExecution of the attempt child that AWS refuses because too many executions are open (the
 # account's open-execution quota, or StartExecution's API quota). The name is the one AWS's developer
@@ -122,7 +122,9 @@ class TrainingStateMachine(Construct):
                 job_arns=[job_arn],
                 service_job_arn=queue.service_job_arn,
                 batch_job_permissions=[
-                    batch_training_jobs(self, queue.queue_name, DESCRIBE_BATCH_JOBS, ["sagemaker:DescribeTrainingJob"])
+                    batch_training_jobs(
+                        self, queue.queue_name, DESCRIBE_BATCH_JOBS, ["sagemaker:DescribeTrainingJob"]
+                    )
                 ],
             ).start
         self.attempt_machine, self.attempt_log_group = logged_state_machine(

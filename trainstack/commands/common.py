@@ -20,6 +20,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from trainstack.cli import COMMANDS
 from trainstack.config import Settings
 from trainstack.config_loading import ConfigError, load_settings
+from trainstack.pipeline_runs import PipelineRuns, runs_for
 from trainstack.queue_settings import training_queue_name
 from trainstack.runs import (
     Job,
@@ -62,6 +63,11 @@ def add_config_argument(parser: argparse.ArgumentParser, what: str = "") -> None
 def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
     """--config, --region and --state-machine-arn: where the pipeline of a deployed config is."""
     add_config_argument(parser)
+    parser.add_argument(
+        "--team",
+        default=os.environ.get("TRAINSTACK_TEAM"),
+        help="with teams: the team whose pipeline to use (default: $TRAINSTACK_TEAM)",
+    )
     parser.add_argument("--region", help="AWS region (default: the config's)")
     parser.add_argument("--state-machine-arn", help="skip the CloudFormation lookup of the pipeline stack")
 
@@ -102,6 +108,13 @@ class Pipeline:
     settings: Settings
     region: str
     given_state_machine_arn: str | None = None
+    team: str | None = None
+
+    def __post_init__(self) -> None:
+        try:
+            self.runs: PipelineRuns = runs_for(self.settings, self.team)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Pipeline:
@@ -109,7 +122,12 @@ class Pipeline:
             settings = load_settings(args.config)
         except ConfigError as error:
             raise UsageError(f"--config: {error}".rstrip(".")) from None
-        return cls(settings, args.region or settings.region, getattr(args, "state_machine_arn", None))
+        return cls(
+            settings,
+            args.region or settings.region,
+            getattr(args, "state_machine_arn", None),
+            getattr(args, "team", None),
+        )
 
     def client(self, service: str) -> Any:
         return boto3.client(service, region_name=self.region)
@@ -135,7 +153,7 @@ class Pipeline:
     @cached_property
     def state_machine_arn(self) -> str:
         return self.given_state_machine_arn or find_state_machine(
-            self.client("cloudformation"), self.settings.project, self.region
+            self.client("cloudformation"), self.runs.project, self.region
         )
 
     def execution_of(self, run: str) -> dict[str, Any]:
@@ -153,7 +171,7 @@ class Pipeline:
         return latest_execution(self.client("stepfunctions"), state_machine_arn, run)
 
     def run_name_of(self, execution: dict[str, Any]) -> str:
-        return run_name_of(execution, self.settings.project)
+        return run_name_of(execution, self.runs.project)
 
 
 def one_line_failures(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:

@@ -46,12 +46,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 @one_line_failures
 def list_versions(args: argparse.Namespace) -> int:
     pipeline = Pipeline.from_args(args)
-    profiles = registered_profiles(pipeline.settings)
+    profiles = registered_profiles(pipeline.runs)
     if args.profile is not None and args.profile not in profiles:
         raise UsageError(
             f"--profile: '{args.profile}' has no registry: block; choose one of {', '.join(profiles)}"
         )
-    found = versions(pipeline.client("sagemaker"), pipeline.settings, args.profile)
+    found = versions(pipeline.client("sagemaker"), pipeline.runs, args.profile)
     if not found:
         print("no registered versions yet")
     for version in found:
@@ -85,11 +85,11 @@ def version_arn(pipeline: Pipeline, version: str, profile: str | None) -> str:
         raise UsageError(
             f"VERSION: '{version}' is neither a version number (1, 2, ...) nor a model package ARN"
         )
-    choices = registered_profiles(pipeline.settings)
+    choices = registered_profiles(pipeline.runs)
     if profile is None and len(choices) == 1:
         profile = choices[0]
     if profile not in choices:
         raise UsageError(f"--profile: give one of the profiles with a registry: block ({', '.join(choices)})")
     account = pipeline.client("sts").get_caller_identity()["Account"]
-    group = group_name(pipeline.settings.project, profile)
+    group = group_name(pipeline.runs.project, profile)
     return f"arn:aws:sagemaker:{pipeline.region}:{account}:model-package/{group}/{version}"

@@ -62,13 +62,13 @@ def collect_run(pipeline: Pipeline, execution: dict[str, Any]) -> RunReport:
         pipeline.client("sagemaker"),
         pipeline.client("logs"),
         execution,
-        pipeline.settings.project,
+        pipeline.runs.project,
         pipeline.batch(),
         pipeline.queue_name,
     )
     # The run's profile: the input's, else the first (the pipeline's default).
     given = json.loads(execution.get("input") or "{}")
     name = given.get("profile") if isinstance(given, dict) else None
-    profiles = pipeline.settings.profiles
+    profiles = pipeline.runs.profiles
     report.max_cost_usd = next((p for p in profiles if p.name == name), profiles[0]).max_cost_usd
     return report

@@ -19,8 +19,12 @@ from botocore.exceptions import ClientError
 
 from trainstack.commands.common import Pipeline, UsageError, add_pipeline_command, one_line_failures
 from trainstack.commands.status import follow
-from trainstack.config import Settings
-from trainstack.execution_input import InvalidInputError, default_run_name, validate_execution_input
+from trainstack.execution_input import (
+    InvalidInputError,
+    RunConfig,
+    default_run_name,
+    validate_execution_input,
+)
 from trainstack.planning.setups import plan_lines
 from trainstack.runs import execution_arn_for, executions_of, next_execution_name
 from trainstack.service_quotas import quota_lines, service_quotas_client
@@ -74,13 +78,13 @@ def _request_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     pipeline = Pipeline.from_args(args)
     try:
-        execution_input = build_input(args, pipeline.settings)
-        validate_execution_input(execution_input, pipeline.settings)
+        execution_input = build_input(args, pipeline.runs)
+        validate_execution_input(execution_input, pipeline.runs)
     except InvalidInputError as error:
         raise UsageError(f"{FLAGS[error.field]}: {error}") from None
     execution_arn = start_run(pipeline, execution_input)
     print(execution_arn)
-    profile = next(p for p in pipeline.settings.profiles if p.name == execution_input["profile"])
+    profile = pipeline.runs.profile(execution_input["profile"])
     for line in plan_lines(
         profile, execution_input.get("hyperparameters"), execution_input.get("instanceCount")
     ):
@@ -116,7 +120,7 @@ def start_run(pipeline: Pipeline, execution_input: dict[str, Any]) -> str:
     )["executionArn"]
 
 
-def build_input(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+def build_input(args: argparse.Namespace, settings: RunConfig) -> dict[str, Any]:
     """The execution input the flags describe; the run name is always set, so --wait can find the jobs."""
     hyperparameters = {}
     for pair in args.hp:

@@ -84,7 +84,7 @@ def fault_lines(pipeline: Pipeline, execution: dict[str, Any]) -> list[str]:
     """The run's fault retries so far, each with its classification and reason, and the budget left."""
     retried = runs.retried_faults(pipeline.client("stepfunctions"), execution)
     name = runs.run_input(execution).get("profile")
-    profile = next((p for p in pipeline.settings.profiles if p.name == name), pipeline.settings.profiles[0])
+    profile = next((p for p in pipeline.runs.profiles if p.name == name), pipeline.runs.profiles[0])
     budget = profile.fault_retries
     used = sum(1 for retry in retried if retry["class"] == INFRASTRUCTURE)
     lines = [

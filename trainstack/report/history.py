@@ -83,7 +83,7 @@ def pipeline_history(pipeline: Any, limit: int = HISTORY_EXECUTIONS) -> FailureH
                 pipeline.client("sagemaker"),
                 pipeline.client("logs"),
                 execution,
-                pipeline.settings.project,
+                pipeline.runs.project,
                 pipeline.batch(),
                 pipeline.queue_name,
             )

@@ -70,7 +70,8 @@ class JobCleanup(Construct):
         pipeline: sfn.StateMachine,
         batch_queue_name: str | None = None,
     ) -> None:
-        """batch_queue_name: queue mode's queue, whose jobs AWS Batch names itself (the sweeper may stop those)."""
+        """batch_queue_name: queue mode's queue, whose jobs AWS Batch names itself (the sweeper may stop
+        those)."""
         super().__init__(scope, construct_id)
         self._project = project
         self._job_arns = training_job_arn(self, f"{project}-*")

@@ -12,9 +12,14 @@ from trainstack.queue_settings import QueueSettings
 
 
 class QueueStack(cdk.Stack):
-    def __init__(self, scope: Construct, construct_id: str, *, project: str, queue: QueueSettings, **kwargs) -> None:
+    def __init__(
+        self, scope: Construct, construct_id: str, *, project: str, queue: QueueSettings, **kwargs
+    ) -> None:
         super().__init__(
-            scope, construct_id, description="trainstack queue: the teams' shared AWS Batch job queue", **kwargs
+            scope,
+            construct_id,
+            description="trainstack queue: the teams' shared AWS Batch job queue",
+            **kwargs,
         )
         self.queue = TrainingQueue(self, "Queue", project=project, queue=queue)
         cdk.CfnOutput(

@@ -45,8 +45,11 @@ def batch_training_job_arns(scope: Construct, queue_name: str) -> list[str]:
     ]
 
 
-def batch_training_jobs(scope: Construct, queue_name: str, sid: str, actions: list[str]) -> iam.PolicyStatement:
-    """`actions` on the training jobs Batch starts for the queue's service jobs, by the name we give their service
+def batch_training_jobs(
+    scope: Construct, queue_name: str, sid: str, actions: list[str]
+) -> iam.PolicyStatement:
+    """`actions` on the training jobs Batch starts for the queue's service jobs, by the name we give their
+    service
     jobs. No tag condition: no source says the training job carries the payload's Tags (AWS's SDK sends
     a run's tags as the service job's own `tags`: sagemaker-python-sdk, aws_batch/batch_api_helper.py)."""
     return iam.PolicyStatement(sid=sid, actions=actions, resources=batch_training_job_arns(scope, queue_name))

@@ -34,7 +34,6 @@ from constructs import Construct
 from stacks.pipeline.attempt_metrics import grant_publish, metrics_namespace
 from stacks.pipeline.jsonata_text import expression, literal
 from stacks.pipeline.logged_state_machine import logged_state_machine
-from trainstack.pipeline_runs import PipelineRuns
 from stacks.pipeline.quota_waits import request_without_skipped
 from stacks.pipeline.registry.evaluation_request import (
     registry_table,
@@ -49,6 +48,7 @@ from stacks.pipeline.state_machine_facts import resource_value, substitution_nam
 from stacks.validation import acknowledge
 from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements
 from trainstack.job_request import PipelineResources
+from trainstack.pipeline_runs import PipelineRuns
 from trainstack.profiles import Profile
 from trainstack.registry import group_name
 
