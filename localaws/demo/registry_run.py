@@ -10,6 +10,7 @@ import shutil
 import boto3
 
 from localaws.sagemaker.local_processes import LocalTraining
+from trainstack.pipeline_runs import all_pipeline_runs
 from trainstack.registry import group_name
 
 # A stand-in image manifest for (moto's) ECR: it needs a media type to store the image.
@@ -62,13 +63,12 @@ def deploy_registry_resources(settings, dataset_bucket: str, image_uri: str) -> 
     evaluation_prefix in the (existing) dataset bucket, each registered profile's model package group."""
     register_image(image_uri)
     s3, sagemaker = boto3.client("s3"), boto3.client("sagemaker")
-    for profile in settings.profiles:
-        if profile.registry is not None:
-            key = f"{profile.registry.evaluation_prefix}eval-000.bin"
-            s3.put_object(Bucket=dataset_bucket, Key=key, Body=key.encode())
-            sagemaker.create_model_package_group(
-                ModelPackageGroupName=group_name(settings.project, profile.name)
-            )
+    for runs in all_pipeline_runs(settings):  # with teams, each team's groups
+        for profile in runs.profiles:
+            if profile.registry is not None:
+                key = f"{profile.registry.evaluation_prefix}eval-000.bin"
+                s3.put_object(Bucket=dataset_bucket, Key=key, Body=key.encode())
+                sagemaker.create_model_package_group(ModelPackageGroupName=group_name(runs.project, profile.name))
 
 
 def decision_line(output: dict) -> str:

@@ -1,0 +1,207 @@
+"""Two teams in one deployment (config/examples/teams.yaml), in the emulator: every way issue 38 found for one
+team to read, overwrite, stop or outspend another's work, tried by team research with nothing but an
+execution input while team search's run is RUNNING. Each ends with a named error before research submits any
+job, and search's run ends SUCCEEDED, untouched.
+
+Both teams' pipelines are the synthesized definitions of their own stacks (trainstack-<team>-pipeline), run
+against one FakeBatch queue with both teams' shares and one FakeSageMaker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from localaws.demo import registry_run
+from localaws.emulator.batch_routes import install_fake_batch
+from localaws.emulator.fake_batch import FakeBatch
+from localaws.sagemaker import COMPLETED, STARTING, TRAINING, evaluated, scripted_sagemaker
+from stacks.pipeline.queue.training_queue import weight_factor
+from tests.conftest import REPO_ROOT, synthesize
+from tests.pipeline import harness
+from tests.pipeline.conftest import FAKE_VALUES, fake_value, state_machine_arn, state_machines
+from tests.queue.test_queue_pipeline import ended_event
+from trainstack.config_loading import load_settings
+from trainstack.pipeline_runs import shared_queue
+
+TEAMS_CONFIG = REPO_ROOT / "config/examples/teams.yaml"
+QUEUE_ARN = f"arn:aws:batch:{harness.REGION}:{harness.ACCOUNT}:job-queue/trainstack-training"
+MACHINES = ("pipeline", "pipeline-attempt", "pipeline-registration", "queue-cleanup")
+CHECKPOINTS, ARTIFACTS = FAKE_VALUES["CheckpointBucket"], FAKE_VALUES["ArtifactBucket"]
+B_RUN = "trainstack-search-nightly"
+
+
+def _filled(properties: dict[str, Any], template: dict[str, Any]) -> str:
+    """The definition as CloudFormation deploys it: the shared queue's ARN (another stack's output), the
+    partition and the other machines' ARNs joined in, DefinitionSubstitutions filled with fake values."""
+    text = properties["DefinitionString"]
+    if isinstance(text, dict):
+        text = "".join(_value(part, template) for part in text["Fn::Join"][1])
+    for name in properties.get("DefinitionSubstitutions", {}):
+        text = text.replace("${" + name + "}", fake_value(name))
+    assert "${" not in text
+    return text
+
+
+def _value(part: Any, template: dict[str, Any]) -> str:
+    if isinstance(part, str):
+        return part
+    if part == {"Ref": "AWS::Partition"}:
+        return "aws"
+    if "Fn::GetStackOutput" in part or "Fn::ImportValue" in part:
+        return QUEUE_ARN  # the only other stack's value in a definition: the queue stack's job queue
+    return state_machine_arn(template["Resources"][part["Ref"]]["Properties"]["StateMachineName"])
+
+
+@dataclass(frozen=True)
+class TeamsApp:
+    settings: Any
+    definitions: dict[str, str]  # state machine name -> filled definition, both teams'
+
+
+@pytest.fixture(scope="module")
+def teams_app(tmp_path_factory) -> TeamsApp:
+    settings = load_settings(str(TEAMS_CONFIG))
+    stacks, assembly = synthesize(settings, Path(tmp_path_factory.mktemp("teams.cdk.out")))
+    definitions = {}
+    for stack in stacks.pipelines:
+        template = assembly.get_stack_by_name(stack.stack_name).template
+        for name, properties in state_machines(template).items():
+            definitions[name] = _filled(properties, template)
+    return TeamsApp(settings, definitions)
+
+
+@dataclass
+class World:
+    batch: FakeBatch
+    sagemaker: Any
+
+    def submitted_by(self, team: str) -> list[dict[str, Any]]:
+        return [
+            call
+            for operation, call in self.batch.calls
+            if operation == "SubmitServiceJob" and f"trainstack-{team}-" in call["serviceRequestPayload"]
+        ]
+
+
+@pytest.fixture
+def world(teams_app, monkeypatch):
+    # search's first job runs until the test releases it; evaluation jobs complete with loss 2.0.
+    sagemaker = scripted_sagemaker(job_scripts=[[STARTING, TRAINING]], evaluation_script=evaluated(2.0))
+    context = harness.pipeline_environment(sagemaker, monkeypatch)
+    clock = context.__enter__()
+    import boto3
+
+    boto3.client("s3").create_bucket(Bucket=FAKE_VALUES["DatasetBucket"])
+    registry_run.deploy_registry_resources(
+        teams_app.settings, FAKE_VALUES["DatasetBucket"], FAKE_VALUES["TrainingImageUri"]
+    )
+    queue = shared_queue(teams_app.settings)
+    batch = FakeBatch(
+        sagemaker=sagemaker,
+        max_instances=queue.max_instances,
+        weight_factors={name: weight_factor(weight) for name, weight in queue.shares.items()},
+        capacity_wait_seconds=queue.capacity_wait_seconds,
+        now=clock.time,
+    )
+    install_fake_batch(batch, monkeypatch)
+    for team in ("research", "search"):
+        for machine in MACHINES:
+            name = f"trainstack-{team}-{machine}"
+            harness.create_state_machine(teams_app.definitions[name], name)
+    yield World(batch, sagemaker)
+    context.__exit__(None, None, None)
+
+
+def pipeline_of(team: str) -> str:
+    return state_machine_arn(f"trainstack-{team}-pipeline")
+
+
+def release_search_job(world: World) -> None:
+    harness.wait_until(lambda: world.sagemaker.jobs)
+    next(iter(world.sagemaker.jobs.values())).run.phases.append(COMPLETED)
+
+
+# (id, research's execution input, the start of the InvalidInput cause): each row of issue 38's table.
+ATTACKS = [
+    (
+        "resume-from-the-other-teams-checkpoints",
+        {"resumeFrom": f"s3://{CHECKPOINTS}/{B_RUN}/"},
+        "resumeFrom must lie in a run of trainstack-research:",
+    ),
+    (
+        "init-from-the-other-teams-model",
+        {
+            "profile": "small-torchrun",
+            "resumeFrom": f"s3://{ARTIFACTS}/{B_RUN}/{B_RUN}-1/output/model/",
+            "hyperparameters": {"init_from": "/opt/ml/input/data/resume"},
+        },
+        "resumeFrom must lie in a run of trainstack-research:",
+    ),
+    (
+        "resume-from-a-bucket-of-another-account",
+        {"resumeFrom": "s3://someone-elses-bucket/trainstack-research-mine/"},
+        "resumeFrom must lie in a run of trainstack-research:",
+    ),
+    ("reuse-the-other-teams-run-name", {"runName": B_RUN}, "runName must start with 'trainstack-research-'"),
+    (
+        "the-other-teams-run-name-with-a-bad-count",
+        {"runName": B_RUN, "instanceCount": 0},
+        "runName must start with 'trainstack-research-'",
+    ),
+    ("the-other-teams-share", {"share": "search"}, "share must be one of the queue's shares: research."),
+    ("a-priority-above-the-teams-cap", {"priority": 9999}, "priority must be a whole number from 0 to 100"),
+    (
+        "more-instances-than-the-teams-cap",
+        {"instanceCount": 512},
+        "instanceCount must be a whole number from 1 to 4.",
+    ),
+    ("longer-than-the-teams-cap", {"maxRuntimeHours": 672}, "maxRuntimeHours must be a number from 0.01 to 48."),
+    (
+        "a-cost-above-the-teams-cap-on-a-profile-without-one",
+        {"profile": "llama-7b-smp", "hyperparameters": {"max_steps": "99999999"}},
+        "The run's planned cost of",
+    ),
+]
+
+
+def test_no_input_of_one_team_touches_the_other_teams_running_run(world):
+    b = harness.start(pipeline_of("search"), {"runName": B_RUN, "profile": "small-torchrun"}, "b-nightly")
+    harness.wait_until(lambda: world.sagemaker.jobs)
+    for index, (case, execution_input, cause) in enumerate(ATTACKS):
+        outcome = harness.run(pipeline_of("research"), execution_input, f"attack{index}")
+        assert (outcome.status, outcome.error) == ("FAILED", "InvalidInput"), (case, outcome.cause)
+        assert outcome.cause.startswith(cause), (case, outcome.cause)
+        # research's queue cleanup runs for its failed execution, as EventBridge starts it.
+        cleanup = harness.run(
+            state_machine_arn("trainstack-research-queue-cleanup"),
+            ended_event(outcome.execution_arn),
+            f"cleanup-{case}",
+        )
+        assert cleanup.status == "SUCCEEDED", (case, cleanup.cause)
+    assert world.submitted_by("research") == []
+    [b_job] = world.batch.jobs.values()
+    assert (b_job.status, b_job.terminated) == ("RUNNING", False)
+    release_search_job(world)
+    outcome = harness.wait_for(b)
+    assert outcome.status == "SUCCEEDED", outcome.cause
+    assert outcome.output["checkpointUri"] == f"s3://{CHECKPOINTS}/{B_RUN}/"
+    assert world.sagemaker.stop_requests == []
+
+
+def test_a_team_runs_within_its_own_prefixes_share_and_dataset_directory(world):
+    world.sagemaker.behaviour.script([[STARTING, TRAINING, COMPLETED]])
+    outcome = harness.run(
+        pipeline_of("research"),
+        {"runName": "trainstack-research-r1", "profile": "llama-7b-smp", "hyperparameters": {"max_steps": "10"}},
+        "r1",
+    )
+    assert outcome.status == "SUCCEEDED", outcome.cause
+    [call] = world.submitted_by("research")
+    assert call["shareIdentifier"] == "research"
+    [job] = world.sagemaker.created
+    assert job["RoleArn"] == FAKE_VALUES["SageMakerRoleArn"]
+    assert job["CheckpointConfig"]["S3Uri"] == f"s3://{CHECKPOINTS}/trainstack-research-r1/"
