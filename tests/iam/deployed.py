@@ -143,6 +143,8 @@ class DeployedApp:
     def _ref(self, stack: str, name: str) -> Any:
         if name in self.pseudo:
             return self.pseudo[name]
+        if name == "AWS::StackId":  # CloudFormation's form; the id part is random per stack
+            return f"arn:aws:cloudformation:{self.region}:{self.account}:stack/{stack}/00000000-0000"
         template = self.templates[stack]
         if name in template.get("Parameters", {}):
             return template["Parameters"][name].get("Default", f"{name}-value")
@@ -244,8 +246,9 @@ class DeployedApp:
                 properties = body["Properties"]
                 document = self.resolve(properties["PolicyDocument"], stack)
                 for reference in properties.get("Roles", []):
-                    role_id = reference["Ref"]
-                    roles[f"{stack}/{role_id}"].policies.append({"name": logical_id, "policy": document})
+                    if not isinstance(reference, dict):
+                        continue  # a role of the account by name (a team's principals): not in a template
+                    roles[f"{stack}/{reference['Ref']}"].policies.append({"name": logical_id, "policy": document})
         return roles
 
     def managed_policy(self, arn: str) -> dict[str, Any]:

@@ -159,7 +159,11 @@ ATTACKS = [
         {"instanceCount": 512},
         "instanceCount must be a whole number from 1 to 4.",
     ),
-    ("longer-than-the-teams-cap", {"maxRuntimeHours": 672}, "maxRuntimeHours must be a number from 0.01 to 48."),
+    (
+        "longer-than-the-teams-cap",
+        {"maxRuntimeHours": 672},
+        "maxRuntimeHours must be a number from 0.01 to 48.",
+    ),
     (
         "a-cost-above-the-teams-cap-on-a-profile-without-one",
         {"profile": "llama-7b-smp", "hyperparameters": {"max_steps": "99999999"}},
@@ -196,7 +200,11 @@ def test_a_team_runs_within_its_own_prefixes_share_and_dataset_directory(world):
     world.sagemaker.behaviour.script([[STARTING, TRAINING, COMPLETED]])
     outcome = harness.run(
         pipeline_of("research"),
-        {"runName": "trainstack-research-r1", "profile": "llama-7b-smp", "hyperparameters": {"max_steps": "10"}},
+        {
+            "runName": "trainstack-research-r1",
+            "profile": "llama-7b-smp",
+            "hyperparameters": {"max_steps": "10"},
+        },
         "r1",
     )
     assert outcome.status == "SUCCEEDED", outcome.cause

@@ -1,0 +1,192 @@
+"""IAM keeps two teams of one deployment apart (config/examples/teams.yaml; docs/teams.md): the requests one
+team's identities could make against the other team's data and machines, simulated offline against the
+synthesized policies (@cloud-copilot/iam-simulate). Each denial is paired with the same request on the
+team's own resources, which must be allowed, so a policy that allows nothing fails too."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO_ROOT, synthesize
+from tests.iam.calls import Call
+from tests.iam.deployed import DeployedApp, Role
+from tests.iam.simulator import simulate
+from trainstack.config_loading import load_settings
+
+SECURE = {"aws:SecureTransport": "true"}
+
+
+@dataclass(frozen=True)
+class TeamsDeployment:
+    app: DeployedApp
+    account: str
+    region: str
+
+    def substitutions(self, team: str) -> dict[str, Any]:
+        """The deployed values team's pipeline definition names (its role, buckets, FSx directory)."""
+        [(stack, _, properties)] = [
+            entry
+            for entry in self.app.resources_of_type("AWS::StepFunctions::StateMachine")
+            if entry[2].get("StateMachineName") == f"trainstack-{team}-pipeline"
+        ]
+        return {
+            name: self.app.resolve(value, stack)
+            for name, value in properties["DefinitionSubstitutions"].items()
+        }
+
+    def role(self, team: str, logical_prefix: str) -> Role:
+        [role] = [
+            role
+            for role in self.app.roles.values()
+            if role.stack == f"trainstack-{team}-pipeline" and role.logical_id.startswith(logical_prefix)
+        ]
+        return role
+
+    def machine_arn(self, name: str) -> str:
+        return f"arn:aws:states:{self.region}:{self.account}:stateMachine:{name}"
+
+    def principal(self, team: str, arn: str) -> Role:
+        """An identity holding the team's start policy, as the platform team attaches it."""
+        stack = f"trainstack-{team}-pipeline"
+        [(_, logical_id, properties)] = [
+            entry for entry in self.app.resources_of_type("AWS::IAM::ManagedPolicy") if entry[0] == stack
+        ]
+        document = self.app.resolve(properties["PolicyDocument"], stack)
+        return Role(
+            stack, logical_id, arn, "", [{"name": properties["ManagedPolicyName"], "policy": document}]
+        )
+
+
+@pytest.fixture(scope="module")
+def teams(tmp_path_factory) -> TeamsDeployment:
+    settings = load_settings(str(REPO_ROOT / "config/examples/teams.yaml"))
+    outdir = Path(tmp_path_factory.mktemp("teams-iam.cdk.out"))
+    synthesize(settings, outdir)
+    return TeamsDeployment(
+        DeployedApp(outdir, settings.account, settings.region), settings.account, settings.region
+    )
+
+
+def decisions(calls: list[Call]) -> dict[str, bool]:
+    answers, _ = simulate(calls)
+    return {answer.call.caller: answer.allowed for answer in answers}
+
+
+def test_a_teams_sagemaker_role_reaches_only_its_own_run_and_dataset_prefixes(teams):
+    research = teams.role("research", "SageMakerExecutionRole")
+    values = teams.substitutions("research")
+    checkpoints, artifacts, dataset = (
+        values["CheckpointBucket"],
+        values["ArtifactBucket"],
+        values["DatasetBucket"],
+    )
+    calls = []
+    for owner in ("research", "search"):
+        run = f"trainstack-{owner}-r1"
+        for action in ("s3:GetObject", "s3:PutObject", "s3:DeleteObject"):
+            for bucket in (checkpoints, artifacts):
+                calls.append(
+                    Call(
+                        f"{owner} {action} {bucket}",
+                        research,
+                        action,
+                        f"arn:aws:s3:::{bucket}/{run}/x",
+                        SECURE,
+                    )
+                )
+        calls.append(
+            Call(
+                f"{owner} list checkpoints",
+                research,
+                "s3:ListBucket",
+                f"arn:aws:s3:::{checkpoints}",
+                {**SECURE, "s3:prefix": f"{run}/"},
+            )
+        )
+        calls.append(
+            Call(
+                f"{owner} read dataset",
+                research,
+                "s3:GetObject",
+                f"arn:aws:s3:::{dataset}/datasets/{owner}/train-000.bin",
+                SECURE,
+            )
+        )
+    allowed = decisions(calls)
+    assert [caller for caller, ok in allowed.items() if caller.startswith("search") and ok] == []
+    assert [caller for caller, ok in allowed.items() if caller.startswith("research") and not ok] == []
+
+
+def test_a_teams_principals_start_only_the_teams_own_pipeline(teams):
+    research = teams.principal("research", f"arn:aws:iam::{teams.account}:role/ml-research")
+    tagged = teams.principal("search", f"arn:aws:iam::{teams.account}:role/someone")
+    own_tag = {"aws:PrincipalTag/trainstack-team": "search"}
+    calls = [
+        Call(
+            "research starts its pipeline",
+            research,
+            "states:StartExecution",
+            teams.machine_arn("trainstack-research-pipeline"),
+        ),
+        Call(
+            "research starts search's",
+            research,
+            "states:StartExecution",
+            teams.machine_arn("trainstack-search-pipeline"),
+        ),
+        Call(
+            "search (tagged) starts its pipeline",
+            tagged,
+            "states:StartExecution",
+            teams.machine_arn("trainstack-search-pipeline"),
+            own_tag,
+        ),
+        Call(
+            "search untagged starts its pipeline",
+            tagged,
+            "states:StartExecution",
+            teams.machine_arn("trainstack-search-pipeline"),
+            {"aws:PrincipalTag/trainstack-team": "research"},
+        ),
+        Call(
+            "search (tagged) starts research's",
+            tagged,
+            "states:StartExecution",
+            teams.machine_arn("trainstack-research-pipeline"),
+            own_tag,
+        ),
+    ]
+    for machine in ("pipeline-attempt", "pipeline-registration", "job-cleanup", "queue-cleanup"):
+        for team in ("research", "search"):
+            calls.append(
+                Call(
+                    f"research starts inner {team}-{machine}",
+                    research,
+                    "states:StartExecution",
+                    teams.machine_arn(f"trainstack-{team}-{machine}"),
+                )
+            )
+    stop_search = (
+        f"arn:aws:states:{teams.region}:{teams.account}:execution:trainstack-search-pipeline:nightly"
+    )
+    calls.append(Call("research stops search's run", research, "states:StopExecution", stop_search))
+    approve_search = (
+        f"arn:aws:sagemaker:{teams.region}:{teams.account}:model-package/trainstack-search-small-torchrun/1"
+    )
+    approve_own = approve_search.replace("trainstack-search-", "trainstack-research-")
+    calls.append(
+        Call("research approves search's version", research, "sagemaker:UpdateModelPackage", approve_search)
+    )
+    calls.append(
+        Call("research approves its own version", research, "sagemaker:UpdateModelPackage", approve_own)
+    )
+    allowed = decisions(calls)
+    assert [caller for caller, ok in allowed.items() if ok] == [
+        "research starts its pipeline",
+        "search (tagged) starts its pipeline",
+        "research approves its own version",
+    ]
