@@ -68,7 +68,9 @@ def deploy_registry_resources(settings, dataset_bucket: str, image_uri: str) -> 
             if profile.registry is not None:
                 key = f"{profile.registry.evaluation_prefix}eval-000.bin"
                 s3.put_object(Bucket=dataset_bucket, Key=key, Body=key.encode())
-                sagemaker.create_model_package_group(ModelPackageGroupName=group_name(runs.project, profile.name))
+                sagemaker.create_model_package_group(
+                    ModelPackageGroupName=group_name(runs.project, profile.name)
+                )
 
 
 def decision_line(output: dict) -> str:

@@ -248,7 +248,8 @@ class DeployedApp:
                 for reference in properties.get("Roles", []):
                     if not isinstance(reference, dict):
                         continue  # a role of the account by name (a team's principals): not in a template
-                    roles[f"{stack}/{reference['Ref']}"].policies.append({"name": logical_id, "policy": document})
+                    role = roles[f"{stack}/{reference['Ref']}"]
+                    role.policies.append({"name": logical_id, "policy": document})
         return roles
 
     def managed_policy(self, arn: str) -> dict[str, Any]:
