@@ -81,6 +81,20 @@ def default_app(tmp_path_factory):
     return settings, stacks, assembly
 
 
+TEAMS_CONFIG = REPO_ROOT / "config/examples/teams.yaml"
+
+
+@pytest.fixture(scope="session")
+def teams_app(tmp_path_factory):
+    """config/examples/teams.yaml's app (two teams, queue mode, FSx, a registry), synthesized once per test
+    process: (settings, stacks, cloud assembly)."""
+    from trainstack.config_loading import load_settings
+
+    settings = load_settings(str(TEAMS_CONFIG))
+    stacks, assembly = synthesize(settings, tmp_path_factory.mktemp("teams.cdk.out"))
+    return settings, stacks, assembly
+
+
 @pytest.fixture
 def aws(monkeypatch):
     """moto's AWS in tests.aws_fixtures.REGION, running Step Functions executions, with test credentials;

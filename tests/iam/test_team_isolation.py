@@ -11,11 +11,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO_ROOT, synthesize
 from tests.iam.calls import Call
 from tests.iam.deployed import DeployedApp, Role
 from tests.iam.simulator import simulate
-from trainstack.config_loading import load_settings
 
 SECURE = {"aws:SecureTransport": "true"}
 
@@ -62,13 +60,10 @@ class TeamsDeployment:
 
 
 @pytest.fixture(scope="module")
-def teams(tmp_path_factory) -> TeamsDeployment:
-    settings = load_settings(str(REPO_ROOT / "config/examples/teams.yaml"))
-    outdir = Path(tmp_path_factory.mktemp("teams-iam.cdk.out"))
-    synthesize(settings, outdir)
-    return TeamsDeployment(
-        DeployedApp(outdir, settings.account, settings.region), settings.account, settings.region
-    )
+def teams(teams_app) -> TeamsDeployment:
+    settings, _, assembly = teams_app
+    app = DeployedApp(Path(assembly.directory), settings.account, settings.region)
+    return TeamsDeployment(app, settings.account, settings.region)
 
 
 def decisions(calls: list[Call]) -> dict[str, bool]:

@@ -10,7 +10,6 @@ against one FakeBatch queue with both teams' shares and one FakeSageMaker.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,14 +19,11 @@ from localaws.emulator.batch_routes import install_fake_batch
 from localaws.emulator.fake_batch import FakeBatch
 from localaws.sagemaker import COMPLETED, STARTING, TRAINING, evaluated, scripted_sagemaker
 from stacks.pipeline.queue.training_queue import weight_factor
-from tests.conftest import REPO_ROOT, synthesize
 from tests.pipeline import harness
 from tests.pipeline.conftest import FAKE_VALUES, fake_value, state_machine_arn, state_machines
 from tests.queue.test_queue_pipeline import ended_event
-from trainstack.config_loading import load_settings
 from trainstack.pipeline_runs import shared_queue
 
-TEAMS_CONFIG = REPO_ROOT / "config/examples/teams.yaml"
 QUEUE_ARN = f"arn:aws:batch:{harness.REGION}:{harness.ACCOUNT}:job-queue/trainstack-training"
 MACHINES = ("pipeline", "pipeline-attempt", "pipeline-registration", "queue-cleanup")
 CHECKPOINTS, ARTIFACTS = FAKE_VALUES["CheckpointBucket"], FAKE_VALUES["ArtifactBucket"]
@@ -56,22 +52,16 @@ def _value(part: Any, template: dict[str, Any]) -> str:
     return state_machine_arn(template["Resources"][part["Ref"]]["Properties"]["StateMachineName"])
 
 
-@dataclass(frozen=True)
-class TeamsApp:
-    settings: Any
-    definitions: dict[str, str]  # state machine name -> filled definition, both teams'
-
-
 @pytest.fixture(scope="module")
-def teams_app(tmp_path_factory) -> TeamsApp:
-    settings = load_settings(str(TEAMS_CONFIG))
-    stacks, assembly = synthesize(settings, Path(tmp_path_factory.mktemp("teams.cdk.out")))
-    definitions = {}
+def definitions(teams_app) -> dict[str, str]:
+    """State machine name -> its filled definition, both teams'."""
+    _, stacks, assembly = teams_app
+    found = {}
     for stack in stacks.pipelines:
         template = assembly.get_stack_by_name(stack.stack_name).template
         for name, properties in state_machines(template).items():
-            definitions[name] = _filled(properties, template)
-    return TeamsApp(settings, definitions)
+            found[name] = _filled(properties, template)
+    return found
 
 
 @dataclass
@@ -88,8 +78,9 @@ class World:
 
 
 @pytest.fixture
-def world(teams_app, monkeypatch):
+def world(teams_app, definitions, monkeypatch):
     # search's first job runs until the test releases it; evaluation jobs complete with loss 2.0.
+    settings = teams_app[0]
     sagemaker = scripted_sagemaker(job_scripts=[[STARTING, TRAINING]], evaluation_script=evaluated(2.0))
     context = harness.pipeline_environment(sagemaker, monkeypatch)
     clock = context.__enter__()
@@ -97,9 +88,9 @@ def world(teams_app, monkeypatch):
 
     boto3.client("s3").create_bucket(Bucket=FAKE_VALUES["DatasetBucket"])
     registry_run.deploy_registry_resources(
-        teams_app.settings, FAKE_VALUES["DatasetBucket"], FAKE_VALUES["TrainingImageUri"]
+        settings, FAKE_VALUES["DatasetBucket"], FAKE_VALUES["TrainingImageUri"]
     )
-    queue = shared_queue(teams_app.settings)
+    queue = shared_queue(settings)
     batch = FakeBatch(
         sagemaker=sagemaker,
         max_instances=queue.max_instances,
@@ -111,7 +102,7 @@ def world(teams_app, monkeypatch):
     for team in ("research", "search"):
         for machine in MACHINES:
             name = f"trainstack-{team}-{machine}"
-            harness.create_state_machine(teams_app.definitions[name], name)
+            harness.create_state_machine(definitions[name], name)
     yield World(batch, sagemaker)
     context.__exit__(None, None, None)
 
