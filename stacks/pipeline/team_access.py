@@ -43,9 +43,24 @@ class TeamAccess(Construct):
         )
         statements = [
             iam.PolicyStatement(
-                sid="StartAndListRuns",
-                actions=["states:StartExecution", "states:ListExecutions", "states:DescribeStateMachine"],
+                sid="StartRuns",
+                actions=["states:StartExecution", "states:DescribeStateMachine"],
                 resources=[pipeline.state_machine_arn],
+            ),
+            # ListExecutions authorizes a state machine or one of its map runs (both resource types are
+            # listed in the Service Authorization Reference); the pipeline has no Map state, so no map run.
+            iam.PolicyStatement(
+                sid="ListRuns",
+                actions=["states:ListExecutions"],
+                resources=[
+                    pipeline.state_machine_arn,
+                    stack.format_arn(
+                        service="states",
+                        resource="mapRun",
+                        resource_name=f"{project}-pipeline/*",
+                        arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
+                    ),
+                ],
             ),
             iam.PolicyStatement(
                 sid="FollowAndStopRuns",
