@@ -93,7 +93,8 @@ def history(s3: Any, bucket: str, prefix: str) -> dict[str, list[Entry]]:
                     item.get("Size", 0),
                 )
             )
-    # LastModified has whole seconds: within one second, the latest entry is the newest.
+    # LastModified has whole seconds (S3 API reference, ListObjectVersions examples: ...T17:50:30.000Z):
+    # within one second, the latest entry is the newest.
     return {key: sorted(entries, key=lambda e: (e.modified, e.latest)) for key, entries in by_key.items()}
 
 

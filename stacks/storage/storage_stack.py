@@ -168,9 +168,10 @@ class StorageStack(cdk.Stack):
                 expiration=expiration,
                 noncurrent_version_expiration=noncurrent_kept_for,
             ),
-            # A delete marker left alone once its noncurrent versions expired hides nothing and slows
-            # version listings; S3 forbids this action in a rule with Days (LifecycleExpiration, S3 API
-            # reference) and otherwise removes such markers only once they reach that age.
+            # A delete marker alone once its noncurrent versions expired hides nothing and slows version
+            # listings (`trainstack checkpoints restore` reads them). S3 forbids ExpiredObjectDeleteMarker in
+            # a rule with expiration Days (LifecycleExpiration, S3 API reference), and such a rule removes
+            # lone markers only once they reach its age (S3 user guide, lifecycle configuration elements).
             s3.LifecycleRule(id="LoneDeleteMarkers", expired_object_delete_marker=True),
         ]
         key = self.encryption_key
