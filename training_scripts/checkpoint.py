@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from checkpoint_layout import MARKER, folder_name
 from data import UserError
 from distributed import Runtime, agree
 from metrics import format_checkpoint_pause_line
@@ -39,7 +40,6 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.checkpoint.stateful import Stateful
 
-MARKER = "COMPLETE"
 # Threads each rank writes its shards with (DCP's default is 1). benchmarks/checkpoint_throughput.py, on a
 # shared 2-core VM: DCP/raw 0.53-0.83 with 1 thread, 0.60-1.01 with 4 (docs/training.md); measure there.
 WRITE_THREADS = 4
@@ -104,7 +104,7 @@ class CheckpointManager:
         self._pending: tuple[int, dict, object] | None = None  # (step, marker, future) of an async save
 
     def folder(self, step: int) -> Path:
-        return self.directory / f"step_{step:09d}"
+        return self.directory / folder_name(step)
 
     def resume(self, state: TrainState, source: str | None, source_name: str) -> Resumed | None:
         """Continue this run from its own newest checkpoint that loads; without one, from `source`'s.

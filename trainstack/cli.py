@@ -13,7 +13,7 @@ import sys
 DESCRIPTION = (
     "Retrain large PyTorch models on Amazon SageMaker through the trainstack pipeline: check the "
     "platform config, size FSx for Lustre, start a retraining and follow it, list, stop and read "
-    "the logs of runs."
+    "the logs of runs, restore their checkpoints."
 )
 EPILOG = "`trainstack COMMAND --help` shows a command's options. Docs: README.md, docs/pipeline-usage.md."
 
@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "watch": ("status", "follow a run until it ends, one timestamped line per change"),
     "logs": ("logs", "print a run's training logs (CloudWatch); --follow until it ends"),
     "stop": ("stop", "stop a run; the pipeline's cleanup stops its training job"),
+    "checkpoints": ("checkpoints", "restore a run's checkpoint that a job deleted or overwrote"),
     "report": ("report", "write a run's report: attempts, loss, throughput, cost on one HTML page"),
     "triggers": ("triggers", "the retrain-on-new-data trigger: pending window, last hash, run, events"),
     "models": ("models", "list registered model versions: evaluation loss, approval, lineage"),

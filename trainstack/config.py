@@ -150,8 +150,25 @@ class DatasetSettings(StrictModel):
         return self
 
 
+NONCURRENT_VERSION_DAYS = range(1, 366)
+
+
 class CheckpointSettings(StrictModel):
+    # Days a checkpoint stays current (its newest version) before S3 expires it.
     retention_days: Annotated[int, Field(ge=1, le=3650)] = 30
+    # Days a deleted or overwritten checkpoint file stays restorable (`trainstack checkpoints restore`)
+    # before S3 removes that noncurrent version; each day keeps that day's pruned checkpoints, paid for.
+    noncurrent_version_days: int = 7
+
+    @field_validator("noncurrent_version_days")
+    @classmethod
+    def _restorable_for_a_while(cls, days: int) -> int:
+        if days not in NONCURRENT_VERSION_DAYS:
+            raise ValueError(
+                f"deleted or overwritten checkpoints stay restorable {NONCURRENT_VERSION_DAYS.start} to "
+                f"{NONCURRENT_VERSION_DAYS.stop - 1} days, not {days}"
+            )
+        return days
 
 
 class ImageSettings(StrictModel):

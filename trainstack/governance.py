@@ -19,9 +19,6 @@ CONTROL_TOWER: Compliance = "control-tower"
 CDK_DEFAULT_QUALIFIER = "hnb659fds"
 # Control Tower's CT.CLOUDWATCH.PR.2 asks for at least a year.
 GOVERNED_LOG_RETENTION_DAYS = 365
-# Checkpoints are rewritten every few minutes; with versioning (CT.S3.PR.1, needed for Object Lock) their
-# overwritten versions go after a day instead of piling up.
-GOVERNED_NONCURRENT_CHECKPOINT_DAYS = 1
 
 
 class IamSettings(StrictModel):

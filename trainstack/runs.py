@@ -85,20 +85,25 @@ class QueuedJob:
 
 def find_state_machine(cloudformation: Any, project: str, region: str) -> str:
     """The StateMachineArn output of the `<project>-pipeline` stack."""
-    stack = f"{project}-pipeline"
+    return stack_output(
+        cloudformation, f"{project}-pipeline", STATE_MACHINE_OUTPUT, region, "--state-machine-arn"
+    )
+
+
+def stack_output(cloudformation: Any, stack: str, output: str, region: str, flag: str) -> str:
+    """Output `output` of the deployed `stack`; a missing stack or output names `flag` (skips the lookup)."""
     try:
         stacks = cloudformation.describe_stacks(StackName=stack)["Stacks"]
     except ClientError as error:
         if "does not exist" in str(error):
             raise RunError(
-                f"stack {stack} does not exist in {region}; deploy it (cdk deploy {stack}) "
-                "or pass --state-machine-arn"
+                f"stack {stack} does not exist in {region}; deploy it (cdk deploy {stack}) or pass {flag}"
             ) from None
         raise
-    for output in stacks[0].get("Outputs", []):
-        if output["OutputKey"] == STATE_MACHINE_OUTPUT:
-            return output["OutputValue"]
-    raise RunError(f"stack {stack} has no {STATE_MACHINE_OUTPUT} output; pass --state-machine-arn")
+    for given in stacks[0].get("Outputs", []):
+        if given["OutputKey"] == output:
+            return given["OutputValue"]
+    raise RunError(f"stack {stack} has no {output} output; pass {flag}")
 
 
 def is_execution_arn(text: str) -> bool:

@@ -31,7 +31,6 @@ from stacks.network.network_stack import NetworkStack
 from stacks.validation import acknowledge
 from trainstack.config import CheckpointSettings, DatasetSettings
 from trainstack.fsx_sizing import FsxPlan
-from trainstack.governance import GOVERNED_NONCURRENT_CHECKPOINT_DAYS
 
 ABORT_INCOMPLETE_UPLOADS_AFTER = cdk.Duration.days(7)
 NONCURRENT_VERSIONS_KEPT_FOR = cdk.Duration.days(30)
@@ -90,29 +89,28 @@ class StorageStack(cdk.Stack):
         if dataset.bucket_name is None:
             # Versioned: an overwritten or deleted training file can be restored for 30 days.
             # dataset_events: object events to EventBridge for retrain_on_new_data (docs/trigger.md).
-            self.dataset_bucket = self._bucket("DatasetBucket", versioned=True, events=dataset_events)
+            self.dataset_bucket = self._bucket(
+                "DatasetBucket", noncurrent_kept_for=NONCURRENT_VERSIONS_KEPT_FOR, events=dataset_events
+            )
         else:
             self.dataset_bucket = s3.Bucket.from_bucket_name(self, "DatasetBucket", dataset.bucket_name)
         self.dataset_key = (
             kms.Key.from_key_arn(self, "DatasetKey", dataset.kms_key_arn) if dataset.kms_key_arn else None
         )
-        # Not versioned: checkpoints are rewritten every few minutes, expire anyway, and a job only ever
-        # resumes from the newest complete one; versions would multiply their (large) storage.
+        # Versioned: SageMaker's checkpoint sync deletes in S3 what a job deletes locally, and the execution
+        # role may delete there; a deleted or overwritten checkpoint stays restorable (trainstack
+        # checkpoints restore) for noncurrent_version_days, a shorter time than artifacts because
+        # checkpoints are large and every pruned one is kept that long.
         self.checkpoint_bucket = self._bucket(
             "CheckpointBucket",
-            versioned=False,
+            noncurrent_kept_for=cdk.Duration.days(checkpoints.noncurrent_version_days),
             expiration=cdk.Duration.days(checkpoints.retention_days),
         )
-        if not self._governed:
-            skip_checkov(
-                self.checkpoint_bucket,
-                {
-                    "CKV_AWS_21": "Checkpoints are rewritten every few minutes and a job resumes from the "
-                    "newest complete one; versions would multiply their large storage."
-                },
-            )
-        # Versioned: model artifacts are the product of paid training; a bad overwrite must be undoable.
-        self.artifact_bucket = self._bucket("ArtifactBucket", versioned=True)
+        # Versioned, for longer: model artifacts are the product of paid training, written once per job
+        # and read later (resumeFrom, a profile's init_from); a bad overwrite or delete must be undoable.
+        self.artifact_bucket = self._bucket(
+            "ArtifactBucket", noncurrent_kept_for=NONCURRENT_VERSIONS_KEPT_FOR
+        )
 
         self.file_system = None
         self.file_system_id = self.file_system_mount_name = self.file_system_dataset_path = None
@@ -157,20 +155,25 @@ class StorageStack(cdk.Stack):
         self,
         construct_id: str,
         *,
-        versioned: bool,
+        noncurrent_kept_for: cdk.Duration,
         expiration: cdk.Duration | None = None,
         events: bool = False,
     ) -> s3.Bucket:
-        noncurrent_kept_for = NONCURRENT_VERSIONS_KEPT_FOR if versioned else None
-        if self._governed and not versioned:
-            # Versioned for Object Lock (CT.S3.PR.1/9) only: overwritten versions go after a day.
-            versioned, noncurrent_kept_for = True, cdk.Duration.days(GOVERNED_NONCURRENT_CHECKPOINT_DAYS)
-        rule = s3.LifecycleRule(
-            id="Housekeeping",
-            abort_incomplete_multipart_upload_after=ABORT_INCOMPLETE_UPLOADS_AFTER,
-            expiration=expiration,
-            noncurrent_version_expiration=noncurrent_kept_for,
-        )
+        """A versioned bucket (Object Lock too when governed, CT.S3.PR.1/9) whose deleted or overwritten
+        objects stay restorable for `noncurrent_kept_for`; current objects expire after `expiration`."""
+        rules = [
+            s3.LifecycleRule(
+                id="Housekeeping",
+                abort_incomplete_multipart_upload_after=ABORT_INCOMPLETE_UPLOADS_AFTER,
+                expiration=expiration,
+                noncurrent_version_expiration=noncurrent_kept_for,
+            ),
+            # A delete marker alone once its noncurrent versions expired hides nothing and slows version
+            # listings (`trainstack checkpoints restore` reads them). S3 forbids ExpiredObjectDeleteMarker in
+            # a rule with expiration Days (LifecycleExpiration, S3 API reference), and such a rule removes
+            # lone markers only once they reach its age (S3 user guide, lifecycle configuration elements).
+            s3.LifecycleRule(id="LoneDeleteMarkers", expired_object_delete_marker=True),
+        ]
         key = self.encryption_key
         bucket = s3.Bucket(
             self,
@@ -182,12 +185,12 @@ class StorageStack(cdk.Stack):
             object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
             enforce_ssl=True,
             minimum_tls_version=1.2,
-            versioned=versioned,
+            versioned=True,
             object_lock_enabled=True if self._governed else None,
             removal_policy=cdk.RemovalPolicy.RETAIN,
             server_access_logs_bucket=self.access_log_bucket,
             server_access_logs_prefix=f"{construct_id}/",
-            lifecycle_rules=[rule],
+            lifecycle_rules=rules,
         )
         if self._governed or events:
             # Events to EventBridge (CT.S3.PR.4; retrain_on_new_data) as the bucket's own property: the

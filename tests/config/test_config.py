@@ -233,3 +233,16 @@ def test_an_evaluation_set_overlapping_the_training_data_is_refused(dataset_pref
         f"profiles.{registered}.registry.evaluation_prefix '{evaluation_prefix}' overlaps dataset.prefix "
         f"'{dataset_prefix}', which training reads whole"
     ) in message
+
+
+@pytest.mark.parametrize("days", [0, 366])
+def test_noncurrent_checkpoint_days_name_the_range(days):
+    assert error_for({"checkpoints": {"noncurrent_version_days": days}}) == (
+        "my.yaml: checkpoints.noncurrent_version_days: deleted or overwritten checkpoints stay restorable "
+        f"1 to 365 days, not {days}."
+    )
+
+
+def test_noncurrent_checkpoint_days_default_to_a_week():
+    settings = load_settings(DEFAULT_CONFIG, environ=NO_ENV)
+    assert settings.checkpoints.noncurrent_version_days == 7

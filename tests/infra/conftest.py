@@ -75,7 +75,7 @@ AZ_ID_NAT_SCRATCH = {
     "network": {"egress": "nat"},
     "fsx": {"deployment_type": "SCRATCH_2"},
     "dataset": {"bucket_name": "existing-training-data", "prefix": "corpus/v2/"},
-    "checkpoints": {"retention_days": 14},
+    "checkpoints": {"retention_days": 14, "noncurrent_version_days": 3},
 }
 EXISTING_VPC = {
     "vpc_id": "vpc-0a1b2c3d4e5f60718",

@@ -22,8 +22,8 @@ def bucket(template: dict[str, Any], construct_id: str) -> tuple[str, dict[str, 
     return name, body
 
 
-def lifecycle_rule(body: dict[str, Any]) -> dict[str, Any]:
-    [rule] = body["Properties"]["LifecycleConfiguration"]["Rules"]
+def lifecycle_rule(body: dict[str, Any], rule_id: str = "Housekeeping") -> dict[str, Any]:
+    [rule] = [rule for rule in body["Properties"]["LifecycleConfiguration"]["Rules"] if rule["Id"] == rule_id]
     return rule
 
 
@@ -42,7 +42,12 @@ def test_every_bucket_is_encrypted_private_and_retained(default_infra: InfraApp)
             "RestrictPublicBuckets": True,
         }
         assert body["DeletionPolicy"] == body["UpdateReplacePolicy"] == "Retain"
-        assert lifecycle_rule(body)["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 7}
+        [abort] = [
+            rule["AbortIncompleteMultipartUpload"]
+            for rule in properties["LifecycleConfiguration"]["Rules"]
+            if "AbortIncompleteMultipartUpload" in rule
+        ]
+        assert abort == {"DaysAfterInitiation": 7}
 
 
 def test_every_bucket_policy_denies_requests_without_tls(default_infra: InfraApp):
@@ -74,28 +79,43 @@ def test_data_buckets_log_access_to_the_log_bucket(default_infra: InfraApp):
         }
 
 
-def test_dataset_and_artifacts_are_versioned_with_noncurrent_expiry(default_infra: InfraApp):
-    for construct_id in ("DatasetBucket", "ArtifactBucket"):
+def test_data_buckets_are_versioned_and_drop_lone_delete_markers(default_infra: InfraApp):
+    for construct_id in DATA_BUCKETS:
         _, body = bucket(default_infra.storage_template, construct_id)
         assert body["Properties"]["VersioningConfiguration"] == {"Status": "Enabled"}
+        assert lifecycle_rule(body, "LoneDeleteMarkers") == {
+            "Id": "LoneDeleteMarkers",
+            "ExpiredObjectDeleteMarker": True,
+            "Status": "Enabled",
+        }
+
+
+def test_dataset_and_artifacts_keep_noncurrent_versions_30_days(default_infra: InfraApp):
+    for construct_id in ("DatasetBucket", "ArtifactBucket"):
+        _, body = bucket(default_infra.storage_template, construct_id)
         assert lifecycle_rule(body)["NoncurrentVersionExpiration"] == {"NoncurrentDays": 30}
         assert "ExpirationInDays" not in lifecycle_rule(body)
 
 
 @pytest.mark.parametrize("variant", ["default_infra", "az_id_nat_scratch"])
-def test_checkpoints_expire_after_the_configured_retention(variant: str, request):
+def test_checkpoints_expire_and_stay_restorable_for_the_configured_days(variant: str, request):
+    """Current checkpoints expire after retention_days; a deleted or overwritten one (a noncurrent version)
+    stays restorable for noncurrent_version_days."""
     infra: InfraApp = request.getfixturevalue(variant)
     _, body = bucket(infra.storage_template, "CheckpointBucket")
-    assert lifecycle_rule(body)["ExpirationInDays"] == infra.settings.checkpoints.retention_days
-    assert "VersioningConfiguration" not in body["Properties"]
+    checkpoints = infra.settings.checkpoints
+    assert body["Properties"]["VersioningConfiguration"] == {"Status": "Enabled"}
+    assert lifecycle_rule(body)["ExpirationInDays"] == checkpoints.retention_days
+    assert lifecycle_rule(body)["NoncurrentVersionExpiration"] == {
+        "NoncurrentDays": checkpoints.noncurrent_version_days
+    }
 
 
-def test_checkpoint_retention_differs_between_variants(default_infra: InfraApp, az_id_nat_scratch: InfraApp):
-    """Guards the test above: the two configs really differ, so the value comes from the config."""
-    assert (
-        default_infra.settings.checkpoints.retention_days
-        != az_id_nat_scratch.settings.checkpoints.retention_days
-    )
+def test_checkpoint_days_differ_between_variants(default_infra: InfraApp, az_id_nat_scratch: InfraApp):
+    """Guards the test above: the two configs really differ, so the values come from the config."""
+    default, variant = default_infra.settings.checkpoints, az_id_nat_scratch.settings.checkpoints
+    assert default.retention_days != variant.retention_days
+    assert default.noncurrent_version_days != variant.noncurrent_version_days
 
 
 # --- FSx for Lustre ------------------------------------------------------------------------------

@@ -85,11 +85,12 @@ def add_pipeline_command(
     takes_run: bool = False,
     polls: bool = False,
     arguments: Callable[[argparse.ArgumentParser], object] | None = None,
+    summary: str | None = None,
 ) -> None:
     """Subcommand NAME of the deployed pipeline: RUN (takes_run), the command's own `arguments`, then
     --config, --region, --state-machine-arn and (polls) --poll-seconds; argparse's errors are one sentence.
-    Its summary is the one `trainstack --help` lists."""
-    parser = subparsers.add_parser(name, help=COMMANDS[name][1], description=description)
+    Its summary is the one `trainstack --help` lists, unless given (an action of a command)."""
+    parser = subparsers.add_parser(name, help=summary or COMMANDS[name][1], description=description)
     if takes_run:
         parser.add_argument("run", metavar="RUN", help=RUN_HELP)
     if arguments:
