@@ -27,10 +27,10 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from trainstack.config import Settings
-from trainstack.cost_cap import cost_cap_problem
+from trainstack.cost_cap import MAX_STEPS, cost_cap_problem
 from trainstack.job_request import RunRequest
 from trainstack.planning.forecast import INTERVAL_HYPERPARAMETER
-from trainstack.planning.setups import instance_count_problem
+from trainstack.planning.setups import STEP_SHAPE, instance_count_problem
 from trainstack.profiles import (
     MAX_PRIORITY,
     MAX_RUNTIME_HOURS_LIMIT,
@@ -116,12 +116,36 @@ def _is_job_name_part(value: str) -> bool:
     return len(value) <= RUN_NAME_MAX_LENGTH and re.match(RUN_NAME_PATTERN, value) is not None
 
 
-# train.py's --checkpoint-interval takes whole steps; a profile's `auto` is resolved at synth, never per run.
-CHECKPOINT_INTERVAL_PATTERN = r"^[1-9][0-9]{0,8}$"
+# The hyperparameters the product reads as whole numbers before the job, with what each counts: the cost
+# cap's max_steps, the checkpoint interval and the step's shape (`trainstack start`'s plan lines). What
+# train.py reads is not the text: the toolkit JSON-decodes each value (sagemaker-training 5.1.4
+# environment.py read_hyperparameters: json.loads, else the text itself), writes it back with str()
+# (mapping.py to_cmd_args) and train.py's int() reads that (training_scripts/flags.py). So " 99999999",
+# "99999999 ", "+99999999", "0099999999", "99_999_999" and '"99999999"' all train 99999999 steps, and
+# "9.9999999e7" reaches train.py as "99999999.0", which it refuses. Plain digits alone read the same in
+# the toolkit, train.py, Python and JSONata: the rule takes nothing else.
+COUNTED_HYPERPARAMETERS = {MAX_STEPS: "steps", INTERVAL_HYPERPARAMETER: "steps", **STEP_SHAPE}
+# 1 to 999999999 (9 digits: exact as a JSONata number too), matched as a whole text, never with `^...$`:
+# Python's `$` also matches before a trailing newline (so does jsonata-python's), JavaScript's does not.
+COUNT_PATTERN = r"[1-9][0-9]{0,8}"
+MAX_COUNT = 999_999_999
+# A profile's `checkpoint_interval: auto` is resolved at synth, never per run.
+_AUTO_NOTE = {INTERVAL_HYPERPARAMETER: "; 'auto' is a profile setting, resolved when the app is synthesized"}
 
 
-def _is_step_count(name: str, value: Any) -> bool:
-    return name != INTERVAL_HYPERPARAMETER or re.match(CHECKPOINT_INTERVAL_PATTERN, str(value)) is not None
+def _is_count(text: str) -> bool:
+    return re.fullmatch(COUNT_PATTERN, text) is not None
+
+
+def _count_rule(name: str) -> InputRule:
+    return InputRule(
+        "hyperparameters",
+        f"whole-number:{name}",
+        f"hyperparameters.{name} must be a whole number of {COUNTED_HYPERPARAMETERS[name]} from 1 to "
+        f'{MAX_COUNT} in plain digits, such as "1000" (no sign, spaces, leading zeros, decimal point or '
+        f"exponent{_AUTO_NOTE.get(name, '')}).",
+        _hyperparameters(lambda key, item: key != name or _is_count(item)),
+    )
 
 
 def _within_sizes(name: str, value: str) -> bool:
@@ -197,13 +221,7 @@ INPUT_RULES: tuple[InputRule, ...] = (
         f"and values at most {HYPERPARAMETER_VALUE_MAX_LENGTH}.",
         _hyperparameters(_within_sizes),
     ),
-    InputRule(
-        "hyperparameters",
-        "checkpoint-interval",
-        f"hyperparameters.{INTERVAL_HYPERPARAMETER} must be a whole number of steps from 1 to 999999999 "
-        f"('auto' is a profile setting, resolved when the app is synthesized).",
-        _hyperparameters(_is_step_count),
-    ),
+    *(_count_rule(name) for name in COUNTED_HYPERPARAMETERS),
     InputRule(
         "instanceCount",
         "integer>=1",
