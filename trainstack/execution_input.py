@@ -148,6 +148,25 @@ def _count_rule(name: str) -> InputRule:
     )
 
 
+# The names the rules read (reserved or counted), and how train.py reads a hyperparameter's name: the
+# toolkit makes it the flag `--<name>` (mapping.py to_cmd_args), train.py reads `_` in it as `-`
+# (training_scripts/flags.py parse_args) and argparse anything after `=` as the flag's value. So max-steps
+# and max_steps=99999999 reach train.py as max_steps, past every rule that reads max_steps.
+CHECKED_NAMES = (*RESERVED_HYPERPARAMETERS, *COUNTED_HYPERPARAMETERS)
+
+
+def train_py_flag(name: str) -> str:
+    """The flag train.py reads a hyperparameter named `name` as, without its leading dashes."""
+    return name.partition("=")[0].replace("_", "-")
+
+
+CHECKED_FLAGS = tuple(train_py_flag(name) for name in CHECKED_NAMES)
+
+
+def _is_spelled_as_checked(name: str) -> bool:
+    return name in CHECKED_NAMES or train_py_flag(name) not in CHECKED_FLAGS
+
+
 def _within_sizes(name: str, value: str) -> bool:
     return 0 < len(name) <= HYPERPARAMETER_NAME_MAX_LENGTH and len(value) <= HYPERPARAMETER_VALUE_MAX_LENGTH
 
@@ -213,6 +232,13 @@ INPUT_RULES: tuple[InputRule, ...] = (
         "not-reserved",
         "hyperparameters may not set {reserved}: the profile's strategy sets them.",
         _hyperparameters(lambda name, _: name not in RESERVED_HYPERPARAMETERS),
+    ),
+    InputRule(
+        "hyperparameters",
+        "flag-spelling",
+        f"hyperparameters names may not write {', '.join(COUNTED_HYPERPARAMETERS)} or the reserved names "
+        "with '-' for '_' or with '=' in them: train.py reads max-steps and max_steps=N as max_steps.",
+        _hyperparameters(lambda name, _: _is_spelled_as_checked(name)),
     ),
     InputRule(
         "hyperparameters",

@@ -16,6 +16,8 @@ from stacks.pipeline import cost_cap_states
 from stacks.pipeline.jsonata_text import literal
 from stacks.pipeline.state_machine_facts import extra_time_seconds
 from trainstack.execution_input import (
+    CHECKED_FLAGS,
+    CHECKED_NAMES,
     COUNT_PATTERN,
     COUNTED_HYPERPARAMETERS,
     EXECUTION_NAME_MESSAGE,
@@ -70,6 +72,11 @@ def _conditions(settings: RunConfig) -> dict[tuple[str, str], str]:
         ("hyperparameters", "not-reserved"): (
             "$count($filter($keys($v), function($k) "
             f"{{ $k in {literal(list(RESERVED_HYPERPARAMETERS))} }})) = 0"
+        ),
+        ("hyperparameters", "flag-spelling"): (
+            "$count($filter($keys($v), function($k) { "
+            f'$replace($substringBefore($k, "="), "_", "-") in {literal(list(CHECKED_FLAGS))} '
+            f"and $not($k in {literal(list(CHECKED_NAMES))}) }})) = 0"
         ),
         ("hyperparameters", "sizes"): (
             "$count($filter($keys($v), function($k) { $length($k) = 0 "

@@ -40,6 +40,11 @@ MALFORMED_INPUTS: list[tuple[str, Any, str]] = [
         "hyperparameters may not set sagemaker_program,",
     ),
     (
+        "reserved-name-with-a-value",
+        {"hyperparameters": {"strategy=torchrun": "1"}},
+        "hyperparameters names may not write max_steps, checkpoint_interval, seq_len, micro_batch_size,",
+    ),
+    (
         "hyperparameter-name-too-long",
         {"hyperparameters": {"x" * 257: "1"}},
         "hyperparameters names may have at most 256 characters",

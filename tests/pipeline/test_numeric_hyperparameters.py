@@ -2,7 +2,8 @@
 through (a) SageMaker's training toolkit and train.py's parser (their own code) to show what training would
 run, (b) the CLI's input rules and (c) the synthesized state machine in the emulator. 99999999 steps plans
 far above llama-1b-smddp's $300 cap, so every spelling of it is refused before any CreateTrainingJob:
-plain digits by the cost cap, anything else by its form."""
+plain digits by the cost cap, anything else by its form, and so is every name train.py reads as
+max_steps."""
 
 from __future__ import annotations
 
@@ -26,6 +27,11 @@ STEPS = 99_999_999
 MAX_STEPS_FORM = (
     "hyperparameters.max_steps must be a whole number of steps from 1 to 999999999 in plain digits, "
     'such as "1000" (no sign, spaces, leading zeros, decimal point or exponent).'
+)
+FLAG_SPELLING = (
+    "hyperparameters names may not write max_steps, checkpoint_interval, seq_len, micro_batch_size, "
+    "grad_accum or the reserved names with '-' for '_' or with '=' in them: train.py reads max-steps and "
+    "max_steps=N as max_steps."
 )
 # train.py's refusal of what the toolkit makes of a JSON float ("99999999.0").
 TRAIN_PY_REFUSES = "Argument --max-steps: invalid _positive value: '99999999.0'."
@@ -65,6 +71,18 @@ def train_py_reads(hyperparameters: dict[str, str], directory: Path, monkeypatch
         return str(refusal)
 
 
+def assert_refused_before_any_job(interpreter, pipeline, hyperparameters: dict[str, str], cause: str) -> None:
+    """The CLI's rules and the synthesized machine refuse the run with `cause`, and no job is created."""
+    execution_input = {"profile": PROFILE, "runName": "trainstack-steps", "hyperparameters": hyperparameters}
+    with pytest.raises(InvalidInputError) as refused:
+        validate_execution_input(execution_input, pipeline.settings, "steps")
+    assert str(refused.value) == cause
+    sm = interpreter()
+    outcome = sm.run(execution_input, name="steps")
+    assert (outcome.status, outcome.error, outcome.cause) == ("FAILED", "InvalidInput", cause)
+    assert sm.fake.create_calls == 0
+
+
 @pytest.mark.parametrize(
     ("spelling", "trained"), [case[1:] for case in SPELLINGS], ids=[c[0] for c in SPELLINGS]
 )
@@ -76,19 +94,20 @@ def test_every_spelling_of_a_run_over_the_cap_is_refused_before_any_job(
     over_cap = over_cap_message(
         planned_cost_usd(profile, {"max_steps": str(STEPS)}, None), PROFILE, profile.max_cost_usd
     )
-    expected = over_cap if spelling == str(STEPS) else MAX_STEPS_FORM
-    execution_input = {
-        "profile": PROFILE,
-        "runName": "trainstack-steps",
-        "hyperparameters": {"max_steps": spelling},
-    }
-    with pytest.raises(InvalidInputError) as refused:
-        validate_execution_input(execution_input, pipeline.settings, "steps")
-    assert str(refused.value) == expected
-    sm = interpreter()
-    outcome = sm.run(execution_input, name="steps")
-    assert (outcome.status, outcome.error, outcome.cause) == ("FAILED", "InvalidInput", expected)
-    assert sm.fake.create_calls == 0
+    cause = over_cap if spelling == str(STEPS) else MAX_STEPS_FORM
+    assert_refused_before_any_job(interpreter, pipeline, {"max_steps": spelling}, cause)
+
+
+@pytest.mark.parametrize(
+    "hyperparameters",
+    [{"max-steps": "99999999"}, {"max_steps=99999999": "1"}, {"max-steps=99999999": "1"}],
+    ids=["dashed", "value-in-name", "dashed-value-in-name"],
+)
+def test_a_name_train_py_reads_as_max_steps_is_refused_before_any_job(
+    interpreter, pipeline, tmp_path, monkeypatch, hyperparameters
+):
+    assert train_py_reads(hyperparameters, tmp_path, monkeypatch) == STEPS
+    assert_refused_before_any_job(interpreter, pipeline, hyperparameters, FLAG_SPELLING)
 
 
 def test_plain_digits_train_the_steps_the_cost_cap_planned(interpreter, pipeline, tmp_path, monkeypatch):
