@@ -67,7 +67,7 @@ def profile_steps(profile: Profile) -> int:
 
 def run_steps(profile: Profile, hyperparameters: Mapping[str, str]) -> int:
     """The run's max_steps: its own (the input check holds it to plain digits, which train.py reads as
-    written: trainstack.execution_input.COUNTED_HYPERPARAMETERS), else the profile's."""
+    written: trainstack.hyperparameter_reading), else the profile's."""
     given = hyperparameters.get(MAX_STEPS)
     return profile_steps(profile) if given is None else int(given)
 

@@ -27,10 +27,16 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from trainstack.config import Settings
-from trainstack.cost_cap import MAX_STEPS, cost_cap_problem
+from trainstack.cost_cap import cost_cap_problem
+from trainstack.hyperparameter_reading import (
+    COUNTED_HYPERPARAMETERS,
+    MAX_COUNT,
+    is_count,
+    is_spelled_as_checked,
+)
 from trainstack.job_request import RunRequest
 from trainstack.planning.forecast import INTERVAL_HYPERPARAMETER
-from trainstack.planning.setups import STEP_SHAPE, instance_count_problem
+from trainstack.planning.setups import instance_count_problem
 from trainstack.profiles import (
     MAX_PRIORITY,
     MAX_RUNTIME_HOURS_LIMIT,
@@ -116,25 +122,8 @@ def _is_job_name_part(value: str) -> bool:
     return len(value) <= RUN_NAME_MAX_LENGTH and re.match(RUN_NAME_PATTERN, value) is not None
 
 
-# The hyperparameters the product reads as whole numbers before the job, with what each counts: the cost
-# cap's max_steps, the checkpoint interval and the step's shape (`trainstack start`'s plan lines). What
-# train.py reads is not the text: the toolkit JSON-decodes each value (sagemaker-training 5.1.4
-# environment.py read_hyperparameters: json.loads, else the text itself), writes it back with str()
-# (mapping.py to_cmd_args) and train.py's int() reads that (training_scripts/flags.py). So " 99999999",
-# "99999999 ", "+99999999", "0099999999", "99_999_999" and '"99999999"' all train 99999999 steps, and
-# "9.9999999e7" reaches train.py as "99999999.0", which it refuses. Plain digits alone read the same in
-# the toolkit, train.py, Python and JSONata: the rule takes nothing else.
-COUNTED_HYPERPARAMETERS = {MAX_STEPS: "steps", INTERVAL_HYPERPARAMETER: "steps", **STEP_SHAPE}
-# 1 to 999999999 (9 digits: exact as a JSONata number too), matched as a whole text, never with `^...$`:
-# Python's `$` also matches before a trailing newline (so does jsonata-python's), JavaScript's does not.
-COUNT_PATTERN = r"[1-9][0-9]{0,8}"
-MAX_COUNT = 999_999_999
 # A profile's `checkpoint_interval: auto` is resolved at synth, never per run.
 _AUTO_NOTE = {INTERVAL_HYPERPARAMETER: "; 'auto' is a profile setting, resolved when the app is synthesized"}
-
-
-def _is_count(text: str) -> bool:
-    return re.fullmatch(COUNT_PATTERN, text) is not None
 
 
 def _count_rule(name: str) -> InputRule:
@@ -144,27 +133,8 @@ def _count_rule(name: str) -> InputRule:
         f"hyperparameters.{name} must be a whole number of {COUNTED_HYPERPARAMETERS[name]} from 1 to "
         f'{MAX_COUNT} in plain digits, such as "1000" (no sign, spaces, leading zeros, decimal point or '
         f"exponent{_AUTO_NOTE.get(name, '')}).",
-        _hyperparameters(lambda key, item: key != name or _is_count(item)),
+        _hyperparameters(lambda key, item: key != name or is_count(item)),
     )
-
-
-# The names the rules read (reserved or counted), and how train.py reads a hyperparameter's name: the
-# toolkit makes it the flag `--<name>` (mapping.py to_cmd_args), train.py reads `_` in it as `-`
-# (training_scripts/flags.py parse_args) and argparse anything after `=` as the flag's value. So max-steps
-# and max_steps=99999999 reach train.py as max_steps, past every rule that reads max_steps.
-CHECKED_NAMES = (*RESERVED_HYPERPARAMETERS, *COUNTED_HYPERPARAMETERS)
-
-
-def train_py_flag(name: str) -> str:
-    """The flag train.py reads a hyperparameter named `name` as, without its leading dashes."""
-    return name.partition("=")[0].replace("_", "-")
-
-
-CHECKED_FLAGS = tuple(train_py_flag(name) for name in CHECKED_NAMES)
-
-
-def _is_spelled_as_checked(name: str) -> bool:
-    return name in CHECKED_NAMES or train_py_flag(name) not in CHECKED_FLAGS
 
 
 def _within_sizes(name: str, value: str) -> bool:
@@ -238,7 +208,7 @@ INPUT_RULES: tuple[InputRule, ...] = (
         "flag-spelling",
         f"hyperparameters names may not write {', '.join(COUNTED_HYPERPARAMETERS)} or the reserved names "
         "with '-' for '_' or with '=' in them: train.py reads max-steps and max_steps=N as max_steps.",
-        _hyperparameters(lambda name, _: _is_spelled_as_checked(name)),
+        _hyperparameters(lambda name, _: is_spelled_as_checked(name)),
     ),
     InputRule(
         "hyperparameters",

@@ -16,10 +16,6 @@ from stacks.pipeline import cost_cap_states
 from stacks.pipeline.jsonata_text import literal
 from stacks.pipeline.state_machine_facts import extra_time_seconds
 from trainstack.execution_input import (
-    CHECKED_FLAGS,
-    CHECKED_NAMES,
-    COUNT_PATTERN,
-    COUNTED_HYPERPARAMETERS,
     EXECUTION_NAME_MESSAGE,
     HYPERPARAMETER_NAME_MAX_LENGTH,
     HYPERPARAMETER_VALUE_MAX_LENGTH,
@@ -34,6 +30,12 @@ from trainstack.execution_input import (
     input_fields,
     input_rules,
     message_context,
+)
+from trainstack.hyperparameter_reading import (
+    CHECKED_FLAGS,
+    CHECKED_NAMES,
+    COUNT_PATTERN,
+    COUNTED_HYPERPARAMETERS,
 )
 from trainstack.job_request import PipelineResources, base_request, instance_preferences
 from trainstack.jsonata_regex import regex_literal
