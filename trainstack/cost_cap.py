@@ -24,7 +24,6 @@ On-demand list prices make the figure an upper bound for spot runs while they ru
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -33,7 +32,6 @@ from trainstack.planning.setups import TRAIN_DEFAULTS, UnplannableError, setup_f
 from trainstack.profiles import Profile
 
 MAX_STEPS = "max_steps"
-_WHOLE_NUMBER = r"^[0-9]+$"
 
 
 @dataclass(frozen=True)
@@ -68,11 +66,10 @@ def profile_steps(profile: Profile) -> int:
 
 
 def run_steps(profile: Profile, hyperparameters: Mapping[str, str]) -> int:
-    """The run's max_steps: its own when it gives a whole number, else the profile's."""
+    """The run's max_steps: its own (the input check holds it to plain digits, which train.py reads as
+    written: trainstack.hyperparameter_reading), else the profile's."""
     given = hyperparameters.get(MAX_STEPS)
-    if isinstance(given, str) and re.match(_WHOLE_NUMBER, given):
-        return int(given)
-    return profile_steps(profile)
+    return profile_steps(profile) if given is None else int(given)
 
 
 def planned_cost_usd(

@@ -27,6 +27,12 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from trainstack.cost_cap import cost_cap_problem
+from trainstack.hyperparameter_reading import (
+    COUNTED_HYPERPARAMETERS,
+    MAX_COUNT,
+    is_count,
+    is_spelled_as_checked,
+)
 from trainstack.job_request import RunRequest
 from trainstack.planning.forecast import INTERVAL_HYPERPARAMETER
 from trainstack.planning.setups import instance_count_problem
@@ -120,12 +126,19 @@ def _is_job_name_part(value: str) -> bool:
     return len(value) <= RUN_NAME_MAX_LENGTH and re.match(RUN_NAME_PATTERN, value) is not None
 
 
-# train.py's --checkpoint-interval takes whole steps; a profile's `auto` is resolved at synth, never per run.
-CHECKPOINT_INTERVAL_PATTERN = r"^[1-9][0-9]{0,8}$"
+# A profile's `checkpoint_interval: auto` is resolved at synth, never per run.
+_AUTO_NOTE = {INTERVAL_HYPERPARAMETER: "; 'auto' is a profile setting, resolved when the app is synthesized"}
 
 
-def _is_step_count(name: str, value: Any) -> bool:
-    return name != INTERVAL_HYPERPARAMETER or re.match(CHECKPOINT_INTERVAL_PATTERN, str(value)) is not None
+def _count_rule(name: str) -> InputRule:
+    return InputRule(
+        "hyperparameters",
+        f"whole-number:{name}",
+        f"hyperparameters.{name} must be a whole number of {COUNTED_HYPERPARAMETERS[name]} from 1 to "
+        f'{MAX_COUNT} in plain digits, such as "1000" (no sign, spaces, leading zeros, decimal point or '
+        f"exponent{_AUTO_NOTE.get(name, '')}).",
+        _hyperparameters(lambda key, item: key != name or is_count(item)),
+    )
 
 
 def _key_of(uri: str) -> str:
@@ -201,18 +214,19 @@ INPUT_RULES: tuple[InputRule, ...] = (
     ),
     InputRule(
         "hyperparameters",
+        "flag-spelling",
+        f"hyperparameters names may not write {', '.join(COUNTED_HYPERPARAMETERS)} or the reserved names "
+        "with '-' for '_' or with '=' in them: train.py reads max-steps and max_steps=N as max_steps.",
+        _hyperparameters(lambda name, _: is_spelled_as_checked(name)),
+    ),
+    InputRule(
+        "hyperparameters",
         "sizes",
         f"hyperparameters names may have at most {HYPERPARAMETER_NAME_MAX_LENGTH} characters "
         f"and values at most {HYPERPARAMETER_VALUE_MAX_LENGTH}.",
         _hyperparameters(_within_sizes),
     ),
-    InputRule(
-        "hyperparameters",
-        "checkpoint-interval",
-        f"hyperparameters.{INTERVAL_HYPERPARAMETER} must be a whole number of steps from 1 to 999999999 "
-        f"('auto' is a profile setting, resolved when the app is synthesized).",
-        _hyperparameters(_is_step_count),
-    ),
+    *(_count_rule(name) for name in COUNTED_HYPERPARAMETERS),
     InputRule(
         "instanceCount",
         "integer>=1",

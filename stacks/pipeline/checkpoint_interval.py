@@ -25,11 +25,9 @@ from training_scripts.metrics import CHECKPOINT_PAUSE_METRIC as PAUSE_METRIC
 from training_scripts.metrics import TOKENS_PER_SECOND_METRIC as SPEED_METRIC
 from trainstack.planning.auto_interval import is_auto, profile_forecasts
 from trainstack.planning.forecast import INTERVAL_HYPERPARAMETER
-from trainstack.planning.setups import setup_for_profile
+from trainstack.planning.setups import STEP_SHAPE, setup_for_profile
 from trainstack.profiles import Profile
 
-# Hyperparameters that fix the tokens of a step: a run that sets one keeps the planned interval.
-STEP_SHAPE = ("seq_len", "micro_batch_size", "grad_accum")
 # Bisection steps over x = work / MTBF in (0, 1): 2^-60 of the MTBF.
 _BISECTIONS = 60
 _E = 2.718281828459045
@@ -59,6 +57,7 @@ def refined_request_expression(profiles: Sequence[Profile], outcome: str = "$sta
     if not table:
         return "$request"
     given = "$states.context.Execution.Input.hyperparameters"
+    # A run that sets the interval or the step's shape keeps the planned interval.
     kept_as_given = " or ".join(f"$exists({given}.{name})" for name in (INTERVAL_HYPERPARAMETER, *STEP_SHAPE))
     return (
         f"($t := $lookup({literal(table)}, $plan.profile); $o := {outcome}; $m := $o.job.metrics; "

@@ -67,9 +67,10 @@ def profile_cost_cap(profile: Profile) -> dict[str, Any]:
 # The run's instance count on an entry of the profile's rates or hourly prices.
 _COUNT = "($exists($in.instanceCount) ? $in.instanceCount : instanceCount)"
 # trainstack.cost_cap.planned_cost_usd over `$in` (the checked input) and `$p` (the profile's entry).
+# The run's max_steps is plain digits (its input rule comes first), so $number reads what train.py will.
 _PLANNED = (
     f"($s := $in.hyperparameters.{MAX_STEPS}; "
-    '$steps := ($type($s) = "string" and $contains($s, /^[0-9]+$/)) ? $number($s) : $p.costCap.steps; '
+    "$steps := $exists($s) ? $number($s) : $p.costCap.steps; "
     f"$max($p.costCap.rates.(usdPerInstanceStep * $steps * {_COUNT})))"
 )
 

@@ -16,7 +16,6 @@ from stacks.pipeline import cost_cap_states
 from stacks.pipeline.jsonata_text import literal
 from stacks.pipeline.state_machine_facts import extra_time_seconds, placeholder
 from trainstack.execution_input import (
-    CHECKPOINT_INTERVAL_PATTERN,
     EXECUTION_NAME_MESSAGE,
     HYPERPARAMETER_NAME_MAX_LENGTH,
     HYPERPARAMETER_VALUE_MAX_LENGTH,
@@ -31,9 +30,14 @@ from trainstack.execution_input import (
     input_rules,
     message_context,
 )
+from trainstack.hyperparameter_reading import (
+    CHECKED_FLAGS,
+    CHECKED_NAMES,
+    COUNT_PATTERN,
+    COUNTED_HYPERPARAMETERS,
+)
 from trainstack.job_request import PipelineResources, base_request, instance_preferences
 from trainstack.jsonata_regex import regex_literal
-from trainstack.planning.forecast import INTERVAL_HYPERPARAMETER
 from trainstack.planning.setups import instance_count_problem
 from trainstack.profiles import (
     MAX_RUNTIME_HOURS_LIMIT,
@@ -75,15 +79,17 @@ def _conditions(settings: RunConfig) -> dict[tuple[str, str], str]:
             "$count($filter($keys($v), function($k) "
             f"{{ $k in {literal(list(RESERVED_HYPERPARAMETERS))} }})) = 0"
         ),
+        ("hyperparameters", "flag-spelling"): (
+            "$count($filter($keys($v), function($k) { "
+            f'$replace($substringBefore($k, "="), "_", "-") in {literal(list(CHECKED_FLAGS))} '
+            f"and $not($k in {literal(list(CHECKED_NAMES))}) }})) = 0"
+        ),
         ("hyperparameters", "sizes"): (
             "$count($filter($keys($v), function($k) { $length($k) = 0 "
             f"or $length($k) > {HYPERPARAMETER_NAME_MAX_LENGTH} "
             f"or $length($lookup($v, $k)) > {HYPERPARAMETER_VALUE_MAX_LENGTH} }})) = 0"
         ),
-        ("hyperparameters", "checkpoint-interval"): (
-            f"$count($filter($keys($v), function($k) {{ $k = {literal(INTERVAL_HYPERPARAMETER)} and "
-            f"$not($contains($lookup($v, $k), {regex_literal(CHECKPOINT_INTERVAL_PATTERN)})) }})) = 0"
-        ),
+        **{("hyperparameters", f"whole-number:{name}"): _is_count(name) for name in COUNTED_HYPERPARAMETERS},
         ("instanceCount", "integer>=1"): (
             f'$type($v) = "number" ? ($v = $floor($v) and $v >= 1 '
             f"and $v <= {limits.max_instance_count}) : false"
@@ -107,6 +113,14 @@ def _conditions(settings: RunConfig) -> dict[tuple[str, str], str]:
         ("instanceCount", "fits-profile"): "$exists($p.validCounts) ? $v in $p.validCounts : true",
         ("maxRuntimeHours", "within-spot-wait"): "$v <= $p.maxRuntimeHours",
     }
+
+
+def _is_count(name: str) -> str:
+    """`$v` (hyperparameters) holds no `name`, or plain digits: the whole text is the first match of
+    COUNT_PATTERN, as Python's re.fullmatch reads it (a `^...$` regex would let a trailing newline pass in
+    jsonata-python, whose `$` is Python's)."""
+    count = f"$match($lookup($v, {literal(name)}), {regex_literal(COUNT_PATTERN)}, 1).match"
+    return f"$not({literal(name)} in $keys($v)) or {count} = $lookup($v, {literal(name)})"
 
 
 def _profile_rule_causes() -> dict[str, str]:

@@ -40,6 +40,11 @@ MALFORMED_INPUTS: list[tuple[str, Any, str]] = [
         "hyperparameters may not set sagemaker_program,",
     ),
     (
+        "reserved-name-with-a-value",
+        {"hyperparameters": {"strategy=torchrun": "1"}},
+        "hyperparameters names may not write max_steps, checkpoint_interval, seq_len, micro_batch_size,",
+    ),
+    (
         "hyperparameter-name-too-long",
         {"hyperparameters": {"x" * 257: "1"}},
         "hyperparameters names may have at most 256 characters",
@@ -53,6 +58,26 @@ MALFORMED_INPUTS: list[tuple[str, Any, str]] = [
         "checkpoint-interval-zero",
         {"hyperparameters": {"checkpoint_interval": "0"}},
         "hyperparameters.checkpoint_interval must be a whole number of steps from 1 to 999999999",
+    ),
+    (
+        "seq-len-signed",
+        {"hyperparameters": {"seq_len": "+2048"}},
+        "hyperparameters.seq_len must be a whole number of tokens from 1 to 999999999 in plain digits",
+    ),
+    (
+        "micro-batch-size-decimal",
+        {"hyperparameters": {"micro_batch_size": "8.0"}},
+        "hyperparameters.micro_batch_size must be a whole number of sequences from 1 to 999999999 in plain",
+    ),
+    (
+        "grad-accum-leading-zero",
+        {"hyperparameters": {"grad_accum": "04"}},
+        "hyperparameters.grad_accum must be a whole number of micro-batches from 1 to 999999999 in plain",
+    ),
+    (
+        "checkpoint-interval-spaced",
+        {"hyperparameters": {"checkpoint_interval": " 200"}},
+        "hyperparameters.checkpoint_interval must be a whole number of steps from 1 to 999999999 in plain",
     ),
     ("instance-count-zero", {"instanceCount": 0}, "instanceCount must be a whole number from 1 to 512."),
     ("instance-count-string", {"instanceCount": "2"}, "instanceCount must be a whole number from 1 to 512."),

@@ -24,6 +24,8 @@ TRAIN_DEFAULTS = {
     "keep_checkpoints": 2,
 }
 _TRUE = ("true", "1", "yes")
+# The hyperparameters that fix the tokens of a step (with the instances' GPUs), and what each counts.
+STEP_SHAPE = {"seq_len": "tokens", "micro_batch_size": "sequences", "grad_accum": "micro-batches"}
 
 
 class UnplannableError(ValueError):
