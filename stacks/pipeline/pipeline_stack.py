@@ -22,6 +22,7 @@ from stacks.pipeline.pipeline_runs import PipelineRuns
 from stacks.pipeline.queue.training_queue import TrainingQueue
 from stacks.pipeline.training_state_machine import TrainingStateMachine
 from stacks.pipeline.trigger.retrain_trigger import RetrainTrigger
+from stacks.run_data_key import encrypt_log_groups, grant_training_jobs
 from stacks.storage.storage_stack import StorageStack
 from stacks.validation import acknowledge
 from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements
@@ -68,6 +69,8 @@ class PipelineStack(cdk.Stack):
         project = runs.project
         self.sagemaker_role = self._sagemaker_role(project, runs.queue.enabled, network, storage, image)
         grant_mlflow_tracking(self.sagemaker_role, runs.profiles)
+        if storage.run_data_key is not None:
+            grant_training_jobs(self.sagemaker_role, storage.run_data_key, runs.profiles)
         self.resources = _pipeline_resources(project, self.sagemaker_role, network, storage, image)
         self.queue = self._training_queue(project, runs.queue) if runs.queue.enabled else None
         self.training = TrainingStateMachine(
@@ -110,6 +113,8 @@ class PipelineStack(cdk.Stack):
         )
         self.training.registration.add_to_dashboard(self.monitoring.dashboard)
         self._schedules(project, runs.profiles)
+        if storage.run_data_key is not None:
+            encrypt_log_groups(self, storage.run_data_key)
         if trigger is not None:
             self.trigger = RetrainTrigger(
                 self,
@@ -372,4 +377,5 @@ def _pipeline_resources(
         security_group_ids=(network.training_security_group.security_group_id,),
         file_system_id=storage.file_system_id,
         file_system_directory_path=storage.file_system_dataset_path,
+        kms_key_arn=storage.run_data_key.key_arn if storage.run_data_key is not None else None,
     )

@@ -15,6 +15,12 @@ every bucket created here, with S3 Bucket Keys (a data key per bucket, not per o
 few); every bucket versioned, with Object Lock enabled (no default retention: nothing is locked unless a
 request asks) and its events sent to EventBridge; and access logs go to `access_logs_bucket`, an existing
 bucket, because S3 delivers no server access logs into a bucket with SSE-KMS or Object Lock.
+
+`encryption:` (trainstack/encryption_settings.py) gives what runs write a customer managed key,
+`run_data_key`: the checkpoint and artifact buckets are SSE-KMS with S3 Bucket Keys under it, and the
+pipeline encrypts training jobs and its log groups with it. Created here (key policy: CloudWatch Logs for
+the pipeline's log groups, stacks/run_data_key.py), or the bucket key itself with control-tower, or an
+existing key by ARN.
 """
 
 from __future__ import annotations
@@ -28,8 +34,10 @@ from constructs import Construct
 
 from stacks.checkov_skips import skip_checkov
 from stacks.network.network_stack import NetworkStack
+from stacks.run_data_key import allow_pipeline_logs
 from stacks.validation import acknowledge
 from trainstack.config import CheckpointSettings, DatasetSettings
+from trainstack.encryption_settings import EncryptionSettings
 from trainstack.fsx_sizing import FsxPlan
 from trainstack.governance import GOVERNED_NONCURRENT_CHECKPOINT_DAYS
 
@@ -50,6 +58,7 @@ class StorageStack(cdk.Stack):
     artifact_bucket: s3.IBucket
     access_log_bucket: s3.IBucket
     encryption_key: kms.Key | None
+    run_data_key: kms.IKey | None
     dataset_key: kms.IKey | None
     fsx_plan: FsxPlan | None
     file_system: fsx.CfnFileSystem | None
@@ -69,6 +78,7 @@ class StorageStack(cdk.Stack):
         fsx_plan: FsxPlan | None,
         access_logs_bucket: str | None,
         network: NetworkStack,
+        encryption: EncryptionSettings,
         dataset_events: bool = False,
         **kwargs,
     ) -> None:
@@ -81,6 +91,8 @@ class StorageStack(cdk.Stack):
         self._governed = governed
         self.fsx_plan = fsx_plan
         self.encryption_key = self._bucket_key(project, dataset) if governed else None
+        self.run_data_key = self._run_data_key(project, encryption)
+        run_bucket_key = self.run_data_key or self.encryption_key
         self.dataset_prefix = dataset.prefix
         self.access_log_bucket = (
             s3.Bucket.from_bucket_name(self, "AccessLogBucket", access_logs_bucket)
@@ -90,7 +102,9 @@ class StorageStack(cdk.Stack):
         if dataset.bucket_name is None:
             # Versioned: an overwritten or deleted training file can be restored for 30 days.
             # dataset_events: object events to EventBridge for retrain_on_new_data (docs/trigger.md).
-            self.dataset_bucket = self._bucket("DatasetBucket", versioned=True, events=dataset_events)
+            self.dataset_bucket = self._bucket(
+                "DatasetBucket", versioned=True, events=dataset_events, key=self.encryption_key
+            )
         else:
             self.dataset_bucket = s3.Bucket.from_bucket_name(self, "DatasetBucket", dataset.bucket_name)
         self.dataset_key = (
@@ -102,6 +116,7 @@ class StorageStack(cdk.Stack):
             "CheckpointBucket",
             versioned=False,
             expiration=cdk.Duration.days(checkpoints.retention_days),
+            key=run_bucket_key,
         )
         if not self._governed:
             skip_checkov(
@@ -112,7 +127,7 @@ class StorageStack(cdk.Stack):
                 },
             )
         # Versioned: model artifacts are the product of paid training; a bad overwrite must be undoable.
-        self.artifact_bucket = self._bucket("ArtifactBucket", versioned=True)
+        self.artifact_bucket = self._bucket("ArtifactBucket", versioned=True, key=run_bucket_key)
 
         self.file_system = None
         self.file_system_id = self.file_system_mount_name = self.file_system_dataset_path = None
@@ -160,6 +175,7 @@ class StorageStack(cdk.Stack):
         versioned: bool,
         expiration: cdk.Duration | None = None,
         events: bool = False,
+        key: kms.IKey | None,
     ) -> s3.Bucket:
         noncurrent_kept_for = NONCURRENT_VERSIONS_KEPT_FOR if versioned else None
         if self._governed and not versioned:
@@ -171,7 +187,6 @@ class StorageStack(cdk.Stack):
             expiration=expiration,
             noncurrent_version_expiration=noncurrent_kept_for,
         )
-        key = self.encryption_key
         bucket = s3.Bucket(
             self,
             construct_id,
@@ -206,6 +221,26 @@ class StorageStack(cdk.Stack):
                 "write (README, Deploying into a governed account).",
             )
         return bucket
+
+    def _run_data_key(self, project: str, encryption: EncryptionSettings) -> kms.IKey | None:
+        if encryption.kms_key_arn is not None:
+            return kms.Key.from_key_arn(self, "RunDataKey", encryption.kms_key_arn)
+        if not encryption.customer_managed_key:
+            return None
+        if self.encryption_key is not None:
+            # control-tower: the buckets' key already guards checkpoints and artifacts; a second key for the
+            # same objects would add a key policy to keep right and protect nothing more. The pipeline's log
+            # groups keep their own stack's key there (CT.CLOUDWATCH.PR.2/3, stacks/governed_account.py).
+            return self.encryption_key
+        key = kms.Key(
+            self,
+            "RunDataKey",
+            description=f"{project} runs: checkpoints, model artifacts, training volumes, pipeline logs",
+            enable_key_rotation=True,
+            removal_policy=cdk.RemovalPolicy.RETAIN,  # the buckets are retained: so is what decrypts them
+        )
+        allow_pipeline_logs(key, project)
+        return key
 
     def _bucket_key(self, project: str, dataset: DatasetSettings) -> kms.Key:
         key = kms.Key(

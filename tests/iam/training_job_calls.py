@@ -58,6 +58,7 @@ class TrainingJobCalls:
             ),
             file_system_id=values.get("FileSystemId"),
             file_system_directory_path=values.get("FileSystemDirectoryPath"),
+            kms_key_arn=values.get("RunDataKeyArn"),
         )
 
     def request(self, profile, resume_from: str | None = None) -> dict[str, Any]:
