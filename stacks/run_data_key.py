@@ -88,16 +88,23 @@ def grant_training_jobs(role: iam.IRole, key: kms.IKey, profiles: Sequence[Profi
 
 
 def require_run_data_key(attempt_machine: sfn.StateMachine, job_arn: str, key_arn: str | None) -> None:
-    """The attempt machine creates no training job that is not encrypted with the run data key: a Deny, so
-    that it holds whatever the Allow statements say. Condition keys of CreateTrainingJob (Service
-    Authorization Reference, SageMaker): `sagemaker:OutputKmsKeyArn` must be the key (a negated operator is
-    true when the key is absent: a request without it is denied too); `sagemaker:VolumeKmsKeyArn`, if
-    present, too (absent on instance types with instance store volumes, trainstack/job_request.py)."""
+    """The attempt machine creates no training job that is not encrypted with the run data key: Deny
+    statements, so that they hold whatever the Allow statements say. CreateTrainingJob's condition keys
+    (Service Authorization Reference, SageMaker): `sagemaker:OutputKmsKeyArn` must be the key, and a request
+    without it is denied too (a negated operator matches an absent key: IAM User Guide, "Condition
+    operators"); `sagemaker:VolumeKmsKeyArn` must be the key where present (`Null: false` is "present"),
+    and is absent on instance types with instance store volumes (trainstack/job_request.py)."""
     if key_arn is None:
         return
     for sid, condition in (
         ("OnlyJobsOutputWithTheRunDataKey", {"ArnNotEquals": {"sagemaker:OutputKmsKeyArn": key_arn}}),
-        ("OnlyVolumesOfTheRunDataKey", {"ArnNotEqualsIfExists": {"sagemaker:VolumeKmsKeyArn": key_arn}}),
+        (
+            "OnlyVolumesOfTheRunDataKey",
+            {
+                "Null": {"sagemaker:VolumeKmsKeyArn": "false"},
+                "ArnNotEquals": {"sagemaker:VolumeKmsKeyArn": key_arn},
+            },
+        ),
     ):
         attempt_machine.add_to_role_policy(
             iam.PolicyStatement(
