@@ -13,9 +13,10 @@ import pytest
 
 from tests.conftest import NO_ENV, deep_merge, default_config_data, synthesize
 from tests.infra.conftest import infra_fixture
+from tests.infra.control_tower import failed_rules
 from tests.infra.templates import load_templates, resources
 from tests.infra.test_app_quality import run_cfn_lint
-from tests.infra.test_governed import GOVERNED
+from tests.infra.test_governed import GOVERNED, control_tower  # noqa: F401 (a fixture)
 
 EXISTING_KEY = "arn:aws:kms:us-east-1:111111111111:key/0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b"
 CREATED_KEY = {"encryption": {"customer_managed_key": True}}
@@ -151,3 +152,34 @@ def test_control_tower_keeps_one_key_for_every_bucket_and_the_runs(governed_key_
     buckets = _buckets(storage)
     for name in ("DatasetBucket", "CheckpointBucket", "ArtifactBucket"):
         assert buckets[name] == _sse_kms({"Fn::GetAtt": [key_id, "Arn"]}), name
+
+
+def test_no_encrypted_log_group_skips_checkovs_encryption_check(encrypted_app):
+    """CKV_AWS_158's project-wide skip says the log group has no customer key: untrue for these."""
+    _, templates, _ = encrypted_app
+    for log_group in resources(templates["trainstack-pipeline"], "AWS::Logs::LogGroup").values():
+        skips = log_group.get("Metadata", {}).get("checkov", {}).get("skip", [])
+        assert "CKV_AWS_158" not in {skip["id"] for skip in skips}
+
+
+def test_control_tower_with_the_key_passes_every_rule_and_pins_its_bucket_key(tmp_path, control_tower):  # noqa: F811
+    """The governed app with `customer_managed_key: true`: synth runs cdk-nag and the Control Tower rules
+    (and fails on a finding); the attempt may create only jobs under the bucket key."""
+    from trainstack.config_loading import parse_settings
+
+    data = with_run_data_key(deep_merge(default_config_data(), GOVERNED))
+    settings = parse_settings(data, NO_ENV, source="governed with the run data key")
+    _, assembly = synthesize(settings, tmp_path)
+    paths = sorted(Path(assembly.directory).glob("*.template.json"))
+    assert all(rules == set() for rules in failed_rules(*control_tower, paths).values())
+    pipeline = load_templates(Path(assembly.directory))["trainstack-pipeline"]
+    denies = [
+        statement
+        for policy in resources(pipeline, "AWS::IAM::Policy").values()
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+        if statement["Effect"] == "Deny" and statement["Action"] == "sagemaker:CreateTrainingJob"
+    ]
+    assert len(denies) == 2
+    for statement in denies:
+        key = statement["Condition"]["ArnNotEquals"]
+        assert "BucketKey" in json.dumps(key), key
