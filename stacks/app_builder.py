@@ -95,6 +95,7 @@ def storage_stack(app: cdk.App, settings: Settings, network: NetworkStack, **kwa
         fsx_plan=settings.fsx_plan,
         access_logs_bucket=settings.access_logs_bucket,
         dataset_events=settings.retrain_on_new_data is not None,
+        encryption=settings.encryption,
         network=network,
         **kwargs,
     )

@@ -9,6 +9,7 @@ by `skip_project_wide_checks` to every resource they concern once the app is bui
 from __future__ import annotations
 
 import aws_cdk as cdk
+from aws_cdk import aws_logs as logs
 from constructs import IConstruct
 
 # Resource type -> {check id: reason}, for decisions that hold for every resource of the type.
@@ -49,12 +50,12 @@ def skip_checkov(scope: IConstruct, skips: dict[str, str]) -> None:
 
 def skip_project_wide_checks(app: cdk.App, *, governed: bool = False) -> None:
     """Apply PROJECT_WIDE (and the deployment-handler skips) to every resource of the built app. With
-    compliance: control-tower, log groups have a KMS key and handlers run in the VPC: those skips would be
-    untrue and are left out.
+    compliance: control-tower handlers run in the VPC, and a log group with a KMS key (control-tower's or
+    the run data key) is encrypted: those skips would be untrue and are left out.
 
     One walk from Python rather than an Aspect: an Aspect calls back from jsii's node process into Python
     for every construct during synth (~0.3 s of a 7 s `cdk synth`); every resource exists by now."""
-    met_when_governed = {"CKV_AWS_158", "CKV_AWS_117"}
+    met_when_governed = {"CKV_AWS_117"}
     for node in app.node.find_all():
         if not isinstance(node, cdk.CfnResource):
             continue
@@ -66,5 +67,8 @@ def skip_project_wide_checks(app: cdk.App, *, governed: bool = False) -> None:
             skips.update(DEPLOYMENT_HANDLER_SKIPS)
         if governed:
             skips = {check: reason for check, reason in skips.items() if check not in met_when_governed}
+        if isinstance(node, logs.CfnLogGroup) and node.kms_key_id is not None:
+            # Encrypted with a customer key: the run data key (stacks/run_data_key.py) or control-tower's.
+            skips.pop("CKV_AWS_158", None)
         if skips:
             skip_checkov(node, skips)

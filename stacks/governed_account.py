@@ -21,6 +21,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from constructs import IConstruct
 
+from stacks.run_data_key import cloudwatch_logs_statement
 from trainstack.config import Settings
 from trainstack.governance import CONTROL_TOWER, GOVERNED_LOG_RETENTION_DAYS, IamSettings
 
@@ -99,33 +100,8 @@ def _encrypt_and_keep(stack: cdk.Stack, log_groups: list[logs.CfnLogGroup]) -> N
         enable_key_rotation=True,
         removal_policy=cdk.RemovalPolicy.RETAIN,  # logs kept a year stay readable after the stack goes
     )
-    # CloudWatch Logs encrypts with the key itself, limited to this account's log groups (Logs user guide,
-    # "Encrypt log data in CloudWatch Logs using AWS KMS"). The guide's statement also lists kms:Describe*
-    # under the same condition, which never allows anything: DescribeKey has no encryption context
-    # condition key (Service Authorization Reference, AWS KMS), and a condition on an absent key fails.
-    key.add_to_resource_policy(
-        iam.PolicyStatement(
-            sid="CloudWatchLogsOfThisAccount",
-            principals=[iam.ServicePrincipal(f"logs.{stack.region}.amazonaws.com")],
-            actions=[
-                "kms:Encrypt*",
-                "kms:Decrypt*",
-                "kms:ReEncrypt*",
-                "kms:GenerateDataKey*",
-            ],
-            resources=["*"],
-            conditions={
-                "ArnLike": {
-                    "kms:EncryptionContext:aws:logs:arn": stack.format_arn(
-                        service="logs",
-                        resource="log-group",
-                        resource_name="*",
-                        arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
-                    )
-                }
-            },
-        )
-    )
+    # CloudWatch Logs encrypts with the key itself, limited to this account's log groups.
+    key.add_to_resource_policy(cloudwatch_logs_statement(stack, "CloudWatchLogsOfThisAccount", "*"))
     deny_grants_not_for_aws_services(key)
     for log_group in log_groups:
         log_group.kms_key_id = key.key_arn

@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from trainstack.base import StrictModel, matching
+from trainstack.encryption_settings import KMS_KEY_ARN, EncryptionSettings, check_key_region
 from trainstack.fault_model import FaultModel, inherit_fault_model
 from trainstack.fsx_sizing import FsxPlan, FsxSettings, plan_for
 from trainstack.governance import BOOTSTRAP_QUALIFIER, CONTROL_TOWER, Compliance, IamSettings
@@ -132,13 +133,7 @@ class DatasetSettings(StrictModel):
     ] = "datasets/"
     size_gib: Annotated[float, Field(gt=0, le=1_000_000)] = 1000
     # The KMS key of an existing SSE-KMS bucket: training jobs get kms:Decrypt on it.
-    kms_key_arn: Annotated[
-        str | None,
-        matching(
-            r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[A-Za-z0-9-]+$",
-            "a KMS key ARN (arn:aws:kms:<region>:<account>:key/<key id>; not an alias)",
-        ),
-    ] = None
+    kms_key_arn: Annotated[str | None, KMS_KEY_ARN] = None
 
     @model_validator(mode="after")
     def _key_of_existing_bucket(self) -> DatasetSettings:
@@ -233,6 +228,7 @@ class Settings(StrictModel):
     # Deploying into a governed account (trainstack/governance.py; README of the same name).
     compliance: Compliance = "none"
     iam: IamSettings = IamSettings()
+    encryption: EncryptionSettings = EncryptionSettings()  # off unless set: trainstack/encryption_settings.py
     bootstrap_qualifier: Annotated[str | None, BOOTSTRAP_QUALIFIER] = None
     # An existing bucket (same account and Region) for the S3 server access logs instead of one the storage
     # stack creates. control-tower needs it: no access-log destination can meet its S3 controls (S3 delivers
@@ -248,6 +244,7 @@ class Settings(StrictModel):
     _fault_models = model_validator(mode="before")(classmethod(inherit_fault_model))
     _auto_intervals = model_validator(mode="after")(check_auto_intervals)
     _held_out_sets = model_validator(mode="after")(check_held_out_sets)
+    _key_region = model_validator(mode="after")(check_key_region)
 
     @model_validator(mode="after")
     def _placement(self) -> Settings:

@@ -19,6 +19,9 @@ Each fact is written once, here. Sources:
   ml.p3dn.24xlarge (marked: optimization discontinued on P3, AllReduce only), ml.p4d.24xlarge and
   ml.p4de.24xlarge; SMP v2's guide says "The SMDDP library supports P4 and P4de instances".
   `smddp_for_training` is what trainstack allows: AWS's list where the GPU has bf16 (p4d, p4de).
+- Instance store (local NVMe SSDs): the "Instance store" column of the same EC2 specification pages.
+  SageMaker refuses a ResourceConfig.VolumeKmsKeyId on such types and encrypts their local volumes with
+  the instance's hardware module instead (botocore's sagemaker model, ResourceConfig.VolumeKmsKeyId).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ class InstanceType:
     bf16: bool
     efa: bool
     smddp: bool  # on AWS's SMDDP list
+    instance_store: bool = True  # local NVMe SSDs: every GPU type here has them, p3.16xlarge excepted
 
     @property
     def gpu_memory_bytes(self) -> int:
@@ -59,7 +63,7 @@ class InstanceType:
 
 _CATALOG = (
     #            name                GPUs  GPU     MiB/GPU  vCPUs  bf16   EFA    SMDDP
-    InstanceType("ml.p3.16xlarge", 8, "V100", 16160, 64, False, False, False),
+    InstanceType("ml.p3.16xlarge", 8, "V100", 16160, 64, False, False, False, instance_store=False),
     InstanceType("ml.p3dn.24xlarge", 8, "V100", 32768, 96, False, True, True),
     InstanceType("ml.p4d.24xlarge", 8, "A100", 40960, 96, True, True, True),
     InstanceType("ml.p4de.24xlarge", 8, "A100", 81920, 96, True, True, True),
@@ -70,8 +74,8 @@ _CATALOG = (
     InstanceType("ml.g5.48xlarge", 8, "A10G", 23028, 192, True, True, False),
     InstanceType("ml.g6e.48xlarge", 8, "L40S", 46068, 192, True, True, False),
     # CPU types: cheap smoke tests of the pipeline itself.
-    InstanceType("ml.m5.xlarge", 0, None, 0, 4, False, False, False),
-    InstanceType("ml.c5.4xlarge", 0, None, 0, 16, False, False, False),
+    InstanceType("ml.m5.xlarge", 0, None, 0, 4, False, False, False, instance_store=False),
+    InstanceType("ml.c5.4xlarge", 0, None, 0, 16, False, False, False, instance_store=False),
 )
 
 INSTANCE_TYPES: dict[str, InstanceType] = {instance.name: instance for instance in _CATALOG}

@@ -39,6 +39,12 @@ Choices made here:
   models): SageMaker uploads the files of /opt/ml/model as they are under
   `<S3OutputPath><job>/output/model/` instead of gzipping a model.tar.gz while every instance is still
   billed; the bf16 safetensors would hardly compress anyway.
+- Encryption (`encryption:` in the config, trainstack/encryption_settings.py): with a key, the job's
+  output (OutputDataConfig.KmsKeyId) is encrypted with it, and so is its ML storage volume
+  (ResourceConfig.VolumeKmsKeyId) when no preferred type has instance store volumes: SageMaker refuses a
+  VolumeKmsKeyId on those and encrypts their NVMe volumes with the instance's own hardware module
+  (botocore's sagemaker model). `inter_container_traffic_encryption` (a profile's) sets
+  EnableInterContainerTrafficEncryption.
 - Environment TRAINSTACK_EXPECTED_GPUS: GPUs per instance from the catalog, which the container's
   preflight compares with the GPUs it sees. Set only when every preferred type has the same number
   (the request cannot know which type SageMaker will pick); otherwise the preflight skips the check.
@@ -83,6 +89,8 @@ class PipelineResources:
     file_system_id: str | None = None
     # "/<mountName>/<path>" of the dataset on the file system.
     file_system_directory_path: str | None = None
+    # The customer managed KMS key of the runs' output and volumes; None: AWS's keys (encryption: off).
+    kms_key_arn: str | None = None
 
 
 @dataclass(frozen=True)
@@ -182,7 +190,7 @@ def base_request(profile: Profile, resources: PipelineResources) -> dict[str, An
         "InputDataConfig": [_train_channel(resources)],
         "OutputDataConfig": {"CompressionType": "NONE"},
         "CheckpointConfig": {"LocalPath": CHECKPOINT_LOCAL_PATH},
-        "ResourceConfig": _resource_config(profile),
+        "ResourceConfig": _resource_config(profile, resources.kms_key_arn),
         "VpcConfig": {
             "SecurityGroupIds": list(resources.security_group_ids),
             "Subnets": list(resources.subnet_ids),
@@ -192,6 +200,10 @@ def base_request(profile: Profile, resources: PipelineResources) -> dict[str, An
         "InfraCheckConfig": {"EnableInfraCheck": profile.infra_check},
         "Environment": _environment(profile),
     }
+    if resources.kms_key_arn is not None:
+        request["OutputDataConfig"]["KmsKeyId"] = resources.kms_key_arn
+    if profile.inter_container_traffic_encryption:
+        request["EnableInterContainerTrafficEncryption"] = True
     if profile.managed_spot:
         request["EnableManagedSpotTraining"] = True
         request["StoppingCondition"]["MaxWaitTimeInSeconds"] = max_runtime_seconds(profile.max_wait_hours)
@@ -230,8 +242,15 @@ def build_create_training_job_request(
     return request
 
 
-def _resource_config(profile: Profile) -> dict[str, Any]:
+def encrypts_volume(profile: Profile) -> bool:
+    """Whether the profile's jobs can take a VolumeKmsKeyId: none of its types has instance store volumes."""
+    return not any(preference.spec.instance_store for preference in profile.instance_preferences)
+
+
+def _resource_config(profile: Profile, kms_key_arn: str | None) -> dict[str, Any]:
     config: dict[str, Any] = {"VolumeSizeInGB": profile.volume_size_gb}
+    if kms_key_arn is not None and encrypts_volume(profile):
+        config["VolumeKmsKeyId"] = kms_key_arn
     if profile.uses_instance_preferences:
         config["InstancePreferences"] = instance_preferences(profile)
     else:

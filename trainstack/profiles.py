@@ -187,6 +187,9 @@ class Profile(StrictModel):
     # Shorthand for a profile with one instance type: the plan of that type (instance_preferences.0).
     training_plan_arn: _TRAINING_PLAN_ARN = None
     infra_check: bool = False
+    # IPsec between the job's instances: AWS says it "can increase training time, especially if you are
+    # using distributed deep learning algorithms" (docs/infrastructure.md, "Encryption").
+    inter_container_traffic_encryption: bool = False
     retry: RetryPolicy = RetryPolicy()
     fault_retries: FaultRetryPolicy = FaultRetryPolicy()
     fault_model: FaultModel = FaultModel()  # the config's fault_model unless set here

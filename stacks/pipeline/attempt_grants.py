@@ -9,6 +9,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_stepfunctions as sfn
 
 from stacks.pipeline.queue.training_queue import TrainingQueue
+from stacks.run_data_key import require_run_data_key
 from stacks.validation import acknowledge
 from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements
 from trainstack.profiles import Profile
@@ -30,6 +31,7 @@ def grant_attempt_role(
     job_arn: str,
     sagemaker_role: iam.IRole,
     plans: list[str],
+    kms_key_arn: str | None = None,
 ) -> None:
     """What the constructs cannot add: the custom create (or submit) task's actions and passing the
     job's role (to SageMaker, or to Batch, which creates the job with it)."""
@@ -41,6 +43,8 @@ def grant_attempt_role(
                 sid="CreateOwnTrainingJobs", actions=list(CREATE_ACTIONS), resources=[job_arn]
             )
         )
+    if queue is None:
+        require_run_data_key(attempt_machine, job_arn, kms_key_arn)
     if queue is None and plans:
         # A request naming a training plan (InstancePreferences[].TrainingPlanArns) is authorized on the
         # plan too: `training-plan` is a resource type of CreateTrainingJob (Service Authorization

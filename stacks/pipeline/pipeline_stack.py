@@ -23,6 +23,7 @@ from stacks.pipeline.queue.training_queue import TRAINING_QUEUE_ARN_OUTPUT, Trai
 from stacks.pipeline.team_access import TeamAccess
 from stacks.pipeline.training_state_machine import TrainingStateMachine
 from stacks.pipeline.trigger.retrain_trigger import RetrainTrigger
+from stacks.run_data_key import encrypt_log_groups, grant_training_jobs
 from stacks.storage.storage_stack import StorageStack
 from stacks.validation import acknowledge
 from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements
@@ -74,6 +75,8 @@ class PipelineStack(cdk.Stack):
         self.queue = queue
         self.sagemaker_role = self._sagemaker_role(project, network, storage, image)
         grant_mlflow_tracking(self.sagemaker_role, runs.profiles)
+        if storage.run_data_key is not None:
+            grant_training_jobs(self.sagemaker_role, storage.run_data_key, runs.profiles)
         self.resources = _pipeline_resources(
             project, self.sagemaker_role, network, storage, image, self.dataset
         )
@@ -124,6 +127,8 @@ class PipelineStack(cdk.Stack):
             self.team_access = TeamAccess(
                 self, "TeamAccess", team=team, project=project, pipelines=self.training, stack=self
             )
+        if storage.run_data_key is not None:
+            encrypt_log_groups(self, storage.run_data_key)
         if trigger is not None:
             self.trigger = RetrainTrigger(
                 self,
@@ -413,4 +418,5 @@ def _pipeline_resources(
         security_group_ids=(network.training_security_group.security_group_id,),
         file_system_id=storage.file_system_id,
         file_system_directory_path=dataset.file_system_directory_path,
+        kms_key_arn=storage.run_data_key.key_arn if storage.run_data_key is not None else None,
     )

@@ -147,7 +147,12 @@ class TrainingStateMachine(Construct):
             },
         )
         grant_attempt_role(
-            self.attempt_machine, self.queue, job_arn, sagemaker_role, training_plans(profiles)
+            self.attempt_machine,
+            self.queue,
+            job_arn,
+            sagemaker_role,
+            training_plans(profiles),
+            kms_key_arn=resources.kms_key_arn,
         )
         grant_publish(self.state_machine.role, project)
         for machine in (self.state_machine, self.attempt_machine):

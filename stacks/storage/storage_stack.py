@@ -15,6 +15,12 @@ every bucket created here, with S3 Bucket Keys (a data key per bucket, not per o
 few); every bucket versioned, with Object Lock enabled (no default retention: nothing is locked unless a
 request asks) and its events sent to EventBridge; and access logs go to `access_logs_bucket`, an existing
 bucket, because S3 delivers no server access logs into a bucket with SSE-KMS or Object Lock.
+
+`encryption:` (trainstack/encryption_settings.py) gives what runs write a customer managed key,
+`run_data_key`: the checkpoint and artifact buckets are SSE-KMS with S3 Bucket Keys under it, and the
+pipeline encrypts training jobs and its log groups with it. Created here (key policy: CloudWatch Logs for
+the pipeline's log groups, stacks/run_data_key.py), or the bucket key itself with control-tower, or an
+existing key by ARN.
 """
 
 from __future__ import annotations
@@ -28,8 +34,10 @@ from constructs import Construct
 
 from stacks.checkov_skips import skip_checkov
 from stacks.network.network_stack import NetworkStack
+from stacks.run_data_key import allow_pipeline_logs
 from stacks.validation import acknowledge
 from trainstack.config import CheckpointSettings, DatasetSettings
+from trainstack.encryption_settings import EncryptionSettings
 from trainstack.fsx_sizing import FsxPlan
 
 ABORT_INCOMPLETE_UPLOADS_AFTER = cdk.Duration.days(7)
@@ -49,6 +57,7 @@ class StorageStack(cdk.Stack):
     artifact_bucket: s3.IBucket
     access_log_bucket: s3.IBucket
     encryption_key: kms.Key | None
+    run_data_key: kms.IKey | None
     dataset_key: kms.IKey | None
     fsx_plan: FsxPlan | None
     file_system: fsx.CfnFileSystem | None
@@ -68,6 +77,7 @@ class StorageStack(cdk.Stack):
         fsx_plan: FsxPlan | None,
         access_logs_bucket: str | None,
         network: NetworkStack,
+        encryption: EncryptionSettings,
         dataset_events: bool = False,
         **kwargs,
     ) -> None:
@@ -80,6 +90,8 @@ class StorageStack(cdk.Stack):
         self._governed = governed
         self.fsx_plan = fsx_plan
         self.encryption_key = self._bucket_key(project, dataset) if governed else None
+        self.run_data_key = self._run_data_key(project, encryption)
+        run_bucket_key = self.run_data_key or self.encryption_key
         self.dataset_prefix = dataset.prefix
         self.access_log_bucket = (
             s3.Bucket.from_bucket_name(self, "AccessLogBucket", access_logs_bucket)
@@ -90,7 +102,10 @@ class StorageStack(cdk.Stack):
             # Versioned: an overwritten or deleted training file can be restored for 30 days.
             # dataset_events: object events to EventBridge for retrain_on_new_data (docs/trigger.md).
             self.dataset_bucket = self._bucket(
-                "DatasetBucket", noncurrent_kept_for=NONCURRENT_VERSIONS_KEPT_FOR, events=dataset_events
+                "DatasetBucket",
+                noncurrent_kept_for=NONCURRENT_VERSIONS_KEPT_FOR,
+                events=dataset_events,
+                key=self.encryption_key,
             )
         else:
             self.dataset_bucket = s3.Bucket.from_bucket_name(self, "DatasetBucket", dataset.bucket_name)
@@ -105,11 +120,12 @@ class StorageStack(cdk.Stack):
             "CheckpointBucket",
             noncurrent_kept_for=cdk.Duration.days(checkpoints.noncurrent_version_days),
             expiration=cdk.Duration.days(checkpoints.retention_days),
+            key=run_bucket_key,
         )
         # Versioned, for longer: model artifacts are the product of paid training, written once per job
         # and read later (resumeFrom, a profile's init_from); a bad overwrite or delete must be undoable.
         self.artifact_bucket = self._bucket(
-            "ArtifactBucket", noncurrent_kept_for=NONCURRENT_VERSIONS_KEPT_FOR
+            "ArtifactBucket", noncurrent_kept_for=NONCURRENT_VERSIONS_KEPT_FOR, key=run_bucket_key
         )
 
         self.file_system = None
@@ -158,6 +174,7 @@ class StorageStack(cdk.Stack):
         noncurrent_kept_for: cdk.Duration,
         expiration: cdk.Duration | None = None,
         events: bool = False,
+        key: kms.IKey | None,
     ) -> s3.Bucket:
         """A versioned bucket (Object Lock too when governed, CT.S3.PR.1/9) whose deleted or overwritten
         objects stay restorable for `noncurrent_kept_for`; current objects expire after `expiration`."""
@@ -174,7 +191,6 @@ class StorageStack(cdk.Stack):
             # lone markers only once they reach its age (S3 user guide, lifecycle configuration elements).
             s3.LifecycleRule(id="LoneDeleteMarkers", expired_object_delete_marker=True),
         ]
-        key = self.encryption_key
         bucket = s3.Bucket(
             self,
             construct_id,
@@ -209,6 +225,26 @@ class StorageStack(cdk.Stack):
                 "write (README, Deploying into a governed account).",
             )
         return bucket
+
+    def _run_data_key(self, project: str, encryption: EncryptionSettings) -> kms.IKey | None:
+        if encryption.kms_key_arn is not None:
+            return kms.Key.from_key_arn(self, "RunDataKey", encryption.kms_key_arn)
+        if not encryption.customer_managed_key:
+            return None
+        if self.encryption_key is not None:
+            # control-tower: the buckets' key already guards checkpoints and artifacts; a second key for the
+            # same objects would add a key policy to keep right and protect nothing more. The pipeline's log
+            # groups keep their own stack's key there (CT.CLOUDWATCH.PR.2/3, stacks/governed_account.py).
+            return self.encryption_key
+        key = kms.Key(
+            self,
+            "RunDataKey",
+            description=f"{project} runs: checkpoints, model artifacts, training volumes, pipeline logs",
+            enable_key_rotation=True,
+            removal_policy=cdk.RemovalPolicy.RETAIN,  # the buckets are retained: so is what decrypts them
+        )
+        allow_pipeline_logs(key, project)
+        return key
 
     def _bucket_key(self, project: str, dataset: DatasetSettings) -> kms.Key:
         key = kms.Key(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -397,3 +398,43 @@ def test_an_mlflow_tracking_server_that_is_no_arn_is_refused_in_one_sentence(mak
                 ]
             }
         )
+
+
+RUN_DATA_KEY = "arn:aws:kms:us-east-1:111111111111:key/0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b"
+KEYED_RESOURCES = dataclasses.replace(FSX_RESOURCES, kms_key_arn=RUN_DATA_KEY)
+
+
+def test_with_the_run_data_key_output_and_volume_are_encrypted_with_it():
+    """A type without instance store volumes (m5) takes both keys; the request still matches botocore."""
+    profile = custom(instance_preferences=[{"instance_type": "ml.m5.xlarge"}])
+    request = build(profile, RUNS["overrides"], resources=KEYED_RESOURCES)
+    assert problems("CreateTrainingJob", request) == []
+    assert request["OutputDataConfig"]["KmsKeyId"] == RUN_DATA_KEY
+    assert request["ResourceConfig"]["VolumeKmsKeyId"] == RUN_DATA_KEY
+
+
+@pytest.mark.parametrize(
+    "types", [["ml.p5.48xlarge"], ["ml.m5.xlarge", "ml.g5.12xlarge"]], ids=["nvme", "one-of-them-nvme"]
+)
+def test_no_volume_key_where_a_preferred_type_has_instance_store_volumes(types):
+    """SageMaker refuses VolumeKmsKeyId on instance types with local NVMe storage (botocore's sagemaker
+    model), and the request cannot know which preference SageMaker picks: the output key alone."""
+    profile = custom(instance_preferences=[{"instance_type": name} for name in types])
+    request = build(profile, resources=KEYED_RESOURCES)
+    assert problems("CreateTrainingJob", request) == []
+    assert request["OutputDataConfig"]["KmsKeyId"] == RUN_DATA_KEY
+    assert "VolumeKmsKeyId" not in request["ResourceConfig"]
+
+
+def test_without_a_key_the_request_names_none(settings):
+    for profile in settings.profiles:
+        request = build(profile)
+        assert "KmsKeyId" not in request["OutputDataConfig"]
+        assert "VolumeKmsKeyId" not in request["ResourceConfig"]
+        assert "EnableInterContainerTrafficEncryption" not in request
+
+
+def test_inter_container_traffic_encryption_reaches_the_request():
+    request = build(custom(inter_container_traffic_encryption=True))
+    assert problems("CreateTrainingJob", request) == []
+    assert request["EnableInterContainerTrafficEncryption"] is True

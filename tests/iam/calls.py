@@ -258,6 +258,7 @@ class CallCatalog(TrainingJobCalls, TriggerCalls, RegistryCalls):
                 "sagemaker:VpcSubnets": request["VpcConfig"]["Subnets"],
                 "sagemaker:VpcSecurityGroupIds": request["VpcConfig"]["SecurityGroupIds"],
                 "sagemaker:InstanceTypes": _instance_types(request),
+                **_kms_keys(request),
                 **{f"aws:RequestTag/{key}": value for key, value in tags.items()},
                 "aws:TagKeys": list(tags),
             }
@@ -393,6 +394,16 @@ def _task_states(states: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]
         for key in ("ItemProcessor", "Iterator"):
             if key in state:
                 yield from _task_states(state[key]["States"])
+
+
+def _kms_keys(request: dict[str, Any]) -> dict[str, str]:
+    """CreateTrainingJob's KMS condition keys (Service Authorization Reference, SageMaker): the request's
+    OutputDataConfig.KmsKeyId and ResourceConfig.VolumeKmsKeyId, where present."""
+    keys = {
+        "sagemaker:OutputKmsKeyArn": request["OutputDataConfig"].get("KmsKeyId"),
+        "sagemaker:VolumeKmsKeyArn": request["ResourceConfig"].get("VolumeKmsKeyId"),
+    }
+    return {name: value for name, value in keys.items() if value is not None}
 
 
 def _instance_types(request: dict[str, Any]) -> list[str]:

@@ -15,6 +15,7 @@ from tests.iam.calls import Call, CallCatalog
 from tests.iam.deployed import DeployedApp
 from tests.iam.simulator import Decision, simulate
 from tests.infra.test_governed import GOVERNED, GOVERNED_QUEUE_EXISTING_NAT
+from tests.infra.test_run_data_key import with_run_data_key
 
 # The boundary a platform team might set (the boundary is theirs, not in any template): the services
 # trainstack uses, no role changes. Every call must be allowed by it too.
@@ -46,6 +47,8 @@ MODES = {
     "control-tower-imported-vpc-no-fsx-queue": lambda data: deep_merge(
         data, deep_merge(deep_merge(GOVERNED, GOVERNED_QUEUE_EXISTING_NAT), TRIGGER)
     ),
+    # encryption: a key the storage stack creates, and a profile whose jobs encrypt their volume with it.
+    "customer-managed-key": with_run_data_key,
 }
 
 

@@ -17,6 +17,7 @@ from tests.iam.conftest import MLFLOW_SERVER
 from tests.infra.conftest import IMPORTED_VPC_PERSISTENT_500
 from tests.infra.templates import load_templates, resources
 from tests.infra.test_governed import GOVERNED
+from tests.infra.test_run_data_key import with_run_data_key
 from tests.queue.test_queue_config import QUEUE
 
 TRAINING_PLAN = "arn:aws:sagemaker:us-east-1:111111111111:training-plan/p5-reserved"
@@ -46,6 +47,7 @@ MODES = {
     "imported-vpc": lambda data: deep_merge(data, IMPORTED_VPC_PERSISTENT_500),
     "fsx-off": lambda data: deep_merge(data, {"fsx": {"enabled": False, "throughput_mbps": None}}),
     "schedules": _with_schedule,
+    "customer-managed-key": with_run_data_key,
 }
 # Optional resource types our requests name, per mode: CreateTrainingJob names the training plan of an
 # instance preference (InstancePreferences[].TrainingPlanArns), and the plan user needs permission to use

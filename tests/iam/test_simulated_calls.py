@@ -150,3 +150,34 @@ def test_the_trigger_mode_shows_triggered_runs_on_the_dashboard_and_listens_to_t
     ]
     assert pattern["detail-type"] == ["Object Created"]
     assert pattern["detail"]["object"] == {"key": [{"prefix": "datasets/corpus/"}]}
+
+
+def test_the_attempt_creates_jobs_with_the_run_data_key_and_no_other(simulated_mode):
+    """customer-managed-key: the attempt's CreateTrainingJob naming the key (output, and the volume of the
+    profile on an instance type without instance store) is allowed, as are the training job's KMS calls;
+    the same create naming another key, or none, is denied."""
+    simulated = simulated_mode("customer-managed-key")
+    key = CallCatalog(simulated.app, simulated.settings).resources().kms_key_arn
+    creates = [
+        decision
+        for decision in simulated.decisions
+        if decision.call.caller == "trainstack-pipeline-attempt/CreateTrainingJob"
+        and decision.call.action == "sagemaker:CreateTrainingJob"
+        and ":training-job/" in decision.call.resource
+    ]
+    assert creates and all(decision.allowed for decision in creates)
+    assert all(decision.call.context["sagemaker:OutputKmsKeyArn"] == key for decision in creates)
+    assert any(decision.call.context.get("sagemaker:VolumeKmsKeyArn") == key for decision in creates)
+    training = {(c.action, c.resource) for c in simulated.calls if c.caller.startswith("training job")}
+    assert {("kms:CreateGrant", key), ("kms:GenerateDataKey", key), ("kms:Decrypt", key)} <= training
+    other = key.rsplit("/", 1)[0] + "/11111111-2222-4333-8444-555555555555"
+    tampered = [
+        replace(creates[0].call, context={**creates[0].call.context, "sagemaker:OutputKmsKeyArn": other}),
+        replace(creates[0].call, context={**creates[0].call.context, "sagemaker:VolumeKmsKeyArn": other}),
+        replace(
+            creates[0].call,
+            context={k: v for k, v in creates[0].call.context.items() if k != "sagemaker:OutputKmsKeyArn"},
+        ),
+    ]
+    decisions, _ = simulate(tampered)
+    assert [decision.allowed for decision in decisions] == [False, False, False]

@@ -58,6 +58,7 @@ class TrainingJobCalls:
             ),
             file_system_id=values.get("FileSystemId"),
             file_system_directory_path=values.get("FileSystemDirectoryPath"),
+            kms_key_arn=values.get("RunDataKeyArn"),
         )
 
     def request(self, profile, resume_from: str | None = None) -> dict[str, Any]:
@@ -94,6 +95,11 @@ class TrainingJobCalls:
         yield ("logs:PutLogEvents", stream, {})
         yield ("cloudwatch:PutMetricData", "*", {"cloudwatch:namespace": TRAINING_LOG_GROUP})
         yield from self._network_interface_calls(request["VpcConfig"])
+        volume_key = request["ResourceConfig"].get("VolumeKmsKeyId")
+        if (
+            volume_key
+        ):  # the ML storage volume's grant for the AWS resource it encrypts (stacks/run_data_key.py)
+            yield ("kms:CreateGrant", volume_key, {"kms:GrantIsForAWSResource": "true"})
         server = request.get("Environment", {}).get(MLFLOW_TRACKING_URI_ENV)
         if server:  # training_scripts/mlflow_log.py through MLflow's fluent API, as the plugin signs them
             for action in MLFLOW_CALLS:
