@@ -15,6 +15,7 @@ time to live.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import aws_dynamodb as dynamodb
@@ -55,7 +56,8 @@ def run_names_table(scope: Construct, project: str) -> RunNameTable:
         removal_policy=cdk.RemovalPolicy.RETAIN,  # the names stay used after a redeploy, as job names do
     )
     skip_checkov(
-        table, {"CKV_AWS_119": "Run names and execution ARNs: the AWS managed KMS key (aws/dynamodb) suffices."}
+        table,
+        {"CKV_AWS_119": "Run names and execution ARNs: the AWS managed KMS key (aws/dynamodb) suffices."},
     )
     # The literal name in the definitions (no reference for the emulator and the IAM tests to resolve).
     return RunNameTable(run_names_table_name(project), table.table_arn)
@@ -114,7 +116,7 @@ def _call(
     table: RunNameTable,
     parameters: dict,
     assign: dict | None = None,
-    outputs: object = None,
+    outputs: Any = None,
 ) -> tasks.CallAwsService:
     task = tasks.CallAwsService.jsonata(
         scope,
