@@ -33,8 +33,9 @@ REQUEST = {
 
 def stand_in_pipeline(timeout_seconds: int | None = None) -> dict[str, Any]:
     """What the pipeline does that cleanup relies on: job <runName>-1 (runName from the input, else
-    trainstack-<execution name>) tagged with the execution's ARN and the namespace, then status calls about its run until
-    it ends (the run name tells the fake which execution a held status call belongs to)."""
+    trainstack-<execution name>) tagged with the execution's ARN and the namespace, then status calls
+    about its run until it ends (the run name tells the fake which execution a held status call belongs
+    to)."""
     run_name = (
         "($type($states.input.runName) = 'string' ? $states.input.runName : 'trainstack-' & "
         "$states.context.Execution.Name)"

@@ -6,9 +6,11 @@ number of service jobs of one name, so nothing would stop two executions from sh
 checkpoint prefix and its artifacts. So before it submits, the queued attempt claims the run name in a
 DynamoDB table with a conditional PutItem: the write succeeds only when no item holds the name, or when
 the item's owner is this very pipeline execution (the ARN in the request's `trainstack:execution` tag),
-so a later attempt of the same run, or the same execution redriven, claims it again. DynamoDB evaluates
-the condition atomically with the write (DynamoDB developer guide, "Condition expressions"), so of two
-executions claiming one name at once exactly one wins. A claim is kept, like a training job's name: no
+so a later attempt of the same run, or the same execution redriven, claims it again. The condition is
+part of the write request (DynamoDB API reference, PutItem: "To prevent a new item from replacing an
+existing item, use a conditional expression that contains the attribute_not_exists function with the
+name of the attribute being used as the partition key"), so of two executions claiming one name at once
+one wins and the other gets ConditionalCheckFailedException. A claim is kept, like a training job's name: no
 time to live.
 """
 
