@@ -11,7 +11,7 @@ the base request is embedded per profile in the definition, and each execution f
                                           job name)
   OutputDataConfig.S3OutputPath           output_path(resources, runName)        always
   CheckpointConfig.S3Uri                  checkpoint_uri(resources, runName)     always
-  Tags                                    tags(runName, executionArn)            always
+  Tags                                    tags(runName, executionArn, namespace) always
   HyperParameters                         base HyperParameters merged with the   hyperparameters given
                                           input's (input wins; reserved names
                                           are rejected by input validation)
@@ -68,6 +68,10 @@ TRAIN_CHANNEL = "train"
 RESUME_CHANNEL = "resume"
 EXECUTION_TAG = "trainstack:execution"
 RUN_TAG = "trainstack:run"
+# The pipeline's project (config `project`): the sweepers stop only jobs of their own namespace, whatever
+# another pipeline in the account tags its jobs with. SageMaker tag values allow letters, digits, spaces
+# and `_.:/=+-@` (DESIGN.md Facts): a project name (letters, digits, hyphens) always fits.
+NAMESPACE_TAG = "trainstack:namespace"
 # SageMaker retries a job itself only after an InternalServerError; capacity is the state machine's job.
 INTERNAL_ERROR_RETRIES = 2
 
@@ -132,10 +136,13 @@ def max_runtime_seconds(hours: float) -> int:
     return round(hours * 3600)
 
 
-def tags(run_name: str, execution_arn: str | None) -> list[dict[str, str]]:
+def tags(run_name: str, execution_arn: str | None, namespace: str | None = None) -> list[dict[str, str]]:
+    """The run's tags; a pipeline execution's jobs also name the execution and the pipeline's namespace."""
     run_tags = [{"Key": RUN_TAG, "Value": run_name}]
     if execution_arn:
         run_tags.insert(0, {"Key": EXECUTION_TAG, "Value": execution_arn})
+    if namespace:
+        run_tags.append({"Key": NAMESPACE_TAG, "Value": namespace})
     return run_tags
 
 
@@ -216,8 +223,10 @@ def build_create_training_job_request(
     run: RunRequest,
     attempt: int,
     execution_arn: str | None = None,
+    namespace: str | None = None,
 ) -> dict[str, Any]:
-    """The complete CreateTrainingJob request of attempt `attempt` (1-based) of `run`."""
+    """The complete CreateTrainingJob request of attempt `attempt` (1-based) of `run`; `namespace`: the
+    pipeline's project, as its executions tag their jobs."""
     request = copy.deepcopy(base_request(profile, resources))
     request["TrainingJobName"] = job_name(run.run_name, attempt)
     # LocalPath is left to SageMaker's default, /opt/ml/output/tensorboard (botocore's sagemaker model),
@@ -228,7 +237,7 @@ def build_create_training_job_request(
     }
     request["OutputDataConfig"]["S3OutputPath"] = output_path(resources, run.run_name)
     request["CheckpointConfig"]["S3Uri"] = checkpoint_uri(resources, run.run_name)
-    request["Tags"] = tags(run.run_name, execution_arn)
+    request["Tags"] = tags(run.run_name, execution_arn, namespace)
     request["HyperParameters"].update(run.hyperparameters)
     if run.instance_count is not None:
         resource_config = request["ResourceConfig"]

@@ -24,6 +24,11 @@ def training_queue_name(project: str) -> str:
     return f"{project}-training"
 
 
+def run_names_table_name(project: str) -> str:
+    """Queue mode's DynamoDB table of claimed run names (stacks/pipeline/queue/run_names.py)."""
+    return f"{project}-run-names"
+
+
 # Batch names the training job of a service job `AWSBatch<jobName><attemptId>` (Batch user guide's
 # example ARNs; the service-linked role may touch only `training-job/AWSBatch*`), the attempt id 32 hex
 # digits there, and SageMaker allows 63 characters in a training job name (botocore's sagemaker model,

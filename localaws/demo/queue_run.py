@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from localaws.demo.run import demo_hyperparameters, prepare_dataset, say
-from localaws.demo.synthesized import load_pipeline
+from localaws.demo.synthesized import create_tables, load_pipeline
 from localaws.sagemaker.local_processes import LocalTraining, serving
 from trainstack.config_loading import load_settings
 from trainstack.queue_settings import QueueSettings
@@ -121,6 +121,7 @@ def run_queue(args, settings, pipeline, training: LocalTraining):
             now=clock.time,
         )
         install_fake_batch(batch, monkeypatch)
+        create_tables(json.loads(pipeline.template_path.read_text()), settings.region)  # the run-name table
         stepfunctions = boto3.client("stepfunctions")
         for child, child_definition in pipeline.children.items():
             stepfunctions.create_state_machine(name=child, definition=child_definition, roleArn=role)

@@ -88,6 +88,23 @@ def load_pipeline(cdk_out: Path, project: str, region: str, name: str | None = N
     return SynthesizedPipeline(template_path, name, definition, substitutions, children)
 
 
+def create_tables(template: dict[str, Any], region: str) -> None:
+    """Create, in the emulated account, every DynamoDB table `template` declares (name, keys, billing), as
+    CloudFormation would (queue mode's run-name table)."""
+    import boto3
+
+    dynamodb = boto3.client("dynamodb", region_name=region)
+    for body in template.get("Resources", {}).values():
+        if body.get("Type") == "AWS::DynamoDB::Table":
+            properties = body["Properties"]
+            dynamodb.create_table(
+                TableName=properties["TableName"],
+                KeySchema=properties["KeySchema"],
+                AttributeDefinitions=properties["AttributeDefinitions"],
+                BillingMode=properties["BillingMode"],
+            )
+
+
 def local_value(placeholder: str, project: str, region: str) -> str:
     """A stand-in of the right shape for a deploy-time value, by the placeholder's name."""
     index = "".join(character for character in placeholder if character.isdigit()) or "0"

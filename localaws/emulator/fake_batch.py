@@ -372,6 +372,8 @@ class FakeBatch:
             "isTerminated": job.terminated,
             "capacityUsage": [{"capacityUnit": "NUM_INSTANCES", "quantity": float(job.instances)}],
         }
+        # As submitted: botocore's batch model returns each in DescribeServiceJobResponse (`tags` among them,
+        # which the queue cleanup and sweeper read); ListServiceJobs' summaries carry none of them.
         for key in ("schedulingPriority", "shareIdentifier", "retryStrategy", "timeoutConfig", "tags"):
             if key in job.request:
                 answer[key] = job.request[key]

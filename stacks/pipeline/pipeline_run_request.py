@@ -12,6 +12,7 @@ import re
 from stacks.pipeline.jsonata_text import literal
 from trainstack.job_request import (
     EXECUTION_TAG,
+    NAMESPACE_TAG,
     RUN_TAG,
     PipelineResources,
     checkpoint_uri,
@@ -53,7 +54,8 @@ def max_runtime_seconds_expression(hours: str) -> str:
     return f"$round({hours} * 3600)"
 
 
-def request_expression(resources: PipelineResources) -> str:
+def request_expression(resources: PipelineResources, namespace: str) -> str:
+    """The run's request; `namespace`: the pipeline's project, which its jobs' namespace tag names."""
     resume = literal(resume_channel(_MARK)).replace(literal(_MARK), "$in.resumeFrom")
     output = _with_run_name(output_path(resources, _MARK))
     checkpoint = _with_run_name(checkpoint_uri(resources, _MARK))
@@ -63,7 +65,8 @@ def request_expression(resources: PipelineResources) -> str:
         "CheckpointConfig": f'$merge([$base.CheckpointConfig, {{"S3Uri": {checkpoint}}}])',
         "Tags": (
             f'[{{"Key": {literal(EXECUTION_TAG)}, "Value": $states.context.Execution.Id}}, '
-            f'{{"Key": {literal(RUN_TAG)}, "Value": $in.runName}}]'
+            f'{{"Key": {literal(RUN_TAG)}, "Value": $in.runName}}, '
+            f'{{"Key": {literal(NAMESPACE_TAG)}, "Value": {literal(namespace)}}}]'
         ),
         "HyperParameters": "$merge([$base.HyperParameters, $in.hyperparameters])",
         # An instance count applies to every preference (which then lose their own counts).

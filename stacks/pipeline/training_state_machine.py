@@ -126,6 +126,7 @@ class TrainingStateMachine(Construct):
                         self, queue.queue_name, DESCRIBE_BATCH_JOBS, ["sagemaker:DescribeTrainingJob"]
                     )
                 ],
+                run_names=queue.run_names,
             ).start
         self.attempt_machine, self.attempt_log_group = logged_state_machine(
             self, "AttemptStateMachine", name=f"{project}-pipeline-attempt", chain=attempt, timeout=None
@@ -184,7 +185,7 @@ class TrainingStateMachine(Construct):
         invalid_input = sfn.Fail.jsonata(
             self, "InvalidInput", error=ERROR_INVALID_INPUT, cause=expression("$checked.problem")
         )
-        prepare_run = self._prepare_run(resources)
+        prepare_run = self._prepare_run(resources, runs.project)
         run_attempt = self._run_attempt(runs, resources)
         classify = self._classify_attempt(run_attempt)
         publish = publish_attempt_metrics(
@@ -199,13 +200,13 @@ class TrainingStateMachine(Construct):
         )
         return read_input.next(check_input).next(valid)
 
-    def _prepare_run(self, resources: PipelineResources) -> sfn.Pass:
+    def _prepare_run(self, resources: PipelineResources, project: str) -> sfn.Pass:
         return sfn.Pass.jsonata(
             self,
             "PrepareRun",
             comment="The run's request (profile base request + run fields) and its limits; attempt 1.",
             assign={
-                "request": expression(request_expression(resources)),
+                "request": expression(request_expression(resources, project)),
                 "plan": expression(plan_expression()),
                 "attempt": 1,
                 "faults": expression(NO_FAULTS_YET),

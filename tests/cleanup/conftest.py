@@ -15,7 +15,7 @@ from localaws.emulator import VirtualClock
 from localaws.sagemaker import FakeSageMaker, scripted_sagemaker
 from tests.pipeline import harness
 from tests.pipeline.conftest import state_machines
-from trainstack.job_request import EXECUTION_TAG
+from trainstack.job_request import EXECUTION_TAG, NAMESPACE_TAG
 
 PIPELINE = "trainstack-pipeline"
 # A request SageMaker's model accepts; the stand-in adds the run's name and tags.
@@ -33,8 +33,9 @@ REQUEST = {
 
 def stand_in_pipeline(timeout_seconds: int | None = None) -> dict[str, Any]:
     """What the pipeline does that cleanup relies on: job <runName>-1 (runName from the input, else
-    trainstack-<execution name>) tagged with the execution's ARN, then status calls about its run until
-    it ends (the run name tells the fake which execution a held status call belongs to)."""
+    trainstack-<execution name>) tagged with the execution's ARN and the namespace, then status calls
+    about its run until it ends (the run name tells the fake which execution a held status call belongs
+    to)."""
     run_name = (
         "($type($states.input.runName) = 'string' ? $states.input.runName : 'trainstack-' & "
         "$states.context.Execution.Name)"
@@ -49,7 +50,10 @@ def stand_in_pipeline(timeout_seconds: int | None = None) -> dict[str, Any]:
                 "Arguments": {
                     **REQUEST,
                     "TrainingJobName": "{% " + run_name + " & '-1' %}",
-                    "Tags": [{"Key": EXECUTION_TAG, "Value": "{% $states.context.Execution.Id %}"}],
+                    "Tags": [
+                        {"Key": EXECUTION_TAG, "Value": "{% $states.context.Execution.Id %}"},
+                        {"Key": NAMESPACE_TAG, "Value": "trainstack"},
+                    ],
                 },
                 "Next": "Wait",
             },

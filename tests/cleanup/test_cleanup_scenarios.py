@@ -151,7 +151,9 @@ def test_sweeper_stops_orphans_and_leaves_jobs_of_running_executions_alone(world
     # The stopped execution's status call returns (it ends ABORTED); the other one's stays in flight.
     world.fake.control.release_gate("ListTrainingJobs", caller="trainstack-orphaned")
     assert harness.wait_for(orphaned).status == "ABORTED"
-    # A job of another pipeline's execution, and one without the tag: not the sweeper's business.
+    # A job of another pipeline's execution, one naming the ended execution but another namespace (another
+    # team's pipeline, a copied tag), and one without the tags: not the sweeper's business.
+    namespace = {"Key": "trainstack:namespace", "Value": "trainstack"}
     for name, tags in (
         (
             "trainstack-other-1",
@@ -159,7 +161,15 @@ def test_sweeper_stops_orphans_and_leaves_jobs_of_running_executions_alone(world
                 {
                     "Key": "trainstack:execution",
                     "Value": running.replace(":trainstack-pipeline:", ":someone-elses-pipeline:"),
-                }
+                },
+                namespace,
+            ],
+        ),
+        (
+            "trainstack-copied-1",
+            [
+                {"Key": "trainstack:execution", "Value": orphaned},
+                {**namespace, "Value": "trainstack-teamb"},
             ],
         ),
         ("trainstack-untagged-1", []),

@@ -107,6 +107,7 @@ class CallCatalog(TrainingJobCalls, TriggerCalls, RegistryCalls):
         return {
             "aws:ResourceTag/trainstack:run": self.run_name,
             "aws:ResourceTag/trainstack:execution": execution,
+            "aws:ResourceTag/trainstack:namespace": self.project,
         }
 
     # --- all of them ------------------------------------------------------------------------------------
@@ -290,6 +291,9 @@ class CallCatalog(TrainingJobCalls, TriggerCalls, RegistryCalls):
     def queue_arn(self) -> str:
         [(_, _, properties)] = self.app.resources_of_type("AWS::Batch::JobQueue")
         return self.arn("batch", f"job-queue/{properties['JobQueueName']}")
+
+    def _dynamodb_putItem(self, arguments):  # noqa: N802 (the queued attempt's run-name claim)
+        return [(None, self.arn("dynamodb", f"table/{arguments['TableName']}"), {})]
 
     def _batch_describeServiceJob(self, arguments):  # noqa: N802
         return [(None, "*", {})]  # the action supports no resource type (Service Authorization Reference)

@@ -64,7 +64,7 @@ class TrainingJobCalls:
     def request(self, profile, resume_from: str | None = None) -> dict[str, Any]:
         run = RunRequest(profile=profile.name, run_name=self.run_name, resume_from=resume_from)
         return build_create_training_job_request(
-            profile, self.resources(), run, 1, self._pipeline_execution()
+            profile, self.resources(), run, 1, self._pipeline_execution(), namespace=self.project
         )
 
     def job_authorizations(self, request: dict[str, Any]) -> Iterator[Authorization]:

@@ -216,7 +216,12 @@ def test_max_runtime_hours_of_any_precision_become_whole_seconds(interpreter, pi
     assert sm.fake.created[0]["StoppingCondition"]["MaxRuntimeInSeconds"] == seconds
     run = validate_execution_input(execution_input, pipeline.settings, "runtime")
     expected = build_create_training_job_request(
-        pipeline.settings.profiles[0], pipeline.resources, run, 1, execution_arn("runtime")
+        pipeline.settings.profiles[0],
+        pipeline.resources,
+        run,
+        1,
+        execution_arn("runtime"),
+        namespace=pipeline.settings.project,
     )
     assert_same_request(sm.fake.created, [expected])
 
@@ -253,7 +258,12 @@ def test_request_equals_the_builders_for_every_profile(interpreter, pipeline, pr
     run = validate_execution_input(execution_input, pipeline.settings, "same-builder")
     profile = pipeline.settings.profile(profile_name)
     expected = build_create_training_job_request(
-        profile, pipeline.resources, run, 1, execution_arn("same-builder")
+        profile,
+        pipeline.resources,
+        run,
+        1,
+        execution_arn("same-builder"),
+        namespace=pipeline.settings.project,
     )
     assert_same_request(sm.fake.created[:1], [expected])  # small-torchrun's evaluation job follows
     assert outcome.output["instanceCount"] == 1
@@ -267,7 +277,12 @@ def test_default_input_request_equals_the_builders(interpreter, pipeline):
     run = validate_execution_input({}, pipeline.settings, "defaults")
     assert run.run_name == "trainstack-defaults"
     expected = build_create_training_job_request(
-        pipeline.settings.profiles[0], pipeline.resources, run, 1, execution_arn("defaults")
+        pipeline.settings.profiles[0],
+        pipeline.resources,
+        run,
+        1,
+        execution_arn("defaults"),
+        namespace=pipeline.settings.project,
     )
     assert_same_request(sm.fake.created, [expected])
 

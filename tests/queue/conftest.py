@@ -13,13 +13,18 @@ from localaws.emulator import VirtualClock, local_stepfunctions
 from localaws.emulator.batch_routes import install_fake_batch
 from localaws.emulator.fake_batch import FakeBatch
 from localaws.sagemaker import COMPLETED, STARTING, TRAINING, install_fake_sagemaker, scripted_sagemaker
-from trainstack.queue_settings import service_job_name, training_queue_name
+from stacks.pipeline.queue.run_names import RUN_NAME_KEY, RunNameTable
+from trainstack.queue_settings import run_names_table_name, service_job_name, training_queue_name
 
 REGION, ACCOUNT = "us-east-1", "123456789012"
 QUEUE_NAME = training_queue_name("trainstack")
 QUEUE_ARN = f"arn:aws:batch:{REGION}:{ACCOUNT}:job-queue/{QUEUE_NAME}"
 SERVICE_JOB_ARN = f"arn:aws:batch:{REGION}:{ACCOUNT}:service-job/*"
 JOB_ARN = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-job/trainstack-*"
+RUN_NAMES = RunNameTable(
+    run_names_table_name("trainstack"),
+    f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{run_names_table_name('trainstack')}",
+)
 PSEUDO = {
     "AWS::Partition": "aws",
     "AWS::Region": REGION,
@@ -73,6 +78,13 @@ def queue_world(monkeypatch):
         batch = FakeBatch(sagemaker=sagemaker, max_instances=2, now=clock.time)
         install_fake_batch(batch, monkeypatch)
         install_fake_sagemaker(sagemaker, monkeypatch)
+        # The queued attempt claims its run name here (stacks/pipeline/queue/run_names.py).
+        boto3.client("dynamodb").create_table(
+            TableName=RUN_NAMES.name,
+            KeySchema=[{"AttributeName": RUN_NAME_KEY, "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": RUN_NAME_KEY, "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
         yield boto3.client("stepfunctions"), batch, sagemaker, clock
 
 

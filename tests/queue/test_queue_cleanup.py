@@ -25,6 +25,7 @@ from tests.queue.test_fake_batch import payload
 
 PIPELINE = f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:trainstack-pipeline"
 EXECUTION_PREFIX = f"arn:aws:states:{REGION}:{ACCOUNT}:execution:trainstack-pipeline:"
+NAMESPACE = "trainstack"  # the pipeline's project
 
 
 def cleanup_definition() -> str:
@@ -65,6 +66,7 @@ def sweeper_definition() -> str:
             stack,
             job_queue_arn=QUEUE_ARN,
             service_job_arn=SERVICE_JOB_ARN,
+            namespace=NAMESPACE,
             execution_prefix=EXECUTION_PREFIX,
             executions_arn=f"{EXECUTION_PREFIX}*",
             done=sfn.Succeed.jsonata(stack, "Done"),
@@ -73,14 +75,17 @@ def sweeper_definition() -> str:
     return definition_of(build)
 
 
-def submit(name: str, execution: str | None) -> str:
-    """Submit service job `name` tagged with `execution` (untagged: None), as a pipeline would."""
+def submit(name: str, execution: str | None, namespace: str | None = NAMESPACE) -> str:
+    """Submit service job `name` tagged with `execution` and `namespace` (untagged: None), as a pipeline
+    would."""
+    tags = {"trainstack:execution": execution, "trainstack:namespace": namespace}
+    tags = {key: value for key, value in tags.items() if value is not None}
     return boto3.client("batch").submit_service_job(
         jobName=name,
         jobQueue="trainstack-training",
         serviceJobType="SAGEMAKER_TRAINING",
         serviceRequestPayload=payload(name),
-        **({"tags": {"trainstack:execution": execution}} if execution else {}),
+        **({"tags": tags} if tags else {}),
     )["jobId"]
 
 
@@ -161,3 +166,23 @@ def test_sweeper_terminates_waiting_jobs_of_executions_that_ended(queue_world):
     assert batch.jobs[late_orphan].terminated  # on the last page
     assert [batch.jobs[job].status for job in (kept, foreign, untagged)] == ["RUNNABLE"] * 3
     assert len([operation for operation, _ in batch.calls if operation == "ListServiceJobs"]) == 3
+
+
+def test_sweeper_leaves_waiting_jobs_of_another_namespace_alone(queue_world):
+    """A waiting job whose execution tag names an ended execution of this pipeline is still left alone unless
+    its namespace tag is this pipeline's project: another team's pipeline, or a copied tag."""
+    client, batch, sagemaker, _ = queue_world
+    sagemaker.behaviour.script([[STARTING, TRAINING]])
+    pipeline = create_machine(
+        client, "trainstack-pipeline", json.dumps({"StartAt": "End", "States": {"End": {"Type": "Succeed"}}})
+    )
+    gone = client.start_execution(stateMachineArn=pipeline, name="gone")["executionArn"]
+    assert wait_for(gone).status == "SUCCEEDED"
+    submit("by-hand-1", None)  # started: takes the 2 instances, so the jobs below wait
+    ours = submit(service_job("trainstack-gone-1"), gone)
+    other_team = submit(service_job("trainstack-gone-2"), gone, namespace="trainstack-teamb")
+    no_namespace = submit(service_job("trainstack-gone-3"), gone, namespace=None)
+    arn = create_machine(client, "sweeper", sweeper_definition())
+    assert wait_for(client.start_execution(stateMachineArn=arn)["executionArn"]).status == "SUCCEEDED"
+    assert batch.jobs[ours].terminated
+    assert [batch.jobs[job].status for job in (other_team, no_namespace)] == ["RUNNABLE"] * 2

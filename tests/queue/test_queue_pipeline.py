@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from localaws.demo.synthesized import create_tables
 from localaws.emulator.batch_jobs import TRAINING_JOB_NAMES
 from localaws.emulator.batch_routes import install_fake_batch
 from localaws.emulator.fake_batch import FakeBatch
@@ -68,6 +69,7 @@ class QueuedPipeline:
     queue_cleanup: str
     registration: str
     outdir: Path  # the synthesized cloud assembly
+    template: dict[str, Any]  # the pipeline stack's
 
 
 def queued_pipeline(
@@ -88,6 +90,7 @@ def queued_pipeline(
         filled(machines["trainstack-queue-cleanup"], template),
         filled(machines["trainstack-pipeline-registration"], template),
         outdir,
+        template,
     )
 
 
@@ -146,6 +149,7 @@ def queue_for(pipeline: QueuedPipeline, monkeypatch, scripts, naming: str = "aws
         training_job_names=naming,
     )
     install_fake_batch(batch, monkeypatch)
+    create_tables(pipeline.template, harness.REGION)
     harness.create_state_machine(pipeline.attempt, "trainstack-pipeline-attempt")
     harness.create_state_machine(pipeline.registration, "trainstack-pipeline-registration")
     arn = harness.create_state_machine(pipeline.pipeline, "trainstack-pipeline")

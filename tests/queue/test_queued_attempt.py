@@ -17,6 +17,7 @@ from tests.queue.conftest import (
     QUEUE_ARN,
     QUEUE_NAME,
     REGION,
+    RUN_NAMES,
     SERVICE_JOB_ARN,
     create_machine,
     definition_of,
@@ -39,6 +40,7 @@ def attempt_definition() -> str:
             job_arns=[JOB_ARN],
             service_job_arn=SERVICE_JOB_ARN,
             batch_job_permissions=[],
+            run_names=RUN_NAMES,
         ).start
 
     return definition_of(build)

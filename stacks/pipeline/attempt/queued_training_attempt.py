@@ -7,6 +7,9 @@ input {"request", "runName", "stopAtMillis", "timeLimitSeconds", "throttles"} pl
 Batch holds the job RUNNABLE until the service environment has room, starts the training job
 (SCHEDULED, STARTING, RUNNING) and re-submits it by itself after capacity errors until it runs or has
 waited the queue's capacity time limit. So this attempt:
+- first claims the run name for the pipeline execution (queue/run_names.py): a name another execution
+  holds ends the attempt `NameInUse` before anything is submitted, as CreateTrainingJob's ResourceInUse
+  does without the queue;
 - submits once (batch:SubmitServiceJob, no retryStrategy: Batch's capacity retries need none, and any
   other failure is the pipeline's to report), the service job named `<queue key><run key>-<attempt>`
   (queue_settings.service_job_name: short enough for Batch's training job name to fit SageMaker's 63
@@ -65,8 +68,10 @@ from stacks.pipeline.machine_kit import (
     retry_must_succeed_call,
     retry_poll_call,
 )
+from stacks.pipeline.queue.run_names import RunNameTable, claim_run_name, name_in_use_cause
 from stacks.pipeline.queue.training_queue import CAPACITY_REASON, service_job_name
 from stacks.pipeline.quota_waits import quota_outcome
+from trainstack.job_request import EXECUTION_TAG
 from trainstack.profiles import Profile
 from trainstack.queue_settings import QueueSettings
 
@@ -105,9 +110,11 @@ class QueuedTrainingAttempt(Construct):
         job_arns: list[str],
         service_job_arn: str,
         batch_job_permissions: list[iam.PolicyStatement],
+        run_names: RunNameTable,
     ) -> None:
         """job_arns: training jobs named like the request; batch_job_permissions: the statements that let
-        the attempt describe the training jobs Batch names itself (training_queue.batch_training_jobs)."""
+        the attempt describe the training jobs Batch names itself (training_queue.batch_training_jobs);
+        run_names: the table the run name is claimed in."""
         super().__init__(scope, construct_id)
         report = sfn.Succeed.jsonata(self, "ReportOutcome", outputs=expression("$outcome"))
         submit = self._submit_service_job(partition, job_queue_arn, queue_name, report)
@@ -126,8 +133,23 @@ class QueuedTrainingAttempt(Construct):
             self, job_arns=job_arns, more_permissions=batch_job_permissions, then=check, wait=wait
         )
 
-        submit.next(wait).next(describe).next(count_earlier)
-        self.start: sfn.IChainable = submit
+        given = "$states.context.Execution.Input"
+        claim = claim_run_name(
+            self,
+            run_names,
+            run_name=f"{given}.runName",
+            # The pipeline execution that owns the run: the execution its jobs are tagged with.
+            owner=f"{given}.request.Tags[Key = {json.dumps(EXECUTION_TAG)}].Value",
+            in_use=sfn.Pass.jsonata(
+                self,
+                "RunNameInUse",
+                assign={
+                    "outcome": outcome("NameInUse", name_in_use_cause(f"{given}.runName"), with_job=False)
+                },
+            ).next(report),
+        )
+        claim.next(submit).next(wait).next(describe).next(count_earlier)
+        self.start: sfn.IChainable = claim
 
     def _submit_service_job(
         self, partition: str, job_queue_arn: str, queue_name: str, report: sfn.IChainable

@@ -6,8 +6,9 @@
    a CreateTrainingJob that may still have been in flight when the execution ended, then describes
    `<runName>-1`, `<runName>-2`, ... until a name does not exist, and stops each InProgress job whose
    `trainstack:execution` tag names that execution.
-2. `<project>-job-sweeper`, every 15 minutes: stops any InProgress job tagged with an execution of this
-   pipeline that is no longer RUNNING (a missed event, a cleanup that failed). In queue mode that includes
+2. `<project>-job-sweeper`, every 15 minutes: stops any InProgress job tagged with this pipeline's
+   namespace (`trainstack:namespace` = the project) and an execution of this pipeline that is no longer
+   RUNNING (a missed event, a cleanup that failed). In queue mode that includes
    the training jobs AWS Batch named itself (`AWSBatch<queue key>*`), found by the request's tags, which
    are assumed to reach them (docs/iam.md); the queue cleanup does not depend on that.
 
@@ -47,7 +48,7 @@ from stacks.pipeline.machine_kit import (
 from stacks.pipeline.queue.training_queue import batch_training_jobs
 from stacks.validation import acknowledge
 from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements, flatten_reference
-from trainstack.job_request import EXECUTION_TAG
+from trainstack.job_request import EXECUTION_TAG, NAMESPACE_TAG
 
 # Longer than a CreateTrainingJob call can stay in flight (the SDK's 60 s socket timeout plus retries).
 IN_FLIGHT_CREATE_SECONDS = 120
@@ -312,7 +313,8 @@ class JobCleanup(Construct):
         return find
 
     def _find_running_jobs(self) -> tuple[tasks.CallAwsService, tasks.CallAwsService]:
-        """The first page and each following page of InProgress jobs tagged with an execution."""
+        """The first page and each following page of InProgress jobs tagged with an execution and this
+        pipeline's namespace."""
         execution = f"Tags[Key = {literal(EXECUTION_TAG)}].Value"
         found = {
             # Jobs of this pipeline's executions only (other pipelines may use the same tag key).
@@ -330,6 +332,7 @@ class JobCleanup(Construct):
                 "Filters": [
                     {"Name": "TrainingJobStatus", "Operator": "Equals", "Value": "InProgress"},
                     {"Name": f"Tags.{EXECUTION_TAG}", "Operator": "Exists"},
+                    {"Name": f"Tags.{NAMESPACE_TAG}", "Operator": "Equals", "Value": self._project},
                 ]
             },
         }

@@ -8,10 +8,16 @@ take its service jobs out of the queue. QueueCleanup builds two JSONata state ma
 
 - `terminate_run_service_jobs`: the cleanup machine knows the ended execution's run name; the run's service
   jobs are named `<queue key><run key>-<attempt>` (queue_settings.service_job_name): list them by name
-  and terminate those Batch has not finished. Batch stops the training job of a service job it already
-  started.
+  and terminate those Batch has not finished whose `trainstack:execution` tag is the ended execution. The
+  name alone is not the run's identity: an execution given a run name another execution holds fails
+  (InvalidInput, or NameInUse from the name claim: queue/run_names.py) and must not take that run's jobs
+  down. Batch stops the training job of a service job it already started.
 - `terminate_orphaned_service_jobs`: the sweeper lists the queue's RUNNABLE jobs and terminates those whose
-  `trainstack:execution` tag names an execution of this pipeline that is no longer RUNNING.
+  `trainstack:namespace` tag is this pipeline's project and whose `trainstack:execution` tag names an
+  execution of this pipeline that is no longer RUNNING.
+
+Both read a job's tags with DescribeServiceJob, whose answer carries `tags` (botocore's batch model,
+DescribeServiceJobResponse.tags); ListServiceJobs' summaries carry none.
 
 Both walk every page of ListServiceJobs (`each_service_job`).
 """
@@ -40,7 +46,7 @@ from stacks.pipeline.machine_kit import (
 )
 from stacks.pipeline.queue.training_queue import TrainingQueue, run_job_prefix_of
 from stacks.validation import acknowledge
-from trainstack.job_request import EXECUTION_TAG
+from trainstack.job_request import EXECUTION_TAG, NAMESPACE_TAG
 
 # Service job states Batch has not finished (DescribeServiceJob's enum minus SUCCEEDED and FAILED).
 UNFINISHED = ("SUBMITTED", "PENDING", "RUNNABLE", "SCHEDULED", "STARTING", "RUNNING")
@@ -131,11 +137,26 @@ def terminate_run_service_jobs(
     done: sfn.IChainable,
 ) -> sfn.TaskStateBase:
     """First state: terminate the unfinished service jobs of the ended execution's run (`<prefix><attempt>`,
-    prefix run_job_prefix_of), then `done`. run_name and execution_arn are JSONata expressions."""
+    prefix run_job_prefix_of) that carry its ARN in their execution tag, then `done`. run_name and
+    execution_arn are JSONata expressions."""
     prefix = f"({run_job_prefix_of(queue_name, f'({run_name})')})"
     ours = (
         f"$substring(JobName, 0, $length({prefix})) = {prefix} and "
         f"$exists($match($substring(JobName, $length({prefix})), /^[0-9]+$/))"
+    )
+    of_execution = (
+        sfn.Choice.jsonata(scope, "IsJobOfEndedExecution")
+        .when(
+            sfn.Condition.jsonata(expression("$owner = $endedExecution")),
+            _terminate(
+                scope,
+                "TerminateQueuedJob",
+                "$jobId",
+                "'trainstack cleanup: execution ' & $endedExecution & ' ended'",
+                service_job_arn,
+            ),
+        )
+        .otherwise(sfn.Succeed.jsonata(scope, "OtherExecutionsJob"))
     )
     return each_service_job(
         scope,
@@ -145,33 +166,34 @@ def terminate_run_service_jobs(
         filters={"Filters": [{"Name": "JOB_NAME", "Values": [expression(f"{prefix} & '*'")]}]},
         select=f"({ours}) and Status in {json.dumps(UNFINISHED)}",
         assign={"endedExecution": expression(execution_arn)},
-        processor=_terminate(
-            scope,
-            "TerminateQueuedJob",
-            "$states.input",
-            "'trainstack cleanup: execution ' & $endedExecution & ' ended'",
-            service_job_arn,
-        ),
+        processor=_read_service_job(scope, "ReadQueuedJob").next(of_execution),
         done=done,
     )
 
 
-def _read_waiting_job(scope: Construct) -> sfn.TaskStateBase:
-    """DescribeServiceJob of a RUNNABLE job: its id and the execution its tag names (null if none)."""
-    return _retry(
+def _tag(name: str) -> str:
+    """JSONata: tag `name` of the described job, null when it has none (AWS fails a state whose expression
+    evaluates to nothing: States.QueryEvaluationError)."""
+    return f'($t := $lookup($states.result.Tags, {json.dumps(name)}); $type($t) = "string" ? $t : null)'
+
+
+def _read_service_job(scope: Construct, construct_id: str) -> sfn.TaskStateBase:
+    """DescribeServiceJob of a listed job: its id, and the execution and namespace its tags name."""
+    read = _retry(
         describe_service_job(
             scope,
-            "ReadWaitingJob",
+            construct_id,
             "$states.input",
             {
                 "jobId": expression("$states.result.JobId"),
-                "owner": expression(
-                    f"($o := $lookup($states.result.Tags, {json.dumps(EXECUTION_TAG)}); "
-                    '$type($o) = "string" ? $o : null)'
-                ),
+                "owner": expression(_tag(EXECUTION_TAG)),
+                "namespace": expression(_tag(NAMESPACE_TAG)),
             },
         )
     )
+    # The job was removed meanwhile: nothing left to do.
+    read.add_catch(sfn.Succeed.jsonata(scope, f"{construct_id}Gone"), errors=[BATCH_CLIENT_ERROR])
+    return read
 
 
 def _read_owner_execution(scope: Construct, executions_arn: str) -> sfn.TaskStateBase:
@@ -195,15 +217,15 @@ def terminate_orphaned_service_jobs(
     *,
     job_queue_arn: str,
     service_job_arn: str,
+    namespace: str,
     execution_prefix: str,
     executions_arn: str,
     done: sfn.IChainable,
 ) -> sfn.TaskStateBase:
     """First state: terminate RUNNABLE service jobs whose pipeline execution is not RUNNING, then `done`.
-    A job without this pipeline's execution tag (another project's, or one submitted by hand) is left
-    alone: its `$lookup` is guarded, as AWS fails a state whose expression evaluates to nothing
-    (States.QueryEvaluationError)."""
-    describe = _read_waiting_job(scope)
+    A job without this pipeline's namespace tag (`namespace`: its project) and execution tag (another
+    project's or team's, or one submitted by hand) is left alone."""
+    describe = _read_service_job(scope, "ReadWaitingJob")
     not_ours = sfn.Succeed.jsonata(scope, "NotThisPipelinesJob")
     owner_running = sfn.Succeed.jsonata(scope, "ExecutionStillRunning")
     read_owner = _read_owner_execution(scope, executions_arn)
@@ -212,8 +234,8 @@ def terminate_orphaned_service_jobs(
         .when(
             sfn.Condition.jsonata(
                 expression(
-                    f"($prefix := {json.dumps(execution_prefix)}; "
-                    "$owner != null ? $substring($owner, 0, $length($prefix)) = $prefix : false)"
+                    f"($prefix := {json.dumps(execution_prefix)}; $namespace = {json.dumps(namespace)} and "
+                    "($owner != null ? $substring($owner, 0, $length($prefix)) = $prefix : false))"
                 )
             ),
             read_owner,
@@ -289,6 +311,7 @@ class QueueCleanup(Construct):
             self,
             job_queue_arn=queue.job_queue_arn,
             service_job_arn=queue.service_job_arn,
+            namespace=project,
             execution_prefix=executions,
             executions_arn=f"{executions}*",
             done=sfn.Succeed.jsonata(self, "Swept"),

@@ -14,6 +14,7 @@ from aws_cdk import aws_batch as batch
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
+from stacks.pipeline.queue.run_names import run_names_table
 from stacks.validation import acknowledge
 from trainstack.queue_settings import (
     BATCH_TRAINING_JOB_PREFIX,
@@ -125,6 +126,8 @@ class TrainingQueue(Construct):
             ],
         )
         self.job_queue_arn = self.job_queue.attr_job_queue_arn
+        # Run names the queued attempts claimed: unique, as without the queue (run_names.py).
+        self.run_names = run_names_table(self, project)
 
     @property
     def service_job_arn(self) -> str:

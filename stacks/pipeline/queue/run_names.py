@@ -1,0 +1,135 @@
+"""Queue mode's run names are unique, as without the queue (docs/queue.md, "Run names").
+
+Without the queue, CreateTrainingJob of `<runName>-1` fails ResourceInUse when a run name was used
+before (attempt/training_attempt.py). In queue mode Batch names the training jobs itself and accepts any
+number of service jobs of one name, so nothing would stop two executions from sharing a run, its
+checkpoint prefix and its artifacts. So before it submits, the queued attempt claims the run name in a
+DynamoDB table with a conditional PutItem: the write succeeds only when no item holds the name, or when
+the item's owner is this very pipeline execution (the ARN in the request's `trainstack:execution` tag),
+so a later attempt of the same run, or the same execution redriven, claims it again. The condition is
+part of the write request (DynamoDB API reference, PutItem: "To prevent a new item from replacing an
+existing item, use a conditional expression that contains the attribute_not_exists function with the
+name of the attribute being used as the partition key"), so of two executions claiming one name at once
+one wins and the other gets ConditionalCheckFailedException. A claim is kept, like a training job's name: no
+time to live.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import aws_stepfunctions_tasks as tasks
+from constructs import Construct
+
+from stacks.checkov_skips import skip_checkov
+from stacks.pipeline.jsonata_text import expression, literal
+from stacks.pipeline.machine_kit import retry_must_succeed_call
+from stacks.pipeline.trigger.trigger_calls import CONDITION_FAILED, DYNAMODB_TRANSIENT_ERRORS
+from trainstack.queue_settings import run_names_table_name
+
+RUN_NAME_KEY = "runName"
+OWNER_ATTRIBUTE = "execution"
+
+
+@dataclass(frozen=True)
+class RunNameTable:
+    """The table the queued attempt claims run names in: its name and ARN."""
+
+    name: str
+    arn: str
+
+
+def run_names_table(scope: Construct, project: str) -> RunNameTable:
+    table = dynamodb.Table(
+        scope,
+        "RunNames",
+        table_name=run_names_table_name(project),
+        partition_key=dynamodb.Attribute(name=RUN_NAME_KEY, type=dynamodb.AttributeType.STRING),
+        billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+        # KMS with DynamoDB's AWS managed key (CT.DYNAMODB.PR.2), as the trigger table.
+        encryption=dynamodb.TableEncryption.AWS_MANAGED,
+        point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+            point_in_time_recovery_enabled=True
+        ),
+        removal_policy=cdk.RemovalPolicy.RETAIN,  # the names stay used after a redeploy, as job names do
+    )
+    skip_checkov(
+        table,
+        {"CKV_AWS_119": "Run names and execution ARNs: the AWS managed KMS key (aws/dynamodb) suffices."},
+    )
+    # The literal name in the definitions (no reference for the emulator and the IAM tests to resolve).
+    return RunNameTable(run_names_table_name(project), table.table_arn)
+
+
+def claim_run_name(
+    scope: Construct, table: RunNameTable, *, run_name: str, owner: str, in_use: sfn.IChainable
+) -> sfn.TaskStateBase:
+    """The claim of `run_name` for `owner` (JSONata expressions: the run name and the pipeline execution's
+    ARN). Claimed: the next state (`.next`), given this state's input; held by another execution: `in_use`,
+    with `$nameOwner` the ARN of the execution that holds it."""
+    claim = _call(
+        scope,
+        "ClaimRunName",
+        "putItem",
+        table,
+        {
+            "Item": {
+                RUN_NAME_KEY: {"S": expression(run_name)},
+                OWNER_ATTRIBUTE: {"S": expression(owner)},
+                "claimedAt": {"S": expression("$now()")},
+            },
+            "ConditionExpression": "attribute_not_exists(#run) OR #owner = :owner",
+            # Names, not words: DynamoDB reserves many words as attribute names in expressions.
+            "ExpressionAttributeNames": {"#run": RUN_NAME_KEY, "#owner": OWNER_ATTRIBUTE},
+            "ExpressionAttributeValues": {":owner": {"S": expression(owner)}},
+        },
+        # The next state reads the attempt's input as its own.
+        outputs=expression("$states.input"),
+    )
+    read_owner = _call(
+        scope,
+        "ReadRunNameOwner",
+        "getItem",
+        table,
+        {"Key": {RUN_NAME_KEY: {"S": expression(run_name)}}, "ConsistentRead": True},
+        assign={"nameOwner": expression(f"$states.result.Item.{OWNER_ATTRIBUTE}.S")},
+    )
+    claim.add_catch(read_owner, errors=[CONDITION_FAILED], outputs={})
+    read_owner.next(in_use)
+    return claim
+
+
+def name_in_use_cause(run_name: str) -> str:
+    """JSONata: the cause of a refused claim, worded as the direct attempt's (attempt/training_attempt.py)."""
+    return (
+        f'"runName " & {run_name} & " is already used by pipeline execution " & $nameOwner & '
+        f"{literal('; choose another runName.')}"
+    )
+
+
+def _call(
+    scope: Construct,
+    state_id: str,
+    action: str,
+    table: RunNameTable,
+    parameters: dict,
+    assign: dict | None = None,
+    outputs: Any = None,
+) -> tasks.CallAwsService:
+    task = tasks.CallAwsService.jsonata(
+        scope,
+        state_id,
+        service="dynamodb",
+        action=action,
+        iam_action=f"dynamodb:{action[0].upper()}{action[1:]}",
+        parameters={"TableName": table.name, **parameters},
+        iam_resources=[table.arn],
+        assign=assign or {},
+        outputs={} if outputs is None else outputs,
+    )
+    retry_must_succeed_call(task, DYNAMODB_TRANSIENT_ERRORS)
+    return task
