@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from localaws.demo import registry_run
+from localaws.demo.synthesized import create_tables
 from localaws.emulator.batch_routes import install_fake_batch
 from localaws.emulator.fake_batch import FakeBatch
 from localaws.sagemaker import COMPLETED, STARTING, TRAINING, evaluated, scripted_sagemaker
@@ -99,6 +100,8 @@ def world(teams_app, definitions, monkeypatch):
         now=clock.time,
     )
     install_fake_batch(batch, monkeypatch)
+    _, stacks, assembly = teams_app
+    create_tables(assembly.get_stack_by_name(stacks.queue.stack_name).template, harness.REGION)
     for team in ("research", "search"):
         for machine in MACHINES:
             name = f"trainstack-{team}-{machine}"
