@@ -9,12 +9,15 @@ are L1; the fair-share policy is the L2 FairshareSchedulingPolicy.
 
 from __future__ import annotations
 
+from typing import Any
+
 import aws_cdk as cdk
 from aws_cdk import aws_batch as batch
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from stacks.validation import acknowledge
+from trainstack.profiles import MAX_PRIORITY
 from trainstack.queue_settings import (
     BATCH_TRAINING_JOB_PREFIX,
     RUN_KEY_LENGTH,
@@ -73,6 +76,7 @@ class TrainingQueue(Construct):
         super().__init__(scope, construct_id)
         self.project = project
         self.queue_name = training_queue_name(project)
+        self.shares = tuple(queue.shares)
         self.environment = batch.CfnServiceEnvironment(
             self,
             "ServiceEnvironment",
@@ -125,7 +129,7 @@ class TrainingQueue(Construct):
         """Every service job of this account and region: Batch chooses their ids at submit time."""
         return cdk.Stack.of(self).format_arn(service="batch", resource="service-job", resource_name="*")
 
-    def grant_submit(self, role: iam.Role) -> iam.Grant:
+    def grant_submit(self, role: iam.Role) -> None:
         """Submit (and tag) service jobs to this queue: SubmitServiceJob authorizes the job queue and the new
         service job, both required resource types (Service Authorization Reference, AWS Batch)."""
         acknowledge(
@@ -137,11 +141,30 @@ class TrainingQueue(Construct):
         iam.Grant.add_to_principal(
             grantee=role, actions=["batch:TagResource"], resource_arns=[self.service_job_arn]
         )
-        return iam.Grant.add_to_principal(
-            grantee=role,
-            actions=["batch:SubmitServiceJob"],
-            resource_arns=[self.job_queue_arn, self.service_job_arn],
+        # batch:SchedulingPriority belongs to the action (every resource it authorizes), batch:ShareIdentifier
+        # to the service-job resource type (Service Authorization Reference, AWS Batch): a queue without
+        # shares takes neither (the pipeline sends neither), a fair-share queue its own shares only and a
+        # priority up to MAX_PRIORITY, the input rule's bound.
+        priority: dict[str, Any] = (
+            {"NumericLessThanEqualsIfExists": {"batch:SchedulingPriority": str(MAX_PRIORITY)}}
+            if self.shares
+            else {"Null": {"batch:SchedulingPriority": "true"}}
         )
+        share: dict[str, Any] = (
+            {
+                **priority,
+                "StringEquals": {"batch:ShareIdentifier": list(self.shares)},
+                "Null": {"batch:ShareIdentifier": "false"},
+            }
+            if self.shares
+            else {"Null": {"batch:SchedulingPriority": "true", "batch:ShareIdentifier": "true"}}
+        )
+        for resource, conditions in ((self.job_queue_arn, priority), (self.service_job_arn, share)):
+            role.add_to_principal_policy(
+                iam.PolicyStatement(
+                    actions=["batch:SubmitServiceJob"], resources=[resource], conditions=conditions
+                )
+            )
 
 
 def _terminate_after(reason: str, seconds: int) -> batch.CfnJobQueue.JobStateTimeLimitActionProperty:
