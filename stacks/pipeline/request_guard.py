@@ -247,11 +247,13 @@ def request_problem(table: dict[str, Any], request: str, *, named: bool = True) 
 
 def queued_fields_problem(table: dict[str, Any], share: str, priority: str) -> str:
     """JSONata: null when the Batch share and priority (expressions, null when not sent) are what the queue
-    allows (queue.shares; priority 0-MAX_PRIORITY, only in a fair-share queue), else the cause."""
+    allows (one of queue.shares; priority 0-MAX_PRIORITY, only in a fair-share queue), else the cause. No
+    share in a fair-share queue is Batch's to refuse (shareIdentifier is required there: botocore's batch
+    model, SubmitServiceJob), and the grant's to deny."""
     shares, bound = literal(table["shares"]), table["maxPriority"]
     rules = [
         (
-            f"$count({shares}) > 0 and $not($s in {shares})",
+            f"$count({shares}) > 0 and $s != null and $not($s in {shares})",
             f'"share must be one of " & $join({shares}, ", ") & " (queue.shares)."',
         ),
         (

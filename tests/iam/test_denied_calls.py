@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 
 from tests.iam.calls import Call
+from tests.iam.conftest import PLATFORM_BOUNDARY
 from tests.iam.simulator import simulate
 from trainstack.profiles import MAX_PRIORITY
 
@@ -60,7 +61,10 @@ def create_variants(create: Call, pass_role: Call) -> dict[str, Call]:
 
 
 def _assert_denied(original: list[Call], denied: dict[str, Call]) -> None:
-    decisions, _ = simulate([*original, *denied.values()])
+    calls = [*original, *denied.values()]
+    decisions, _ = simulate(
+        calls, {call.role.boundary: PLATFORM_BOUNDARY for call in calls if call.role.boundary}
+    )
     kept, refused = decisions[: len(original)], decisions[len(original) :]
     assert [decision.explain() for decision in kept if not decision.allowed] == []
     assert [name for name, decision in zip(denied, refused, strict=True) if decision.allowed] == []
