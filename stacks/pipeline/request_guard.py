@@ -122,14 +122,14 @@ _HELPERS = (
 
 
 def _request_rules(named: bool) -> list[tuple[str, str]]:
-    """(refuses, cause) of the request `$r` against the table `$g`, in order; the first that refuses wins.
-    named=False: TrainingJobName may be left out (the registration machine names its jobs itself)."""
-    unnamed = "" if named else "$exists($r.TrainingJobName) and "
+    """(refuses, cause) of the request `$r` against the table `$g`, in order; the first that refuses wins:
+    what the job is and runs on, then where it reads and writes."""
+    return [*_job_rules(), *_location_rules(named)]
+
+
+def _job_rules() -> list[tuple[str, str]]:
+    """The request's fields, role, image, network, instances and runtime."""
     config = "$r.ResourceConfig"
-    channels = "[$r.InputDataConfig]"
-    s3_channel = "$exists($c.DataSource.S3DataSource)"
-    fsx_channel = "$exists($c.DataSource.FileSystemDataSource)"
-    fsx = "$c.DataSource.FileSystemDataSource"
     return [
         ('$type($r) != "object"', '"request must be a CreateTrainingJob request (a JSON object)."'),
         (
@@ -176,6 +176,18 @@ def _request_rules(named: bool) -> list[tuple[str, str]]:
             '"StoppingCondition.MaxRuntimeInSeconds must be a number of seconds from 1 to " & '
             '$string($g.maxRuntimeSeconds) & "."',
         ),
+    ]
+
+
+def _location_rules(named: bool) -> list[tuple[str, str]]:
+    """The job's name and where it reads and writes. named=False: TrainingJobName may be left out (the
+    registration machine names its jobs itself)."""
+    unnamed = "" if named else "$exists($r.TrainingJobName) and "
+    channels = "[$r.InputDataConfig]"
+    s3_channel = "$exists($c.DataSource.S3DataSource)"
+    fsx_channel = "$exists($c.DataSource.FileSystemDataSource)"
+    fsx = "$c.DataSource.FileSystemDataSource"
+    return [
         (
             f"{unnamed}$not($under($r.TrainingJobName, [$g.jobNamePrefix]))",
             '"TrainingJobName must start with " & $g.jobNamePrefix & "."',
