@@ -1,22 +1,77 @@
 """What the attempt machine's role needs beyond what its tasks grant: creating (or submitting) its own
-training jobs, the training plans they name, and passing the job's role."""
+training jobs, the training plans they name, and passing the job's role.
+
+CreateTrainingJob is granted only for requests in the project's network, on the profiles' instance types,
+within the longest runtime and (with FSx) on the project's file system directory: the same rules the
+machines check first (request_guard.py), enforced by IAM with the condition keys the Service Authorization
+Reference (SageMaker) lists for CreateTrainingJob. Instance counts, the image, the S3 locations and the job
+name prefix have no such key: the machines' check alone holds them."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_stepfunctions as sfn
 
 from stacks.pipeline.queue.training_queue import TrainingQueue
+from stacks.pipeline.request_guard import longest_runtime_seconds
 from stacks.run_data_key import require_run_data_key
 from stacks.validation import acknowledge
 from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements
+from trainstack.job_request import PipelineResources
+from trainstack.pipeline_runs import PipelineRuns
 from trainstack.profiles import Profile
+from trainstack.teams import RunLimits
 
-# CreateTrainingJob with Tags needs AddTags on the new job.
-CREATE_ACTIONS = ("sagemaker:CreateTrainingJob", "sagemaker:AddTags")
 DESCRIBE_BATCH_JOBS = "DescribeBatchTrainingJobs"
+JOB_NAMES_REASON = (
+    "Jobs are named per run and attempt at run time; the project prefix is the narrowest fixed scope."
+)
+
+
+def create_job_conditions(
+    resources: PipelineResources, profiles: Sequence[Profile], limits: RunLimits
+) -> dict[str, Any]:
+    """CreateTrainingJob's conditions: every subnet, security group and instance type of the request is one
+    of the project's (ForAllValues; the Null conditions deny a request without them, which ForAllValues
+    alone would allow: IAM User Guide, "Single-valued vs. multivalued context keys"), the runtime within
+    the longest allowed, and a file system channel only on the project's directory (IfExists: a request
+    without one carries no such key)."""
+    types = sorted(
+        {preference.instance_type for profile in profiles for preference in profile.instance_preferences}
+    )
+    listed = {
+        "sagemaker:VpcSubnets": list(resources.subnet_ids),
+        "sagemaker:VpcSecurityGroupIds": list(resources.security_group_ids),
+        "sagemaker:InstanceTypes": types,
+    }
+    conditions: dict[str, Any] = {
+        "ForAllValues:StringEquals": listed,
+        "Null": {key: "false" for key in listed},
+        "NumericLessThanEquals": {
+            "sagemaker:MaxRuntimeInSeconds": str(longest_runtime_seconds(profiles, limits.max_runtime_hours))
+        },
+    }
+    if resources.file_system_id is not None and resources.file_system_directory_path is not None:
+        directory = resources.file_system_directory_path
+        conditions["StringEqualsIfExists"] = {"sagemaker:FileSystemId": resources.file_system_id}
+        conditions["StringLikeIfExists"] = {
+            "sagemaker:FileSystemDirectoryPath": [directory, f"{directory}/*"]
+        }
+    return conditions
+
+
+def create_job_statements(job_arn: str, conditions: dict[str, Any], *, sid: str) -> list[iam.PolicyStatement]:
+    """CreateTrainingJob on `job_arn` under `conditions` (sid), and AddTags, which a create with Tags needs
+    on the new job and which carries none of those keys (sid + "Tags")."""
+    return [
+        iam.PolicyStatement(
+            sid=sid, actions=["sagemaker:CreateTrainingJob"], resources=[job_arn], conditions=conditions
+        ),
+        iam.PolicyStatement(sid=f"{sid}Tags", actions=["sagemaker:AddTags"], resources=[job_arn]),
+    ]
 
 
 def training_plans(profiles: Sequence[Profile]) -> list[str]:
@@ -30,21 +85,20 @@ def grant_attempt_role(
     queue: TrainingQueue | None,
     job_arn: str,
     sagemaker_role: iam.IRole,
-    plans: list[str],
-    kms_key_arn: str | None = None,
+    runs: PipelineRuns,
+    resources: PipelineResources,
 ) -> None:
     """What the constructs cannot add: the custom create (or submit) task's actions and passing the
     job's role (to SageMaker, or to Batch, which creates the job with it)."""
+    plans = training_plans(runs.profiles)
     if queue is not None:
-        queue.grant_submit(attempt_machine.role)
+        # The pipeline's own shares (with teams, the team's) and priority bound.
+        queue.grant_submit(attempt_machine.role, list(runs.queue.shares), runs.limits.max_priority)
     else:
-        attempt_machine.add_to_role_policy(
-            iam.PolicyStatement(
-                sid="CreateOwnTrainingJobs", actions=list(CREATE_ACTIONS), resources=[job_arn]
-            )
-        )
-    if queue is None:
-        require_run_data_key(attempt_machine, job_arn, kms_key_arn)
+        conditions = create_job_conditions(resources, runs.profiles, runs.limits)
+        for statement in create_job_statements(job_arn, conditions, sid="CreateOwnTrainingJobs"):
+            attempt_machine.add_to_role_policy(statement)
+        require_run_data_key(attempt_machine, job_arn, resources.kms_key_arn)
     if queue is None and plans:
         # A request naming a training plan (InstancePreferences[].TrainingPlanArns) is authorized on the
         # plan too: `training-plan` is a resource type of CreateTrainingJob (Service Authorization
@@ -80,8 +134,5 @@ def grant_attempt_role(
         return
     acknowledge_wildcard_statements(
         attempt_machine.role,
-        {
-            "CreateOwnTrainingJobs": "Jobs are named per run and attempt at run time; "
-            "the project prefix is the narrowest fixed scope."
-        },
+        {"CreateOwnTrainingJobs": JOB_NAMES_REASON, "CreateOwnTrainingJobsTags": JOB_NAMES_REASON},
     )

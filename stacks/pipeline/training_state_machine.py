@@ -24,7 +24,7 @@ from constructs import Construct
 from stacks.pipeline import cost_cap_states, quota_waits
 from stacks.pipeline.attempt.queued_training_attempt import QueuedTrainingAttempt, queue_attempt_fields
 from stacks.pipeline.attempt.training_attempt import TrainingAttempt
-from stacks.pipeline.attempt_grants import DESCRIBE_BATCH_JOBS, grant_attempt_role, training_plans
+from stacks.pipeline.attempt_grants import DESCRIBE_BATCH_JOBS, grant_attempt_role
 from stacks.pipeline.attempt_metrics import grant_publish, publish_attempt_metrics
 from stacks.pipeline.checkpoint_interval import refined_request
 from stacks.pipeline.fault_retries import (
@@ -52,6 +52,7 @@ from stacks.pipeline.pipeline_run_request import (
 )
 from stacks.pipeline.queue.training_queue import TrainingQueue, batch_training_jobs
 from stacks.pipeline.registry.model_registration import ModelRegistration
+from stacks.pipeline.request_guard import allowed_requests
 from stacks.pipeline.state_machine_facts import (
     ERROR_CAPACITY_EXHAUSTED,
     ERROR_INFRASTRUCTURE_RETRIES_EXHAUSTED,
@@ -108,9 +109,11 @@ class TrainingStateMachine(Construct):
         job_arn = training_job_arn(self, f"{project}-*")
         self.queue = queue
         self.registration = ModelRegistration(self, "Registration", runs, resources, job_arn, sagemaker_role)
+        # What the attempt machine checks each request against (request_guard.py), placeholders included.
+        allowed = allowed_requests(runs, placeholders)
         if queue is None:
             attempt = TrainingAttempt(
-                self, "Attempt", partition=literal_partition(self), job_arn=job_arn
+                self, "Attempt", partition=literal_partition(self), job_arn=job_arn, allowed=allowed
             ).start
         else:
             attempt = QueuedTrainingAttempt(
@@ -127,6 +130,7 @@ class TrainingStateMachine(Construct):
                     )
                 ],
                 run_names=queue.run_names,
+                allowed=allowed,
             ).start
         self.attempt_machine, self.attempt_log_group = logged_state_machine(
             self, "AttemptStateMachine", name=f"{project}-pipeline-attempt", chain=attempt, timeout=None
@@ -140,6 +144,7 @@ class TrainingStateMachine(Construct):
             timeout=cdk.Duration.seconds(execution_timeout_seconds(profiles)),
         )
         self._substitute(self.state_machine)
+        self._substitute(self.attempt_machine)
         acknowledge_wildcard_statements(
             self.state_machine.role,
             {
@@ -147,14 +152,7 @@ class TrainingStateMachine(Construct):
                 "their names are generated at run time under the attempt machine's name."
             },
         )
-        grant_attempt_role(
-            self.attempt_machine,
-            self.queue,
-            job_arn,
-            sagemaker_role,
-            training_plans(profiles),
-            kms_key_arn=resources.kms_key_arn,
-        )
+        grant_attempt_role(self.attempt_machine, self.queue, job_arn, sagemaker_role, runs, resources)
         grant_publish(self.state_machine.role, project)
         for machine in (self.state_machine, self.attempt_machine):
             acknowledge(

@@ -256,10 +256,7 @@ class CallCatalog(TrainingJobCalls, TriggerCalls, RegistryCalls):
             job = self._training_job(request["TrainingJobName"])
             tags = {tag["Key"]: tag["Value"] for tag in request["Tags"]}
             context = {
-                "sagemaker:VpcSubnets": request["VpcConfig"]["Subnets"],
-                "sagemaker:VpcSecurityGroupIds": request["VpcConfig"]["SecurityGroupIds"],
-                "sagemaker:InstanceTypes": _instance_types(request),
-                **_kms_keys(request),
+                **create_request_context(request),
                 **{f"aws:RequestTag/{key}": value for key, value in tags.items()},
                 "aws:TagKeys": list(tags),
             }
@@ -279,14 +276,24 @@ class CallCatalog(TrainingJobCalls, TriggerCalls, RegistryCalls):
             tags = {tag["Key"]: tag["Value"] for tag in self.request(profile)["Tags"]}
             tag_context = {**{f"aws:RequestTag/{k}": v for k, v in tags.items()}, "aws:TagKeys": list(tags)}
             role = self.request(profile)["RoleArn"]
+            scheduling = self.scheduling_context(profile)
             found += [
-                ("batch:SubmitServiceJob", queue, {}),
-                ("batch:SubmitServiceJob", service_job, tag_context),
+                ("batch:SubmitServiceJob", queue, scheduling),
+                ("batch:SubmitServiceJob", service_job, {**tag_context, **scheduling}),
                 ("batch:TagResource", service_job, tag_context),
                 # Batch hands the payload's RoleArn to SageMaker (assumed: the Batch guide names no service).
                 ("iam:PassRole", role, {"iam:PassedToService": "sagemaker.amazonaws.com"}),
             ]
         return found
+
+    def scheduling_context(self, profile) -> dict[str, Any]:
+        """What the queued attempt sends Batch for a run that names no share or priority: the queue's first
+        share and the profile's priority (queued_training_attempt.queue_attempt_fields), as condition keys."""
+        shares = list(self.settings.queue.shares)
+        context: dict[str, Any] = {"batch:ShareIdentifier": shares[0]} if shares else {}
+        if profile.priority is not None:
+            context["batch:SchedulingPriority"] = str(profile.priority)
+        return context
 
     def queue_arn(self) -> str:
         [(_, _, properties)] = self.app.resources_of_type("AWS::Batch::JobQueue")
@@ -400,14 +407,31 @@ def _task_states(states: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]
                 yield from _task_states(state[key]["States"])
 
 
-def _kms_keys(request: dict[str, Any]) -> dict[str, str]:
-    """CreateTrainingJob's KMS condition keys (Service Authorization Reference, SageMaker): the request's
-    OutputDataConfig.KmsKeyId and ResourceConfig.VolumeKmsKeyId, where present."""
+def create_request_context(request: dict[str, Any]) -> dict[str, Any]:
+    """CreateTrainingJob's request condition keys (Service Authorization Reference, SageMaker) as the
+    request sets them: its network, instance types, runtime, (FSx channels) file system, and KMS keys (the
+    request's OutputDataConfig.KmsKeyId and ResourceConfig.VolumeKmsKeyId, where present)."""
+    context: dict[str, Any] = {
+        "sagemaker:VpcSubnets": request["VpcConfig"]["Subnets"],
+        "sagemaker:VpcSecurityGroupIds": request["VpcConfig"]["SecurityGroupIds"],
+        "sagemaker:InstanceTypes": _instance_types(request),
+        "sagemaker:MaxRuntimeInSeconds": str(request["StoppingCondition"]["MaxRuntimeInSeconds"]),
+    }
+    file_systems = [
+        channel["DataSource"]["FileSystemDataSource"]
+        for channel in request.get("InputDataConfig", [])
+        if "FileSystemDataSource" in channel["DataSource"]
+    ]
+    # One value each (the keys are single-valued): the request's one file system channel.
+    for source in file_systems[:1]:
+        context["sagemaker:FileSystemId"] = source["FileSystemId"]
+        context["sagemaker:FileSystemDirectoryPath"] = source["DirectoryPath"]
     keys = {
         "sagemaker:OutputKmsKeyArn": request["OutputDataConfig"].get("KmsKeyId"),
         "sagemaker:VolumeKmsKeyArn": request["ResourceConfig"].get("VolumeKmsKeyId"),
     }
-    return {name: value for name, value in keys.items() if value is not None}
+    context.update({name: value for name, value in keys.items() if value is not None})
+    return context
 
 
 def _instance_types(request: dict[str, Any]) -> list[str]:

@@ -119,10 +119,13 @@ def _check(templates, named=None) -> list[str]:
 
 def test_a_submit_grant_narrowed_to_the_queue_is_reported(queued_templates):
     broken = copy.deepcopy(queued_templates)
-    for statement in _statements(broken, "batch:SubmitServiceJob"):
-        statement["Resource"] = [r for r in statement["Resource"] if "service-job" not in json.dumps(r)]
-    [line] = [line for line in _check(broken) if "SubmitServiceJob" in line]
-    assert "required resource type service-job*" in line
+    # The queue's statement and the service job's (each with its condition keys): both on the queue only.
+    statements = list(_statements(broken, "batch:SubmitServiceJob"))
+    [queue] = [s["Resource"] for s in statements if "service-job" not in json.dumps(s["Resource"])]
+    for statement in statements:
+        statement["Resource"] = queue
+    lines = [line for line in _check(broken) if "SubmitServiceJob" in line]
+    assert lines and all("required resource type service-job*" in line for line in lines)
 
 
 def test_describe_service_job_on_service_job_arns_is_reported(queued_templates):

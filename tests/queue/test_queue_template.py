@@ -19,6 +19,7 @@ from tests.infra.test_app_quality import LINT_PLUGINS, run_cfn_lint, validation_
 from tests.pipeline.test_monitoring import assert_alarms
 from tests.queue.test_queue_config import QUEUE, settings_with
 from trainstack.execution_input import RUN_NAME_MAX_LENGTH
+from trainstack.profiles import MAX_PRIORITY
 from trainstack.queue_settings import queue_job_prefix
 
 BATCH_TYPES = ("AWS::Batch::ServiceEnvironment", "AWS::Batch::JobQueue", "AWS::Batch::SchedulingPolicy")
@@ -90,9 +91,21 @@ def test_attempt_machine_may_submit_to_this_queue_only_and_follow_service_jobs(q
                     (statement["Resource"], statement.get("Condition"))
                 )
     service_jobs = "arn:aws:batch:us-east-1:111111111111:service-job/*"
+    priority = {"batch:SchedulingPriority": str(MAX_PRIORITY)}
     assert by_action == {
-        # SubmitServiceJob authorizes the queue and the new service job (both required resource types).
-        "batch:submitservicejob": [([service_jobs, {"Fn::GetAtt": [queue_id, "JobQueueArn"]}], None)],
+        # SubmitServiceJob authorizes the queue and the new service job (both required resource types), with
+        # the queue's shares (a key of the service job) and the priority's bound (a key of the action).
+        "batch:submitservicejob": [
+            ({"Fn::GetAtt": [queue_id, "JobQueueArn"]}, {"NumericLessThanEqualsIfExists": priority}),
+            (
+                service_jobs,
+                {
+                    "NumericLessThanEqualsIfExists": priority,
+                    "StringEquals": {"batch:ShareIdentifier": list(QUEUE["shares"])},
+                    "Null": {"batch:ShareIdentifier": "false"},
+                },
+            ),
+        ],
         "batch:tagresource": [(service_jobs, None)],
         # DescribeServiceJob supports no resource types.
         "batch:describeservicejob": [("*", None)],

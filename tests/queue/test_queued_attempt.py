@@ -9,6 +9,7 @@ import pytest
 
 from localaws.emulator.fake_batch import FakeBatch
 from localaws.sagemaker import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING, FakeSageMaker, failed
+from stacks.pipeline.request_guard import allowed_requests
 from tests.domain.conftest import FSX_RESOURCES
 from tests.pipeline.harness import wait_for, wait_until
 from tests.queue.conftest import (
@@ -25,6 +26,17 @@ from tests.queue.conftest import (
 )
 from trainstack.config_loading import load_settings
 from trainstack.job_request import RunRequest, build_create_training_job_request
+from trainstack.pipeline_runs import PipelineRuns
+from trainstack.queue_settings import QueueSettings
+
+# The shares these tests submit to, in a queue as large as the fake's largest.
+QUEUE = QueueSettings(enabled=True, max_instances=8, shares={"research": 1, "teamA": 2, "teamB": 1})
+
+
+def allowed() -> dict[str, Any]:
+    """What the attempt allows: the default config's profiles with FSX_RESOURCES and QUEUE."""
+    settings = load_settings(environ={})
+    return allowed_requests(PipelineRuns(settings.project, tuple(settings.profiles), QUEUE), FSX_RESOURCES)
 
 
 def attempt_definition() -> str:
@@ -41,6 +53,7 @@ def attempt_definition() -> str:
             service_job_arn=SERVICE_JOB_ARN,
             batch_job_permissions=[],
             run_names=RUN_NAMES,
+            allowed=allowed(),
         ).start
 
     return definition_of(build)

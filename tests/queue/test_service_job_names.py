@@ -21,7 +21,8 @@ from trainstack.queue_settings import (
 )
 from trainstack.retry_policies import MAX_ATTEMPTS_LIMIT
 
-LONGEST_RUN = "r" * RUN_NAME_MAX_LENGTH
+# The longest run name the input rules allow, with the project's prefix (the attempt refuses any other).
+LONGEST_RUN = "trainstack-" + "r" * (RUN_NAME_MAX_LENGTH - len("trainstack-"))
 
 
 def test_the_longest_run_and_attempt_fit_the_budget():

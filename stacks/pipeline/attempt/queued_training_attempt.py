@@ -2,7 +2,10 @@
 
 Same contract as the direct attempt (attempt/training_attempt.py), so the pipeline runs either one:
 input {"request", "runName", "stopAtMillis", "timeLimitSeconds", "throttles"} plus "priority" and
-"share" (null when not used); output {"status", "cause", "job"}, status one of the attempt statuses.
+"share" (null when not used); output {"status", "cause", "job"}, status one of the attempt statuses. The
+first state checks the request, the share and the priority against what the profiles and the queue allow
+(request_guard.py): anything else ends the execution with the error RequestRefused before any
+SubmitServiceJob.
 
 Batch holds the job RUNNABLE until the service environment has room, starts the training job
 (SCHEDULED, STARTING, RUNNING) and re-submits it by itself after capacity errors until it runs or has
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any
 
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_stepfunctions as sfn
@@ -71,6 +75,7 @@ from stacks.pipeline.machine_kit import (
 from stacks.pipeline.queue.run_names import RunNameTable, claim_run_name, name_in_use_cause
 from stacks.pipeline.queue.training_queue import CAPACITY_REASON, service_job_name
 from stacks.pipeline.quota_waits import quota_outcome
+from stacks.pipeline.request_guard import queued_fields_problem, refuse_unless_allowed, request_problem
 from trainstack.job_request import EXECUTION_TAG
 from trainstack.profiles import Profile
 from trainstack.queue_settings import QueueSettings
@@ -111,10 +116,12 @@ class QueuedTrainingAttempt(Construct):
         service_job_arn: str,
         batch_job_permissions: list[iam.PolicyStatement],
         run_names: RunNameTable,
+        allowed: dict[str, Any],
     ) -> None:
         """job_arns: training jobs named like the request; batch_job_permissions: the statements that let
         the attempt describe the training jobs Batch names itself (training_queue.batch_training_jobs);
-        run_names: the table the run name is claimed in."""
+        run_names: the table the run name is claimed in; allowed: request_guard.allowed_requests of the
+        pipeline."""
         super().__init__(scope, construct_id)
         report = sfn.Succeed.jsonata(self, "ReportOutcome", outputs=expression("$outcome"))
         submit = self._submit_service_job(partition, job_queue_arn, queue_name, report)
@@ -149,7 +156,12 @@ class QueuedTrainingAttempt(Construct):
             ).next(report),
         )
         claim.next(submit).next(wait).next(describe).next(count_earlier)
-        self.start: sfn.IChainable = claim
+        problem = (
+            f"($q := {request_problem(allowed, '$states.input.request')}; $q != null ? $q : "
+            f"{queued_fields_problem(allowed, '$states.input.share', '$states.input.priority')})"
+        )
+        # The request is checked before its run name is claimed: a refused request claims nothing.
+        self.start: sfn.IChainable = refuse_unless_allowed(self, problem, claim)
 
     def _submit_service_job(
         self, partition: str, job_queue_arn: str, queue_name: str, report: sfn.IChainable

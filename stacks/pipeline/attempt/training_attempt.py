@@ -4,9 +4,11 @@ The pipeline starts one execution of this machine per attempt (states:startExecu
 own history grows by a few events per attempt, and an attempt's history holds one job's polls.
 
 Input: {"request": the complete CreateTrainingJob request, "runName", "stopAtMillis": when the pipeline
-stops the job (epoch ms), "timeLimitSeconds": the same as a duration}.
-Output, always (the execution succeeds whatever happened to the job): {"status", "cause", "job"} with
-status one of ATTEMPT_STATUSES and job {name, instanceType, instanceCount, artifacts} once described.
+stops the job (epoch ms), "timeLimitSeconds": the same as a duration}. The first state checks the request
+against what the profiles allow (request_guard.py): one they do not ends the execution with the error
+RequestRefused before any CreateTrainingJob.
+Output, otherwise always (the execution succeeds whatever happened to the job): {"status", "cause", "job"}
+with status one of ATTEMPT_STATUSES and job {name, instanceType, instanceCount, artifacts} once described.
 
 AWS's error names under aws-sdk:sagemaker:* (errors SageMaker's API model declares are
 `SageMaker.<Code>Exception`; every other one, throttling and validation included, is
@@ -22,6 +24,7 @@ AWS's error names under aws-sdk:sagemaker:* (errors SageMaker's API model declar
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from aws_cdk import Duration
 from aws_cdk import aws_iam as iam
@@ -45,6 +48,7 @@ from stacks.pipeline.machine_kit import (
     retry_poll_call,
 )
 from stacks.pipeline.quota_waits import quota_outcome
+from stacks.pipeline.request_guard import refuse_unless_allowed, request_problem
 from stacks.pipeline.state_machine_facts import poll_seconds_expression
 from trainstack.faults import SPOT_CAPACITY_SECONDARY_STATUS, capacity_expression, fault_expression
 
@@ -180,9 +184,12 @@ JOB_NAME = "$states.context.Execution.Input.request.TrainingJobName"
 
 
 class TrainingAttempt(Construct):
-    """The attempt state machine's chain of states (`self.start`); the caller builds the machine."""
+    """The attempt state machine's chain of states (`self.start`); the caller builds the machine.
+    `allowed`: request_guard.allowed_requests of the pipeline."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, partition: str, job_arn: str) -> None:
+    def __init__(
+        self, scope: Construct, construct_id: str, *, partition: str, job_arn: str, allowed: dict[str, Any]
+    ) -> None:
         super().__init__(scope, construct_id)
         self._job_arn = job_arn
         report = sfn.Succeed.jsonata(self, "ReportOutcome", outputs=expression("$outcome"))
@@ -195,7 +202,9 @@ class TrainingAttempt(Construct):
         check_job = self._check_job(report, stop, wait_for_job)
 
         create.next(wait_for_job).next(describe).next(check_job)
-        self.start: sfn.IChainable = create
+        self.start: sfn.IChainable = refuse_unless_allowed(
+            self, request_problem(allowed, "$states.input.request"), create
+        )
 
     def _create_training_job(self, partition: str, report: sfn.IChainable) -> sfn.CustomState:
         """One create task for every profile's request shape: the request is one JSONata value.

@@ -9,6 +9,9 @@ are L1; the fair-share policy is the L2 FairshareSchedulingPolicy.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import aws_cdk as cdk
 from aws_cdk import aws_batch as batch
 from aws_cdk import aws_iam as iam
@@ -134,9 +137,10 @@ class TrainingQueue(Construct):
         """Every service job of this account and region: Batch chooses their ids at submit time."""
         return cdk.Stack.of(self).format_arn(service="batch", resource="service-job", resource_name="*")
 
-    def grant_submit(self, role: iam.Role) -> iam.Grant:
+    def grant_submit(self, role: iam.Role, shares: Sequence[str], max_priority: int) -> None:
         """Submit (and tag) service jobs to this queue: SubmitServiceJob authorizes the job queue and the new
-        service job, both required resource types (Service Authorization Reference, AWS Batch)."""
+        service job, both required resource types (Service Authorization Reference, AWS Batch). `shares` and
+        `max_priority`: what the submitting pipeline may name (with teams, the team's own share and cap)."""
         acknowledge(
             role,
             f"AwsSolutions-IAM5[Resource::{self.service_job_arn}]",
@@ -146,11 +150,30 @@ class TrainingQueue(Construct):
         iam.Grant.add_to_principal(
             grantee=role, actions=["batch:TagResource"], resource_arns=[self.service_job_arn]
         )
-        return iam.Grant.add_to_principal(
-            grantee=role,
-            actions=["batch:SubmitServiceJob"],
-            resource_arns=[self.job_queue_arn, self.service_job_arn],
+        # batch:SchedulingPriority belongs to the action (every resource it authorizes), batch:ShareIdentifier
+        # to the service-job resource type (Service Authorization Reference, AWS Batch): a queue without
+        # shares takes neither (the pipeline sends neither), a fair-share queue the pipeline's shares only
+        # and a priority up to its bound, the input rule's.
+        priority: dict[str, Any] = (
+            {"NumericLessThanEqualsIfExists": {"batch:SchedulingPriority": str(max_priority)}}
+            if shares
+            else {"Null": {"batch:SchedulingPriority": "true"}}
         )
+        share: dict[str, Any] = (
+            {
+                **priority,
+                "StringEquals": {"batch:ShareIdentifier": list(shares)},
+                "Null": {"batch:ShareIdentifier": "false"},
+            }
+            if shares
+            else {"Null": {"batch:SchedulingPriority": "true", "batch:ShareIdentifier": "true"}}
+        )
+        for resource, conditions in ((self.job_queue_arn, priority), (self.service_job_arn, share)):
+            role.add_to_principal_policy(
+                iam.PolicyStatement(
+                    actions=["batch:SubmitServiceJob"], resources=[resource], conditions=conditions
+                )
+            )
 
 
 def _terminate_after(reason: str, seconds: int) -> batch.CfnJobQueue.JobStateTimeLimitActionProperty:

@@ -31,6 +31,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
+from stacks.pipeline.attempt_grants import create_job_conditions, create_job_statements
 from stacks.pipeline.attempt_metrics import grant_publish, metrics_namespace
 from stacks.pipeline.jsonata_text import expression, literal
 from stacks.pipeline.logged_state_machine import logged_state_machine
@@ -44,6 +45,7 @@ from stacks.pipeline.registry.registration_states import (
     PROFILE_DIMENSION,
     registration_chain,
 )
+from stacks.pipeline.request_guard import allowed_requests
 from stacks.pipeline.state_machine_facts import resource_value, substitution_names, with_placeholders
 from stacks.validation import acknowledge
 from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements
@@ -79,7 +81,8 @@ class ModelRegistration(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         project, profiles = runs.project, runs.profiles
-        self.project, self.profiles = project, profiles
+        self.project, self.profiles, self.limits = project, profiles, runs.limits
+        self.registered_profiles = [profile for profile in profiles if profile.registry is not None]
         # Deploy-time values appear as ${Name} placeholders, which DefinitionSubstitutions fill.
         self.table_resources = with_placeholders(resources)
         self.table = registry_table(project, profiles, self.table_resources)
@@ -112,6 +115,7 @@ class ModelRegistration(Construct):
             ),
         )
         self.dataset_prefix = resources.dataset_prefix
+        self.resources = resources
         self.state_machine, self.log_group = logged_state_machine(
             self,
             "StateMachine",
@@ -127,6 +131,7 @@ class ModelRegistration(Construct):
                 repository_arn=stack.format_arn(
                     service="ecr", resource="repository", resource_name=f"{project}-training"
                 ),
+                allowed=allowed_requests(runs, self.table_resources, self.registered_profiles),
             ),
             timeout=None,
         )
@@ -241,17 +246,15 @@ class ModelRegistration(Construct):
     def _grant(self, sagemaker_role: iam.IRole) -> None:
         """The custom states' actions and passing the job's role to SageMaker."""
         machine = self.state_machine
-        machine.add_to_role_policy(
-            iam.PolicyStatement(
-                sid="CreateEvaluationJobs",
-                actions=["sagemaker:CreateTrainingJob", "sagemaker:AddTags"],
-                resources=[self.job_arn],
-            )
-        )
+        # The evaluation job keeps the run's network and instance types: the training attempts' conditions.
+        conditions = create_job_conditions(self.resources, self.registered_profiles, self.limits)
+        for statement in create_job_statements(self.job_arn, conditions, sid="CreateEvaluationJobs"):
+            machine.add_to_role_policy(statement)
         # The evaluation job keeps the run's InstancePreferences and the training plans they name, which
         # CreateTrainingJob authorizes too (Service Authorization Reference, SageMaker: training-plan).
-        registered = (profile for profile in self.profiles if profile.registry is not None)
-        plans = sorted({plan for profile in registered for plan in profile.training_plan_arns if plan})
+        plans = sorted(
+            {plan for profile in self.registered_profiles for plan in profile.training_plan_arns if plan}
+        )
         if plans:
             machine.add_to_role_policy(
                 iam.PolicyStatement(

@@ -16,6 +16,7 @@ from stacks.pipeline.jsonata_text import expression, literal
 from stacks.pipeline.machine_kit import SAGEMAKER_ERROR, literal_partition, retry_must_succeed_call
 from stacks.pipeline.registry.evaluation_request import decision, evaluation_request, model_package_request
 from stacks.pipeline.registry.evaluation_states import evaluation_states, sagemaker_call
+from stacks.pipeline.request_guard import refuse_unless_allowed, registration_problem
 
 # How an ECR error other than its modelled ones reaches a Task (DESIGN.md's rule for aws-sdk tasks).
 ECR_THROTTLED = "Ecr.EcrException"
@@ -34,8 +35,10 @@ def registration_chain(
     package_arns: list[str],
     job_arn: str,
     repository_arn: str,
+    allowed: dict[str, Any],
 ) -> sfn.IChainable:
-    """The registration machine's states (module docstring), from its input to its output."""
+    """The registration machine's states (module docstring), from its input to its output; first of all
+    the run's request and model checked against `allowed` (request_guard.allowed_requests)."""
     prepare = sfn.Pass.jsonata(
         scope,
         "Prepare",
@@ -48,7 +51,8 @@ def registration_chain(
     )
     register = _register(scope, project, package_arns, repository_arn)
     evaluate = evaluation_states(scope, job_arn=job_arn, request=evaluation_request(), completed=register)
-    return prepare.next(_manifests(scope, dataset_bucket, dataset_prefix)).next(evaluate)
+    prepare.next(_manifests(scope, dataset_bucket, dataset_prefix)).next(evaluate)
+    return refuse_unless_allowed(scope, registration_problem(allowed), prepare)
 
 
 def _register(scope: Construct, project: str, package_arns: list[str], repository_arn: str) -> sfn.IChainable:

@@ -1,0 +1,327 @@
+"""What the inner machines may be asked to run: the CreateTrainingJob request an attempt machine (direct or
+queued) or the registration machine receives is checked, as its first state, against the table of what
+the pipeline's profiles and resources allow; a request outside it ends the execution with the error
+RequestRefused, its cause naming the field and the allowed value, before any CreateTrainingJob or
+SubmitServiceJob.
+
+Why: the inner machines take the whole request from their input, and anyone allowed to start them can
+start them directly (Step Functions knows no caller identity inside an execution and has no resource
+policies: DESIGN.md, round 6). The pipeline builds its requests from the same profiles and resources, so
+its own attempts always pass. IAM enforces the same rules second where a condition key exists
+(attempt_grants.py).
+
+The table is baked into the definition from what the constructs are given (`runs`, `resources` with their
+`${Name}` placeholders, the profiles), never from a global: one pipeline per team gets its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from aws_cdk import aws_stepfunctions as sfn
+from constructs import Construct
+
+from stacks.pipeline.jsonata_text import expression, literal
+from trainstack.job_request import PipelineResources, RunRequest, build_create_training_job_request
+from trainstack.pipeline_runs import PipelineRuns
+from trainstack.planning.setups import instance_count_problem
+from trainstack.profiles import MAX_RUNTIME_HOURS_LIMIT, Profile
+from trainstack.teams import MAX_INSTANCE_COUNT
+
+ERROR_REQUEST_REFUSED = "RequestRefused"
+
+
+def largest_count(profile: Profile, queue_max: int | None, max_count: int = MAX_INSTANCE_COUNT) -> int:
+    """The most instances a run of `profile` may ask for: its largest valid instanceCount up to `max_count`
+    (the input rules integer>=1 and fits-profile; with teams, the team's cap), never below its own counts,
+    within queue.max_instances in queue mode."""
+    valid = next(
+        (count for count in range(max_count, 0, -1) if instance_count_problem(profile, count) is None),
+        0,
+    )
+    largest = max(valid, *(preference.instance_count for preference in profile.instance_preferences))
+    return min(largest, queue_max) if queue_max else largest
+
+
+def largest_counts(profiles: Sequence[Profile], queue_max: int | None, max_count: int) -> dict[str, int]:
+    """By instance type: the most instances any profile naming it may ask for."""
+    counts: dict[str, int] = {}
+    for profile in profiles:
+        largest = largest_count(profile, queue_max, max_count)
+        for preference in profile.instance_preferences:
+            counts[preference.instance_type] = max(counts.get(preference.instance_type, 0), largest)
+    return counts
+
+
+def longest_runtime_seconds(profiles: Sequence[Profile], limit_hours: float = MAX_RUNTIME_HOURS_LIMIT) -> int:
+    """The longest MaxRuntimeInSeconds a run may ask for: maxRuntimeHours' upper bound of each profile, within
+    `limit_hours` (with teams, the team's max_runtime_hours)."""
+    return max(
+        round(
+            min(profile.max_wait_hours if profile.managed_spot else MAX_RUNTIME_HOURS_LIMIT, limit_hours)
+            * 3600
+        )
+        for profile in profiles
+    )
+
+
+def request_fields(profiles: Sequence[Profile], resources: PipelineResources) -> list[str]:
+    """The top-level members the pipeline's requests hold (a resumed run's included): no other is allowed,
+    so a request cannot add a destination the table knows nothing of (ProfilerConfig, DebugHookConfig...)."""
+    fields: set[str] = set()
+    for profile in profiles:
+        run = RunRequest(
+            profile=profile.name, run_name=f"{resources.job_name_prefix}run", resume_from="s3://x/"
+        )
+        fields |= set(build_create_training_job_request(profile, resources, run, 1, "execution"))
+    return sorted(fields)
+
+
+def allowed_requests(
+    runs: PipelineRuns, resources: PipelineResources, profiles: Sequence[Profile] | None = None
+) -> dict[str, Any]:
+    """The table: `resources` with their placeholders, `profiles` (default: every profile of `runs`)."""
+    profiles = runs.profiles if profiles is None else profiles
+    prefix = resources.job_name_prefix
+    checkpoints = f"s3://{resources.checkpoint_bucket}/{prefix}"
+    artifacts = f"s3://{resources.artifact_bucket}/{prefix}"
+    queue = runs.queue
+    file_system = (
+        {"id": resources.file_system_id, "directoryPath": resources.file_system_directory_path.rstrip("/")}
+        if resources.file_system_id is not None and resources.file_system_directory_path is not None
+        else None
+    )
+    return {
+        "fields": request_fields(profiles, resources),
+        "roleArn": resources.role_arn,
+        "image": resources.image_uri,
+        "subnets": list(resources.subnet_ids),
+        "securityGroups": list(resources.security_group_ids),
+        "counts": largest_counts(
+            profiles, queue.max_instances if queue.enabled else None, runs.limits.max_instance_count
+        ),
+        "maxRuntimeSeconds": longest_runtime_seconds(profiles, runs.limits.max_runtime_hours),
+        "jobNamePrefix": prefix,
+        "checkpoints": checkpoints,
+        "artifacts": artifacts,
+        # A channel reads the dataset, or what a run of this project wrote (resumeFrom, a model).
+        "channels": [f"s3://{resources.dataset_bucket}/{resources.dataset_prefix}", checkpoints, artifacts],
+        "fileSystem": file_system,
+        "shares": list(queue.shares),
+        "maxPriority": runs.limits.max_priority,
+    }
+
+
+# JSONata helpers bound in every check: a URI under one of some prefixes; two lists with the same members.
+_HELPERS = (
+    '$under := function($uri, $prefixes) { $type($uri) = "string" and '
+    "$count($filter($prefixes, function($p) { $substring($uri, 0, $length($p)) = $p })) > 0 }; "
+    "$same := function($a, $b) { $count($a) = $count($b) and "
+    "$count($filter($a, function($x) { $x in $b })) = $count($a) and "
+    "$count($filter($b, function($x) { $x in $a })) = $count($b) }; "
+    '$list := function($values) { $join([$values], ", ") }; '
+)
+
+
+def _request_rules(named: bool) -> list[tuple[str, str]]:
+    """(refuses, cause) of the request `$r` against the table `$g`, in order; the first that refuses wins:
+    what the job is and runs on, then where it reads and writes."""
+    return [*_job_rules(), *_location_rules(named)]
+
+
+def _job_rules() -> list[tuple[str, str]]:
+    """The request's fields, role, image, network, instances and runtime."""
+    config = "$r.ResourceConfig"
+    return [
+        ('$type($r) != "object"', '"request must be a CreateTrainingJob request (a JSON object)."'),
+        (
+            "$count($unknownFields) > 0",
+            '"request may hold only the fields the pipeline sends (" & $list($g.fields) & "); " & '
+            '$list($unknownFields) & " is not one of them."',
+        ),
+        (
+            "$r.RoleArn != $g.roleArn",
+            '"RoleArn must be " & $g.roleArn & ", the pipeline\'s SageMaker role."',
+        ),
+        (
+            "$r.AlgorithmSpecification.TrainingImage != $g.image",
+            '"AlgorithmSpecification.TrainingImage must be " & $g.image & ", the project\'s image."',
+        ),
+        (
+            "$not($same([$r.VpcConfig.Subnets], $g.subnets))",
+            '"VpcConfig.Subnets must be exactly the project\'s training subnets: " & $list($g.subnets) & "."',
+        ),
+        (
+            "$not($same([$r.VpcConfig.SecurityGroupIds], $g.securityGroups))",
+            '"VpcConfig.SecurityGroupIds must be exactly the project\'s training security groups: " & '
+            '$list($g.securityGroups) & "."',
+        ),
+        (
+            f"$exists({config}.InstanceGroups)",
+            '"ResourceConfig.InstanceGroups is not allowed: the pipeline names instance types in '
+            'ResourceConfig.InstancePreferences or ResourceConfig.InstanceType."',
+        ),
+        (
+            "$count($types) = 0 or "
+            "$count($filter($types, function($t) { $not($t in $keys($g.counts)) })) > 0",
+            '"ResourceConfig must name only instance types the profiles allow (" & $list($keys($g.counts)) & '
+            '"); it names " & ($count($types) = 0 ? "none" : $list($types)) & "."',
+        ),
+        (
+            "$count($overCounts) > 0",
+            '($o := $overCounts[0]; "ResourceConfig asks for " & $string($o.count) & " x " & $o.type & '
+            '"; the profiles allow a whole number from 1 to " & $string($lookup($g.counts, $o.type)) & ".")',
+        ),
+        (
+            '($s := $r.StoppingCondition.MaxRuntimeInSeconds; $type($s) != "number" or $s < 1 or '
+            "$s > $g.maxRuntimeSeconds)",
+            '"StoppingCondition.MaxRuntimeInSeconds must be a number of seconds from 1 to " & '
+            '$string($g.maxRuntimeSeconds) & "."',
+        ),
+    ]
+
+
+def _location_rules(named: bool) -> list[tuple[str, str]]:
+    """The job's name and where it reads and writes. named=False: TrainingJobName may be left out (the
+    registration machine names its jobs itself)."""
+    unnamed = "" if named else "$exists($r.TrainingJobName) and "
+    channels = "[$r.InputDataConfig]"
+    s3_channel = "$exists($c.DataSource.S3DataSource)"
+    fsx_channel = "$exists($c.DataSource.FileSystemDataSource)"
+    fsx = "$c.DataSource.FileSystemDataSource"
+    return [
+        (
+            f"{unnamed}$not($under($r.TrainingJobName, [$g.jobNamePrefix]))",
+            '"TrainingJobName must start with " & $g.jobNamePrefix & "."',
+        ),
+        (
+            "$exists($r.CheckpointConfig) and $not($under($r.CheckpointConfig.S3Uri, [$g.checkpoints]))",
+            '"CheckpointConfig.S3Uri must lie under " & $g.checkpoints & "."',
+        ),
+        (
+            "$not($under($r.OutputDataConfig.S3OutputPath, [$g.artifacts]))",
+            '"OutputDataConfig.S3OutputPath must lie under " & $g.artifacts & "."',
+        ),
+        (
+            "$exists($r.TensorBoardOutputConfig) and "
+            "$not($under($r.TensorBoardOutputConfig.S3OutputPath, [$g.artifacts]))",
+            '"TensorBoardOutputConfig.S3OutputPath must lie under " & $g.artifacts & "."',
+        ),
+        (
+            f"$count($filter({channels}, function($c) {{ {s3_channel} = {fsx_channel} }})) > 0",
+            "\"InputDataConfig: every channel must read from S3 (S3DataSource) or the project's file system "
+            '(FileSystemDataSource)."',
+        ),
+        (
+            f"$count($filter({channels}, function($c) {{ {s3_channel} and "
+            "$not($under($c.DataSource.S3DataSource.S3Uri, $g.channels)) })) > 0",
+            '"InputDataConfig: an S3DataSource.S3Uri must lie under one of " & $list($g.channels) & "."',
+        ),
+        (
+            f"$count($filter({channels}, function($c) {{ {fsx_channel} and $not($g.fileSystem and "
+            f'{fsx}.FileSystemId = $g.fileSystem.id and $type({fsx}.DirectoryPath) = "string" and '
+            f"({fsx}.DirectoryPath = $g.fileSystem.directoryPath or "
+            f'$under({fsx}.DirectoryPath, [$g.fileSystem.directoryPath & "/"]))) }})) > 0',
+            '"InputDataConfig: " & ($g.fileSystem ? "a FileSystemDataSource must be file system " & '
+            '$g.fileSystem.id & " with its DirectoryPath under " & $g.fileSystem.directoryPath & "." : '
+            '"no FileSystemDataSource is allowed: the project has no file system.")',
+        ),
+    ]
+
+
+def _chain(rules: list[tuple[str, str]]) -> str:
+    chain = "null"
+    for refuses, cause in reversed(rules):
+        chain = f"(({refuses}) ? {cause} : {chain})"
+    return chain
+
+
+def request_problem(table: dict[str, Any], request: str, *, named: bool = True) -> str:
+    """JSONata: null when the request `request` (an expression) is one `table` allows, else the cause."""
+    types = "[$r.ResourceConfig.InstancePreferences.InstanceType, $r.ResourceConfig.InstanceType]"
+    # Every count the request asks for, with its type: a preference's own, or the job-level one for each type.
+    asked = (
+        "$append([$r.ResourceConfig.InstancePreferences[$exists(InstanceCount)].{"
+        '"type": InstanceType, "count": InstanceCount}], '
+        '$exists($r.ResourceConfig.InstanceCount) ? [$map($types, function($t) { {"type": $t, '
+        '"count": $r.ResourceConfig.InstanceCount} })] : [])'
+    )
+    over = (
+        f'$filter({asked}, function($a) {{ $type($a.count) != "number" or $a.count < 1 or '
+        "$a.count != $floor($a.count) or $a.count > $lookup($g.counts, $a.type) })"
+    )
+    return (
+        f"($g := {literal(table)}; $r := {request}; {_HELPERS}"
+        '$unknownFields := $type($r) = "object" ? '
+        "$filter($keys($r), function($k) { $not($k in $g.fields) }) : []; "
+        f"$types := {types}; $overCounts := [{over}]; "
+        f"{_chain(_request_rules(named))})"
+    )
+
+
+def queued_fields_problem(table: dict[str, Any], share: str, priority: str) -> str:
+    """JSONata: null when the Batch share and priority (expressions, null when not sent) are what the queue
+    allows (one of queue.shares; priority 0-MAX_PRIORITY, only in a fair-share queue), else the cause. No
+    share in a fair-share queue is Batch's to refuse (shareIdentifier is required there: botocore's batch
+    model, SubmitServiceJob), and the grant's to deny."""
+    shares, bound = literal(table["shares"]), table["maxPriority"]
+    rules = [
+        (
+            f"$count({shares}) > 0 and $s != null and $not($s in {shares})",
+            f'"share must be one of " & $join({shares}, ", ") & " (queue.shares)."',
+        ),
+        (
+            f"$count({shares}) = 0 and $s != null",
+            '"share must be null: the queue has no shares (queue.shares)."',
+        ),
+        (
+            f"$count({shares}) = 0 and $p != null",
+            '"priority must be null: priority orders jobs only in a queue with fair shares (queue.shares)."',
+        ),
+        (
+            f'$p != null and ($type($p) != "number" or $p < 0 or $p > {bound} or $p != $floor($p))',
+            f'"priority must be a whole number from 0 to {bound} (higher runs first)."',
+        ),
+    ]
+    return (
+        f"($s := $exists({share}) ? {share} : null; $p := $exists({priority}) ? {priority} : null; "
+        f"{_chain(rules)})"
+    )
+
+
+def registration_problem(table: dict[str, Any]) -> str:
+    """JSONata: the registration machine's input checked, as the evaluation job is built from it
+    (registry/evaluation_request.py): the run's request, its name and its model, which the evaluation job
+    reads."""
+    name, model = "$states.input.runName", "$states.input.modelArtifacts"
+    prefix, artifacts = literal(table["jobNamePrefix"]), literal(table["artifacts"])
+    return (
+        f"($q := {request_problem(table, '$states.input.request', named=False)}; $q != null ? $q : "
+        f'$not($type({name}) = "string" and $substring({name}, 0, $length({prefix})) = {prefix}) ? '
+        f'"runName must start with " & {prefix} & "." : '
+        f'$not($type({model}) = "string" and $substring({model}, 0, $length({artifacts})) = {artifacts}) ? '
+        f'"modelArtifacts must lie under " & {artifacts} & "." : null)'
+    )
+
+
+def refuse_unless_allowed(
+    scope: Construct, problem: str, then: sfn.IChainable, *, construct_id: str = "CheckRequest"
+) -> sfn.IChainable:
+    """The first states of an inner machine: evaluate `problem` (JSONata yielding null or a cause) into
+    $refusal, then fail with RequestRefused or go on to `then`."""
+    check = sfn.Pass.jsonata(
+        scope,
+        construct_id,
+        comment="The request must be one the pipeline's profiles allow (stacks/pipeline/request_guard.py).",
+        assign={"refusal": expression(problem)},
+    )
+    refused = sfn.Fail.jsonata(
+        scope, "RequestRefused", error=ERROR_REQUEST_REFUSED, cause=expression("$refusal")
+    )
+    allowed = (
+        sfn.Choice.jsonata(scope, "IsRequestAllowed")
+        .when(sfn.Condition.jsonata(expression("$refusal != null")), refused)
+        .otherwise(then)
+    )
+    return check.next(allowed)
