@@ -25,6 +25,7 @@ from trainstack.planning.setups import fit_problems
 from trainstack.profiles import Profile
 from trainstack.queue_settings import QueueSettings
 from trainstack.registry_settings import check_held_out_sets
+from trainstack.run_names import RUN_NAME_MAX_LENGTH, default_run_name_length
 from trainstack.teams import RunLimits, Team, namespace
 from trainstack.trigger_settings import RetrainOnNewData
 
@@ -316,8 +317,6 @@ class Settings(StrictModel):
 
     @model_validator(mode="after")
     def _teams_fit(self) -> Settings:
-        from trainstack.execution_input import RUN_NAME_MAX_LENGTH, default_run_name_length
-
         for field, values in (
             ("name", [team.name for team in self.teams]),
             ("share", [team.share_identifier for team in self.teams]),

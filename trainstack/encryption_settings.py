@@ -17,14 +17,11 @@ would double the key policies to keep right and the KMS requests to pay for, and
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated, Any
 
 from pydantic import model_validator
 
 from trainstack.base import StrictModel, matching
-
-if TYPE_CHECKING:
-    from trainstack.config import Settings
 
 KMS_KEY_ARN = matching(
     r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[A-Za-z0-9-]+$",
@@ -52,7 +49,7 @@ class EncryptionSettings(StrictModel):
         return self.customer_managed_key or self.kms_key_arn is not None
 
 
-def check_key_region(settings: Settings) -> Settings:
+def check_key_region(settings: Any) -> Any:
     """A key of the deployment's Region: S3 encrypts with a key of the bucket's Region (the S3 API reference
     says so where it spells it out, e.g. MetadataTableEncryptionConfiguration.KmsKeyArn; assumed for
     default bucket encryption), and KMS keys are Regional."""

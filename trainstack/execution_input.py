@@ -42,7 +42,7 @@ from trainstack.profiles import (
     Profile,
 )
 from trainstack.queue_settings import QueueSettings
-from trainstack.retry_policies import MAX_ATTEMPTS_LIMIT
+from trainstack.run_names import RUN_NAME_MAX_LENGTH, default_run_name_at
 from trainstack.teams import RunLimits
 
 
@@ -68,9 +68,6 @@ class RunConfig(Protocol):
 
 FIELDS = ("profile", "runName", "hyperparameters", "instanceCount", "maxRuntimeHours", "resumeFrom")
 QUEUE_FIELDS = ("priority", "share")
-# Job names are `<runName>-<attempt>` (attempts <= MAX_ATTEMPTS_LIMIT, 3 digits) and SageMaker allows
-# 63 characters.
-RUN_NAME_MAX_LENGTH = 63 - 1 - len(str(MAX_ATTEMPTS_LIMIT))
 MIN_RUNTIME_HOURS = 0.01
 RUN_NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$"
 S3_URI_PATTERN = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$"
@@ -314,15 +311,7 @@ PROFILE_RULES: tuple[ProfileRule, ...] = (
 
 def default_run_name(settings: RunConfig, profile: str, now: datetime | None = None) -> str:
     """`<project>-<profile>-<UTC yyyymmdd-HHMMSS>`: the run name when neither input nor caller gives one."""
-    return _default_run_name(settings.project, profile, now or datetime.now(UTC))
-
-
-def _default_run_name(project: str, profile: str, now: datetime) -> str:
-    return f"{project}-{profile}-{now:%Y%m%d-%H%M%S}"
-
-
-def default_run_name_length(project: str, profile: str) -> int:
-    return len(_default_run_name(project, profile, datetime(2000, 1, 1, tzinfo=UTC)))
+    return default_run_name_at(settings.project, profile, now or datetime.now(UTC))
 
 
 def input_rules(settings: RunConfig) -> tuple[InputRule, ...]:

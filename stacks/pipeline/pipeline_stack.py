@@ -59,8 +59,8 @@ class PipelineStack(cdk.Stack):
         **kwargs,
     ) -> None:
         """One pipeline: the project's, or with teams one team's (`team`; `runs` namespaced
-        `<project>-<team>`),
-        whose runs read only the team's dataset directory and go through the teams' shared `queue`."""
+        `<project>-<team>`), whose runs read only the team's dataset directory and go through the teams'
+        shared `queue`."""
         super().__init__(
             scope,
             construct_id,
@@ -89,6 +89,30 @@ class PipelineStack(cdk.Stack):
             queue=self.queue,
         )
         self.state_machine = self.training.state_machine
+        self._cleanup_and_monitoring(project, notification_emails)
+        self.training.registration.add_to_dashboard(self.monitoring.dashboard)
+        self._schedules(project, runs.profiles)
+        if team is not None:
+            self.team_access = TeamAccess(
+                self, "TeamAccess", team=team, project=project, pipelines=self.training, stack=self
+            )
+        if storage.run_data_key is not None:
+            encrypt_log_groups(self, storage.run_data_key)
+        if trigger is not None:
+            self.trigger = RetrainTrigger(
+                self,
+                "RetrainTrigger",
+                project=project,
+                trigger=trigger,
+                storage=storage,
+                pipeline=self.state_machine,
+                profiles=runs.profiles,
+            )
+            self.monitoring.dashboard.add_widgets(*self.trigger.dashboard_widgets())
+        self._outputs()
+
+    def _cleanup_and_monitoring(self, project: str, notification_emails: Sequence[str]) -> None:
+        """No orphaned jobs (the job cleanup, and the queue's), the SNS topic, the dashboard and alarms."""
         self.cleanup = JobCleanup(
             self,
             "JobCleanup",
@@ -121,26 +145,6 @@ class PipelineStack(cdk.Stack):
             sweepers=[cleanup.sweeper for cleanup in cleanups],
             topic=self.notifications.topic,
         )
-        self.training.registration.add_to_dashboard(self.monitoring.dashboard)
-        self._schedules(project, runs.profiles)
-        if team is not None:
-            self.team_access = TeamAccess(
-                self, "TeamAccess", team=team, project=project, pipelines=self.training, stack=self
-            )
-        if storage.run_data_key is not None:
-            encrypt_log_groups(self, storage.run_data_key)
-        if trigger is not None:
-            self.trigger = RetrainTrigger(
-                self,
-                "RetrainTrigger",
-                project=project,
-                trigger=trigger,
-                storage=storage,
-                pipeline=self.state_machine,
-                profiles=runs.profiles,
-            )
-            self.monitoring.dashboard.add_widgets(*self.trigger.dashboard_widgets())
-        self._outputs()
 
     def _training_queue(self, project: str, queue: QueueSettings) -> TrainingQueue:
         training_queue = TrainingQueue(self, "Queue", project=project, queue=queue)

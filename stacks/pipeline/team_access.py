@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from stacks.pipeline.training_state_machine import TrainingStateMachine
@@ -34,68 +35,7 @@ class TeamAccess(Construct):
     ) -> None:
         """`project` is the team's namespace (`<project>-<team>`): every name of its pipeline starts so."""
         super().__init__(scope, construct_id)
-        pipeline = pipelines.state_machine
-        executions = stack.format_arn(
-            service="states",
-            resource="execution",
-            resource_name=f"{project}-pipeline:*",  # the pipeline's name (training_state_machine.py)
-            arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
-        )
-        statements = [
-            iam.PolicyStatement(
-                sid="StartRuns",
-                actions=["states:StartExecution", "states:DescribeStateMachine"],
-                resources=[pipeline.state_machine_arn],
-            ),
-            # ListExecutions authorizes a state machine or one of its map runs (both resource types are
-            # listed in the Service Authorization Reference); the pipeline has no Map state, so no map run.
-            iam.PolicyStatement(
-                sid="ListRuns",
-                actions=["states:ListExecutions"],
-                resources=[
-                    pipeline.state_machine_arn,
-                    stack.format_arn(
-                        service="states",
-                        resource="mapRun",
-                        resource_name=f"{project}-pipeline/*",
-                        arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
-                    ),
-                ],
-            ),
-            iam.PolicyStatement(
-                sid="FollowAndStopRuns",
-                actions=["states:DescribeExecution", "states:GetExecutionHistory", "states:StopExecution"],
-                resources=[executions],
-            ),
-            iam.PolicyStatement(
-                sid="FindThePipeline",
-                actions=["cloudformation:DescribeStacks"],
-                resources=[stack.stack_id],
-            ),
-            iam.PolicyStatement(
-                sid="DescribeRunJobs",
-                actions=["sagemaker:DescribeTrainingJob"],
-                resources=[
-                    stack.format_arn(
-                        service="sagemaker", resource="training-job", resource_name=f"{project}-*"
-                    )
-                ],
-            ),
-            iam.PolicyStatement(
-                sid="DecideOwnModelVersions",
-                actions=["sagemaker:DescribeModelPackage", "sagemaker:UpdateModelPackage"],
-                resources=[
-                    stack.format_arn(
-                        service="sagemaker", resource="model-package", resource_name=f"{project}-*/*"
-                    )
-                ],
-            ),
-            iam.PolicyStatement(
-                sid="ListOwnModelVersions",
-                actions=["sagemaker:ListModelPackages"],
-                resources=["*"],  # no resource types (Service Authorization Reference)
-            ),
-        ]
+        statements = _statements(project, pipelines.state_machine, stack)
         if team.principal_tag is not None:
             for statement in statements:
                 statement.add_condition(
@@ -133,3 +73,68 @@ class TeamAccess(Construct):
             value=self.policy.managed_policy_arn,
             description=f"Attach to whoever may start team {team.name}'s runs",
         )
+
+
+def _statements(project: str, pipeline: sfn.StateMachine, stack: cdk.Stack) -> list[iam.PolicyStatement]:
+    """Start, list, follow and stop the pipeline's runs; find its stack; describe its jobs; decide on its
+    model versions."""
+    executions = stack.format_arn(
+        service="states",
+        resource="execution",
+        resource_name=f"{project}-pipeline:*",  # the pipeline's name (training_state_machine.py)
+        arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
+    )
+    statements = [
+        iam.PolicyStatement(
+            sid="StartRuns",
+            actions=["states:StartExecution", "states:DescribeStateMachine"],
+            resources=[pipeline.state_machine_arn],
+        ),
+        # ListExecutions authorizes a state machine or one of its map runs (both resource types are
+        # listed in the Service Authorization Reference); the pipeline has no Map state, so no map run.
+        iam.PolicyStatement(
+            sid="ListRuns",
+            actions=["states:ListExecutions"],
+            resources=[
+                pipeline.state_machine_arn,
+                stack.format_arn(
+                    service="states",
+                    resource="mapRun",
+                    resource_name=f"{project}-pipeline/*",
+                    arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
+                ),
+            ],
+        ),
+        iam.PolicyStatement(
+            sid="FollowAndStopRuns",
+            actions=["states:DescribeExecution", "states:GetExecutionHistory", "states:StopExecution"],
+            resources=[executions],
+        ),
+        iam.PolicyStatement(
+            sid="FindThePipeline",
+            actions=["cloudformation:DescribeStacks"],
+            resources=[stack.stack_id],
+        ),
+        iam.PolicyStatement(
+            sid="DescribeRunJobs",
+            actions=["sagemaker:DescribeTrainingJob"],
+            resources=[
+                stack.format_arn(service="sagemaker", resource="training-job", resource_name=f"{project}-*")
+            ],
+        ),
+        iam.PolicyStatement(
+            sid="DecideOwnModelVersions",
+            actions=["sagemaker:DescribeModelPackage", "sagemaker:UpdateModelPackage"],
+            resources=[
+                stack.format_arn(
+                    service="sagemaker", resource="model-package", resource_name=f"{project}-*/*"
+                )
+            ],
+        ),
+        iam.PolicyStatement(
+            sid="ListOwnModelVersions",
+            actions=["sagemaker:ListModelPackages"],
+            resources=["*"],  # no resource types (Service Authorization Reference)
+        ),
+    ]
+    return statements
