@@ -185,3 +185,88 @@ def test_a_teams_principals_start_only_the_teams_own_pipeline(teams):
         "search (tagged) starts its pipeline",
         "research approves its own version",
     ]
+
+
+def test_a_teams_machines_create_and_submit_only_as_the_team(teams):
+    """research's registration machine creates evaluation jobs only on research's FSx directory, in its own
+    job names, with its own role; its attempt machine submits only to research's share, within its
+    priority cap."""
+    values = teams.substitutions("research")
+    other = teams.substitutions("search")
+    registration = teams.role("research", "TrainingRegistrationStateMachineRole")
+    attempt = teams.role("research", "TrainingAttemptStateMachineRole")
+    job = f"arn:aws:sagemaker:{teams.region}:{teams.account}:training-job"
+
+    def create(directory: str) -> dict[str, Any]:
+        return {
+            "sagemaker:VpcSubnets": [values["TrainingSubnet0"]],
+            "sagemaker:VpcSecurityGroupIds": [values["TrainingSecurityGroup0"]],
+            "sagemaker:InstanceTypes": ["ml.g5.12xlarge"],
+            "sagemaker:MaxRuntimeInSeconds": "3600",
+            "sagemaker:FileSystemId": values["FileSystemId"],
+            "sagemaker:FileSystemDirectoryPath": directory,
+        }
+
+    own_dir, other_dir = values["FileSystemDirectoryPath"], other["FileSystemDirectoryPath"]
+    service_job = f"arn:aws:batch:{teams.region}:{teams.account}:service-job/x"
+    passed = {"iam:PassedToService": "sagemaker.amazonaws.com"}
+    calls = [
+        Call(
+            "own create",
+            registration,
+            "sagemaker:CreateTrainingJob",
+            f"{job}/trainstack-research-r-eval",
+            create(own_dir),
+        ),
+        Call(
+            "create on search's directory",
+            registration,
+            "sagemaker:CreateTrainingJob",
+            f"{job}/trainstack-research-r-eval",
+            create(other_dir),
+        ),
+        Call(
+            "create a job named for search",
+            registration,
+            "sagemaker:CreateTrainingJob",
+            f"{job}/trainstack-search-r-eval",
+            create(own_dir),
+        ),
+        Call(
+            "longer than the team's cap",
+            registration,
+            "sagemaker:CreateTrainingJob",
+            f"{job}/trainstack-research-r-eval",
+            {**create(own_dir), "sagemaker:MaxRuntimeInSeconds": str(49 * 3600)},
+        ),
+        Call("pass its own role", attempt, "iam:PassRole", values["SageMakerRoleArn"], passed),
+        Call("pass search's role", attempt, "iam:PassRole", other["SageMakerRoleArn"], passed),
+        Call(
+            "submit in its share",
+            attempt,
+            "batch:SubmitServiceJob",
+            service_job,
+            {"batch:ShareIdentifier": "research", "batch:SchedulingPriority": "100"},
+        ),
+        Call(
+            "submit in search's share",
+            attempt,
+            "batch:SubmitServiceJob",
+            service_job,
+            {"batch:ShareIdentifier": "search", "batch:SchedulingPriority": "0"},
+        ),
+        Call(
+            "submit above its priority cap",
+            attempt,
+            "batch:SubmitServiceJob",
+            service_job,
+            {"batch:ShareIdentifier": "research", "batch:SchedulingPriority": "101"},
+        ),
+    ]
+    assert own_dir != other_dir and values["SageMakerRoleArn"] != other["SageMakerRoleArn"]
+    allowed = decisions(calls)
+    assert [caller for caller, ok in allowed.items() if ok] == [
+        "own create",
+        "pass its own role",
+        "submit in its share",
+    ]

@@ -20,10 +20,12 @@ from localaws.emulator.batch_routes import install_fake_batch
 from localaws.emulator.fake_batch import FakeBatch
 from localaws.sagemaker import COMPLETED, STARTING, TRAINING, evaluated, scripted_sagemaker
 from stacks.pipeline.queue.training_queue import weight_factor
+from stacks.pipeline.state_machine_facts import substitution_names, with_values
 from tests.pipeline import harness
 from tests.pipeline.conftest import FAKE_VALUES, fake_value, state_machine_arn, state_machines
 from tests.queue.test_queue_pipeline import ended_event
-from trainstack.pipeline_runs import shared_queue
+from trainstack.job_request import RunRequest, build_create_training_job_request
+from trainstack.pipeline_runs import runs_for, shared_queue
 
 QUEUE_ARN = f"arn:aws:batch:{harness.REGION}:{harness.ACCOUNT}:job-queue/trainstack-training"
 MACHINES = ("pipeline", "pipeline-attempt", "pipeline-registration", "queue-cleanup")
@@ -207,3 +209,63 @@ def test_a_team_runs_within_its_own_prefixes_share_and_dataset_directory(world):
     [job] = world.sagemaker.created
     assert job["RoleArn"] == FAKE_VALUES["SageMakerRoleArn"]
     assert job["CheckpointConfig"]["S3Uri"] == f"s3://{CHECKPOINTS}/trainstack-research-r1/"
+
+
+def research_request(teams_app, edit=None) -> dict[str, Any]:
+    """The request research's pipeline itself sends for attempt 1 of a run of llama-7b-smp, edited."""
+    settings, stacks, _ = teams_app
+    stack = stacks.pipelines[0]
+    resources = with_values(
+        stack.resources, {name: fake_value(name) for name in substitution_names(stack.resources)}
+    )
+    profile = runs_for(settings, "research").profile("llama-7b-smp")
+    request = build_create_training_job_request(
+        profile,
+        resources,
+        RunRequest(profile=profile.name, run_name="trainstack-research-direct"),
+        1,
+        "arn:x",
+    )
+    if edit:
+        edit(request)
+    return request
+
+
+def _as_search(request: dict[str, Any]) -> None:
+    request["TrainingJobName"] = f"{B_RUN}-9"
+    request["CheckpointConfig"]["S3Uri"] = f"s3://{CHECKPOINTS}/{B_RUN}/"
+
+
+def _beyond_the_cap(request: dict[str, Any]) -> None:
+    request["ResourceConfig"]["InstancePreferences"] = [
+        {"InstanceType": "ml.p5.48xlarge", "InstanceCount": 64}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("edit", "share", "cause"),
+    [
+        (_as_search, "research", "TrainingJobName must start with trainstack-research-"),
+        (_beyond_the_cap, "research", "ResourceConfig asks for 64 x ml.p5.48xlarge"),
+        (None, "search", "share must be one of research"),
+    ],
+    ids=["the-other-teams-run", "beyond-the-teams-cap", "the-other-teams-share"],
+)
+def test_a_teams_attempt_machine_started_directly_refuses_what_the_team_may_not_do(
+    world, teams_app, edit, share, cause
+):
+    far = 10**13
+    outcome = harness.run(
+        state_machine_arn("trainstack-research-pipeline-attempt"),
+        {
+            "request": research_request(teams_app, edit),
+            "runName": "trainstack-research-direct",
+            "stopAtMillis": far,
+            "timeLimitSeconds": far,
+            "throttles": 0,
+            "share": share,
+        },
+    )
+    assert (outcome.status, outcome.error) == ("FAILED", "RequestRefused"), outcome.cause
+    assert outcome.cause.startswith(cause), outcome.cause
+    assert [operation for operation, _ in world.batch.calls if operation == "SubmitServiceJob"] == []
