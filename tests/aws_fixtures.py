@@ -26,14 +26,16 @@ def state_machine(definition: dict) -> str:
 def pipeline(definition: dict) -> str:
     """The pipeline's state machine published as the `StateMachineArn` output of stack trainstack-pipeline."""
     arn = state_machine(definition)
-    template = {
-        "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
-        "Outputs": {"StateMachineArn": {"Value": arn}},
-    }
-    boto3.client("cloudformation", region_name=REGION).create_stack(
-        StackName="trainstack-pipeline", TemplateBody=json.dumps(template)
-    )
+    publish_output("trainstack-pipeline", "StateMachineArn", arn)
     return arn
+
+
+def publish_output(stack_name: str, key: str, value: str) -> None:
+    """A deployed stack (in moto's CloudFormation) whose one output `key` is `value`, as the CLI reads it."""
+    template = {"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}, "Outputs": {key: {"Value": value}}}
+    boto3.client("cloudformation", region_name=REGION).create_stack(
+        StackName=stack_name, TemplateBody=json.dumps(template)
+    )
 
 
 def training_job(name: str, **fields) -> None:

@@ -236,24 +236,23 @@ class StorageStack(cdk.Stack):
             # same objects would add a key policy to keep right and protect nothing more. The pipeline's log
             # groups keep their own stack's key there (CT.CLOUDWATCH.PR.2/3, stacks/governed_account.py).
             return self.encryption_key
-        key = kms.Key(
-            self,
-            "RunDataKey",
-            description=f"{project} runs: checkpoints, model artifacts, training volumes, pipeline logs",
-            enable_key_rotation=True,
-            removal_policy=cdk.RemovalPolicy.RETAIN,  # the buckets are retained: so is what decrypts them
+        key = self._retained_key(
+            "RunDataKey", f"{project} runs: checkpoints, model artifacts, training volumes, pipeline logs"
         )
         allow_pipeline_logs(key, project)
         return key
 
-    def _bucket_key(self, project: str, dataset: DatasetSettings) -> kms.Key:
-        key = kms.Key(
+    def _retained_key(self, construct_id: str, description: str) -> kms.Key:
+        return kms.Key(
             self,
-            "BucketKey",
-            description=f"{project} buckets: datasets, checkpoints, model artifacts",
+            construct_id,
+            description=description,
             enable_key_rotation=True,
             removal_policy=cdk.RemovalPolicy.RETAIN,  # the buckets are retained: so is what decrypts them
         )
+
+    def _bucket_key(self, project: str, dataset: DatasetSettings) -> kms.Key:
+        key = self._retained_key("BucketKey", f"{project} buckets: datasets, checkpoints, model artifacts")
         if self.fsx_plan is not None and dataset.bucket_name is None:
             # FSx reads the dataset bucket as its service-linked role AWSServiceRoleForFSxS3Access_<file
             # system id>, which exists only once the file system does: matched by name, through S3 only

@@ -4,13 +4,12 @@ for byte."""
 
 from __future__ import annotations
 
-import json
 from datetime import timedelta
 
 import boto3
 import pytest
 
-from tests.aws_fixtures import KEEPS_RUNNING, REGION, SUCCEEDS, pipeline
+from tests.aws_fixtures import KEEPS_RUNNING, REGION, SUCCEEDS, pipeline, publish_output
 from tests.domain.test_cli_runs import ended
 from trainstack.cli import main
 
@@ -33,13 +32,7 @@ def s3(aws, monkeypatch):
     client = boto3.client("s3", region_name=REGION)
     client.create_bucket(Bucket=BUCKET)
     client.put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
-    template = {
-        "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
-        "Outputs": {"CheckpointBucketName": {"Value": BUCKET}},
-    }
-    boto3.client("cloudformation", region_name=REGION).create_stack(
-        StackName="trainstack-storage", TemplateBody=json.dumps(template)
-    )
+    publish_output("trainstack-storage", "CheckpointBucketName", BUCKET)
     return client
 
 

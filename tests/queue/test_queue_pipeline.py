@@ -58,6 +58,8 @@ def _value(part: Any, template: dict[str, Any]) -> str:
         return "aws"
     if "Fn::GetAtt" in part and part["Fn::GetAtt"][1] == "JobQueueArn":
         return QUEUE_ARN
+    if "Fn::GetStackOutput" in part:
+        return QUEUE_ARN  # with teams the job queue is the queue stack's, the one other stack's value
     return state_machine_arn(template["Resources"][part["Ref"]]["Properties"]["StateMachineName"])
 
 
@@ -132,14 +134,8 @@ class Queue:
         harness.wait_until(lambda: any(job.name == name for job in self.batch.jobs.values()))
 
 
-def queue_for(pipeline: QueuedPipeline, monkeypatch, scripts, naming: str = "awsbatch") -> Any:
-    """The queue world; a profile with `registry:` registers its Completed runs, their evaluation jobs
-    created by the registration machine directly, outside the queue (docs/queue.md, "Evaluation jobs")."""
-    sagemaker = scripted_sagemaker(job_scripts=scripts, evaluation_script=evaluated(2.0))
-    context = harness.pipeline_environment(sagemaker, monkeypatch)
-    clock = context.__enter__()
-    deploy_registry_resources(pipeline.settings)
-    queue = pipeline.settings.queue
+def install_queue(queue, sagemaker: FakeSageMaker, clock, monkeypatch, naming: str = "awsbatch") -> FakeBatch:
+    """FakeBatch as the config's queue (`queue`: its QueueSettings) answering Batch's API."""
     batch = FakeBatch(
         sagemaker=sagemaker,
         max_instances=queue.max_instances,
@@ -149,6 +145,17 @@ def queue_for(pipeline: QueuedPipeline, monkeypatch, scripts, naming: str = "aws
         training_job_names=naming,
     )
     install_fake_batch(batch, monkeypatch)
+    return batch
+
+
+def queue_for(pipeline: QueuedPipeline, monkeypatch, scripts, naming: str = "awsbatch") -> Any:
+    """The queue world; a profile with `registry:` registers its Completed runs, their evaluation jobs
+    created by the registration machine directly, outside the queue (docs/queue.md, "Evaluation jobs")."""
+    sagemaker = scripted_sagemaker(job_scripts=scripts, evaluation_script=evaluated(2.0))
+    context = harness.pipeline_environment(sagemaker, monkeypatch)
+    clock = context.__enter__()
+    deploy_registry_resources(pipeline.settings)
+    batch = install_queue(pipeline.settings.queue, sagemaker, clock, monkeypatch, naming)
     create_tables(pipeline.template, harness.REGION)
     harness.create_state_machine(pipeline.attempt, "trainstack-pipeline-attempt")
     harness.create_state_machine(pipeline.registration, "trainstack-pipeline-registration")

@@ -14,45 +14,25 @@ from typing import Any
 
 import pytest
 
-from localaws.demo import registry_run
 from localaws.demo.synthesized import create_tables
-from localaws.emulator.batch_routes import install_fake_batch
 from localaws.emulator.fake_batch import FakeBatch
 from localaws.sagemaker import COMPLETED, STARTING, TRAINING, evaluated, scripted_sagemaker
-from stacks.pipeline.queue.training_queue import weight_factor
 from stacks.pipeline.state_machine_facts import substitution_names, with_values
 from tests.pipeline import harness
-from tests.pipeline.conftest import FAKE_VALUES, fake_value, state_machine_arn, state_machines
-from tests.queue.test_queue_pipeline import ended_event
+from tests.pipeline.conftest import (
+    FAKE_VALUES,
+    deploy_registry_resources,
+    fake_value,
+    state_machine_arn,
+    state_machines,
+)
+from tests.queue.test_queue_pipeline import ended_event, filled, install_queue
 from trainstack.job_request import RunRequest, build_create_training_job_request
 from trainstack.pipeline_runs import runs_for, shared_queue
 
-QUEUE_ARN = f"arn:aws:batch:{harness.REGION}:{harness.ACCOUNT}:job-queue/trainstack-training"
 MACHINES = ("pipeline", "pipeline-attempt", "pipeline-registration", "queue-cleanup")
 CHECKPOINTS, ARTIFACTS = FAKE_VALUES["CheckpointBucket"], FAKE_VALUES["ArtifactBucket"]
 B_RUN = "trainstack-search-nightly"
-
-
-def _filled(properties: dict[str, Any], template: dict[str, Any]) -> str:
-    """The definition as CloudFormation deploys it: the shared queue's ARN (another stack's output), the
-    partition and the other machines' ARNs joined in, DefinitionSubstitutions filled with fake values."""
-    text = properties["DefinitionString"]
-    if isinstance(text, dict):
-        text = "".join(_value(part, template) for part in text["Fn::Join"][1])
-    for name in properties.get("DefinitionSubstitutions", {}):
-        text = text.replace("${" + name + "}", fake_value(name))
-    assert "${" not in text
-    return text
-
-
-def _value(part: Any, template: dict[str, Any]) -> str:
-    if isinstance(part, str):
-        return part
-    if part == {"Ref": "AWS::Partition"}:
-        return "aws"
-    if "Fn::GetStackOutput" in part or "Fn::ImportValue" in part:
-        return QUEUE_ARN  # the only other stack's value in a definition: the queue stack's job queue
-    return state_machine_arn(template["Resources"][part["Ref"]]["Properties"]["StateMachineName"])
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +43,7 @@ def definitions(teams_app) -> dict[str, str]:
     for stack in stacks.pipelines:
         template = assembly.get_stack_by_name(stack.stack_name).template
         for name, properties in state_machines(template).items():
-            found[name] = _filled(properties, template)
+            found[name] = filled(properties, template)
     return found
 
 
@@ -87,21 +67,8 @@ def world(teams_app, definitions, monkeypatch):
     sagemaker = scripted_sagemaker(job_scripts=[[STARTING, TRAINING]], evaluation_script=evaluated(2.0))
     context = harness.pipeline_environment(sagemaker, monkeypatch)
     clock = context.__enter__()
-    import boto3
-
-    boto3.client("s3").create_bucket(Bucket=FAKE_VALUES["DatasetBucket"])
-    registry_run.deploy_registry_resources(
-        settings, FAKE_VALUES["DatasetBucket"], FAKE_VALUES["TrainingImageUri"]
-    )
-    queue = shared_queue(settings)
-    batch = FakeBatch(
-        sagemaker=sagemaker,
-        max_instances=queue.max_instances,
-        weight_factors={name: weight_factor(weight) for name, weight in queue.shares.items()},
-        capacity_wait_seconds=queue.capacity_wait_seconds,
-        now=clock.time,
-    )
-    install_fake_batch(batch, monkeypatch)
+    deploy_registry_resources(settings)  # each team's model package groups
+    batch = install_queue(shared_queue(settings), sagemaker, clock, monkeypatch)
     _, stacks, assembly = teams_app
     create_tables(assembly.get_stack_by_name(stacks.queue.stack_name).template, harness.REGION)
     for team in ("research", "search"):
