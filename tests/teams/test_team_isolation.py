@@ -128,6 +128,11 @@ ATTACKS = [
         "maxRuntimeHours must be a number from 0.01 to 48.",
     ),
     (
+        "a-step-count-the-toolkit-reads-as-99999999",
+        {"profile": "llama-7b-smp", "hyperparameters": {"max_steps": "+99999999"}},
+        "hyperparameters.max_steps must be a whole number of steps from 1 to 999999999 in plain digits",
+    ),
+    (
         "a-cost-above-the-teams-cap-on-a-profile-without-one",
         {"profile": "llama-7b-smp", "hyperparameters": {"max_steps": "99999999"}},
         "The run's planned cost of",
