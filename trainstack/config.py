@@ -25,8 +25,7 @@ from trainstack.planning.setups import fit_problems
 from trainstack.profiles import Profile
 from trainstack.queue_settings import QueueSettings
 from trainstack.registry_settings import check_held_out_sets
-from trainstack.run_names import RUN_NAME_MAX_LENGTH, default_run_name_length
-from trainstack.teams import RunLimits, Team, namespace
+from trainstack.teams import RunLimits, Team, check_teams
 from trainstack.trigger_settings import RetrainOnNewData
 
 # AZ ids start with a per-region code (use1-az4 is in us-east-1); AZ id -> name differs per account,
@@ -245,6 +244,7 @@ class Settings(StrictModel):
     _fault_models = model_validator(mode="before")(classmethod(inherit_fault_model))
     _auto_intervals = model_validator(mode="after")(check_auto_intervals)
     _held_out_sets = model_validator(mode="after")(check_held_out_sets)
+    _teams = model_validator(mode="after")(check_teams)
     _key_region = model_validator(mode="after")(check_key_region)
 
     @model_validator(mode="after")
@@ -313,63 +313,6 @@ class Settings(StrictModel):
                         f"{preference.instance_type}, more than queue.max_instances "
                         f"({self.queue.max_instances}); such a job would wait forever"
                     )
-        return self
-
-    @model_validator(mode="after")
-    def _teams_fit(self) -> Settings:
-        for field, values in (
-            ("name", [team.name for team in self.teams]),
-            ("share", [team.share_identifier for team in self.teams]),
-        ):
-            if repeated := sorted({value for value in values if values.count(value) > 1}):
-                raise ValueError(f"teams: each team needs its own {field}; repeated: {', '.join(repeated)}")
-        if self.teams and self.queue.shares:
-            raise ValueError(
-                "queue.shares: with teams, each team's share and weight come from teams; remove it"
-            )
-        if self.teams and self.retrain_on_new_data is not None:
-            raise ValueError(
-                "retrain_on_new_data is not available with teams yet (docs/teams.md); remove one of them"
-            )
-        known = [profile.name for profile in self.profiles]
-        for index, team in enumerate(self.teams):
-            where = f"teams.{index} ({team.name})"
-            for name in team.profiles:
-                if name not in known:
-                    raise ValueError(
-                        f"{where}.profiles: '{name}' is not a profile; use one of {', '.join(known)}"
-                    )
-                profile = self.profile(name)
-                if (
-                    longest := default_run_name_length(namespace(self.project, team.name), name)
-                ) > RUN_NAME_MAX_LENGTH:
-                    raise ValueError(
-                        f"{where}: runs of profile {name} would be named with {longest} characters, "
-                        "more than "
-                        f"{RUN_NAME_MAX_LENGTH}; shorten the team's, the profile's or the project's name"
-                    )
-                counts = [preference.instance_count for preference in profile.instance_preferences]
-                if max(counts) > team.max_instances:
-                    raise ValueError(
-                        f"{where}: profile {name} asks for {max(counts)} instances, more than the team's "
-                        f"max_instances ({team.max_instances}); raise the cap or remove the profile"
-                    )
-                if profile.max_runtime_hours > team.max_runtime_hours:
-                    raise ValueError(
-                        f"{where}: profile {name} runs up to {profile.max_runtime_hours:g} hours, more than "
-                        f"the team's max_runtime_hours ({team.max_runtime_hours:g}); raise the cap or remove "
-                        "the profile"
-                    )
-                if (profile.priority or 0) > team.max_priority:
-                    raise ValueError(
-                        f"{where}: profile {name} has priority {profile.priority}, above the team's "
-                        f"max_priority ({team.max_priority})"
-                    )
-            if self.queue.enabled and team.max_instances > self.queue.max_instances:
-                raise ValueError(
-                    f"{where}.max_instances ({team.max_instances}) is more than queue.max_instances "
-                    f"({self.queue.max_instances}): such a run would wait forever"
-                )
         return self
 
     @model_validator(mode="after")

@@ -10,12 +10,13 @@ whose namespace is the project: everything is named as it always was.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field, model_validator
 
 from trainstack.base import StrictModel, matching
 from trainstack.profiles import MAX_PRIORITY, MAX_RUNTIME_HOURS_LIMIT
+from trainstack.run_names import RUN_NAME_MAX_LENGTH, default_run_name_length
 
 # One team's namespace `<project>-<team>` must never be a prefix of another's (IAM grants on
 # `<project>-<team>-*`): a team name holds no hyphen. Letters and digits also make it a valid AWS Batch
@@ -103,3 +104,60 @@ class Team(StrictModel):
 def namespace(project: str, team: str | None) -> str:
     """What a team's resources, run names and prefixes start with: `<project>-<team>`, or the project."""
     return f"{project}-{team}" if team else project
+
+
+def check_teams(settings: Any) -> Any:
+    """Settings' after-validator: every team runs only profiles it can run under its caps, in names that fit,
+    with a share and a name of its own (one sentence naming the field if not)."""
+    for field, values in (
+        ("name", [team.name for team in settings.teams]),
+        ("share", [team.share_identifier for team in settings.teams]),
+    ):
+        if repeated := sorted({value for value in values if values.count(value) > 1}):
+            raise ValueError(f"teams: each team needs its own {field}; repeated: {', '.join(repeated)}")
+    if settings.teams and settings.queue.shares:
+        raise ValueError("queue.shares: with teams, each team's share and weight come from teams; remove it")
+    if settings.teams and settings.retrain_on_new_data is not None:
+        raise ValueError(
+            "retrain_on_new_data is not available with teams yet (docs/teams.md); remove one of them"
+        )
+    known = [profile.name for profile in settings.profiles]
+    for index, team in enumerate(settings.teams):
+        where = f"teams.{index} ({team.name})"
+        for name in team.profiles:
+            if name not in known:
+                raise ValueError(
+                    f"{where}.profiles: '{name}' is not a profile; use one of {', '.join(known)}"
+                )
+            profile = settings.profile(name)
+            if (
+                longest := default_run_name_length(namespace(settings.project, team.name), name)
+            ) > RUN_NAME_MAX_LENGTH:
+                raise ValueError(
+                    f"{where}: runs of profile {name} would be named with {longest} characters, "
+                    "more than "
+                    f"{RUN_NAME_MAX_LENGTH}; shorten the team's, the profile's or the project's name"
+                )
+            counts = [preference.instance_count for preference in profile.instance_preferences]
+            if max(counts) > team.max_instances:
+                raise ValueError(
+                    f"{where}: profile {name} asks for {max(counts)} instances, more than the team's "
+                    f"max_instances ({team.max_instances}); raise the cap or remove the profile"
+                )
+            if profile.max_runtime_hours > team.max_runtime_hours:
+                raise ValueError(
+                    f"{where}: profile {name} runs up to {profile.max_runtime_hours:g} hours, more than "
+                    f"the team's max_runtime_hours ({team.max_runtime_hours:g}); raise the cap or remove "
+                    "the profile"
+                )
+            if (profile.priority or 0) > team.max_priority:
+                raise ValueError(
+                    f"{where}: profile {name} has priority {profile.priority}, above the team's "
+                    f"max_priority ({team.max_priority})"
+                )
+        if settings.queue.enabled and team.max_instances > settings.queue.max_instances:
+            raise ValueError(
+                f"{where}.max_instances ({team.max_instances}) is more than queue.max_instances "
+                f"({settings.queue.max_instances}): such a run would wait forever"
+            )
+    return settings

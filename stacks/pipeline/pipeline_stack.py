@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
@@ -19,6 +18,7 @@ from stacks.pipeline.cleanup.queue_cleanup import QueueCleanup
 from stacks.pipeline.mlflow_access import grant_mlflow_tracking
 from stacks.pipeline.monitoring import TRAINING_METRICS_NAMESPACE, PipelineMonitoring
 from stacks.pipeline.pipeline_notifications import PipelineNotifications
+from stacks.pipeline.pipeline_resources import pipeline_resources, team_dataset
 from stacks.pipeline.queue.training_queue import TRAINING_QUEUE_ARN_OUTPUT, TrainingQueue
 from stacks.pipeline.team_access import TeamAccess
 from stacks.pipeline.training_state_machine import TrainingStateMachine
@@ -27,7 +27,6 @@ from stacks.run_data_key import encrypt_log_groups, grant_training_jobs
 from stacks.storage.storage_stack import StorageStack
 from stacks.validation import acknowledge
 from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements
-from trainstack.job_request import PipelineResources
 from trainstack.pipeline_runs import PipelineRuns
 from trainstack.profiles import Profile
 from trainstack.queue_settings import BATCH_TRAINING_JOB_PREFIX, QueueSettings, queue_job_prefix
@@ -77,7 +76,7 @@ class PipelineStack(cdk.Stack):
         grant_mlflow_tracking(self.sagemaker_role, runs.profiles)
         if storage.run_data_key is not None:
             grant_training_jobs(self.sagemaker_role, storage.run_data_key, runs.profiles)
-        self.resources = _pipeline_resources(
+        self.resources = pipeline_resources(
             project, self.sagemaker_role, network, storage, image, self.dataset
         )
         self.training = TrainingStateMachine(
@@ -378,49 +377,4 @@ def _acknowledge_role(role: iam.Role, project: str) -> None:
             "time; "
             "the ec2:Vpc condition limits them to the training VPC.",
         },
-    )
-
-
-@dataclass(frozen=True)
-class TeamDataset:
-    """Where a pipeline's jobs read their data: the dataset prefix and FSx directory (with teams, the
-    team's)."""
-
-    prefix: str
-    file_system_directory_path: str | None
-
-
-def team_dataset(storage: StorageStack, team: Team | None) -> TeamDataset:
-    """`<dataset prefix><team>/` in S3, which the file system shows as `/<mount>/<team>` (its root is the
-    dataset prefix); without teams, the whole dataset prefix and file system."""
-    path = storage.file_system_dataset_path
-    if team is None:
-        return TeamDataset(storage.dataset_prefix, path)
-    return TeamDataset(
-        f"{storage.dataset_prefix}{team.name}/", None if path is None else f"{path}/{team.name}"
-    )
-
-
-def _pipeline_resources(
-    project: str,
-    sagemaker_role: iam.Role,
-    network: NetworkStack,
-    storage: StorageStack,
-    image: ImageStack,
-    dataset: TeamDataset,
-) -> PipelineResources:
-    """What the job requests name: the role, image, buckets, VPC placement and file system."""
-    return PipelineResources(
-        role_arn=sagemaker_role.role_arn,
-        image_uri=image.image_uri,
-        job_name_prefix=f"{project}-",
-        checkpoint_bucket=storage.checkpoint_bucket.bucket_name,
-        artifact_bucket=storage.artifact_bucket.bucket_name,
-        dataset_bucket=storage.dataset_bucket.bucket_name,
-        dataset_prefix=dataset.prefix,
-        subnet_ids=tuple(subnet.subnet_id for subnet in network.training_subnets),
-        security_group_ids=(network.training_security_group.security_group_id,),
-        file_system_id=storage.file_system_id,
-        file_system_directory_path=dataset.file_system_directory_path,
-        kms_key_arn=storage.run_data_key.key_arn if storage.run_data_key is not None else None,
     )
