@@ -103,3 +103,15 @@ def test_a_command_names_its_team_when_the_config_has_teams():
         runs_for(settings, "search")
     with pytest.raises(ValueError, match="this config has no teams: section; leave --team out"):
         runs_for(settings_with({}), "research")
+
+
+def test_check_config_lists_each_teams_pipeline_and_caps(capsys):
+    from trainstack.cli import main
+
+    assert main(["check-config", str(TEAMS_CONFIG)]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "team research: stack trainstack-research-pipeline, profiles llama-7b-smp, small-torchrun, at most 4 "
+        "instances, 48 h and $20,000.00 per run" in out
+    )
+    assert "team search: stack trainstack-search-pipeline" in out

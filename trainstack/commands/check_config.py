@@ -9,6 +9,7 @@ import sys
 from trainstack.config_loading import ConfigError, load_settings
 from trainstack.fsx_sizing import quota_warning, summary
 from trainstack.governance_costs import cost_summary
+from trainstack.teams import namespace
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -34,6 +35,12 @@ def run(args: argparse.Namespace) -> int:
         return 1
     profiles = len(settings.profiles)
     print(f"config OK: {profiles} profile(s), training AZ {settings.az_label} in {settings.region}")
+    for team in settings.teams:  # each team's own pipeline (docs/teams.md)
+        print(
+            f"team {team.name}: stack {namespace(settings.project, team.name)}-pipeline, profiles "
+            f"{', '.join(team.profiles)}, at most {team.max_instances} instances, "
+            f"{team.max_runtime_hours:g} h and ${team.max_cost_usd:,.2f} per run"
+        )
     plan = settings.fsx_plan
     print(f"FSx for Lustre: {summary(plan)}" if plan else "FSx for Lustre: disabled (fsx.enabled: false)")
     warning = plan and quota_warning(plan, settings.fsx.deployment_type)
