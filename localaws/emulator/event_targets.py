@@ -5,8 +5,14 @@ Behaviour, from the EventBridge user guide ("Amazon EventBridge targets"; "Step 
 target): for each matching event, EventBridge calls StartExecution on the state machine, under a name
 EventBridge chooses, with the target's input (PutTargets' Target in botocore's events model): `Input`, "valid
 JSON text passed to the target. In this case, nothing from the event itself is passed"; `InputPath`, "the
-value of the JSONPath that is used for extracting part of the matched event"; `InputTransformer`, rendered
-by moto's own EventTemplateParser (as moto renders it for its other targets); else the whole event.
+value of the JSONPath that is used for extracting part of the matched event" (a path that matches nothing:
+`null`, assumed, no source says); `InputTransformer` (API reference, InputTransformer; user guide, "Amazon
+EventBridge input transformation"): each `<name>` of InputPathsMap, and the predefined
+`<aws.events.rule-arn>`, `<aws.events.rule-name>` and `<aws.events.event>`, replaced by its value, a string
+as its text (so a template quotes it: `"s3://<bucket>/<key>"`) and anything else as JSON; a template may be
+plain text ("<instance> is in state <status>"), but a state machine's execution input must be JSON
+(StartExecution, botocore's stepfunctions model), so such a rendering fails loudly here, where AWS would
+fail the invocation (retries, then the target's dead-letter queue); else the whole event.
 Everything else (pattern matching, the other target kinds, S3's "Object Created" events with EventBridge
 notifications on) stays moto's.
 """
@@ -20,7 +26,6 @@ from typing import Any
 import boto3
 from jsonpath_ng.ext import parse as parse_json_path
 from moto.events.models import Rule
-from moto.events.utils import EventTemplateParser
 from moto.utilities.arns import parse_arn
 
 
@@ -35,7 +40,7 @@ def install_state_machine_targets(monkeypatch) -> None:
         for target in machines:
             region = parse_arn(target["Arn"]).region
             boto3.client("stepfunctions", region_name=region).start_execution(
-                stateMachineArn=target["Arn"], name=str(uuid.uuid4()), input=target_input(target, event)
+                stateMachineArn=target["Arn"], name=str(uuid.uuid4()), input=target_input(target, event, self)
             )
         others = [target for target in self.targets if target not in machines]
         if others:
@@ -48,19 +53,36 @@ def install_state_machine_targets(monkeypatch) -> None:
     monkeypatch.setattr(Rule, "send_to_targets", send)
 
 
-def target_input(target: dict[str, Any], event: dict[str, Any]) -> str:
+def target_input(target: dict[str, Any], event: dict[str, Any], rule: Rule) -> str:
     """The execution input EventBridge passes a state machine target for `event` (module docstring)."""
     if "Input" in target:
         return target["Input"]
     if "InputPath" in target:
-        matches = parse_json_path(target["InputPath"]).find(event)
-        return json.dumps(matches[0].value if matches else None, default=str)
+        return json.dumps(_first_match(target["InputPath"], event), default=str)
     if "InputTransformer" in target:
-        transformer = target["InputTransformer"]
-        rendered = EventTemplateParser.parse(
-            input_template=transformer.get("InputTemplate"),
-            input_paths_map=transformer.get("InputPathsMap", {}),
-            event=event,
-        )
-        return json.dumps(rendered, default=str)
+        return rendered_template(target["InputTransformer"], event, rule)
     return json.dumps(event, default=str)
+
+
+def rendered_template(transformer: dict[str, Any], event: dict[str, Any], rule: Rule) -> str:
+    """An InputTransformer's InputTemplate with its variables filled in: JSON text for StartExecution."""
+    values = {name: _first_match(path, event) for name, path in transformer.get("InputPathsMap", {}).items()}
+    values.update(
+        {"aws.events.rule-arn": rule.arn, "aws.events.rule-name": rule.name, "aws.events.event": event}
+    )
+    text = transformer["InputTemplate"]
+    for name, value in values.items():
+        text = text.replace(f"<{name}>", value if isinstance(value, str) else json.dumps(value, default=str))
+    try:
+        json.loads(text)
+    except json.JSONDecodeError:
+        raise ValueError(
+            f"rule {rule.name}: the input template renders {text!r}, which is not JSON; a state machine "
+            "target takes JSON input only (StartExecution), so EventBridge cannot start the execution"
+        ) from None
+    return text
+
+
+def _first_match(path: str, event: dict[str, Any]) -> Any:
+    matches = parse_json_path(path).find(event)
+    return matches[0].value if matches else None

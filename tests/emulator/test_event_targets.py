@@ -64,8 +64,34 @@ def test_without_an_input_form_the_execution_gets_the_whole_event(monkeypatch):
             },
             {"uri": "s3://datasets/train/a.bin"},
         ),
+        (
+            {
+                "InputTransformer": {
+                    "InputPathsMap": {"object": "$.detail.object", "missing": "$.detail.size"},
+                    "InputTemplate": (
+                        '{"object": <object>, "size": <missing>, "rule": "<aws.events.rule-name>"}'
+                    ),
+                }
+            },
+            {"object": {"key": "train/a.bin"}, "size": None, "rule": "objects"},
+        ),
+        ({"InputPath": "$.detail.size"}, None),
     ],
-    ids=["Input", "InputPath", "InputTransformer"],
+    ids=[
+        "Input",
+        "InputPath",
+        "InputTransformer",
+        "InputTransformer-json-and-predefined",
+        "InputPath-no-match",
+    ],
 )
 def test_each_input_form_shapes_the_execution_input(monkeypatch, target_input, expected):
     assert started_input(monkeypatch, **target_input) == expected
+
+
+def test_a_plain_text_template_cannot_start_a_state_machine(monkeypatch):
+    """A plain-text InputTemplate is valid EventBridge (API reference, InputTransformer), but no JSON input
+    for StartExecution: the emulator refuses it in one sentence instead of starting nothing in silence."""
+    transformer = {"InputPathsMap": {"key": "$.detail.object.key"}, "InputTemplate": "<key> arrived"}
+    with pytest.raises(ValueError, match="renders 'train/a.bin arrived', which is not JSON"):
+        started_input(monkeypatch, InputTransformer=transformer)
