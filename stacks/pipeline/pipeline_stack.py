@@ -19,7 +19,7 @@ from stacks.pipeline.mlflow_access import grant_mlflow_tracking
 from stacks.pipeline.monitoring import TRAINING_METRICS_NAMESPACE, PipelineMonitoring
 from stacks.pipeline.pipeline_notifications import PipelineNotifications
 from stacks.pipeline.pipeline_resources import pipeline_resources, team_dataset
-from stacks.pipeline.queue.training_queue import TRAINING_QUEUE_ARN_OUTPUT, TrainingQueue
+from stacks.pipeline.queue.training_queue import TrainingQueue
 from stacks.pipeline.team_access import TeamAccess
 from stacks.pipeline.training_state_machine import TrainingStateMachine
 from stacks.pipeline.trigger.retrain_trigger import RetrainTrigger
@@ -93,7 +93,7 @@ class PipelineStack(cdk.Stack):
         self._schedules(project, runs.profiles)
         if team is not None:
             self.team_access = TeamAccess(
-                self, "TeamAccess", team=team, project=project, pipelines=self.training, stack=self
+                self, "TeamAccess", team=team, project=project, pipeline=self.state_machine, stack=self
             )
         if storage.run_data_key is not None:
             encrypt_log_groups(self, storage.run_data_key)
@@ -146,14 +146,7 @@ class PipelineStack(cdk.Stack):
         )
 
     def _training_queue(self, project: str, queue: QueueSettings) -> TrainingQueue:
-        training_queue = TrainingQueue(self, "Queue", project=project, queue=queue)
-        cdk.CfnOutput(
-            self,
-            TRAINING_QUEUE_ARN_OUTPUT,
-            value=training_queue.job_queue_arn,
-            description="AWS Batch job queue that holds training jobs until instances are free",
-        )
-        return training_queue
+        return TrainingQueue(self, "Queue", project=project, queue=queue)
 
     def _outputs(self) -> None:
         """What the CLI reads (trainstack start/status) and a person needs to start or follow a run."""

@@ -16,7 +16,6 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from stacks.pipeline.training_state_machine import TrainingStateMachine
 from stacks.validation import acknowledge
 from stacks.wildcard_acknowledgments import flatten_reference
 from trainstack.teams import Team
@@ -30,12 +29,12 @@ class TeamAccess(Construct):
         *,
         team: Team,
         project: str,
-        pipelines: TrainingStateMachine,
+        pipeline: sfn.StateMachine,
         stack: cdk.Stack,
     ) -> None:
         """`project` is the team's namespace (`<project>-<team>`): every name of its pipeline starts so."""
         super().__init__(scope, construct_id)
-        statements = _statements(project, pipelines.state_machine, stack)
+        statements = _statements(project, pipeline, stack)
         if team.principal_tag is not None:
             for statement in statements:
                 statement.add_condition(

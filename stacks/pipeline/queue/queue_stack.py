@@ -7,7 +7,7 @@ from __future__ import annotations
 import aws_cdk as cdk
 from constructs import Construct
 
-from stacks.pipeline.queue.training_queue import TRAINING_QUEUE_ARN_OUTPUT, TrainingQueue
+from stacks.pipeline.queue.training_queue import TrainingQueue
 from trainstack.queue_settings import QueueSettings
 
 
@@ -22,9 +22,3 @@ class QueueStack(cdk.Stack):
             **kwargs,
         )
         self.queue = TrainingQueue(self, "Queue", project=project, queue=queue)
-        cdk.CfnOutput(
-            self,
-            TRAINING_QUEUE_ARN_OUTPUT,
-            value=self.queue.job_queue_arn,
-            description="AWS Batch job queue that holds the teams' training jobs until instances are free",
-        )

@@ -129,6 +129,14 @@ class TrainingQueue(Construct):
             ],
         )
         self.job_queue_arn = self.job_queue.attr_job_queue_arn
+        # What the CLI and a person read: the stack holding the queue (the pipeline's, or with teams the
+        # queue stack) names it.
+        cdk.CfnOutput(
+            cdk.Stack.of(self),
+            TRAINING_QUEUE_ARN_OUTPUT,
+            value=self.job_queue_arn,
+            description="AWS Batch job queue that holds training jobs until instances are free",
+        )
         # Run names the queued attempts claimed: unique, as without the queue (run_names.py).
         self.run_names = run_names_table(self, project)
 
