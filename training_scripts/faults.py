@@ -102,7 +102,7 @@ def report(fault: Fault, sentence: str, echo: bool = True) -> str:
     path = failure_file()
     if path is not None:
         try:
-            _write_once(path, line + "\n")
+            write_once(path, line + "\n")
         except OSError as error:
             log.warning("Could not write the failure reason to %s (%s).", path, error.strerror)
     if echo:
@@ -116,7 +116,7 @@ def failure_file() -> Path | None:
     return Path(output_dir) / FAILURE_FILE if output_dir else None
 
 
-def _write_once(path: Path, text: str) -> None:
+def write_once(path: Path, text: str) -> None:
     """Create `path` holding `text`, whole, unless it exists: written aside, then hard-linked into place
     (link fails on an existing name, so of ranks failing together exactly one line lands)."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -275,6 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--inject-hang-at-step", type=_positive, help="testing aid: --inject-hang-rank stops before this step"
     )
     add("--inject-hang-rank", type=_non_negative, default=0, help="testing aid: the rank that stops")
+    add("--inject-hang-rounds", type=_positive, default=1, help="testing aid: hang in this many job rounds")
     add(
         "--inject-save-delay-seconds",
         type=_number(0),

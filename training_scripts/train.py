@@ -25,6 +25,7 @@ from data import TokenDataset, UserError, validation_batches
 from distributed import Runtime, autocast_enabled, gradient_sync, local_part, reduce_max, setup, teardown
 from faults import EXIT_INFRASTRUCTURE, EXIT_USER_ERROR, SLOW_HOST, NonFiniteError, classify, report
 from flags import parse_args, resume_source
+from in_job_restart import begin_round, decline, refused_restart
 from metrics import StepTimer, format_train_line, format_val_line, throughput
 from mlflow_log import MlflowLog
 from model import model_config
@@ -341,8 +342,11 @@ def configure_logging(rank: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    restarted = begin_round()  # first: nothing this round reports may be set aside (in_job_restart.py)
     rank = int(os.environ.get("RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
     configure_logging(rank)
+    if restarted and restarted.declined:  # an earlier round refused the restart: no collective, no training
+        return decline(restarted.declined, echo=rank == 0)
     try:  # flags are checked alike on every rank: rank 0 reports
         args = parse_args(sys.argv[1:] if argv is None else argv)
         config = model_config(args.model_preset, args.init_from, args.vocab_size, args.seq_len)
@@ -352,6 +356,10 @@ def main(argv: list[str] | None = None) -> int:
     runtime = setup(args.strategy, args.mp_parameters, timedelta(seconds=args.collective_timeout_seconds))
     watchdog = Watchdog(Bounds.from_args(args), runtime.rank)
     try:
+        refused = refused_restart(runtime, restarted)
+        if refused is not None:
+            settle(runtime)
+            return refused
         if args.dry_run:
             dry_run(args, runtime, config)
             return 0

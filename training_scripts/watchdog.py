@@ -35,6 +35,7 @@ from pathlib import Path
 
 from faults import EXIT_INFRASTRUCTURE, HANG, report
 from hang_culprit import PeerBoard, Position, culprit_sentence, in_collective, this_host
+from in_job_restart import restart_round
 
 WARMUP_STEPS = 3
 HISTORY = 100
@@ -219,9 +220,12 @@ def format_stacks() -> str:
 
 def hang_if_injected(args: argparse.Namespace, rank: int, step: int, resumed: bool) -> None:
     """Testing aid (drills, the fault demo): rank --inject-hang-rank stops before step --inject-hang-at-step,
-    for good, so its peers block in that step's first collective. Only in a run that resumed no
-    checkpoint: the attempt that resumes after the watchdog's exit trains on."""
-    if args.inject_hang_at_step == step and args.inject_hang_rank == rank and not resumed:
+    for good, so its peers block in that step's first collective. Only in the job's first
+    --inject-hang-rounds rounds (torchrun's in-job restarts, in_job_restart.py), and in its first round only
+    if that resumed no checkpoint: the job the pipeline starts after the watchdog's exit trains on."""
+    restart = restart_round()
+    injected = restart < args.inject_hang_rounds and (restart > 0 or not resumed)
+    if args.inject_hang_at_step == step and args.inject_hang_rank == rank and injected:
         log.warning(
             "Rank %d stops before step %d for good (--inject-hang-at-step, a testing aid).", rank, step
         )

@@ -1,0 +1,98 @@
+"""In-job restarts: torchrun restarts the workers of a hung round inside the same process tree
+(PET_MAX_RESTARTS, as the job request sets it), the new round resumes from the newest checkpoint and
+reaches the weights of an uninterrupted run; a budget of restarts that runs out ends as today (the hang's
+reason, a failed exit); a fault that does not leave the instances healthy is never restarted. Real CPU
+runs (torchrun, 2 processes, gloo), and the decision on each reason."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from in_job_restart import DECLINED, RECORD_DIR, ROUND_ENV, begin_round, decline, reason_to_refuse
+
+from tests.training.harness import load_weights, max_weight_difference, train
+from tests.training.test_watchdog import WATCHDOG_FLAGS
+
+HANG = [
+    *WATCHDOG_FLAGS, "--inject-hang-at-step", "15", "--inject-hang-rank", "1",
+    "--collective-timeout-seconds", "90",
+]  # fmt: skip
+
+
+def test_a_hang_is_recovered_inside_the_same_job_and_reaches_the_uninterrupted_weights(
+    dataset, tmp_path, reference_run
+):
+    output = tmp_path / "output"
+    run = train(dataset, tmp_path, *HANG, env={"PET_MAX_RESTARTS": "1", "SM_OUTPUT_DIR": str(output)})
+    assert run.returncode == 0, run.output
+    assert "Rank 1 stops before step 15 for good" in run.output
+    # torchrun's own agent saw the watchdog's exit and restarted the workers: one process tree, one job.
+    assert re.search(r"failed \(exitcode: 75\) local_rank: \d", run.output), run.output
+    assert re.search(
+        r"In-job restart 1: the workers were restarted inside the same job after "
+        r"trainstack-fault:infrastructure:hang TimeoutError: Not waiting in a collective: rank 1",
+        run.output,
+    ), run.output
+    assert "(step 10)" in run.output  # round 1 resumed the checkpoint of step 10
+    # The hang's line is kept aside; the job, which succeeded, reports no failure.
+    assert not (output / "failure").exists()
+    kept = (output / RECORD_DIR / "round-0.failure").read_text()
+    assert kept.startswith("trainstack-fault:infrastructure:hang TimeoutError:"), kept
+    difference = max_weight_difference(load_weights(run.model_dir), load_weights(reference_run.model_dir))
+    assert difference <= 1e-6
+
+
+def test_when_the_restart_budget_runs_out_the_job_fails_with_the_hang_as_before(dataset, tmp_path):
+    output = tmp_path / "output"
+    run = train(
+        dataset, tmp_path, *HANG, "--inject-hang-rounds", "2",
+        env={"PET_MAX_RESTARTS": "1", "SM_OUTPUT_DIR": str(output)},
+    )  # fmt: skip
+    assert run.returncode != 0, run.output
+    assert run.output.count("In-job restart") == 1, run.output
+    assert run.output.count("stops before step 15 for good") == 2, run.output
+    # The last round's own hang is the job's failure reason, for the pipeline's retry.
+    reason = (output / "failure").read_text()
+    assert reason.startswith("trainstack-fault:infrastructure:hang TimeoutError:"), reason
+    assert not (tmp_path / "model" / "model.safetensors").exists()
+
+
+@pytest.mark.parametrize(
+    ("reason", "restartable"),
+    [
+        ("trainstack-fault:infrastructure:hang TimeoutError: Not waiting in a collective: rank 1", True),
+        ("trainstack-fault:infrastructure:collective-timeout RuntimeError: Watchdog caught ...", True),
+        ("trainstack-fault:infrastructure:nccl RuntimeError: NCCL error ... remote process exited", True),
+        ("trainstack-fault:infrastructure:network RuntimeError: Connection reset by peer", True),
+        (None, True),  # a worker that crashed without a reason
+        ("trainstack-fault:infrastructure:hardware RuntimeError: uncorrectable ECC error encountered", False),
+        ("trainstack-fault:infrastructure:slow-host TimeoutError: Slow host: rank 3", False),
+        ("trainstack-fault:infrastructure:plan-ending TimeoutError: the training plan ends", False),
+        ("trainstack-fault:user:oom MemoryError: CUDA out of memory", False),
+        ("trainstack-fault:user:config ValueError: Argument --max-steps", False),
+        ("TRAINSTACK PREFLIGHT FAILED: NCCL 2.21.5 != 2.23.4", False),  # no token, no row: unknown
+    ],
+)
+def test_only_faults_that_leave_the_instances_healthy_are_restarted(reason, restartable):
+    assert (reason_to_refuse(reason) is None) is restartable
+
+
+def test_a_refused_restart_ends_every_later_round_at_once_as_the_same_fault(tmp_path, monkeypatch):
+    output = tmp_path / "output"
+    output.mkdir()
+    hardware = "trainstack-fault:infrastructure:hardware RuntimeError: uncorrectable ECC error encountered"
+    (output / "failure").write_text(hardware + "\n")
+    monkeypatch.setenv("SM_OUTPUT_DIR", str(output))
+    monkeypatch.setenv(ROUND_ENV, "1")
+    first = begin_round()
+    assert (first.previous_reason, first.declined) == (hardware, None)
+    assert not (output / "failure").exists()  # set aside: this round reports its own
+    assert decline(reason_to_refuse(first.previous_reason), echo=False) == 75
+    assert (output / "failure").read_text().strip() == hardware
+    monkeypatch.setenv(ROUND_ENV, "2")
+    second = begin_round()
+    assert second.declined == hardware
+    assert (output / RECORD_DIR / DECLINED).exists()
+    assert decline(second.declined, echo=False) == 75
+    assert (output / "failure").read_text().strip() == hardware
