@@ -45,6 +45,8 @@ Choices made here:
   VolumeKmsKeyId on those and encrypts their NVMe volumes with the instance's own hardware module
   (botocore's sagemaker model). `inter_container_traffic_encryption` (a profile's) sets
   EnableInterContainerTrafficEncryption.
+- Environment PET_MAX_RESTARTS (torchrun and smp profiles): torchrun's restarts inside the job, from
+  the profile's in_job_restarts (trainstack/in_job_restarts.py).
 - Environment TRAINSTACK_EXPECTED_GPUS: GPUs per instance from the catalog, which the container's
   preflight compares with the GPUs it sees. Set only when every preferred type has the same number
   (the request cannot know which type SageMaker will pick); otherwise the preflight skips the check.
@@ -60,6 +62,7 @@ from typing import Any
 
 from training_scripts.metrics import METRIC_DEFINITIONS
 from training_scripts.mlflow_log import MLFLOW_EXPERIMENT_ENV, MLFLOW_TRACKING_URI_ENV
+from trainstack.in_job_restarts import in_job_restart_environment
 from trainstack.planning.auto_interval import resolved_hyperparameters
 from trainstack.profiles import EXPECTED_GPUS_ENV, Profile
 
@@ -277,6 +280,7 @@ def _environment(profile: Profile) -> dict[str, str]:
         # MLflow's own variables: the sagemaker-mlflow plugin resolves a tracking-server ARN as the URI.
         environment[MLFLOW_TRACKING_URI_ENV] = profile.mlflow_tracking_server_arn
         environment[MLFLOW_EXPERIMENT_ENV] = profile.name
+    environment |= in_job_restart_environment(profile.strategy, profile.in_job_restarts)
     gpu_counts = {preference.spec.gpus for preference in profile.instance_preferences}
     if len(gpu_counts) == 1:
         environment[EXPECTED_GPUS_ENV] = str(gpu_counts.pop())

@@ -13,6 +13,7 @@ from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from trainstack.base import StrictModel, matching
 from trainstack.fault_model import FaultModel
+from trainstack.in_job_restarts import MAX_RESTARTS_ENV, TORCHRUN_STRATEGIES, InJobRestartPolicy
 from trainstack.instances import INSTANCE_TYPES, InstanceType, UnknownInstanceTypeError, instance_type
 from trainstack.planning.checkpoints import MPIRUN_SIGKILL_TIMEOUT_SECONDS
 from trainstack.prices import SAGEMAKER_TRAINING_PRICES
@@ -194,6 +195,8 @@ class Profile(StrictModel):
     fault_retries: FaultRetryPolicy = FaultRetryPolicy()
     fault_model: FaultModel = FaultModel()  # the config's fault_model unless set here
     slow_host: SlowHostPolicy | None = None  # None: train.py's defaults (flag, never end the attempt)
+    # torchrun's restarts inside the job (torchrun and smp only); None: the default budget there.
+    in_job_restarts: InJobRestartPolicy | None = None
     schedule: Annotated[
         str | None,
         matching(
@@ -234,6 +237,8 @@ class Profile(StrictModel):
     def _no_trainstack_variables(cls, value: dict[str, str]) -> dict[str, str]:
         if EXPECTED_GPUS_ENV in value:
             raise ValueError(f"{EXPECTED_GPUS_ENV} is set by trainstack from the instance catalog; remove it")
+        if MAX_RESTARTS_ENV in value:
+            raise ValueError(f"{MAX_RESTARTS_ENV} is set by trainstack from in_job_restarts; remove it")
         return value
 
     @model_validator(mode="after")
@@ -306,6 +311,12 @@ class Profile(StrictModel):
                 yield f"{where}: strategy smp needs GPU instances; {spec.name} has none"
         if self.slow_host is not None and self.strategy == "mpi":
             yield "slow_host applies to train.py's strategies (smp, smddp, torchrun), not to strategy mpi"
+        if self.in_job_restarts is not None and self.strategy not in TORCHRUN_STRATEGIES:
+            yield (
+                f"in_job_restarts applies to strategies {' and '.join(TORCHRUN_STRATEGIES)} (torchrun "
+                f"restarts the workers); strategy {self.strategy} runs under mpirun, which cannot restart "
+                "its ranks: remove it"
+            )
         if self.smp is not None and self.strategy != "smp":
             yield f"smp parameters apply only to strategy smp; this profile's strategy is {self.strategy}"
         if self.strategy == "mpi":

@@ -90,7 +90,11 @@ def test_optional_features_build_valid_requests():
     ]
     assert "TrainingPlanArn" not in resource_config
     assert request["InfraCheckConfig"] == {"EnableInfraCheck": True}
-    assert request["Environment"] == {"NCCL_DEBUG": "INFO", "TRAINSTACK_EXPECTED_GPUS": "8"}
+    assert request["Environment"] == {
+        "NCCL_DEBUG": "INFO",
+        "PET_MAX_RESTARTS": "2",
+        "TRAINSTACK_EXPECTED_GPUS": "8",
+    }
 
 
 @pytest.mark.parametrize(
@@ -281,6 +285,24 @@ def test_metric_definitions_come_from_the_training_scripts(settings):
     definitions = build(settings.profile("llama-7b-smp"))["AlgorithmSpecification"]["MetricDefinitions"]
     assert definitions == METRIC_DEFINITIONS
     assert {"train:loss", "train:tokens_per_second"} <= {d["Name"] for d in definitions}
+
+
+@pytest.mark.parametrize(
+    ("fields", "restarts"),
+    [
+        ({}, "2"),  # torchrun's default budget
+        ({"in_job_restarts": {"max_restarts": 5}}, "5"),
+        ({"in_job_restarts": {"max_restarts": 0}}, "0"),
+        ({"strategy": "smp"}, "2"),
+        ({"strategy": "smddp", "instance_preferences": [{"instance_type": "ml.p4d.24xlarge"}]}, None),
+        ({"strategy": "mpi", "entry_point": "nccl_test.sh"}, None),
+    ],
+    ids=["default", "five", "off", "smp", "smddp", "mpi"],
+)
+def test_torchrun_restarts_its_workers_inside_the_job_as_the_profile_allows(fields, restarts):
+    # torchrun reads --max-restarts from PET_MAX_RESTARTS (torch/distributed/argparse_util.py); mpirun
+    # cannot restart its ranks, so smddp and mpi jobs get no budget.
+    assert build(custom(**fields))["Environment"].get("PET_MAX_RESTARTS") == restarts
 
 
 def test_expected_gpus_only_when_every_preferred_type_agrees():

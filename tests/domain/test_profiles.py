@@ -154,6 +154,20 @@ def test_default_profiles_are_valid_and_cover_every_strategy():
             "entry_point",
         ),
         ({"environment": {"TRAINSTACK_EXPECTED_GPUS": "8"}}, "TRAINSTACK_EXPECTED_GPUS is set by trainstack"),
+        ({"environment": {"PET_MAX_RESTARTS": "3"}}, "PET_MAX_RESTARTS is set by trainstack"),
+        (
+            {
+                "strategy": "smddp",
+                "instance_preferences": [{"instance_type": "ml.p4d.24xlarge"}],
+                "in_job_restarts": {"max_restarts": 1},
+            },
+            "in_job_restarts applies to strategies torchrun and smp (torchrun restarts the workers); "
+            "strategy smddp runs under mpirun, which cannot restart its ranks: remove it",
+        ),
+        (
+            {"in_job_restarts": {"max_restarts": 11}},
+            "profiles.0.in_job_restarts.max_restarts: Input should be less than or equal to 10.",
+        ),
         (
             {"retry": {"initial_backoff_seconds": 600, "max_backoff_seconds": 60}},
             "profiles.0.retry: retry.max_backoff_seconds (60) must be at least "
