@@ -263,6 +263,16 @@ def gradient_sync(model: torch.nn.Module, enabled: bool):
             yield
 
 
+def settle(runtime: Runtime) -> None:
+    """A last barrier on the checkpoint group (if any) and the default group, where every rank is known to
+    arrive. torch 2.5.1 (the image's) destroys a gloo group holding the GIL, while its worker threads may
+    still need the GIL to free the tensors of the last collective (agree's broadcast): the process
+    then hangs at exit. A collective releases the GIL while it waits, so those frees finish first."""
+    for group in (runtime.checkpoint_group, None):
+        if group is not None or dist.is_initialized():
+            dist.barrier(group=group)
+
+
 def teardown() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()

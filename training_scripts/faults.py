@@ -53,6 +53,8 @@ class Fault:
 
 HANG = Fault(INFRASTRUCTURE, "hang", "TimeoutError")  # the watchdog: no optimizer step within its bound
 SLOW_HOST = Fault(INFRASTRUCTURE, "slow-host", "TimeoutError")  # rank_health: --end-on-slow-host
+# capacity_block: a training plan ends the instances soon (a planned interruption, not the job's failure)
+PLAN_ENDING = Fault(INFRASTRUCTURE, "plan-ending", "TimeoutError")
 CONFIG = Fault(USER, "config", "ValueError")  # a UserError: flags, inputs, checkpoints
 NONFINITE = Fault(USER, "nonfinite", "FloatingPointError")  # the NaN guard stopped training
 EXCEPTION = Fault(USER, "exception", "Exception")  # any other exception in the script
@@ -65,7 +67,7 @@ def table_fault(row: FaultPattern) -> Fault:
     return Fault(row.fault_class, row.kind, PYTHON_ERRORS.get(row.kind, default))
 
 
-FAULTS = (HANG, SLOW_HOST, CONFIG, NONFINITE, EXCEPTION, *map(table_fault, SCRIPT_PATTERNS))
+FAULTS = (HANG, SLOW_HOST, PLAN_ENDING, CONFIG, NONFINITE, EXCEPTION, *map(table_fault, SCRIPT_PATTERNS))
 
 
 class NonFiniteError(UserError):

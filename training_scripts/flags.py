@@ -10,6 +10,7 @@ import logging
 import os
 from pathlib import Path
 
+from capacity_block import add_flags as add_capacity_block_flags
 from checkpoint import complete_checkpoints
 from data import UserError
 from distributed import PARALLELISMS, STRATEGIES
@@ -283,6 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="testing aid: each save first sleeps",
     )
     add_slow_host_flags(add, _positive, _number(1), _boolean)
+    add_capacity_block_flags(add, _number(0))
     add("--checkpoint-dir", default="/opt/ml/checkpoints")
     add(
         "--resume-from",

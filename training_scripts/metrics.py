@@ -7,7 +7,9 @@ library only and no sibling modules.
 """
 
 import contextlib
+import logging
 import re
+import sys
 import time
 from collections.abc import Callable, Iterator
 
@@ -164,3 +166,14 @@ EVALUATION_METRIC_DEFINITIONS: list[dict] = [
 
 def format_evaluation_line(loss: float, perplexity: float, tokens: int) -> str:
     return f"eval_loss={loss:.6f} eval_perplexity={perplexity:.6f} eval_tokens={tokens}"
+
+
+def configure_logging(rank: int) -> None:
+    # Rank 0 reports progress; the others only warnings and errors, marked with their rank.
+    prefix = "" if rank == 0 else f"[rank {rank}] "
+    logging.basicConfig(
+        level=logging.INFO if rank == 0 else logging.WARNING,
+        stream=sys.stdout,
+        format=f"{prefix}%(asctime)s %(levelname)s %(message)s",
+        force=True,
+    )

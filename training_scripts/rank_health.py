@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 from distributed import Runtime, reduce_max
+from faults import SLOW_HOST
 from hang_culprit import hosts_of_ranks
 from metrics import format_rank_balance_line, format_slow_host_line
 
@@ -36,6 +37,8 @@ log = logging.getLogger("train")
 
 class SlowHostError(Exception):
     """A rank stayed slow for --slow-host-intervals log intervals and the profile ends the attempt on it."""
+
+    fault = SLOW_HOST
 
 
 def add_flags(add: Callable, positive: Callable, at_least_one: Callable, boolean: Callable) -> None:

@@ -20,13 +20,23 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from capacity_block import STOP_PLAN_ENDING, STOP_SIGTERM, CapacityBlock, PlanEndingError
 from checkpoint import CheckpointManager, TrainState
 from data import TokenDataset, UserError, validation_batches
-from distributed import Runtime, autocast_enabled, gradient_sync, local_part, reduce_max, setup, teardown
-from faults import EXIT_INFRASTRUCTURE, EXIT_USER_ERROR, SLOW_HOST, NonFiniteError, classify, report
+from distributed import (
+    Runtime,
+    autocast_enabled,
+    gradient_sync,
+    local_part,
+    reduce_max,
+    settle,
+    setup,
+    teardown,
+)
+from faults import EXIT_INFRASTRUCTURE, EXIT_USER_ERROR, NonFiniteError, classify, report
 from flags import parse_args, resume_source
 from in_job_restart import begin_round, decline, refused_restart
-from metrics import StepTimer, format_train_line, format_val_line, throughput
+from metrics import StepTimer, configure_logging, format_train_line, format_val_line, throughput
 from mlflow_log import MlflowLog
 from model import model_config
 from model_shapes import flops_per_token, peak_bf16_flops
@@ -88,6 +98,9 @@ class Trainer:
         # holds the event, not the Trainer, so the model is freed before the process group is destroyed.
         sigterm = self._sigterm = threading.Event()
         signal.signal(signal.SIGTERM, lambda signum, frame: sigterm.set())
+        self.capacity_block = CapacityBlock.from_environment(
+            args
+        )  # a training plan's end (capacity_block.py)
 
     def _reset(self) -> None:
         """The state of a fresh run: initial weights, no optimizer moments, step 0."""
@@ -114,10 +127,11 @@ class Trainer:
             targets.shape
         )
 
-    def train_step(self, step: int) -> tuple[torch.Tensor, torch.Tensor, bool]:
-        """One optimizer step: this rank's mean loss, the global gradient norm, and whether any rank
-        got SIGTERM (then every rank stops after this step). A step whose loss or gradient norm is
-        not finite on any rank changes no weight: skipped and counted."""
+    def train_step(self, step: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """One optimizer step: this rank's mean loss, the global gradient norm, and why every rank stops
+        after this step (0: none; capacity_block's STOP_SIGTERM or STOP_PLAN_ENDING, as any rank has it).
+        A step whose loss or gradient norm is not finite on any rank changes no weight: skipped and
+        counted."""
         for group in self.optimizer.param_groups:
             group["lr"] = self.lr_at(step)
         micro_batches = self.order.micro_batches(step)
@@ -128,7 +142,8 @@ class Trainer:
                 loss.backward()
             total += loss.detach()
         grad_norm = self._clip_gradients()
-        nonfinite, stop = self._agree(not bool(torch.isfinite(total + grad_norm)), self._sigterm.is_set())
+        own_stop = STOP_PLAN_ENDING if self.capacity_block.ending() else STOP_SIGTERM * self._sigterm.is_set()
+        nonfinite, stop = self._agree(not bool(torch.isfinite(total + grad_norm)), own_stop)
         if nonfinite:
             self._skip(step, total, grad_norm)
         else:
@@ -144,11 +159,11 @@ class Trainer:
         norm = clip(max_norm) if clip else torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
         return norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # FSDP2: a DTensor
 
-    def _agree(self, nonfinite: bool, sigterm: bool) -> tuple[bool, bool]:
+    def _agree(self, nonfinite: bool, stop: int) -> tuple[bool, int]:
         """Both flags as any rank has them, in one host collective per step (each rank sees only its
-        own loss and signal; all must skip, or stop, at the same step)."""
-        flags = reduce_max(self.runtime, torch.tensor([int(nonfinite), int(sigterm)]))
-        return bool(flags[0]), bool(flags[1])
+        own loss, signal and clock; all must skip, or stop, at the same step)."""
+        flags = reduce_max(self.runtime, torch.tensor([int(nonfinite), stop]))
+        return bool(flags[0]), int(flags[1])
 
     def _skip(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
         self.nonfinite_steps.append(step + 1)
@@ -272,6 +287,9 @@ class Trainer:
                     self.scalars.add(state.step, {VALIDATION_LOSS: val_loss})
             if stop:
                 self.save_checkpoint(blocking=True)
+                if stop == STOP_PLAN_ENDING:
+                    self.scalars.close()
+                    raise self.capacity_block.error(state.step)
                 if self.runtime.is_main:
                     log.info("Stopped by SIGTERM at step %d; the checkpoint resumes it.", state.step)
                 self.scalars.close()
@@ -330,17 +348,6 @@ class Trainer:
         dist.barrier(group=self.runtime.checkpoint_group)
 
 
-def configure_logging(rank: int) -> None:
-    # Rank 0 reports progress; the others only warnings and errors, marked with their rank.
-    prefix = "" if rank == 0 else f"[rank {rank}] "
-    logging.basicConfig(
-        level=logging.INFO if rank == 0 else logging.WARNING,
-        stream=sys.stdout,
-        format=f"{prefix}%(asctime)s %(levelname)s %(message)s",
-        force=True,
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
     restarted = begin_round()  # first: nothing this round reports may be set aside (in_job_restart.py)
     rank = int(os.environ.get("RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
@@ -373,8 +380,8 @@ def main(argv: list[str] | None = None) -> int:
         report(*classify(error), echo=rank == 0)
         settle(runtime)
         return EXIT_USER_ERROR
-    except SlowHostError as error:  # every rank ends alike (rank_health): rank 0 reports
-        report(SLOW_HOST, str(error), echo=rank == 0)
+    except (SlowHostError, PlanEndingError) as error:  # every rank ends the attempt alike: rank 0 reports
+        report(error.fault, str(error), echo=rank == 0)
         settle(runtime)
         return EXIT_INFRASTRUCTURE
     except Exception as error:  # this rank's own: its traceback follows, as before
@@ -384,16 +391,6 @@ def main(argv: list[str] | None = None) -> int:
         teardown()
         watchdog.stop()  # only now: a teardown blocked by a dead peer ends as a hang too
     return 0
-
-
-def settle(runtime: Runtime) -> None:
-    """A last barrier on the checkpoint group (if any) and the default group, where every rank is known to
-    arrive. torch 2.5.1 (the image's) destroys a gloo group holding the GIL, while its worker threads may
-    still need the GIL to free the tensors of the last collective (agree's broadcast): the process
-    then hangs at exit. A collective releases the GIL while it waits, so those frees finish first."""
-    for group in (runtime.checkpoint_group, None):
-        if group is not None or dist.is_initialized():
-            dist.barrier(group=group)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,11 @@
    capacity after its first checkpoint (CapacityError); the pipeline backs off and creates the next
    attempt on the same checkpoint prefix, which resumes from that checkpoint and finishes.
    With `--fault hang` (`make demo-fault`) the first attempt hangs instead: one rank stops after the
-   first checkpoint (train.py's `--inject-hang-at-step`), train.py's watchdog ends the job, the pipeline
-   classifies its FailureReason as an infrastructure fault (trainstack.faults), backs off and resumes.
+   first checkpoint (train.py's `--inject-hang-at-step`), train.py's watchdog ends the workers, and
+   torchrun restarts them inside the same job (the profile's in_job_restarts, PET_MAX_RESTARTS): they
+   resume from that checkpoint and finish, with no second CreateTrainingJob. (Where the restart budget
+   runs out, the job fails, the pipeline classifies its FailureReason as an infrastructure fault
+   (trainstack.faults), backs off and resumes in a new job.)
    `trainstack report` then writes <workdir>/report.html and `trainstack status` prints the run with
    its goodput line; each job's TensorBoard event files are
    uploaded to its TensorBoardOutputConfig.S3OutputPath, <workdir>/s3/<bucket>/<run>/<job>/tensorboard,
@@ -107,7 +110,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 FAULTS = {
     "capacity": "the first attempt will lose its capacity after its first checkpoint",
     "hang": "a rank of the first attempt will hang after its first checkpoint until train.py's watchdog ends "
-    "the job",
+    "the workers, which torchrun restarts inside the same job",
 }
 
 
@@ -120,7 +123,10 @@ WATCHDOG_DEMO_BOUND = {
     "watchdog_save_seconds": "120",
     "collective_timeout_seconds": "300",
 }
-# The hang comes this many steps after the first checkpoint, which is complete by then: attempt 2 resumes it.
+# What a restarted round of train.py logs first (training_scripts/in_job_restart.py).
+IN_JOB_RESTART = "In-job restart"
+# The hang comes this many steps after the first checkpoint, which is complete by then: the restarted
+# workers resume it.
 HANG_STEPS_AFTER_CHECKPOINT = 5
 
 
@@ -296,7 +302,9 @@ def report_attempts(sagemaker: FakeSageMaker, training: LocalTraining, run_name:
         phase = job.current()
         status, reason, log_path = phase.status, phase.failure_reason, job.run.log_path
         log = log_path.read_text(errors="replace") if log_path.exists() else ""
-        resumed = re.search(r"Resumed from \S+ \(step (\d+)\)", log)
+        # How the job started: its first round, before any in-job restart (training_scripts/in_job_restart.py).
+        resumed = re.search(r"Resumed from \S+ \(step (\d+)\)", log.split(IN_JOB_RESTART, 1)[0])
+        restarts = re.findall(rf"{IN_JOB_RESTART} \d+: .*? after trainstack-fault:(\S+)", log)
         steps = re.findall(r"\bstep[ =:]+(\d+)", log)
         story = (
             f"resumed from the checkpoint of step {resumed.group(1)}" if resumed else "started from scratch"
@@ -304,6 +312,8 @@ def report_attempts(sagemaker: FakeSageMaker, training: LocalTraining, run_name:
         end = f"ended {status}" + (f": {reason.split('.')[0]}" if reason else "")
         if status == "Failed" and reason and classify(reason).fault_class != CAPACITY:
             end += f" [{describe(classify(reason))}]"
+        if restarts:
+            story += f", {len(restarts)} in-job restart(s) after {', '.join(restarts)}"
         last = f", last logged step {steps[-1]}" if steps else ""
         board = job.request.get("TensorBoardOutputConfig", {}).get("S3OutputPath")
         events = f"; TensorBoard event files in {training.local_path(board)}" if board else ""

@@ -17,8 +17,11 @@ process group (train.py saves a checkpoint and exits), then the job is Stopped. 
 makes the first N jobs fail like a lost capacity block: once the job has written a checkpoint, its
 processes get SIGTERM and the job ends Failed with SageMaker's `CapacityError:` reason.
 `hang_failures=N` makes the first N jobs hang instead: their hyperparameters get `hang_hyperparameters`
-(train.py's `--inject-hang-at-step` and the watchdog's bound), train.py's watchdog ends the job and its
-failure file (`trainstack-fault:infrastructure:hang ...`) becomes the FailureReason, as on SageMaker.
+(train.py's `--inject-hang-at-step` and the watchdog's bound) and train.py's watchdog ends the workers.
+torchrun restarts them inside the job as often as the request's Environment PET_MAX_RESTARTS allows (the
+toolkit starts torchrun with the container's environment), and the restarted workers resume from the
+checkpoint; with no restart left, the failure file (`trainstack-fault:infrastructure:hang ...`) becomes the
+FailureReason, as on SageMaker.
 
 The request's Environment reaches the processes, as SageMaker sets it in the container ("The environment
 variables to set in the Docker container", CreateTrainingJob in botocore's sagemaker model), with the job's
