@@ -25,6 +25,10 @@ UNKNOWN = "unknown"
 # <PythonError>: <sentence>` (docs/training.md). It names its own class and kind; kinds may hold hyphens
 # (`infrastructure:slow-host`).
 TOKEN_PATTERN = "trainstack-fault:(infrastructure|user):([a-z][a-z-]*)"
+# The kind of train.py's planned stop before a training plan ends the instances (capacity_block.py): the
+# pipeline continues on the next instance preference instead of counting a fault (stacks/pipeline/
+# plan_endings.py).
+PLAN_ENDING_KIND = "plan-ending"
 
 
 @dataclass(frozen=True)

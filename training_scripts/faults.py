@@ -25,7 +25,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from data import UserError
-from fault_table import INFRASTRUCTURE, SCRIPT_PATTERNS, TOKEN_PATTERN, USER, FaultPattern, first_match
+from fault_table import (
+    INFRASTRUCTURE,
+    PLAN_ENDING_KIND,
+    SCRIPT_PATTERNS,
+    TOKEN_PATTERN,
+    USER,
+    FaultPattern,
+    first_match,
+)
 
 FAULT_PATTERN = re.compile(TOKEN_PATTERN)
 # sysexits.h EX_TEMPFAIL, "a temporary failure ... the user is invited to retry later": the watchdog's
@@ -54,7 +62,7 @@ class Fault:
 HANG = Fault(INFRASTRUCTURE, "hang", "TimeoutError")  # the watchdog: no optimizer step within its bound
 SLOW_HOST = Fault(INFRASTRUCTURE, "slow-host", "TimeoutError")  # rank_health: --end-on-slow-host
 # capacity_block: a training plan ends the instances soon (a planned interruption, not the job's failure)
-PLAN_ENDING = Fault(INFRASTRUCTURE, "plan-ending", "TimeoutError")
+PLAN_ENDING = Fault(INFRASTRUCTURE, PLAN_ENDING_KIND, "TimeoutError")
 CONFIG = Fault(USER, "config", "ValueError")  # a UserError: flags, inputs, checkpoints
 NONFINITE = Fault(USER, "nonfinite", "FloatingPointError")  # the NaN guard stopped training
 EXCEPTION = Fault(USER, "exception", "Exception")  # any other exception in the script

@@ -28,14 +28,17 @@ from aws_cdk import aws_stepfunctions as sfn
 from stacks.pipeline.fault_retries import capacity_attempts, capacity_retry_allowed
 from stacks.pipeline.jsonata_text import expression
 from stacks.pipeline.pipeline_input_rules import backoff_seconds_expression
+from stacks.pipeline.plan_endings import PLANS_ENDED
 from trainstack.quota import quota_expression
 
 QUOTA_STATUS = "Quota"
 SKIPPED = "quotaSkipped"
 WAITS = "quotaWaits"
-# The preferences of the run's request not yet left out for their quota.
+# The preferences of the run's request not yet left out: for their quota, or because their training plan
+# ended (plan_endings.py).
 _PREFERENCES = "$request.ResourceConfig.InstancePreferences"
-_LEFT = f"$filter({_PREFERENCES}.InstanceType, function($t) {{ $not($t in ${SKIPPED}.instanceType) }})"
+_LEFT_OUT = f"$append(${SKIPPED}.instanceType, ${PLANS_ENDED})"
+_LEFT = f"$filter({_PREFERENCES}.InstanceType, function($t) {{ $not($t in {_LEFT_OUT}) }})"
 _REFUSED = f'$outcome.status = "{QUOTA_STATUS}" and $outcome.quota != null'
 _ANY_BUSY = f"($outcome.quota.busy or true in ${SKIPPED}.busy)"
 
@@ -64,11 +67,12 @@ def quota_start_assignments() -> dict[str, str]:
 
 
 def request_without_skipped() -> str:
-    """The run's request without the preferences left out for their quota (what the next attempt asks
-    for, and what the evaluation of a Completed run asks for: the types it was just refused stay out)."""
-    kept = f"[{_PREFERENCES}[$not(InstanceType in ${SKIPPED}.instanceType)]]"
+    """The run's request without the preferences left out for their quota or their ended training plan
+    (what the next attempt asks for, and what the evaluation of a Completed run asks for: the types it was
+    just refused stay out)."""
+    kept = f"[{_PREFERENCES}[$not(InstanceType in {_LEFT_OUT})]]"
     return (
-        f"($exists({_PREFERENCES}) and $count(${SKIPPED}) > 0 ? $merge([$request, "
+        f"($exists({_PREFERENCES}) and $count({_LEFT_OUT}) > 0 ? $merge([$request, "
         f'{{"ResourceConfig": $merge([$request.ResourceConfig, {{"InstancePreferences": {kept}}}])}}]) '
         ": $request)"
     )
@@ -78,6 +82,11 @@ def attempt_request(attempt_fields: str) -> str:
     """The attempt's request: request_without_skipped() with the attempt's own fields (`attempt_fields`, a
     JSONata object) merged in."""
     return f"$merge([{request_without_skipped()}, {attempt_fields}])"
+
+
+def preferences_left() -> str:
+    """The instance types the run's request still offers (none left out)."""
+    return _LEFT
 
 
 def _exceeded_only(skipped: str) -> str:

@@ -50,6 +50,7 @@ from stacks.pipeline.pipeline_run_request import (
     plan_expression,
     request_expression,
 )
+from stacks.pipeline.plan_endings import add_plan_ending_branches, plan_start_assignments
 from stacks.pipeline.queue.training_queue import TrainingQueue, batch_training_jobs
 from stacks.pipeline.registry.model_registration import ModelRegistration
 from stacks.pipeline.request_guard import allowed_requests
@@ -210,6 +211,7 @@ class TrainingStateMachine(Construct):
                 "faults": expression(NO_FAULTS_YET),
                 "retriedFaults": expression("[]"),
                 **quota_waits.quota_start_assignments(),
+                **plan_start_assignments(),
                 # The table and the raw input are not needed any more (every expression reads all variables).
                 "profiles": expression("null"),
                 "checked": expression("null"),
@@ -268,6 +270,7 @@ class TrainingStateMachine(Construct):
             sfn.Condition.jsonata(expression(_status_in("Completed"))), self._succeeded()
         )
         quota_waits.add_quota_branches(classify, run_attempt, wait_before_retry, capacity_exhausted)
+        add_plan_ending_branches(self, classify, run_attempt, quota_waits.preferences_left())
         cost_cap_states.add_budget_exceeded(self, classify)
         # Queue mode: Batch alone retries capacity errors (docs/queue.md); the pipeline never stacks its own.
         if self.queue is None:
