@@ -131,7 +131,7 @@ def setup(requested: str, mp_parameters: dict, collective_timeout: timedelta | N
         torch.cuda.set_device(local_rank)
     if strategy != "smddp" and "RANK" not in os.environ:  # plain `python train.py`: a world of one
         os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
-    dist.init_process_group(backend=backend, timeout=collective_timeout)
+    dist.init_process_group(backend=backend, timeout=collective_timeout, **_restarted_round_store())
     rank, world_size = dist.get_rank(), dist.get_world_size()
 
     model_parallel_degree = 1
@@ -159,6 +159,23 @@ def setup(requested: str, mp_parameters: dict, collective_timeout: timedelta | N
     if warning and runtime.is_main:
         log.warning(warning)
     return runtime
+
+
+def _restarted_round_store() -> dict:
+    """After torchrun restarted the workers (in_job_restart.py), their rendezvous in torchrun's own store
+    under a prefix of this round. torch 2.5.1 (the image's) prefixes it so itself (rendezvous.py:
+    `/worker/attempt_<TORCHELASTIC_RESTART_COUNT>`); later versions share the agent's store across rounds
+    without a prefix, and a restarted round then reads its predecessor's addresses (gloo: "Connection
+    refused"). The same prefix on every version; a first round keeps torch's own rendezvous."""
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    if restart == "0" or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != str(True):
+        return {}
+    world_size = int(os.environ["WORLD_SIZE"])
+    agent_store = dist.TCPStore(
+        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size, is_master=False
+    )
+    store = dist.PrefixStore(f"/trainstack/round_{restart}", agent_store)
+    return {"store": store, "rank": int(os.environ["RANK"]), "world_size": world_size}
 
 
 def wrap_model(
