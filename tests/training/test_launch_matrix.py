@@ -4,15 +4,19 @@ of the profile's first instance preference. The arguments must parse with the en
 
 from __future__ import annotations
 
+import os
 import shlex
 from importlib.metadata import version
 from pathlib import Path
+from unittest import mock
 
 import pytest
+from torch.distributed.run import get_args_parser
 
 from tests.training.launch_image import DOCKERFILE, Launch, base_image_env, dockerfile_env, launch
 from training_scripts.flags import parse_args
 from trainstack.config_loading import load_settings
+from trainstack.in_job_restarts import InJobRestartPolicy
 from trainstack.instances import instance_type
 from trainstack.planning.checkpoints import MPIRUN_SIGKILL_TIMEOUT_SECONDS
 from trainstack.profiles import Profile, SmpParameters
@@ -68,6 +72,11 @@ def _assert_torchrun(result: Launch, hosts: list[str], gpus: int, profile: Profi
     entry = record["argv"][len(nodes)]
     assert record["argv"][: len(nodes)] == nodes and entry == profile.entry_point == "train.py"
     _assert_train_py_arguments(record["argv"][len(nodes) + 1 :], profile)
+    # In-job restarts: the toolkit passes no --max-restarts, torchrun's own parser reads it from the job's
+    # environment, which the toolkit hands on (trainstack/in_job_restarts.py).
+    with mock.patch.dict(os.environ, record["env"], clear=True):
+        torchrun = get_args_parser().parse_args(record["argv"])
+    assert torchrun.max_restarts == (profile.in_job_restarts or InJobRestartPolicy()).max_restarts > 0
 
 
 def _assert_mpirun(result: Launch, hosts: list[str], gpus: int, profile: Profile) -> None:
@@ -81,6 +90,7 @@ def _assert_mpirun(result: Launch, hosts: list[str], gpus: int, profile: Profile
     assert len(result.steps("sshd")) == 1
     assert [step["host"] for step in result.steps("ssh-probe")] == hosts[1:]
     assert [step["argv"][0] for step in result.steps("ssh")] == hosts[1:]
+    assert "PET_MAX_RESTARTS" not in record["env"]  # mpirun cannot restart its ranks
     if profile.strategy == "smddp":
         entry = argv.index("smddprun") + 1
         assert argv[entry + 1 : entry + 4] == ["-m", "mpi4py", profile.entry_point]
