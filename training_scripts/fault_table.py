@@ -29,6 +29,11 @@ TOKEN_PATTERN = "trainstack-fault:(infrastructure|user):([a-z][a-z-]*)"
 # pipeline continues on the next instance preference instead of counting a fault (stacks/pipeline/
 # plan_endings.py).
 PLAN_ENDING_KIND = "plan-ending"
+# The infrastructure kinds after which the same instances can train on, so torchrun restarts the workers
+# inside the job (in_job_restart.py; a crash without a reason counts too): a hang, the collectives, the
+# network or the store failing. The others need new instances (hardware, slow-host) or end the job on
+# purpose (plan-ending).
+IN_JOB_RESTARTABLE_KINDS = frozenset({"hang", "collective-timeout", "nccl", "efa", "store", "network"})
 
 
 @dataclass(frozen=True)

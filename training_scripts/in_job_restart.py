@@ -16,10 +16,10 @@ A round after a restart (TORCHELASTIC_RESTART_COUNT > 0, set by torchrun's agent
    lock), so that SageMaker reports this round's own failure, and a round that succeeds leaves none.
 2. `refused_restart`, once the process group is up: each rank finds its reason to refuse, the first one
    found is every rank's (distributed.agree). A restart is refused after a fault that does not leave the
-   instances healthy or would only repeat (anything but RESTARTABLE_KINDS: the user's errors, hardware, a
-   slow host, a training plan's end), and when this rank's GPU fails a small computation (the node's
-   health, checked before any training). A worker that crashed without writing a reason (a segfault, a
-   kill) is restartable: its peers' lost connections are what the others report.
+   instances healthy or would only repeat (any kind but fault_table.IN_JOB_RESTARTABLE_KINDS: the user's
+   errors, hardware, a slow host, a training plan's end), and when this rank's GPU fails a small
+   computation (the node's health, checked before any training). A worker that crashed without writing
+   a reason (a segfault, a kill) is restartable: its peers' lost connections are what the others report.
 3. A refused round writes the refusing line as its failure (the previous fault, or the GPU's), leaves a
    DECLINED marker and exits as that fault; the rounds torchrun still starts find the marker and exit at
    once, before any collective. The job then fails as it would have without restarts, for the pipeline's
@@ -34,15 +34,12 @@ from dataclasses import dataclass
 
 import torch
 from distributed import Runtime, agree
-from fault_table import INFRASTRUCTURE, USER, first_match
+from fault_table import IN_JOB_RESTARTABLE_KINDS, INFRASTRUCTURE, USER, first_match
 from faults import EXIT_INFRASTRUCTURE, EXIT_USER_ERROR, FAULT_PATTERN, classify, failure_file, write_once
 
 ROUND_ENV = "TORCHELASTIC_RESTART_COUNT"  # torchrun's restart count, in every worker's environment
 RECORD_DIR = "restarts"  # under SM_OUTPUT_DIR
 DECLINED = "declined"
-# Faults after which the same instances can train on: a hang, and the collectives, the network or the store
-# failing (each the fault table's kind); a crash without a reason counts too.
-RESTARTABLE_KINDS = frozenset({"hang", "collective-timeout", "nccl", "efa", "store", "network"})
 PROBE_SIZE = 256  # the GPU check: a PROBE_SIZE x PROBE_SIZE matrix of ones squared, summed
 
 log = logging.getLogger("train")
@@ -95,7 +92,7 @@ def reason_to_refuse(reason: str | None) -> str | None:
     else:
         row = first_match(reason)
         fault_class, kind = (row.fault_class, row.kind) if row else ("unknown", "unknown")
-    if fault_class == INFRASTRUCTURE and kind in RESTARTABLE_KINDS:
+    if fault_class == INFRASTRUCTURE and kind in IN_JOB_RESTARTABLE_KINDS:
         return None
     return reason
 
