@@ -7,9 +7,19 @@ runs (torchrun, 2 processes, gloo), and the decision on each reason."""
 from __future__ import annotations
 
 import re
+from types import SimpleNamespace
 
+import in_job_restart
 import pytest
-from in_job_restart import DECLINED, RECORD_DIR, ROUND_ENV, begin_round, decline, reason_to_refuse
+from in_job_restart import (
+    DECLINED,
+    RECORD_DIR,
+    ROUND_ENV,
+    begin_round,
+    decline,
+    device_problem,
+    reason_to_refuse,
+)
 
 from tests.training.harness import load_weights, max_weight_difference, train
 from tests.training.test_watchdog import WATCHDOG_FLAGS
@@ -96,3 +106,18 @@ def test_a_refused_restart_ends_every_later_round_at_once_as_the_same_fault(tmp_
     assert (output / RECORD_DIR / DECLINED).exists()
     assert decline(second.declined, echo=False) == 75
     assert (output / "failure").read_text().strip() == hardware
+
+
+def test_a_gpu_that_fails_its_check_refuses_the_restart_as_a_hardware_fault(monkeypatch):
+    def broken(*shape, device):
+        raise RuntimeError("CUDA error: uncorrectable ECC error encountered")
+
+    monkeypatch.setattr(in_job_restart.torch, "ones", broken)
+    rank = SimpleNamespace(device=SimpleNamespace(type="cuda"), rank=3)
+    line = device_problem(rank)
+    assert line.startswith(
+        "trainstack-fault:infrastructure:hardware RuntimeError: Rank 3 failed the GPU check before an "
+        "in-job restart: RuntimeError: CUDA error: uncorrectable ECC error encountered"
+    ), line
+    assert reason_to_refuse(line) == line
+    assert device_problem(SimpleNamespace(device=SimpleNamespace(type="cpu"), rank=0)) is None
