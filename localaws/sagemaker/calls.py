@@ -85,3 +85,5 @@ class RegistryControl:
     scanned_per_page: int | None = None
     # CreateModelPackage calls that create their version, then answer INTERNAL_FAILURE (a lost response).
     lost_creates: int = 0
+    # Every CreateModelPackage call refused so (code, message), creating nothing: a permanent failure.
+    refuse_creates: tuple[str, str] | None = None

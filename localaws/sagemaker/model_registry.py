@@ -106,6 +106,8 @@ def install(monkeypatch, control: RegistryControl | None = None, calls: CallCont
         earlier = [p for p in _backend().model_packages.values() if token and p.client_token == token]
         if earlier:
             return ActionResult({"ModelPackageArn": earlier[0].arn})
+        if control.refuse_creates:
+            raise service_error(*control.refuse_creates)
         answer = create(self)
         if control.lost_creates > 0:
             control.lost_creates -= 1

@@ -1,4 +1,4 @@
-"""The gate fails closed (issue 39; docs/registry.md, "The gate"): the baseline is the best comparable
+"""The gate fails closed (issue 39; docs/registry.md, steps 4-8): the baseline is the best comparable
 Approved version, found over every page; a baseline it cannot read or compare leaves the version pending; two
 registrations of one group take turns; a retried create makes one version; a permanent failure ends
 RegistrationFailed. Each on the synthesized machines, in the emulator, on the virtual clock."""
@@ -10,7 +10,11 @@ import boto3
 from localaws.sagemaker import evaluated
 from tests.pipeline import harness
 from tests.pipeline.conftest import FAKE_VALUES, REGISTRY_GROUP, REGISTRY_PROFILE
-from tests.pipeline.test_registry import assert_requests_match_the_service_model, versions
+from tests.pipeline.test_registry import (
+    REGISTRATION_OPERATIONS,
+    assert_requests_match_the_service_model,
+    versions,
+)
 from trainstack.registry import LINEAGE_KEYS
 
 
@@ -86,22 +90,26 @@ def test_a_create_whose_answer_was_lost_makes_one_version_when_retried(registry)
     assert outcome.status == "SUCCEEDED", outcome.cause
     assert outcome.output["modelPackage"]["version"] == 1
     assert [v["ModelApprovalStatus"] for v in versions()] == ["Approved"]
-    assert_requests_match_the_service_model(run.sm.registration_arn)
+    # A first version: no Approved version to describe.
+    assert_requests_match_the_service_model(
+        run.sm.registration_arn, REGISTRATION_OPERATIONS - {"DescribeModelPackage"}
+    )
 
 
 def test_a_permanent_registration_failure_ends_registration_failed_with_its_cause(registry):
     run = registry()
-    boto3.client("sagemaker").delete_model_package_group(ModelPackageGroupName=REGISTRY_GROUP)
+    run.sm.fake.registry.refuse_creates = ("ValidationException", "The request is not valid.")
     outcome = run("trainstack-x1", 2.0)
     assert (outcome.status, outcome.error) == ("FAILED", "RegistrationFailed")
     assert outcome.cause.startswith(
         f"Registration of run trainstack-x1 in group {REGISTRY_GROUP} failed: SageMaker.SageMakerException: "
     )
+    assert "The request is not valid." in outcome.cause
     assert "no version was created. The model stays at s3://trainstack-artifacts-test/trainstack-x1/" in (
         outcome.cause
     )
     # The lease was given back: a later run of the group registers.
-    boto3.client("sagemaker").create_model_package_group(ModelPackageGroupName=REGISTRY_GROUP)
+    run.sm.fake.registry.refuse_creates = None
     assert decisions(run("trainstack-x2", 2.0)) == ["Approved"]
 
 

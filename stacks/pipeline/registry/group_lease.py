@@ -2,7 +2,7 @@
 
 From the baseline lookup to the decision on the new version, a registration holds its group's lease, so a
 second run registering at the same time decides against the first one's outcome (docs/registry.md,
-"One registration per group at a time"). The lease is a conditional PutItem: it succeeds when no item holds
+step 4). The lease is a conditional PutItem: it succeeds when no item holds
 the group, when this very execution holds it (a retried call, a redriven execution), or when the holder's
 lease has ended (an execution aborted inside the lease: it can run no Catch). The condition is part of the
 write (DynamoDB API reference, PutItem, ConditionExpression), so of two registrations one wins and the other

@@ -1,5 +1,5 @@
 """JSONata of the registration machine's version: the Approved versions' facts, the gate, the lineage and the
-CreateModelPackage request (docs/registry.md, "The gate").
+CreateModelPackage request (docs/registry.md, steps 5-7).
 
 Variables besides evaluation_request.py's: `$approved` (every Approved version of the group, newest first,
 as approved_facts() reads each: {arn, version, loss, evaluationSet, maxEvalTokens, seqLen}, loss null when
