@@ -50,8 +50,12 @@ def stage(settings, profile: str, substitutions: dict[str, str], training: Local
 
 
 def create_lease_table(project: str) -> None:
-    """The registrations' lease table, as the stack declares it (stacks/pipeline/registry/group_lease.py)."""
-    boto3.client("dynamodb").create_table(
+    """The registrations' lease table, as the stack declares it (stacks/pipeline/registry/group_lease.py),
+    unless a deployment of the template's tables made it already (demo.synthesized.create_tables)."""
+    dynamodb = boto3.client("dynamodb")
+    if lease_table_name(project) in dynamodb.list_tables()["TableNames"]:
+        return
+    dynamodb.create_table(
         TableName=lease_table_name(project),
         KeySchema=[{"AttributeName": LEASE_KEY, "KeyType": "HASH"}],
         AttributeDefinitions=[{"AttributeName": LEASE_KEY, "AttributeType": "S"}],

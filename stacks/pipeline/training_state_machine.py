@@ -239,10 +239,11 @@ class TrainingStateMachine(Construct):
             ),
             assign={
                 "outcome": expression("$states.result.Output"),
-                # Queue mode's attempt names each job Batch started (job.trainingJobs); a direct one its job.
+                # Queue mode's attempt names each job Batch started (job.trainingJobs); a direct one its job,
+                # when there was one (described: it has an instanceType; a refused create made none).
                 "trainingJobs": expression(
                     "$append($trainingJobs, ($j := $states.result.Output.job; "
-                    "$j.trainingJobs ? $j.trainingJobs : $j.name))"
+                    "$j.trainingJobs ? $j.trainingJobs : $j.instanceType ? $j.name))"
                 ),
                 **refined_request(runs.profiles),
                 **cost_cap_states.run_attempt_assign(),
