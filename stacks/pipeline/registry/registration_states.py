@@ -121,9 +121,10 @@ def _register(
         iam_resources=package_arns,
         outputs={},
     )
-    for task in (list_page, describe_page, create_package, gate, acquire):
-        if task is not describe_page:
-            retry_must_succeed_call(task, [SAGEMAKER_ERROR])
+    for task in (list_page, create_package, gate):
+        retry_must_succeed_call(task, [SAGEMAKER_ERROR])
+    # Every state of the lease's section: a failure gives the lease back and ends RegistrationFailed.
+    for task in (acquire, list_page, describe_page, create_package, gate):
         task.add_catch(
             release, errors=["States.ALL"], outputs={}, assign={"failure": expression("$states.errorOutput")}
         )
