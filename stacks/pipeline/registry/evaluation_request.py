@@ -4,8 +4,9 @@ Every expression reads the machine's variables: `$run` (the machine's input: pro
 executionArn, request, trainingJobs, modelArtifacts), `$attempt` (the evaluation job's number: 1, then one
 more for each retry, evaluation_states.py), `$settings` (the profile's entry of registry_table),
 `$evaluation` ({loss, perplexity, tokens} from the evaluation job's FinalMetricDataList), `$baseline`
-(the latest Approved version: {arn, version, loss}, or null), `$trainingSetManifest` and `$datasetManifest`
-(the evaluation set's): {hash, objects, bytes} (stacks/pipeline/dataset_manifest.py).
+(the best comparable Approved version: {arn, version, loss, ...}, or null: version_request.py),
+`$trainingSetManifest` and `$datasetManifest` (the evaluation set's): {hash, objects, bytes}
+(stacks/pipeline/dataset_manifest.py).
 """
 
 from __future__ import annotations
