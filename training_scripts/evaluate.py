@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from data import TokenDataset, UserError
 from faults import CONFIG, EXIT_USER_ERROR, report
-from metrics import format_evaluation_line
+from metrics import EVALUATION_DEFAULT_SEQ_LEN, format_evaluation_line
 
 EVALUATION_FILE = "evaluation.json"
 BATCH_SAMPLES = 8
@@ -40,7 +40,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--eval-dir", default=env("SM_CHANNEL_EVAL"), help="defaults to SM_CHANNEL_EVAL")
     parser.add_argument("--out-dir", default=env("SM_MODEL_DIR", "/opt/ml/model"))
-    parser.add_argument("--seq-len", "--seq_len", type=int, default=1024)
+    parser.add_argument("--seq-len", "--seq_len", type=int, default=EVALUATION_DEFAULT_SEQ_LEN)
     parser.add_argument("--max-eval-tokens", "--max_eval_tokens", type=int, default=1_000_000)
     parser.add_argument("--eval-manifest-hash", "--eval_manifest_hash", default="")
     return parser.parse_known_args(argv)[0]

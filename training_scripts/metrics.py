@@ -157,6 +157,8 @@ def format_slow_host_line(
 
 # The evaluation job's one line (evaluate.py) and the MetricDefinitions that put it into the job's
 # FinalMetricDataList, which the pipeline's gate reads (docs/registry.md).
+# evaluate.py's sample length when the run sets no seq_len hyperparameter (the gate records and compares it).
+EVALUATION_DEFAULT_SEQ_LEN = 1024
 EVALUATION_METRIC_DEFINITIONS: list[dict] = [
     {"Name": "evaluation:loss", "Regex": rf"eval_loss={_NUMBER}"},
     {"Name": "evaluation:perplexity", "Regex": rf"eval_perplexity={_NUMBER}"},

@@ -47,10 +47,25 @@ LINEAGE_KEYS = {
     "evaluationSet": "data.evaluationSetManifest",
     "checkpoint": "checkpoint.uri",
     "evaluationJob": "evaluation.jobName",
+    "maxEvalTokens": "evaluation.maxTokens",  # the profile's max_eval_tokens
+    "seqLen": "evaluation.seqLen",  # the seq_len the evaluation read samples of
     "loss": "evaluation.loss",
     "perplexity": "evaluation.perplexity",
     "tokens": "evaluation.tokens",
 }
+
+
+# Registrations of one group take turns (stacks/pipeline/registry/group_lease.py): a lease per group, held
+# from the baseline lookup to the decision, longer than that section's calls and their retries can take
+# (each call retries for about 4 minutes: machine_kit.retry_must_succeed_call); a waiting registration asks
+# again every LEASE_WAIT_SECONDS.
+LEASE_KEY = "group"
+LEASE_SECONDS = 3600
+LEASE_WAIT_SECONDS = 30
+
+
+def lease_table_name(project: str) -> str:
+    return f"{project}-registration-leases"
 
 
 def evaluation_job_name(run_name: str, number: int = 1) -> str:
@@ -82,6 +97,16 @@ def code_version(repository: Path = REPOSITORY) -> str:
     except (OSError, subprocess.CalledProcessError):
         return UNKNOWN_CODE_VERSION
     return f"{revision}-dirty" if changed else revision
+
+
+def code_repository(repository: Path = REPOSITORY) -> str:
+    """Where the code comes from: the git checkout's `origin` URL without any user name or password in it;
+    UNKNOWN_CODE_VERSION without one."""
+    try:
+        url = _git(repository, "remote", "get-url", "origin")
+    except (OSError, subprocess.CalledProcessError):
+        return UNKNOWN_CODE_VERSION
+    return re.sub(r"^([a-z+]+://)[^/@]*@", r"\1", url) or UNKNOWN_CODE_VERSION
 
 
 def _git(repository: Path, *arguments: str) -> str:

@@ -17,9 +17,12 @@ APPROVED, REJECTED, PENDING = "Approved", "Rejected", "PendingManualApproval"
 class RegistrySettings(StrictModel):
     """`evaluation_prefix`: the held-out evaluation set, a key prefix in the dataset bucket (its *.bin files,
     like the train channel's); the same set for every version of the profile. `approval: auto` approves a
-    version whose evaluation loss is at most the latest Approved version's plus `loss_tolerance`, and rejects
-    the others; `manual` leaves every version PendingManualApproval. `first_version`: the status of a version
-    with no Approved version to compare with (auto only). `max_eval_tokens` bounds the evaluation's cost."""
+    version whose evaluation loss is at most the best (lowest) loss of the Approved versions evaluated the
+    same way (same evaluation set manifest, max_eval_tokens and seq_len) plus `loss_tolerance`, an absolute
+    amount of loss (not a fraction), and rejects the others; with no such version to compare with, or one
+    without a recorded loss, it leaves the version PendingManualApproval, saying why. `manual` leaves every
+    version PendingManualApproval. `first_version`: the status of a version when the group has no Approved
+    version at all (auto only). `max_eval_tokens` bounds the evaluation's cost."""
 
     evaluation_prefix: Annotated[
         str,

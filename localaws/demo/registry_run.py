@@ -11,7 +11,7 @@ import boto3
 
 from localaws.sagemaker.local_processes import LocalTraining
 from trainstack.pipeline_runs import all_pipeline_runs
-from trainstack.registry import group_name
+from trainstack.registry import LEASE_KEY, group_name, lease_table_name
 
 # A stand-in image manifest for (moto's) ECR: it needs a media type to store the image.
 MANIFEST = {
@@ -46,6 +46,21 @@ def stage(settings, profile: str, substitutions: dict[str, str], training: Local
     boto3.client("sagemaker").create_model_package_group(
         ModelPackageGroupName=group_name(settings.project, profile)
     )
+    create_lease_table(settings.project)
+
+
+def create_lease_table(project: str) -> None:
+    """The registrations' lease table, as the stack declares it (stacks/pipeline/registry/group_lease.py),
+    unless a deployment of the template's tables made it already (demo.synthesized.create_tables)."""
+    dynamodb = boto3.client("dynamodb")
+    if lease_table_name(project) in dynamodb.list_tables()["TableNames"]:
+        return
+    dynamodb.create_table(
+        TableName=lease_table_name(project),
+        KeySchema=[{"AttributeName": LEASE_KEY, "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": LEASE_KEY, "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
 
 
 def register_image(image_uri: str) -> None:
@@ -60,10 +75,13 @@ def register_image(image_uri: str) -> None:
 def deploy_registry_resources(settings, dataset_bucket: str, image_uri: str) -> None:
     """What the deployed stacks hold that the registration machine reads, for scripted jobs (nothing reads
     the shards): the jobs' image in ECR, a one-shard evaluation set under each registered profile's
-    evaluation_prefix in the (existing) dataset bucket, each registered profile's model package group."""
+    evaluation_prefix in the (existing) dataset bucket, each registered profile's model package group, the
+    lease table of each team's registrations."""
     register_image(image_uri)
     s3, sagemaker = boto3.client("s3"), boto3.client("sagemaker")
     for runs in all_pipeline_runs(settings):  # with teams, each team's groups
+        if any(profile.registry is not None for profile in runs.profiles):
+            create_lease_table(runs.project)
         for profile in runs.profiles:
             if profile.registry is not None:
                 key = f"{profile.registry.evaluation_prefix}eval-000.bin"

@@ -90,12 +90,13 @@ def load_pipeline(cdk_out: Path, project: str, region: str, name: str | None = N
 
 def create_tables(template: dict[str, Any], region: str) -> None:
     """Create, in the emulated account, every DynamoDB table `template` declares (name, keys, billing), as
-    CloudFormation would (queue mode's run-name table)."""
+    CloudFormation would (queue mode's run-name table), but those that exist already."""
     import boto3
 
     dynamodb = boto3.client("dynamodb", region_name=region)
+    existing = set(dynamodb.list_tables()["TableNames"])  # e.g. registry_run's lease table
     for body in template.get("Resources", {}).values():
-        if body.get("Type") == "AWS::DynamoDB::Table":
+        if body.get("Type") == "AWS::DynamoDB::Table" and body["Properties"]["TableName"] not in existing:
             properties = body["Properties"]
             dynamodb.create_table(
                 TableName=properties["TableName"],

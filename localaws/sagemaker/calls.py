@@ -66,3 +66,24 @@ class CallControl:
     def release_all(self) -> None:
         for action in list(self.held):
             self.release_gate(action)
+
+
+# SageMaker's answer to a request that failed on its side (the API reference's Common Errors: InternalFailure,
+# HTTP 500, "The request processing has failed because of an unknown error, exception or failure.").
+INTERNAL_FAILURE = (
+    "InternalFailure",
+    "The request processing has failed because of an unknown error, exception or failure.",
+)
+
+
+@dataclass
+class RegistryControl:
+    """What a test does to the Model Registry's calls (model_registry.py)."""
+
+    # Versions ListModelPackages reads per page before it filters them (SageMaker filters after paging:
+    # DESIGN.md, round 6); None: MaxResults of them.
+    scanned_per_page: int | None = None
+    # CreateModelPackage calls that create their version, then answer INTERNAL_FAILURE (a lost response).
+    lost_creates: int = 0
+    # Every CreateModelPackage call refused so (code, message), creating nothing: a permanent failure.
+    refuse_creates: tuple[str, str] | None = None

@@ -42,7 +42,7 @@ def install_fake_sagemaker(fake: FakeSageMaker, monkeypatch) -> None:
     """Route SageMaker's training-job calls to `fake` for the rest of the test."""
     for name, route in _routes(fake).items():
         monkeypatch.setattr(SageMakerResponse, name, _handler(route), raising=False)
-    model_registry.install(monkeypatch)
+    model_registry.install(monkeypatch, fake.registry, fake.control)
 
 
 def _handler(route: Callable[[dict[str, Any]], Any]):

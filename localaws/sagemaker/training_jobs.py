@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from localaws.emulator import service_error
-from localaws.sagemaker.calls import CallControl
+from localaws.sagemaker.calls import CallControl, RegistryControl
 from localaws.sagemaker.validation import validate_create_request, validate_job_name
 
 ACCOUNT = "123456789012"
@@ -113,6 +113,7 @@ class FakeSageMaker:
     create_latency: float = 0.0
     now: Callable[[], float] = time.time
     control: CallControl = field(default_factory=CallControl)
+    registry: RegistryControl = field(default_factory=RegistryControl)
     # DescribeTrainingJob calls (over all jobs) answered before `control.throttles` applies to them.
     throttle_describes_after: int = 0
     jobs: dict[str, TrainingJob] = field(default_factory=dict)

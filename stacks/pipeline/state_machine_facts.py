@@ -30,6 +30,7 @@ ERROR_TRAINING_FAILED = "TrainingFailed"
 ERROR_TRAINING_STOPPED = "TrainingStopped"
 ERROR_INFRASTRUCTURE_RETRIES_EXHAUSTED = "InfrastructureRetriesExhausted"
 ERROR_BUDGET_EXCEEDED = "BudgetExceeded"
+ERROR_REGISTRATION_FAILED = "RegistrationFailed"
 
 # Step Functions' hard limit on a standard execution's history, and the budget this project keeps to.
 HISTORY_EVENT_LIMIT = 25_000

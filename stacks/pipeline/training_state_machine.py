@@ -208,6 +208,7 @@ class TrainingStateMachine(Construct):
                 "request": expression(request_expression(resources, project)),
                 "plan": expression(plan_expression()),
                 "attempt": 1,
+                "trainingJobs": expression("[]"),  # every training job the run's attempts started, by name
                 "faults": expression(NO_FAULTS_YET),
                 "retriedFaults": expression("[]"),
                 **quota_waits.quota_start_assignments(),
@@ -240,6 +241,12 @@ class TrainingStateMachine(Construct):
             ),
             assign={
                 "outcome": expression("$states.result.Output"),
+                # Queue mode's attempt names each job Batch started (job.trainingJobs); a direct one its job,
+                # when there was one (described: it has an instanceType; a refused create made none).
+                "trainingJobs": expression(
+                    "$append($trainingJobs, ($j := $states.result.Output.job; "
+                    "$j.trainingJobs ? $j.trainingJobs : $j.instanceType ? $j.name))"
+                ),
                 **refined_request(runs.profiles),
                 **cost_cap_states.run_attempt_assign(),
             },

@@ -2,7 +2,8 @@
 representative run of each profile with a `registry:` block (docs/registry.md). Resource types from the
 Service Authorization Reference (SageMaker): CreateModelPackage, DescribeModelPackage and
 UpdateModelPackage authorize `model-package` (the version); ListModelPackages lists `model-package` too,
-but names no single one before the call, so "*" stands for it; ListObjectsV2 is `s3:ListBucket` on the
+but names no single one before the call, so "*" stands for it; the group's lease is PutItem and DeleteItem
+on the lease table (DynamoDB's SAR: `table`); ListObjectsV2 is `s3:ListBucket` on the
 bucket with the `s3:prefix` key (Amazon S3's SAR)."""
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ class RegistryCalls:
 
     _sagemaker_createModelPackage = _sagemaker_describeModelPackage
     _sagemaker_updateModelPackage = _sagemaker_describeModelPackage
+
+    def _dynamodb_deleteItem(self, arguments):  # noqa: N802 (the registration's lease, given back)
+        return [(None, self.arn("dynamodb", f"table/{arguments['TableName']}"), {})]
 
     def _ecr_describeImages(self, arguments):  # noqa: N802
         return [(None, self.arn("ecr", f"repository/{self.project}-training"), {})]

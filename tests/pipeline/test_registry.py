@@ -12,18 +12,22 @@ from tests.domain.sagemaker_model import problems
 from tests.pipeline import harness
 from tests.pipeline.conftest import FAKE_VALUES, REGISTRY_GROUP, REGISTRY_PROFILE
 from trainstack.manifest import prefix_manifest
-from trainstack.registry import LINEAGE_KEYS, code_version, config_hash
+from trainstack.registry import LINEAGE_KEYS, code_repository, code_version, config_hash
 
 PROFILE, GROUP = REGISTRY_PROFILE, REGISTRY_GROUP
 DATASET_BUCKET = FAKE_VALUES["DatasetBucket"]  # conftest.deploy_registry_resources fills it
 
 
 def versions() -> list[dict]:
+    """Every version of the group, oldest first."""
     client = boto3.client("sagemaker")
-    listed = client.list_model_packages(ModelPackageGroupName=GROUP, SortBy="CreationTime")
+    pages = client.get_paginator("list_model_packages").paginate(
+        ModelPackageGroupName=GROUP, ModelPackageType="Versioned", SortBy="CreationTime"
+    )
     return [
         client.describe_model_package(ModelPackageName=item["ModelPackageArn"])
-        for item in listed["ModelPackageSummaryList"]
+        for page in pages
+        for item in page["ModelPackageSummaryList"]
     ]
 
 
@@ -36,7 +40,7 @@ def test_auto_approves_the_first_version_then_a_better_one_and_rejects_a_worse_o
     assert first.output["modelPackage"]["decision"] == "Approved"
     assert "first version" in first.output["modelPackage"]["reason"]
     assert_lineage(versions()[0], first, run.sm.fake.jobs["trainstack-r1-eval"].request, pipeline)
-    better = run("trainstack-r2", 1.995)  # worse by less than the tolerance counts as no worse
+    better = run("trainstack-r2", 1.995)  # better than version 1: approved, and now the best
     assert better.status == "SUCCEEDED", better.cause
     assert better.output["modelPackage"]["decision"] == "Approved", better.output
     worse = run("trainstack-r3", 2.5)
@@ -44,8 +48,8 @@ def test_auto_approves_the_first_version_then_a_better_one_and_rejects_a_worse_o
     assert worse.status == "SUCCEEDED"
     assert package["decision"] == "Rejected"
     assert package["reason"] == (
-        "rejected, worse than the approved model: evaluation loss 2.5000 vs 1.9950 of Approved version 2 "
-        "(tolerance 0.01)"
+        "rejected, worse than the best approved model: evaluation loss 2.5000 vs 1.9950 of Approved "
+        "version 2, the best comparable (tolerance 0.01, absolute)"
     )
     described = versions()
     assert [v["ModelApprovalStatus"] for v in described] == ["Approved", "Approved", "Rejected"]
@@ -86,12 +90,21 @@ def assert_lineage(version: dict, outcome, evaluation: dict, pipeline) -> None:
         LINEAGE_KEYS["evaluationSet"]: prefix_manifest(s3, DATASET_BUCKET, "evaluation/small/").hash,
         LINEAGE_KEYS["checkpoint"]: "s3://trainstack-checkpoints-test/trainstack-r1/",
         LINEAGE_KEYS["evaluationJob"]: "trainstack-r1-eval",
+        LINEAGE_KEYS["maxEvalTokens"]: "1000000",
+        LINEAGE_KEYS["seqLen"]: "1024",  # evaluate.py's default: the profile sets no seq_len
         LINEAGE_KEYS["loss"]: "2",
         LINEAGE_KEYS["perplexity"]: lineage[LINEAGE_KEYS["perplexity"]],
         LINEAGE_KEYS["tokens"]: "4096",
     }
     model = "s3://trainstack-artifacts-test/trainstack-r1/trainstack-r1-1/output/model/"
     container = version["InferenceSpecification"]["Containers"][0]
+    assert container["Image"] == lineage[LINEAGE_KEYS["image"]]  # by digest, not by tag
+    assert "@sha256:" in container["Image"]
+    assert version["MetadataProperties"] == {
+        "GeneratedBy": outcome.execution_arn,
+        "CommitId": code_version(),
+        "Repository": code_repository(),
+    }
     assert container["ModelDataSource"]["S3DataSource"]["S3Uri"] == model
     statistics = version["ModelMetrics"]["ModelQuality"]["Statistics"]
     assert statistics["S3Uri"] == (

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 
 from localaws.demo.synthesized import create_tables
@@ -35,6 +36,7 @@ from tests.pipeline.test_fault_drills import NCCL, USER_CONFIG
 from tests.pipeline.test_quota_drills import P4DE, P5, busy, exceeded
 from tests.queue.conftest import service_job
 from tests.queue.test_queue_config import settings_with
+from trainstack.registry import LINEAGE_KEYS, is_evaluation_job
 
 FIFO = {"enabled": True, "max_instances": 2, "capacity_wait_hours": 1}
 FAIR = {"enabled": True, "max_instances": 3, "shares": {"teamA": 2, "teamB": 1}, "capacity_wait_hours": 1}
@@ -500,6 +502,13 @@ def test_queued_quota_busy_then_free_is_submitted_again_after_the_capacity_back_
     # The run's tags: the job cleanup stops it as it stops a direct-mode job of an ended execution.
     assert "trainstack:execution" in {tag["Key"] for tag in evaluation["Tags"]}
     assert outcome.output["modelPackage"]["status"] == "Registered"
+    # Its lineage names the training jobs that ran, as Batch named them.
+    version = boto3.client("sagemaker").describe_model_package(
+        ModelPackageName=outcome.output["modelPackage"]["modelPackageArn"]
+    )
+    jobs = version["CustomerMetadataProperties"][LINEAGE_KEYS["jobs"]].split(" ")
+    assert jobs[-1] == outcome.output["trainingJobName"] and jobs[-1].startswith("AWSBatch")
+    assert set(jobs) == {name for name in queue.sagemaker.jobs if not is_evaluation_job(name)}
 
 
 def test_queued_quota_busy_on_the_first_preference_submits_the_second(quota_queue):

@@ -50,7 +50,9 @@ from stacks.pipeline.attempt.batch_training_jobs import (
     training_job_name,
 )
 from stacks.pipeline.attempt.training_attempt import (
+    DESCRIBED_STATUS,
     describe_training_job,
+    described_job,
     failed_outcome,
     outcome,
     poll_wait,
@@ -306,8 +308,16 @@ class QueuedTrainingAttempt(Construct):
             self,
             name=training_job_name("$service.trainingJobArn"),
             job_arns=job_arns,
-            with_name=True,
             more_permissions=batch_job_permissions,
+            assign={
+                "described": expression(DESCRIBED_STATUS),
+                # Every training job Batch started for the service job, by name (the registry's lineage).
+                "job": expression(
+                    f'$merge([{described_job(with_name=True)}, {{"trainingJobs": $append('
+                    '$map($service.earlier, function($arn) { $split($arn, "/")[-1] }), '
+                    "$states.result.TrainingJobName)}])"
+                ),
+            },
         )
         # Retries used up: ask Batch and SageMaker again after the next wait.
         describe_started_job.add_catch(wait, errors=[SAGEMAKER_ERROR], outputs={})

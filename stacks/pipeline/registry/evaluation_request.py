@@ -1,11 +1,12 @@
-"""JSONata of the registration machine: the evaluation job's request, the gate and the lineage.
+"""JSONata of the registration machine: the evaluation job's request (the version's: version_request.py).
 
 Every expression reads the machine's variables: `$run` (the machine's input: profile, runName,
-executionArn, request, attempts, modelArtifacts), `$attempt` (the evaluation job's number: 1, then one
+executionArn, request, trainingJobs, modelArtifacts), `$attempt` (the evaluation job's number: 1, then one
 more for each retry, evaluation_states.py), `$settings` (the profile's entry of registry_table),
 `$evaluation` ({loss, perplexity, tokens} from the evaluation job's FinalMetricDataList), `$baseline`
-(the latest Approved version: {arn, version, loss}, or null), `$trainingSetManifest` and `$datasetManifest`
-(the evaluation set's): {hash, objects, bytes} (stacks/pipeline/dataset_manifest.py).
+(the best comparable Approved version: {arn, version, loss, ...}, or null: version_request.py),
+`$trainingSetManifest` and `$datasetManifest` (the evaluation set's): {hash, objects, bytes}
+(stacks/pipeline/dataset_manifest.py).
 """
 
 from __future__ import annotations
@@ -25,13 +26,11 @@ from trainstack.registry import (
     EVALUATION_JOB_SUFFIX,
     EVALUATION_PROGRAM,
     JOB_NAME_MAX_LENGTH,
-    LINEAGE_KEYS,
-    METADATA_VALUE_MAX_LENGTH,
+    code_repository,
     code_version,
     config_hash,
     group_name,
 )
-from trainstack.registry_settings import APPROVED, PENDING, REJECTED
 
 # The $attempt-th evaluation job of the run, as trainstack.registry.evaluation_job_name names it.
 EVALUATION_JOB_NAME = (
@@ -57,6 +56,7 @@ def registry_table(project: str, profiles: Sequence[Profile], resources: Pipelin
             "configHash": config_hash(profile),
             # The revision the image of this synth is built from (stacks/image bakes the same one in).
             "codeVersion": code_version(),
+            "codeRepository": code_repository(),
             # What the evaluation jobs' retries follow (evaluation_states.py), as the pipeline's $plan has it.
             "retry": retry_settings(profile),
         }
@@ -109,76 +109,4 @@ def evaluation_uri() -> str:
     return (
         f'$replace($run.request.OutputDataConfig.S3OutputPath, /\\/$/, "") & "/" & {EVALUATION_JOB_NAME} '
         f'& "/output/model/{EVALUATION_FILE}"'
-    )
-
-
-def decision() -> str:
-    """{status, description}: the gate. manual leaves the version pending; auto without a comparable
-    Approved version follows first_version; auto approves a loss within the tolerance of the baseline's."""
-    loss = '$formatNumber($evaluation.loss, "0.0000")'
-    base = '$formatNumber($baseline.loss, "0.0000")'
-    tolerance = '$formatNumber($settings.tolerance, "0.0###")'
-    compared = (
-        f'"evaluation loss " & {loss} & " vs " & {base} & " of Approved version " '
-        f'& $string($baseline.version) & " (tolerance " & {tolerance} & ")"'
-    )
-    return (
-        f'$settings.approval = "manual" ? {{"status": "{PENDING}", "description": "approval: manual; " & '
-        f'($baseline ? {compared} : "evaluation loss " & {loss} & ", no Approved version yet")}} : '
-        f'$not($baseline) ? {{"status": $settings.firstVersion, "description": "first version: no Approved '
-        f'version to compare with; evaluation loss " & {loss} & "; first_version: " & '
-        f"$settings.firstVersion}} : "
-        f'$evaluation.loss <= $baseline.loss + $settings.tolerance ? {{"status": "{APPROVED}", '
-        f'"description": "approved: " & {compared}}} : '
-        f'{{"status": "{REJECTED}", "description": "rejected, worse than the approved model: " & {compared}}}'
-    )
-
-
-def lineage() -> str:
-    """CustomerMetadataProperties: the facts of LINEAGE_KEYS, each within the value limit; the attempts'
-    job names joined by spaces, or as `first .. last` when they do not fit."""
-    jobs = (
-        '($names := $map([1..$run.attempts], function($n) { $run.runName & "-" & $string($n) }); '
-        f'$joined := $join($names, " "); $length($joined) <= {METADATA_VALUE_MAX_LENGTH} ? $joined : '
-        '$names[0] & " .. " & $names[-1])'
-    )
-    facts = {
-        "run": "$run.runName",
-        "execution": "$run.executionArn",
-        "jobs": jobs,
-        "image": "$imageUri",
-        "imageDigest": '($imageDigest = "unresolved" ? "unresolved" : "")',
-        "config": "$settings.configHash",
-        "code": "$settings.codeVersion",
-        "trainingSet": "$trainingSetManifest.hash",
-        "evaluationSet": f"${MANIFEST_VARIABLE}.hash",
-        "checkpoint": "$run.request.CheckpointConfig.S3Uri",
-        "evaluationJob": EVALUATION_JOB_NAME,
-        "loss": "$string($evaluation.loss)",
-        "perplexity": "$string($evaluation.perplexity)",
-        "tokens": "$string($evaluation.tokens)",
-    }
-    entries = ", ".join(f'"{LINEAGE_KEYS[fact]}": {value}' for fact, value in facts.items())
-    # A missing fact (no checkpoint config) would be an empty value, which the API refuses: left out.
-    return f'$sift({{{entries}}}, function($v) {{ $type($v) = "string" and $length($v) > 0 }})'
-
-
-def model_package_request() -> str:
-    """CreateModelPackage: a version of the profile's group, pending until the gate's update."""
-    container = (
-        '$substring($run.modelArtifacts, -7) = ".tar.gz" ? '
-        '{"Image": $image, "ModelDataUrl": $run.modelArtifacts} '
-        ': {"Image": $image, "ModelDataSource": {"S3DataSource": {"S3Uri": $run.modelArtifacts, '
-        '"S3DataType": "S3Prefix", "CompressionType": "None"}}}'
-    )
-    return (
-        "($image := $run.request.AlgorithmSpecification.TrainingImage; {"
-        '"ModelPackageGroupName": $settings.group, '
-        '"ModelPackageDescription": "Run " & $run.runName & " (" & $run.executionArn & ")", '
-        f'"ModelApprovalStatus": "{PENDING}", '
-        f'"InferenceSpecification": {{"Containers": [{container}]}}, '
-        '"ModelMetrics": {"ModelQuality": {"Statistics": {"ContentType": "application/json", '
-        f'"S3Uri": {evaluation_uri()}}}}}}}, '
-        f'"CustomerMetadataProperties": {lineage()}'
-        "})"
     )

@@ -5,11 +5,12 @@
 The machine: create the evaluation job (the run's request in evaluation mode, evaluation_request.py),
 poll it, read its FinalMetricDataList, and retry it as a new job for capacity, a busy quota or the
 infrastructure's fault on the profile's budgets (evaluation_states.py);
-find the group's latest Approved version and its evaluation loss; decide; create the model package version
-(pending) and give it the decision with UpdateModelPackage (the comparison in ApprovalDescription). Its
+then, holding the group's lease (group_lease.py), read every Approved version of the group and decide by the
+baseline rule (version_request.py); create the model package version (pending, idempotent) and give it the
+decision with UpdateModelPackage (the comparison in ApprovalDescription). Its
 output, always (the execution succeeds): {"status": "Registered", "modelPackageArn", "version", "decision",
-"reason", "evaluation", "baseline"} or {"status": "EvaluationFailed", "cause"}; the pipeline fails a run
-whose evaluation failed with the error EvaluationFailed, and keeps its model unregistered.
+"reason", "evaluation", "baseline"} or {"status": "EvaluationFailed" | "RegistrationFailed", "cause"}; the
+pipeline fails such a run with the error of that name, and keeps its model.
 
 Each profile with a `registry:` block gets its model package group `<project>-<profile>` in the stack,
 kept when the stack is deleted (its versions are the registry's record).
@@ -40,13 +41,19 @@ from stacks.pipeline.registry.evaluation_request import (
     registry_table,
 )
 from stacks.pipeline.registry.evaluation_states import EVALUATION_FAILED
+from stacks.pipeline.registry.group_lease import lease_table
 from stacks.pipeline.registry.registration_states import (
     EVALUATION_LOSS,
     PROFILE_DIMENSION,
     registration_chain,
 )
 from stacks.pipeline.request_guard import allowed_requests
-from stacks.pipeline.state_machine_facts import resource_value, substitution_names, with_placeholders
+from stacks.pipeline.state_machine_facts import (
+    ERROR_REGISTRATION_FAILED,
+    resource_value,
+    substitution_names,
+    with_placeholders,
+)
 from stacks.validation import acknowledge
 from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements
 from trainstack.job_request import PipelineResources
@@ -132,6 +139,7 @@ class ModelRegistration(Construct):
                     service="ecr", resource="repository", resource_name=f"{project}-training"
                 ),
                 allowed=allowed_requests(runs, self.table_resources, self.registered_profiles),
+                leases=lease_table(self, project),
             ),
             timeout=None,
         )
@@ -167,7 +175,7 @@ class ModelRegistration(Construct):
                     "runName": expression("$plan.runName"),
                     "executionArn": expression("$states.context.Execution.Id"),
                     "request": expression(request_without_skipped()),
-                    "attempts": expression("$attempt"),
+                    "trainingJobs": expression("$trainingJobs"),
                     "modelArtifacts": expression("$outcome.job.artifacts"),
                 }
             ),
@@ -177,9 +185,19 @@ class ModelRegistration(Construct):
         failed = sfn.Fail.jsonata(
             scope, "EvaluationFailed", error=ERROR_EVALUATION_FAILED, cause=expression("$registered.cause")
         )
+        not_registered = sfn.Fail.jsonata(
+            scope,
+            "RegistrationFailed",
+            error=ERROR_REGISTRATION_FAILED,
+            cause=expression("$registered.cause"),
+        )
         outcome = (
             sfn.Choice.jsonata(scope, "IsRegistered")
             .when(sfn.Condition.jsonata(expression(f'$registered.status = "{EVALUATION_FAILED}"')), failed)
+            .when(
+                sfn.Condition.jsonata(expression(f'$registered.status = "{ERROR_REGISTRATION_FAILED}"')),
+                not_registered,
+            )
             .otherwise(succeeded)
         )
         return (
@@ -261,6 +279,12 @@ class ModelRegistration(Construct):
                     sid="EvaluateOnTrainingPlans", actions=["sagemaker:CreateTrainingJob"], resources=plans
                 )
             )
+        # ListModelPackages supports no resource types (Service Authorization Reference, SageMaker).
+        machine.add_to_role_policy(
+            iam.PolicyStatement(
+                sid="ListModelPackages", actions=["sagemaker:ListModelPackages"], resources=["*"]
+            )
+        )
         # CreateModelPackage is authorized on the new version alone (resource type model-package).
         machine.add_to_role_policy(
             iam.PolicyStatement(

@@ -14,13 +14,25 @@ from stacks.pipeline.attempt_metrics import metrics_namespace
 from stacks.pipeline.dataset_manifest import MANIFEST_VARIABLE, DatasetManifest
 from stacks.pipeline.jsonata_text import expression, literal
 from stacks.pipeline.machine_kit import SAGEMAKER_ERROR, literal_partition, retry_must_succeed_call
-from stacks.pipeline.registry.evaluation_request import decision, evaluation_request, model_package_request
+from stacks.pipeline.registry.evaluation_request import evaluation_request
 from stacks.pipeline.registry.evaluation_states import evaluation_states, sagemaker_call
+from stacks.pipeline.registry.group_lease import LeaseTable, acquire_lease, release_lease
+from stacks.pipeline.registry.version_request import approved_facts, baseline, decision, model_package_request
 from stacks.pipeline.request_guard import refuse_unless_allowed, registration_problem
+from stacks.pipeline.state_machine_facts import ERROR_REGISTRATION_FAILED
 
 # How an ECR error other than its modelled ones reaches a Task (DESIGN.md's rule for aws-sdk tasks).
 ECR_THROTTLED = "Ecr.EcrException"
 REGISTERED = "Registered"
+# The output when the version could not be registered or decided (the pipeline's error of that name).
+REGISTRATION_FAILED_OUTPUT = (
+    f'{{"status": "{ERROR_REGISTRATION_FAILED}", "cause": "Registration of run " & $run.runName & '
+    '" in group " & $settings.group & " failed: " & $failure.Error & ": " & $failure.Cause & '
+    '($packageArn ? "; its version " & $packageArn & " stays PendingManualApproval" : '
+    '"; no version was created") & ". The model stays at " & $run.modelArtifacts & "."}'
+)
+# Approved versions read per ListModelPackages page (botocore: MaxResults 1-100), described this many at once.
+LIST_PAGE_SIZE, DESCRIBE_CONCURRENCY = 100, 10
 # The dashboard's metric: each version's evaluation loss, by profile (namespace trainstack/<project>).
 EVALUATION_LOSS, PROFILE_DIMENSION = "EvaluationLoss", "Profile"
 
@@ -36,6 +48,7 @@ def registration_chain(
     job_arn: str,
     repository_arn: str,
     allowed: dict[str, Any],
+    leases: LeaseTable,
 ) -> sfn.IChainable:
     """The registration machine's states (module docstring), from its input to its output; first of all
     the run's request and model checked against `allowed` (request_guard.allowed_requests)."""
@@ -46,45 +59,54 @@ def registration_chain(
             "run": expression("$states.input"),
             "imageUri": expression("$states.input.request.AlgorithmSpecification.TrainingImage"),
             "imageDigest": expression("null"),
+            # Set in the group's lease (_register): the Approved versions, paging, the version, a failure.
+            "approved": expression("[]"),
+            "nextToken": expression("null"),
+            "packageArn": expression("null"),
+            "failure": expression("null"),
             "settings": expression(f"$lookup({literal(table)}, $states.input.profile)"),
         },
     )
-    register = _register(scope, project, package_arns, repository_arn)
+    register = _register(scope, project, package_arns, repository_arn, leases)
     evaluate = evaluation_states(scope, job_arn=job_arn, request=evaluation_request(), completed=register)
     prepare.next(_manifests(scope, dataset_bucket, dataset_prefix)).next(evaluate)
     return refuse_unless_allowed(scope, registration_problem(allowed), prepare)
 
 
-def _register(scope: Construct, project: str, package_arns: list[str], repository_arn: str) -> sfn.IChainable:
-    list_approved = tasks.CallAwsService.jsonata(
-        scope,
-        "FindApprovedVersion",
-        service="sagemaker",
-        action="listModelPackages",
-        parameters={
-            "ModelPackageGroupName": expression("$settings.group"),
-            "ModelApprovalStatus": "Approved",
-            "ModelPackageType": "Versioned",
-            "SortBy": "CreationTime",
-            "SortOrder": "Descending",
-            "MaxResults": 1,
-        },
-        iam_resources=["*"],
-        assign={
-            "baselineArn": expression(
-                "($a := $states.result.ModelPackageSummaryList[0].ModelPackageArn; $a ? $a : null)"
-            ),
-            "baseline": expression("null"),
-        },
-        outputs={},
+def _register(
+    scope: Construct, project: str, package_arns: list[str], repository_arn: str, leases: LeaseTable
+) -> sfn.IChainable:
+    """Inside the group's lease: every Approved version's facts, the version created (idempotently) with the
+    gate's decision, the lease released on every path; a failure ends in RegistrationFailed."""
+    failed = sfn.Succeed.jsonata(scope, "RegistrationFailed", outputs=expression(REGISTRATION_FAILED_OUTPUT))
+    publish = _publish_evaluation_loss(scope, project)
+    outcome = (
+        sfn.Choice.jsonata(scope, "IsVersionDecided")
+        .when(sfn.Condition.jsonata(expression("$failure ? true : false")), failed)
+        .otherwise(publish)
     )
-    describe_baseline = _describe_baseline(scope, package_arns)
+    release = release_lease(scope, leases, "$settings.group", outcome)
+    acquire = acquire_lease(scope, leases, "$settings.group")
+    list_page = sagemaker_call(
+        scope,
+        "ListApprovedVersions",
+        "listModelPackages",
+        '$merge([{"ModelPackageGroupName": $settings.group, "ModelApprovalStatus": "Approved", '
+        '"ModelPackageType": "Versioned", "SortBy": "CreationTime", "SortOrder": "Descending", '
+        f'"MaxResults": {LIST_PAGE_SIZE}}}, $nextToken ? {{"NextToken": $nextToken}} : {{}}])',
+        {"page": expression("$states.result")},
+    )
+    describe_page = _describe_approved_versions(scope, package_arns)
     create_package = sagemaker_call(
         scope,
         "CreateModelPackage",
         "createModelPackage",
         model_package_request(),
-        {"packageArn": expression("$states.result.ModelPackageArn"), "decision": expression(decision())},
+        {
+            "packageArn": expression("$states.result.ModelPackageArn"),
+            "baseline": expression(baseline()),
+            "decision": expression(decision()),
+        },
     )
     gate = tasks.CallAwsService.jsonata(
         scope,
@@ -99,8 +121,20 @@ def _register(scope: Construct, project: str, package_arns: list[str], repositor
         iam_resources=package_arns,
         outputs={},
     )
-    for task in (list_approved, describe_baseline, gate):
+    for task in (list_page, create_package, gate):
         retry_must_succeed_call(task, [SAGEMAKER_ERROR])
+    # Every state of the lease's section: a failure gives the lease back and ends RegistrationFailed.
+    for task in (acquire, list_page, describe_page, create_package, gate):
+        task.add_catch(
+            release, errors=["States.ALL"], outputs={}, assign={"failure": expression("$states.errorOutput")}
+        )
+    more_pages = (
+        sfn.Choice.jsonata(scope, "HasMoreApprovedVersions")
+        .when(sfn.Condition.jsonata(expression("$nextToken ? true : false")), list_page)
+        .otherwise(create_package)
+    )
+    acquire.next(list_page).next(describe_page).next(more_pages)
+    create_package.next(gate).next(release)
     done = sfn.Succeed.jsonata(
         scope,
         "Registered",
@@ -110,18 +144,39 @@ def _register(scope: Construct, project: str, package_arns: list[str], repositor
             '"reason": $decision.description, "evaluation": $evaluation, "baseline": $baseline}'
         ),
     )
-    has_baseline = (
-        sfn.Choice.jsonata(scope, "HasApprovedVersion")
-        .when(sfn.Condition.jsonata(expression("$baselineArn ? true : false")), describe_baseline)
-        .otherwise(create_package)
-    )
-    retry_must_succeed_call(create_package, [SAGEMAKER_ERROR])
-    describe_baseline.next(create_package)
-    publish = _publish_evaluation_loss(scope, project)
     publish.add_catch(done, errors=["States.ALL"], outputs={})
-    create_package.next(gate).next(publish).next(done)
-    list_approved.next(has_baseline)
-    return _image_digest(scope, repository_arn, list_approved)
+    publish.next(done)
+    return _image_digest(scope, repository_arn, acquire)
+
+
+def _describe_approved_versions(scope: Construct, package_arns: list[str]) -> sfn.Map:
+    """DescribeModelPackage of each Approved version of the page, their facts appended to $approved (a page
+    may be empty and still have a next one: SageMaker filters after paging, DESIGN.md round 6)."""
+    describe = tasks.CallAwsService.jsonata(
+        scope,
+        "DescribeApprovedVersion",
+        service="sagemaker",
+        action="describeModelPackage",
+        parameters={"ModelPackageName": expression("$states.input.ModelPackageArn")},
+        iam_resources=package_arns,
+        outputs=expression(approved_facts()),
+    )
+    retry_must_succeed_call(describe, [SAGEMAKER_ERROR])
+    pages = sfn.Map.jsonata(
+        scope,
+        "DescribeApprovedVersions",
+        items=sfn.ProvideItems.jsonata(
+            expression("$exists($page.ModelPackageSummaryList) ? $page.ModelPackageSummaryList : []")
+        ),
+        max_concurrency=DESCRIBE_CONCURRENCY,
+        assign={
+            "approved": expression("$append($approved, $states.result)"),
+            "nextToken": expression("$page.NextToken ? $page.NextToken : null"),
+        },
+        outputs={},
+    )
+    pages.item_processor(describe)
+    return pages
 
 
 def _manifests(scope: Construct, dataset_bucket: Any, dataset_prefix: str) -> sfn.IChainable:
@@ -159,28 +214,6 @@ def _publish_evaluation_loss(scope: Construct, project: str) -> sfn.CustomState:
             },
             "Output": {},
         },
-    )
-
-
-def _describe_baseline(scope: Construct, package_arns: list[str]) -> tasks.CallAwsService:
-    """DescribeModelPackage of the latest Approved version into $baseline {arn, version, loss} (null
-    without an evaluation loss in its metadata: no comparable baseline)."""
-    return tasks.CallAwsService.jsonata(
-        scope,
-        "DescribeApprovedVersion",
-        service="sagemaker",
-        action="describeModelPackage",
-        parameters={"ModelPackageName": expression("$baselineArn")},
-        iam_resources=package_arns,
-        assign={
-            "baseline": expression(
-                '($loss := $states.result.CustomerMetadataProperties."evaluation.loss"; $loss ? '
-                '{"arn": $baselineArn, "version": $states.result.ModelPackageVersion, '
-                '"loss": $number($loss)} '
-                ": null)"
-            )
-        },
-        outputs={},
     )
 
 

@@ -1,0 +1,120 @@
+"""Registrations in one model package group are serialized: a lease per group in a DynamoDB table.
+
+From the baseline lookup to the decision on the new version, a registration holds its group's lease, so a
+second run registering at the same time decides against the first one's outcome (docs/registry.md,
+step 4). The lease is a conditional PutItem: it succeeds when no item holds
+the group, when this very execution holds it (a retried call, a redriven execution), or when the holder's
+lease has ended (an execution aborted inside the lease: it can run no Catch). The condition is part of the
+write (DynamoDB API reference, PutItem, ConditionExpression), so of two registrations one wins and the other
+gets ConditionalCheckFailedException and waits. The lease is released (a DeleteItem conditional on the
+owner) on every path out of the section: its states catch States.ALL (registration_states.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import aws_cdk as cdk
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import aws_stepfunctions_tasks as tasks
+from constructs import Construct
+
+from stacks.checkov_skips import skip_checkov
+from stacks.pipeline.machine_kit import retry_must_succeed_call
+from stacks.pipeline.trigger.trigger_calls import CONDITION_FAILED, DYNAMODB_TRANSIENT_ERRORS, number, text
+from trainstack.registry import LEASE_KEY, LEASE_SECONDS, LEASE_WAIT_SECONDS, lease_table_name
+
+OWNER = "$states.context.Execution.Id"
+
+
+@dataclass(frozen=True)
+class LeaseTable:
+    name: str
+    arn: str
+
+
+def lease_table(scope: Construct, project: str) -> LeaseTable:
+    table = dynamodb.Table(
+        scope,
+        "GroupLeases",
+        table_name=lease_table_name(project),
+        partition_key=dynamodb.Attribute(name=LEASE_KEY, type=dynamodb.AttributeType.STRING),
+        billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+        encryption=dynamodb.TableEncryption.AWS_MANAGED,
+        point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+            point_in_time_recovery_enabled=True
+        ),
+        removal_policy=cdk.RemovalPolicy.DESTROY,  # leases last minutes: nothing to keep
+    )
+    skip_checkov(
+        table,
+        {"CKV_AWS_119": "Group names and execution ARNs: the AWS managed KMS key (aws/dynamodb) suffices."},
+    )
+    return LeaseTable(lease_table_name(project), table.table_arn)
+
+
+def acquire_lease(scope: Construct, table: LeaseTable, group: str) -> tasks.CallAwsService:
+    """The lease of `group` (a JSONata expression) for this execution, for LEASE_SECONDS; while another
+    execution holds it, wait LEASE_WAIT_SECONDS and ask again. Its failures: the caller's catch."""
+    acquire = _call(
+        scope,
+        "AcquireGroupLease",
+        "putItem",
+        table,
+        {
+            "Item": {
+                LEASE_KEY: text(group),
+                "owner": text(OWNER),
+                "untilMillis": number(f"$millis() + {LEASE_SECONDS * 1000}"),
+            },
+            "ConditionExpression": "attribute_not_exists(#group) OR #owner = :owner OR #until < :now",
+            "ExpressionAttributeNames": {"#group": LEASE_KEY, "#owner": "owner", "#until": "untilMillis"},
+            "ExpressionAttributeValues": {":owner": text(OWNER), ":now": number("$millis()")},
+        },
+    )
+    wait = sfn.Wait.jsonata(
+        scope,
+        "WaitForGroupLease",
+        comment="Another registration of the group decides now: decide after it, against its outcome.",
+        time=sfn.WaitTime.duration(cdk.Duration.seconds(LEASE_WAIT_SECONDS)),
+    )
+    acquire.add_catch(wait, errors=[CONDITION_FAILED], outputs={})
+    wait.next(acquire)
+    return acquire
+
+
+def release_lease(scope: Construct, table: LeaseTable, group: str, then: sfn.IChainable) -> sfn.IChainable:
+    """Give the lease back when this execution still holds it, then `then`; a lease lost (ended, taken) or
+    a failed call goes on to `then` too (the lease ends by itself)."""
+    release = _call(
+        scope,
+        "ReleaseGroupLease",
+        "deleteItem",
+        table,
+        {
+            "Key": {LEASE_KEY: text(group)},
+            "ConditionExpression": "#owner = :owner",
+            "ExpressionAttributeNames": {"#owner": "owner"},
+            "ExpressionAttributeValues": {":owner": text(OWNER)},
+        },
+    )
+    release.add_catch(then, errors=["States.ALL"], outputs={})
+    return release.next(then)
+
+
+def _call(
+    scope: Construct, state_id: str, action: str, table: LeaseTable, parameters: dict
+) -> tasks.CallAwsService:
+    task = tasks.CallAwsService.jsonata(
+        scope,
+        state_id,
+        service="dynamodb",
+        action=action,
+        iam_action=f"dynamodb:{action[0].upper()}{action[1:]}",
+        parameters={"TableName": table.name, **parameters},
+        iam_resources=[table.arn],
+        outputs={},
+    )
+    retry_must_succeed_call(task, DYNAMODB_TRANSIENT_ERRORS)
+    return task
