@@ -30,7 +30,10 @@ def templates(pipeline):
 @pytest.fixture
 def world(templates, pipeline, monkeypatch):
     def start(variant: str = "fsx", fsx_scripts=(), job_scripts=None):
-        fsx = FakeFsx((FAKE_VALUES["FileSystemId"],), scripts=list(fsx_scripts)) if variant == "fsx" else None
+        # Linked as the storage stack links it: the dataset prefix by a data repository association.
+        link = f"s3://{FAKE_VALUES['DatasetBucket']}/{pipeline.settings.dataset.prefix}"
+        links = {FAKE_VALUES["FileSystemId"]: (link,)}
+        fsx = FakeFsx(links, scripts=list(fsx_scripts)) if variant == "fsx" else None
         sagemaker = scripted_sagemaker(job_scripts, evaluation_script=evaluated(2.0))  # PROFILE registers
         context = trigger_world(trigger_machines(templates[variant], pipeline), sagemaker, fsx, monkeypatch)
         contexts.append(context)
