@@ -79,8 +79,8 @@ def test_an_existing_bucket_with_the_trigger_warns_at_synth_with_the_one_command
     (warning,) = existing_bucket_warnings(infra)
     message = warning.entry.data
     assert message.startswith(
-        "dataset.bucket_name 'existing-training-data' is an existing bucket whose events the stack cannot send "
-        "to EventBridge"
+        "dataset.bucket_name 'existing-training-data' is an existing bucket whose events the stack cannot "
+        "send to EventBridge"
     )
     assert message.endswith(
         f"before the first deploy links FSx to the bucket: {COMMAND} [ack: "
@@ -105,6 +105,6 @@ def test_check_config_names_the_command_for_an_existing_bucket(trigger, tmp_path
     errors = capsys.readouterr().err
     expected = f"before the first deploy links FSx to the bucket: {COMMAND}\n"
     assert (
-        f"warning: dataset.bucket_name 'existing-training-data' is an existing bucket" in errors
+        "warning: dataset.bucket_name 'existing-training-data' is an existing bucket" in errors
     ) is trigger
     assert errors.endswith(expected) is trigger

@@ -176,7 +176,10 @@ def test_with_the_trigger_off_nothing_listens_to_the_bucket(pipeline, default_ap
         for name, body in resources(storage, "AWS::S3::Bucket").items()
         if name.startswith("DatasetBucket")
     ]
-    assert "NotificationConfiguration" not in bucket["Properties"]
+    # EventBridge stays on whatever the trigger: turning it off must not rewrite FSx's notification.
+    assert bucket["Properties"]["NotificationConfiguration"] == {
+        "EventBridgeConfiguration": {"EventBridgeEnabled": True}
+    }
 
 
 def test_the_trigger_definition_is_valid_for_aws_tools(templates, pipeline):
