@@ -79,7 +79,7 @@ class StorageStack(cdk.Stack):
         access_logs_bucket: str | None,
         network: NetworkStack,
         encryption: EncryptionSettings,
-        dataset_events: bool = False,
+        dataset_events: bool = False,  # retrain_on_new_data listens to the dataset bucket's events
         **kwargs,
     ) -> None:
         super().__init__(
