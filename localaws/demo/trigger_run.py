@@ -22,9 +22,9 @@ from pathlib import Path
 from localaws.demo.queue_run import synthesize
 from localaws.demo.registry_run import decision_line
 from localaws.demo.run import say
-from localaws.demo.synthesized import load_pipeline
+from localaws.demo.synthesized import load_pipeline, local_value
 from localaws.demo.trigger_world import TriggerMachines, TriggerWorld, trigger_world
-from localaws.emulator.fake_fsx import FakeFsx
+from localaws.emulator.fake_fsx import FakeFsx, links_in_template
 from localaws.sagemaker import evaluated, scripted_sagemaker
 from localaws.sagemaker.scripted import COMPLETED, STARTING, TRAINING
 from trainstack.config_loading import load_settings
@@ -81,6 +81,15 @@ def machines(cdk_out: Path, settings) -> TriggerMachines:
     )
 
 
+def fake_fsx(cdk_out: Path, settings, dataset_bucket: str) -> FakeFsx | None:
+    """The FSx task fake with the file system linked as the synthesized storage stack links it."""
+    if not settings.fsx_plan:
+        return None
+    storage = json.loads((cdk_out / f"{settings.project}-storage.template.json").read_text())
+    file_system_id = local_value("FileSystemId", settings.project, settings.region)
+    return FakeFsx(links_in_template(storage, dataset_bucket=dataset_bucket, file_system_id=file_system_id))
+
+
 def upload(world: TriggerWorld, prefix: str, names: list[str]) -> None:
     for name in names:
         world.upload(f"{prefix}{name}", name.encode())
@@ -133,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     cdk_out = synthesize(settings, args.workdir / "cdk.out")
     say(f"synthesized with retrain_on_new_data on (profile {args.profile}) into {cdk_out}")
     local = machines(cdk_out, settings)
-    fsx = FakeFsx(("fs-0123456789abcdef0",)) if settings.fsx_plan else None
+    fsx = fake_fsx(cdk_out, settings, local.bucket)
     jobs = scripted_sagemaker([[STARTING, *[TRAINING] * 8, COMPLETED]], evaluation_script=evaluated(2.0))
     with pytest.MonkeyPatch.context() as monkeypatch, trigger_world(local, jobs, fsx, monkeypatch) as world:
         problems = scenario(world, settings.retrain_on_new_data.prefix)

@@ -11,9 +11,15 @@ documentation states:
   FailureDetails.Message), CANCELING, CANCELED; a report is delivered to `{path}/task-{id}/failures.csv`;
 - DataRepositoryTaskExecuting: "An existing data repository task is currently executing on the file
   system. Wait until the existing task has completed, then create the new task."
-Assumed (no AWS source): the task id form (`task-` + 17 hex digits, as FSx's other ids), how long a task
-takes (the script's `seconds`, on the emulator's clock), the failure message text (the script's), and
-that a canceled task ends CANCELED at once.
+- a completion report's Path "must be within the Amazon S3 location that the file system is linked to":
+  the DataRepositoryPath of one of its data repository associations, or the ExportPath of a file system
+  created with an ImportPath (CompletionReport.Path, botocore 1.44.8), whose default is
+  `s3://import-bucket/FSxLustre[creation-timestamp]` (CreateFileSystemLustreConfiguration.ExportPath).
+  The fake reads each file system's links from the synthesized storage template (`links_in_template`).
+Assumed (no AWS source): that a report outside the links is refused with BadRequest (the model's error for a
+request that is invalid; the trigger ends DatasetImportFailed on any error), the task id form (`task-` +
+17 hex digits, as FSx's other ids), how long a task takes (the script's `seconds`, on the emulator's
+clock), the failure message text (the script's), and that a canceled task ends CANCELED at once.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,9 +53,11 @@ class ImportScript:
 
 @dataclass
 class FakeFsx:
-    """`scripts`: one per task created, in order; when they run out, tasks succeed after 120 s."""
+    """`links`: each file system's linked S3 locations (association DataRepositoryPaths, or the ExportPath of
+    an ImportPath link); `scripts`: one per task created, in order; when they run out, tasks succeed after
+    120 s."""
 
-    file_system_ids: tuple[str, ...]
+    links: Mapping[str, Sequence[str]]
     now: Callable[[], float] = time.time  # the emulator's clock, once trigger_world sets it
     scripts: list[ImportScript] = field(default_factory=list)
     tasks: list[dict[str, Any]] = field(default_factory=list)
@@ -58,10 +66,11 @@ class FakeFsx:
 
     def create(self, request: dict[str, Any]) -> dict[str, Any]:
         _validate("CreateDataRepositoryTask", request)
-        if request["FileSystemId"] not in self.file_system_ids:
+        if request["FileSystemId"] not in self.links:
             raise ServiceException(
                 "FileSystemNotFound", f"File system '{request['FileSystemId']}' does not exist."
             )
+        _check_report(request["Report"], self.links[request["FileSystemId"]])
         with self._lock:
             for task in self.tasks:
                 self._advance(task)
@@ -119,6 +128,65 @@ class FakeFsx:
         if script.outcome == "FAILED":
             task["FailureDetails"] = {"Message": script.message}
         return task
+
+
+def _check_report(report: dict[str, Any], linked: Sequence[str]) -> None:
+    path = report.get("Path")
+    if report["Enabled"] and not any(_within(path or "", location) for location in linked):
+        raise ServiceException(
+            "BadRequest",
+            f"The report path {path} must be within the S3 location the file system is linked to "
+            f"({', '.join(linked) or 'none'}).",
+        )
+
+
+def _within(path: str, location: str) -> bool:
+    # s3://bucket/myPrefix/reports is within s3://bucket/myPrefix; s3://bucket/reports is not (botocore).
+    location = location.rstrip("/")
+    return path == location or path.startswith(location + "/")
+
+
+def links_in_template(
+    template: dict[str, Any], *, dataset_bucket: str, file_system_id: str
+) -> dict[str, tuple[str, ...]]:
+    """The storage template's file system (it has at most one), as `file_system_id`, with the S3 locations it
+    is linked to; its bucket references are to the dataset bucket, named `dataset_bucket` here."""
+    resources = template["Resources"]
+    refs = {
+        name: dataset_bucket if body["Type"] == "AWS::S3::Bucket" else file_system_id
+        for name, body in resources.items()
+        if body["Type"] in ("AWS::S3::Bucket", "AWS::FSx::FileSystem")
+    }
+    linked = []
+    for body in resources.values():
+        properties = body.get("Properties", {})
+        lustre = properties.get("LustreConfiguration", {})
+        if body["Type"] == "AWS::FSx::FileSystem" and "ImportPath" in lustre:
+            import_path = _resolved(lustre["ImportPath"], refs)
+            linked.append(
+                _resolved(lustre["ExportPath"], refs)
+                if "ExportPath" in lustre
+                else _default_export(import_path)
+            )
+        if body["Type"] == "AWS::FSx::DataRepositoryAssociation":
+            linked.append(_resolved(properties["DataRepositoryPath"], refs))
+    has_file_system = file_system_id in refs.values()
+    return {file_system_id: tuple(linked)} if has_file_system else {}
+
+
+def _default_export(import_path: str) -> str:
+    bucket = import_path.removeprefix("s3://").split("/")[0]
+    return f"s3://{bucket}/FSxLustre20261203T000000Z"  # a creation time; FSx writes its own
+
+
+def _resolved(value: Any, refs: Mapping[str, str]) -> str:
+    """A template value of strings, Ref and Fn::Join, with `refs` for the Refs."""
+    if isinstance(value, str):
+        return value
+    if "Ref" in value:
+        return refs[value["Ref"]]
+    separator, parts = value["Fn::Join"]
+    return separator.join(_resolved(part, refs) for part in parts)
 
 
 def _validate(operation: str, request: dict[str, Any]) -> None:

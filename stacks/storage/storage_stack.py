@@ -37,6 +37,7 @@ from stacks.network.network_stack import NetworkStack
 from stacks.run_data_key import allow_pipeline_logs
 from stacks.validation import acknowledge
 from trainstack.config import CheckpointSettings, DatasetSettings
+from trainstack.dataset_events import existing_bucket_warning
 from trainstack.encryption_settings import EncryptionSettings
 from trainstack.fsx_sizing import FsxPlan
 
@@ -44,7 +45,7 @@ ABORT_INCOMPLETE_UPLOADS_AFTER = cdk.Duration.days(7)
 NONCURRENT_VERSIONS_KEPT_FOR = cdk.Duration.days(30)
 ACCESS_LOGS_KEPT_FOR = cdk.Duration.days(365)
 LUSTRE_VERSION = "2.15"
-# Both FSx links put the dataset prefix at the file system's root, so jobs read /<mount name>/ either way.
+# The data repository association puts the dataset prefix at the file system's root: jobs read /<mount name>/.
 DATASET_FILE_SYSTEM_PATH = "/"
 
 
@@ -78,7 +79,7 @@ class StorageStack(cdk.Stack):
         access_logs_bucket: str | None,
         network: NetworkStack,
         encryption: EncryptionSettings,
-        dataset_events: bool = False,
+        dataset_events: bool = False,  # retrain_on_new_data listens to the dataset bucket's events
         **kwargs,
     ) -> None:
         super().__init__(
@@ -99,16 +100,20 @@ class StorageStack(cdk.Stack):
             else self._access_log_bucket()
         )
         if dataset.bucket_name is None:
-            # Versioned: an overwritten or deleted training file can be restored for 30 days.
-            # dataset_events: object events to EventBridge for retrain_on_new_data (docs/trigger.md).
+            # Versioned: an overwritten or deleted training file can be restored for 30 days. Its events go to
+            # EventBridge whatever the config (see _bucket): retrain_on_new_data listens there.
             self.dataset_bucket = self._bucket(
                 "DatasetBucket",
                 noncurrent_kept_for=NONCURRENT_VERSIONS_KEPT_FOR,
-                events=dataset_events,
+                events=True,
                 key=self.encryption_key,
             )
         else:
             self.dataset_bucket = s3.Bucket.from_bucket_name(self, "DatasetBucket", dataset.bucket_name)
+            if warning := existing_bucket_warning(dataset, dataset_events):
+                cdk.Annotations.of(self.dataset_bucket).add_warning_v2(
+                    "trainstack:existing-dataset-bucket", warning
+                )
         self.dataset_key = (
             kms.Key.from_key_arn(self, "DatasetKey", dataset.kms_key_arn) if dataset.kms_key_arn else None
         )
@@ -209,8 +214,14 @@ class StorageStack(cdk.Stack):
             lifecycle_rules=rules,
         )
         if self._governed or events:
-            # Events to EventBridge (CT.S3.PR.4; retrain_on_new_data) as the bucket's own property: the
-            # construct's event_bridge_enabled would add a custom-resource Lambda to set it.
+            # Events to EventBridge (CT.S3.PR.4; retrain_on_new_data) as the bucket's own property, set
+            # when the bucket is created and the same in every config after. S3 has no call that turns
+            # EventBridge on alone: PutBucketNotificationConfiguration replaces the whole configuration, and
+            # CloudFormation sends one whenever this property changes, dropping the notification FSx adds for
+            # auto-import (its link then turns Misconfigured: FSx for Lustre guide, "Data repository
+            # association lifecycle state"; aws-cdk issue 29653). The construct's event_bridge_enabled is no
+            # better: CDK's Custom::S3BucketNotifications handler puts the construct's configuration alone on
+            # a bucket of its own stack (handle_managed in aws-cdk-lib's notifications-resource-handler).
             cfn_bucket: s3.CfnBucket = bucket.node.default_child
             cfn_bucket.notification_configuration = s3.CfnBucket.NotificationConfigurationProperty(
                 event_bridge_configuration=s3.CfnBucket.EventBridgeConfigurationProperty(
@@ -290,7 +301,6 @@ class StorageStack(cdk.Stack):
         return key
 
     def _file_system(self, plan: FsxPlan, network: NetworkStack) -> None:
-        dataset_uri = self.dataset_uri
         persistent = plan.deployment_type == "PERSISTENT_2"
         lustre = fsx.CfnFileSystem.LustreConfigurationProperty(
             deployment_type=plan.deployment_type,
@@ -300,9 +310,6 @@ class StorageStack(cdk.Stack):
             metadata_configuration=fsx.CfnFileSystem.MetadataConfigurationProperty(mode="AUTOMATIC")
             if persistent
             else None,
-            # SCRATCH_2 links S3 by import path; PERSISTENT_2 through the data repository association below.
-            import_path=None if persistent else dataset_uri,
-            auto_import_policy=None if persistent else "NEW_CHANGED_DELETED",
         )
         # L1 rather than fsx.LustreFileSystem: the L2 adds a 988-1023 self rule to the given security group
         # (the network stack owns the exact Lustre rules) and has no metadata configuration.
@@ -320,21 +327,25 @@ class StorageStack(cdk.Stack):
         # RETAIN: a file system may hold files written to it directly (the link never exports to S3), so
         # neither `cdk destroy` nor a replacing update deletes it; removing it is a deliberate manual step.
         file_system.apply_removal_policy(cdk.RemovalPolicy.RETAIN)
-        if persistent:
-            fsx.CfnDataRepositoryAssociation(
-                self,
-                "DatasetAssociation",
-                file_system_id=file_system.ref,
-                file_system_path=DATASET_FILE_SYSTEM_PATH,
-                data_repository_path=dataset_uri,
-                batch_import_meta_data_on_create=True,
-                # Import only: training reads the dataset; nothing on FSx is written back into it.
-                s3=fsx.CfnDataRepositoryAssociation.S3Property(
-                    auto_import_policy=fsx.CfnDataRepositoryAssociation.AutoImportPolicyProperty(
-                        events=["NEW", "CHANGED", "DELETED"]
-                    )
-                ),
-            )
+        # Both deployment types link the dataset by a data repository association ("supported on all FSx for
+        # Lustre 2.12 and 2.15 file systems, excluding scratch_1": CreateDataRepositoryAssociation, botocore's
+        # fsx model), not by the legacy ImportPath: an import task's report must lie within the association's
+        # DataRepositoryPath, or within an ImportPath link's ExportPath, by default s3://bucket/FSxLustre<time>
+        # (CompletionReport.Path, CreateFileSystemLustreConfiguration.ExportPath).
+        fsx.CfnDataRepositoryAssociation(
+            self,
+            "DatasetAssociation",
+            file_system_id=file_system.ref,
+            file_system_path=DATASET_FILE_SYSTEM_PATH,
+            data_repository_path=self.dataset_uri,
+            batch_import_meta_data_on_create=True,
+            # Import only: training reads the dataset; nothing on FSx is written back into it.
+            s3=fsx.CfnDataRepositoryAssociation.S3Property(
+                auto_import_policy=fsx.CfnDataRepositoryAssociation.AutoImportPolicyProperty(
+                    events=["NEW", "CHANGED", "DELETED"]
+                )
+            ),
+        )
         self.file_system = file_system
         self.file_system_id = file_system.ref
         self.file_system_mount_name = file_system.attr_lustre_mount_name

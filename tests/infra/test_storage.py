@@ -165,13 +165,17 @@ def test_persistent_2_links_the_dataset_prefix_by_data_repository_association(de
     }  # never exports
 
 
-def test_scratch_links_an_existing_dataset_bucket_by_import_path(az_id_nat_scratch: InfraApp):
+def test_scratch_links_an_existing_dataset_bucket_by_data_repository_association(az_id_nat_scratch: InfraApp):
+    """Not by the legacy ImportPath, whose export path (s3://bucket/FSxLustre<time>) no import report under
+    the dataset prefix lies within (CompletionReport.Path, botocore's fsx model)."""
     template = az_id_nat_scratch.storage_template
     _, configuration = lustre(az_id_nat_scratch)
     assert configuration["DeploymentType"] == "SCRATCH_2"
-    assert configuration["ImportPath"] == "s3://existing-training-data/corpus/v2/"
-    assert configuration["AutoImportPolicy"] == "NEW_CHANGED_DELETED"
-    assert not resources(template, "AWS::FSx::DataRepositoryAssociation")
+    assert not {"ImportPath", "ExportPath", "AutoImportPolicy"} & configuration.keys()
+    association = only(template, "AWS::FSx::DataRepositoryAssociation")["Properties"]
+    assert association["DataRepositoryPath"] == "s3://existing-training-data/corpus/v2/"
+    assert association["FileSystemPath"] == "/"
+    assert association["S3"] == {"AutoImportPolicy": {"Events": ["NEW", "CHANGED", "DELETED"]}}
     # The existing bucket is used, not created: only checkpoints, artifacts and logs are new.
     assert len(resources(template, "AWS::S3::Bucket")) == 3
     assert template["Outputs"]["DatasetBucketName"]["Value"] == "existing-training-data"

@@ -1,5 +1,5 @@
-"""retrain_on_new_data turns on the dataset bucket's EventBridge notifications, and only those: what that
-means for FSx's own S3 event notification (auto-import) is in docs/trigger.md."""
+"""The dataset bucket sends its events to EventBridge, and nothing else, with or without retrain_on_new_data
+(tests/infra/test_fsx_link.py): what that means for FSx's own S3 event notification is in docs/trigger.md."""
 
 from __future__ import annotations
 
@@ -36,8 +36,3 @@ def test_fsx_auto_import_stays_on_and_its_association_comes_after_the_bucket(imp
     # The association names the bucket, so CloudFormation creates it (and FSx adds its notification) only
     # once the bucket, with its EventBridge setting, exists.
     assert f"'Ref': '{dataset}'" in str(association["DataRepositoryPath"])
-
-
-def test_without_the_trigger_the_dataset_bucket_keeps_no_notification_configuration(default_infra):
-    buckets = _buckets(default_infra.storage_template)
-    assert all("NotificationConfiguration" not in body["Properties"] for body in buckets.values())

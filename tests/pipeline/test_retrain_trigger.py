@@ -30,7 +30,10 @@ def templates(pipeline):
 @pytest.fixture
 def world(templates, pipeline, monkeypatch):
     def start(variant: str = "fsx", fsx_scripts=(), job_scripts=None):
-        fsx = FakeFsx((FAKE_VALUES["FileSystemId"],), scripts=list(fsx_scripts)) if variant == "fsx" else None
+        # Linked as the storage stack links it: the dataset prefix by a data repository association.
+        link = f"s3://{FAKE_VALUES['DatasetBucket']}/{pipeline.settings.dataset.prefix}"
+        links = {FAKE_VALUES["FileSystemId"]: (link,)}
+        fsx = FakeFsx(links, scripts=list(fsx_scripts)) if variant == "fsx" else None
         sagemaker = scripted_sagemaker(job_scripts, evaluation_script=evaluated(2.0))  # PROFILE registers
         context = trigger_world(trigger_machines(templates[variant], pipeline), sagemaker, fsx, monkeypatch)
         contexts.append(context)
@@ -173,7 +176,10 @@ def test_with_the_trigger_off_nothing_listens_to_the_bucket(pipeline, default_ap
         for name, body in resources(storage, "AWS::S3::Bucket").items()
         if name.startswith("DatasetBucket")
     ]
-    assert "NotificationConfiguration" not in bucket["Properties"]
+    # EventBridge stays on whatever the trigger: turning it off must not rewrite FSx's notification.
+    assert bucket["Properties"]["NotificationConfiguration"] == {
+        "EventBridgeConfiguration": {"EventBridgeEnabled": True}
+    }
 
 
 def test_the_trigger_definition_is_valid_for_aws_tools(templates, pipeline):

@@ -7,6 +7,7 @@ import os
 import sys
 
 from trainstack.config_loading import ConfigError, load_settings
+from trainstack.dataset_events import existing_bucket_warning
 from trainstack.fsx_sizing import quota_warning, summary
 from trainstack.governance_costs import cost_summary
 from trainstack.teams import namespace
@@ -43,8 +44,11 @@ def run(args: argparse.Namespace) -> int:
         )
     plan = settings.fsx_plan
     print(f"FSx for Lustre: {summary(plan)}" if plan else "FSx for Lustre: disabled (fsx.enabled: false)")
-    warning = plan and quota_warning(plan, settings.fsx.deployment_type)
-    if warning:
+    warnings = [
+        plan and quota_warning(plan, settings.fsx.deployment_type),
+        existing_bucket_warning(settings.dataset, settings.retrain_on_new_data is not None),
+    ]
+    for warning in filter(None, warnings):
         print(f"warning: {warning}", file=sys.stderr)
     print(cost_summary(settings))
     return 0

@@ -4,7 +4,9 @@ prefix, followed until it ends or the timeout passes.
 FSx API (botocore's fsx model, CreateDataRepositoryTask / DescribeDataRepositoryTasks): an import task's
 Paths are S3 paths `s3://bucket/prefix`; its Lifecycle goes PENDING, EXECUTING, then SUCCEEDED, FAILED or
 CANCELED, with FailureDetails.Message when FAILED; a report (Format REPORT_CSV_20191124, Scope
-FAILED_FILES_ONLY, the only values the model allows) is delivered to `{path}/task-{id}/failures.csv`;
+FAILED_FILES_ONLY, the only values the model allows) is delivered to `{path}/task-{id}/failures.csv`, and
+its path must lie within the file system's link, the data repository association's DataRepositoryPath
+(CompletionReport.Path; the storage stack links the dataset prefix so on both deployment types);
 creating a task while another runs on the file system fails with DataRepositoryTaskExecuting.
 Assumed: Step Functions names FSx errors `FSx.<Code>Exception` (the AWS SDK for Java v2 client is FSxClient).
 
