@@ -1,4 +1,4 @@
-"""`trainstack plan`'s checkpoint line: size, save time, whether a SIGTERM save fits, sagemaker-sync's download."""
+"""`trainstack plan`'s checkpoint line: size, save time, whether a SIGTERM save fits, the sync's download."""
 
 from tests.plan.test_plan_cli import run
 from training_scripts.model_shapes import PRESETS, parameter_count

@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
@@ -127,6 +127,10 @@ def _quota_lines(args: argparse.Namespace) -> list[str]:
     return quota_lines(service_quotas_client(settings.region), profile, count)
 
 
+def sagemaker_client(region: str):
+    return boto3.client("sagemaker", region_name=region, config=QUICK)
+
+
 def _training_plan_lines(
     args: argparse.Namespace, profile: Profile, plans: list[Plan], goodput: plan_goodput.GoodputInputs
 ) -> list[str]:
@@ -138,8 +142,8 @@ def _training_plan_lines(
     ]
     if not any(arns):
         return []
-    sagemaker = boto3.client("sagemaker", region_name=load_settings(args.config).region, config=QUICK)
-    now = datetime.now(timezone.utc)
+    sagemaker = sagemaker_client(load_settings(args.config).region)
+    now = datetime.now(UTC)
     lines = []
     for item, arn, result in zip(plans, arns, plan_goodput.forecasts(plans, goodput), strict=True):
         if not arn:

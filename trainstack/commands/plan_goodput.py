@@ -64,7 +64,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"{', '.join(CHECKPOINT_STORES)} (default: the profile's checkpoint_store, else "
         f"{DEFAULT_CHECKPOINT_STORE})",
     )
-    add("--in-job-recovery", metavar="BOOL", help="forecast with in-job recovery, true or false (default false)")
+    add(
+        "--in-job-recovery",
+        metavar="BOOL",
+        help="forecast with in-job recovery, true or false (default false)",
+    )
     add(
         "--goodput-goal",
         metavar="PERCENT",
@@ -154,7 +158,9 @@ def lines(setup: Setup, plans: list[Plan], goodput: GoodputInputs, write_rate: f
         scales = list(_scales(setup, item, goodput, write_rate))
         unfit = [f"{gpus:,}" for gpus in SCALES if gpus not in {scaled.gpus for scaled in scales}]
         if unfit:
-            out.append(f"    not forecast at {', '.join(unfit)} GPUs: the model does not fit there (or no step time)")
+            out.append(
+                f"    not forecast at {', '.join(unfit)} GPUs: the model does not fit there (or no step time)"
+            )
         for scaled in scales:
             out.append(f"    {scaled.gpus:>6,} GPUs: {scaled.line()}")
             best = _fastest(scaled, goodput)

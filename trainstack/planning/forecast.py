@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from training_scripts.metrics import WARMUP_STEPS
 from trainstack.checkpoint_stores import CHECKPOINT_STORES, DEFAULT_CHECKPOINT_STORE
 from trainstack.fault_model import HEALTHY_INSTANCE_SHARE, FaultModel
+from trainstack.planning.checkpoints import GB
 from trainstack.planning.goodput_model import (
     Goodput,
     RestartKind,
@@ -30,7 +31,6 @@ from trainstack.planning.goodput_model import (
     restart_chain,
 )
 from trainstack.planning.plans import Plan, Setup, plan
-from trainstack.planning.checkpoints import GB
 from trainstack.planning.stores import Checkpointing, store_times
 
 # Assumed until measured (the ledger's restart times refine them per run: docs/plan.md):
@@ -98,11 +98,10 @@ class Forecast:
     def line(self) -> str:
         parts = ", ".join(f"{name} {value:.2f}" for name, value in self.wall_clock.parts_percent().items())
         costs = self.costs
-        in_job = (
-            f"; in-job restarts ({costs.healthy_share:.0%} of failures) {costs.in_job_restore + costs.warmup:,.0f} s"
-            if costs.in_job_restore is not None
-            else ""
-        )
+        in_job = ""
+        if costs.in_job_restore is not None:
+            seconds = costs.in_job_restore + costs.warmup
+            in_job = f"; in-job restarts ({costs.healthy_share:.0%} of failures) {seconds:,.0f} s"
         return (
             f"goodput {self.goodput.percent:.1f}% billed, {self.wall_clock.percent:.1f}% wall-clock "
             f"(wall-clock lost: {parts} %); store {costs.store}; "
@@ -176,7 +175,9 @@ def forecast_with(item: Plan, costs: Costs, faults: FaultModel) -> Forecast:
     mtbf = faults.job_mtbf_seconds(gpus)
     billed, unbilled = restart_chain(costs.restart_kinds(), mtbf)
     # The optimum depends on neither the restart nor the durability delay (goodput_model): one interval.
-    chosen = best_interval(costs.step, costs.save_blocking, billed, mtbf, costs.min_steps, costs.durable_after)
+    chosen = best_interval(
+        costs.step, costs.save_blocking, billed, mtbf, costs.min_steps, costs.durable_after
+    )
     wall = interval_goodput(
         chosen.interval_steps, costs.step, costs.save_blocking, billed, mtbf, costs.durable_after, unbilled
     )
@@ -220,7 +221,12 @@ def at_interval(result: Forecast, steps: int) -> Goodput:
     """The same job's expected goodput with a fixed interval of `steps`."""
     costs = result.costs
     return interval_goodput(
-        steps, costs.step, costs.save_blocking, result.restart_seconds, result.mtbf_seconds, costs.durable_after
+        steps,
+        costs.step,
+        costs.save_blocking,
+        result.restart_seconds,
+        result.mtbf_seconds,
+        costs.durable_after,
     )
 
 

@@ -24,9 +24,9 @@ E[segment] = (M + R) (e^(T/M) - 1). Restarts that can fail themselves: `restart_
 restart kinds (in-job recovery, a new job) into the expected seconds per failure, failed restarts included.
 
 The optimum work per segment depends on neither the restart nor D (they scale the goodput):
-d/dw [w / (e^((w+s)/M) - 1)] = 0 gives (w/M - 1) e^((w+s)/M) + 1 = 0, solved here by bisection (its left side
-rises monotonically from 1 - e^(s/M) < 0 at w = 0 to 1 at w = M). For small s/M it tends to Young's first-order
-sqrt(2 s M). In steps, the interval is the better of the two whole numbers around it.
+d/dw [w / (e^((w+s)/M) - 1)] = 0 gives (w/M - 1) e^((w+s)/M) + 1 = 0, solved here by bisection (its left
+side rises monotonically from 1 - e^(s/M) < 0 at w = 0 to 1 at w = M). For small s/M it tends to Young's
+first-order sqrt(2 s M). In steps, the interval is the better of the two whole numbers around it.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ _BISECTIONS = 200
 
 @dataclass(frozen=True)
 class Goodput:
-    """Expected shares of billed time, or of wall-clock time with `waiting` (each 0..1, adding up to 1), at one
-    checkpoint interval."""
+    """Expected shares of billed time, or of wall-clock time with `waiting` (each 0..1, adding up to 1), at
+    one checkpoint interval."""
 
     interval_steps: int
     interval_seconds: float  # training between saves

@@ -50,9 +50,10 @@ def window_line(window: PlanWindow, needed_hours: float, wall_clock_percent: flo
     usable = window.usable_hours(now)
     ends = f"{window.instances_end:%Y-%m-%d %H:%M} UTC, 30 minutes before the reservation ends"
     needs = f"{needed_hours:,.1f} h of wall-clock time at the forecast's {wall_clock_percent:.1f}% goodput"
+    runs = f"{usable:,.1f} h more (until {ends})"
     if needed_hours <= usable:
-        return f"fits training plan {window.name}: the run needs {needs}, and its instances run {usable:,.1f} h more (until {ends})"
+        return f"fits training plan {window.name}: the run needs {needs}, and its instances run {runs}"
     return (
-        f"cannot finish inside training plan {window.name}: the run needs {needs}, and the plan's instances run "
-        f"{usable:,.1f} h more (until {ends}); a checkpoint before then lets it continue on the next preference"
+        f"cannot finish inside training plan {window.name}: the run needs {needs}, and the plan's instances "
+        f"run {runs}; a checkpoint before then lets it continue on the next preference"
     )

@@ -70,7 +70,10 @@ class Checkpointing:
     keep: int  # checkpoints kept (sagemaker-sync downloads them all)
     disk_bytes_per_second: float  # the node's own disk (--checkpoint-write-rate)
     asynchronous: bool
-    s3_partitions: int = ASSUMED_S3_PARTITIONS
+
+    @property
+    def s3_partitions(self) -> int:
+        return ASSUMED_S3_PARTITIONS
 
     @property
     def per_node(self) -> float:
