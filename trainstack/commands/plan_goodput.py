@@ -20,6 +20,7 @@ from trainstack.planning.forecast import (
     best_store,
     forecast,
     levers,
+    profile_store,
     store_sentence,
 )
 from trainstack.planning.plans import Plan, Setup
@@ -94,8 +95,7 @@ def inputs(args: argparse.Namespace, profile, estimate) -> GoodputInputs:
         history = found.sentence()
         if found.gpu_mtbf_hours is not None:
             faults = FaultModel(gpu_mtbf_hours=found.gpu_mtbf_hours)
-    # The profile's field comes with the stores themselves (issue 41); until then every profile syncs.
-    store = getattr(profile, "checkpoint_store", DEFAULT_CHECKPOINT_STORE)
+    store = profile_store(profile) if profile else DEFAULT_CHECKPOINT_STORE
     if args.checkpoint_store:
         if args.checkpoint_store not in CHECKPOINT_STORES:
             raise GoodputUsageError(f"--checkpoint-store must be one of {', '.join(CHECKPOINT_STORES)}.")

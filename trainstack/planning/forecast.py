@@ -277,6 +277,12 @@ def at_scales(
             yield scaled
 
 
+def profile_store(profile: object) -> str:
+    """The profile's checkpoint store. The field comes with the stores themselves (issue 41, h-stores);
+    until a profile has it, every profile syncs."""
+    return getattr(profile, "checkpoint_store", DEFAULT_CHECKPOINT_STORE)
+
+
 def asynchronous_saves(hyperparameters: Mapping[str, str]) -> bool:
     return str(hyperparameters.get("async_checkpoint", "false")).lower() in _TRUE
 
