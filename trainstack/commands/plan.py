@@ -12,7 +12,9 @@ import argparse
 import json
 import sys
 from dataclasses import replace
+from datetime import UTC, datetime
 
+import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
 from training_scripts.model_shapes import PRESETS
@@ -22,6 +24,7 @@ from trainstack.config_loading import ConfigError, load_settings
 from trainstack.instances import INSTANCE_TYPES, InstanceType
 from trainstack.planning.checkpoints import ASSUMED_WRITE_BYTES_PER_SECOND, GB
 from trainstack.planning.memory import GIB
+from trainstack.planning.plan_window import PlanWindow, read_window, window_line
 from trainstack.planning.plans import Plan, Setup, plan, recommend
 from trainstack.planning.setups import (
     TRAIN_DEFAULTS,
@@ -37,7 +40,7 @@ from trainstack.prices import SAGEMAKER_TRAINING_PRICES
 from trainstack.profiles import Profile
 from trainstack.report.history import FailureHistory, pipeline_history
 from trainstack.runs import RunError
-from trainstack.service_quotas import quota_lines, service_quotas_client
+from trainstack.service_quotas import QUICK, quota_lines, service_quotas_client
 
 _STRATEGIES = ("smp", "smddp", "torchrun")
 _PARALLELISMS = ("fsdp", "ddp")
@@ -111,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
             )
         )
     if args.profile and not args.instance_type:
-        for line in _quota_lines(args):
+        for line in [*_quota_lines(args), *_training_plan_lines(args, profile, plans, goodput)]:
             print(line, file=sys.stderr)
     return 0 if all(item.fits for item in plans) else 1
 
@@ -122,6 +125,38 @@ def _quota_lines(args: argparse.Namespace) -> list[str]:
     count = _positive(args.instance_count, "--instance-count") if args.instance_count else None
     settings = load_settings(args.config)
     return quota_lines(service_quotas_client(settings.region), profile, count)
+
+
+def sagemaker_client(region: str):
+    return boto3.client("sagemaker", region_name=region, config=QUICK)
+
+
+def _training_plan_lines(
+    args: argparse.Namespace, profile: Profile, plans: list[Plan], goodput: plan_goodput.GoodputInputs
+) -> list[str]:
+    """Per preference with a training plan: whether the run fits the plan's window (DescribeTrainingPlan)."""
+    arns = [
+        arn
+        for preference, arn in zip(profile.instance_preferences, profile.training_plan_arns, strict=True)
+        if preference.spec.gpus
+    ]
+    if not any(arns):
+        return []
+    sagemaker = sagemaker_client(load_settings(args.config).region)
+    now = datetime.now(UTC)
+    lines = []
+    for item, arn, result in zip(plans, arns, plan_goodput.forecasts(plans, goodput), strict=True):
+        if not arn:
+            continue
+        window = read_window(sagemaker, arn)
+        if not isinstance(window, PlanWindow):
+            lines.append(window)
+        elif result is None or item.throughput is None or item.throughput.hours is None:
+            lines.append(f"training plan {arn} not checked: no time estimate for {item.spec.name}")
+        else:
+            hours = item.throughput.hours / result.wall_clock.kept
+            lines.append(window_line(window, hours, result.wall_clock.percent, now))
+    return lines
 
 
 def _inputs(

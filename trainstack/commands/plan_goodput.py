@@ -1,6 +1,7 @@
 """`trainstack plan`'s goodput forecast: per instance preference the job's MTBF, the checkpoint interval that
-maximizes expected goodput, the goodput and its parts; the same model at 16 to 16,384 GPUs; below the goal,
-the lever that helps most (docs/plan.md, "Goodput")."""
+maximizes expected goodput, the goodput billed and wall-clock and its parts, and the checkpoint store that
+maximizes it (and why); the same model at 16 to 16,384 GPUs, beside the best store with in-job recovery;
+below the goal, the lever that helps most (docs/plan.md, "Goodput")."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import argparse
 import math
 from dataclasses import dataclass
 
+from trainstack.checkpoint_stores import CHECKPOINT_STORES, DEFAULT_CHECKPOINT_STORE
 from trainstack.fault_model import FaultModel
 from trainstack.planning.forecast import (
     DEFAULT_GOAL_PERCENT,
@@ -15,8 +17,11 @@ from trainstack.planning.forecast import (
     Forecast,
     asynchronous_saves,
     at_scales,
+    best_store,
     forecast,
     levers,
+    profile_store,
+    store_sentence,
 )
 from trainstack.planning.plans import Plan, Setup
 
@@ -31,6 +36,8 @@ class GoodputInputs:
     asynchronous: bool
     goal: float
     history: str | None  # what --from-history rests on, for the report
+    store: str = DEFAULT_CHECKPOINT_STORE
+    in_job: bool = False  # in-job recovery of the failures that leave the instances healthy
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,7 +59,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="BOOL",
         help="async saves, true or false (default: the profile's async_checkpoint, else false)",
     )
-    add("--goodput-goal", metavar="PERCENT", help=f"goodput to aim for (default {DEFAULT_GOAL_PERCENT:g})")
+    add(
+        "--checkpoint-store",
+        metavar="NAME",
+        help=f"{', '.join(CHECKPOINT_STORES)} (default: the profile's checkpoint_store, else "
+        f"{DEFAULT_CHECKPOINT_STORE})",
+    )
+    add(
+        "--in-job-recovery",
+        metavar="BOOL",
+        help="forecast with in-job recovery, true or false (default false)",
+    )
+    add(
+        "--goodput-goal",
+        metavar="PERCENT",
+        help=f"wall-clock goodput to aim for (default {DEFAULT_GOAL_PERCENT:g})",
+    )
 
 
 def inputs(args: argparse.Namespace, profile, estimate) -> GoodputInputs:
@@ -73,6 +95,21 @@ def inputs(args: argparse.Namespace, profile, estimate) -> GoodputInputs:
         history = found.sentence()
         if found.gpu_mtbf_hours is not None:
             faults = FaultModel(gpu_mtbf_hours=found.gpu_mtbf_hours)
+    store = profile_store(profile) if profile else DEFAULT_CHECKPOINT_STORE
+    if args.checkpoint_store:
+        if args.checkpoint_store not in CHECKPOINT_STORES:
+            raise GoodputUsageError(f"--checkpoint-store must be one of {', '.join(CHECKPOINT_STORES)}.")
+        store = args.checkpoint_store
+    return GoodputInputs(faults, asynchronous, _goal(args), history, store, _in_job(args))
+
+
+def _in_job(args: argparse.Namespace) -> bool:
+    if args.in_job_recovery and args.in_job_recovery.lower() not in ("true", "false"):
+        raise GoodputUsageError("--in-job-recovery must be true or false.")
+    return bool(args.in_job_recovery) and args.in_job_recovery.lower() == "true"
+
+
+def _goal(args: argparse.Namespace) -> float:
     goal = DEFAULT_GOAL_PERCENT
     if args.goodput_goal:
         goal = _positive_number(args.goodput_goal, "--goodput-goal")
@@ -80,7 +117,7 @@ def inputs(args: argparse.Namespace, profile, estimate) -> GoodputInputs:
             raise GoodputUsageError(
                 f"--goodput-goal must be a percentage from 0 to 100, got '{args.goodput_goal}'."
             )
-    return GoodputInputs(faults, asynchronous, goal, history)
+    return goal
 
 
 def _positive_number(text: str, flag: str) -> float:
@@ -94,11 +131,13 @@ def _positive_number(text: str, flag: str) -> float:
 
 
 def forecasts(plans: list[Plan], goodput: GoodputInputs) -> list[Forecast | None]:
-    return [forecast(item, goodput.faults, goodput.asynchronous) for item in plans]
+    return [
+        forecast(item, goodput.faults, goodput.asynchronous, goodput.store, goodput.in_job) for item in plans
+    ]
 
 
 def lines(setup: Setup, plans: list[Plan], goodput: GoodputInputs, write_rate: float) -> list[str]:
-    """The text section: one forecast per preference, the scale table, the levers below the goal."""
+    """The text section: one forecast per preference and its best store, the scale table, the levers."""
     faults = goodput.faults
     out = ["", f"Goodput (fault model: per-GPU MTBF {faults.gpu_mtbf:,.0f} h, {faults.source}):"]
     if goodput.history:
@@ -111,23 +150,54 @@ def lines(setup: Setup, plans: list[Plan], goodput: GoodputInputs, write_rate: f
             )
             continue
         out.append(f"  {name}: {result.line()}")
+        out.append(f"    {_store_choice(result, goodput)}")
         out.extend(_below_goal(result, goodput))
     if plans:
         item = plans[0]
         out.append(f"  {setup.model} on {item.spec.name} at {', '.join(f'{n:,}' for n in SCALES)} GPUs:")
-        for scaled in at_scales(setup, item, faults, goodput.asynchronous, write_rate):
+        scales = list(_scales(setup, item, goodput, write_rate))
+        unfit = [f"{gpus:,}" for gpus in SCALES if gpus not in {scaled.gpus for scaled in scales}]
+        if unfit:
+            out.append(
+                f"    not forecast at {', '.join(unfit)} GPUs: the model does not fit there (or no step time)"
+            )
+        for scaled in scales:
             out.append(f"    {scaled.gpus:>6,} GPUs: {scaled.line()}")
+            best = _fastest(scaled, goodput)
+            out.append(
+                f"      with checkpoint_store {best.costs.store} and in-job recovery: "
+                f"{best.wall_clock.percent:.1f}% wall-clock, {best.goodput.percent:.1f}% billed"
+            )
             out.extend("  " + text for text in _below_goal(scaled, goodput))
     return out
 
 
+def _scales(setup: Setup, item: Plan, goodput: GoodputInputs, write_rate: float):
+    return at_scales(
+        setup, item, goodput.faults, goodput.asynchronous, write_rate, goodput.store, goodput.in_job
+    )
+
+
+def _fastest(result: Forecast, goodput: GoodputInputs) -> Forecast:
+    """The best store with in-job recovery: what the restart model allows at this scale."""
+    return best_store(result.plan, goodput.faults, goodput.asynchronous, in_job=True)
+
+
+def _store_choice(result: Forecast, goodput: GoodputInputs) -> str:
+    best = best_store(result.plan, goodput.faults, goodput.asynchronous, goodput.in_job)
+    return store_sentence(best, result)
+
+
 def _below_goal(result: Forecast, goodput: GoodputInputs) -> list[str]:
-    if result.goodput.percent >= goodput.goal:
+    if result.wall_clock.percent >= goodput.goal:
         return []
     ranked = levers(result, goodput.faults)
     best, best_percent = ranked[0]
     others = "; ".join(f"{name} {percent:.1f}%" for name, percent in ranked[1:])
-    return [f"    below the {goodput.goal:g}% goal: {best} helps most ({best_percent:.1f}%); then {others}"]
+    return [
+        f"    below the {goodput.goal:g}% wall-clock goal: {best} helps most ({best_percent:.1f}%); "
+        f"then {others}"
+    ]
 
 
 def as_dict(setup: Setup, plans: list[Plan], goodput: GoodputInputs, write_rate: float) -> dict:
@@ -136,11 +206,23 @@ def as_dict(setup: Setup, plans: list[Plan], goodput: GoodputInputs, write_rate:
         "gpu_mtbf_hours": round(goodput.faults.gpu_mtbf, 1),
         "source": goodput.history or goodput.faults.source,
         "goal_percent": goodput.goal,
-        "preferences": [result and result.as_dict() for result in forecasts(plans, goodput)],
+        "checkpoint_store": goodput.store,
+        "in_job_recovery": goodput.in_job,
+        "preferences": [
+            result and {**result.as_dict(), "best_store": _best_dict(result, goodput)}
+            for result in forecasts(plans, goodput)
+        ],
         "scales": [
-            {**scaled.as_dict(), "levers": levers(scaled, goodput.faults)}
-            for scaled in (
-                at_scales(setup, first, goodput.faults, goodput.asynchronous, write_rate) if first else []
-            )
+            {
+                **scaled.as_dict(),
+                "levers": levers(scaled, goodput.faults),
+                "best_store_with_in_job_recovery": _fastest(scaled, goodput).as_dict(),
+            }
+            for scaled in (_scales(setup, first, goodput, write_rate) if first else [])
         ],
     }
+
+
+def _best_dict(result: Forecast, goodput: GoodputInputs) -> dict:
+    best = best_store(result.plan, goodput.faults, goodput.asynchronous, goodput.in_job)
+    return {**best.as_dict(), "why": store_sentence(best, result)}

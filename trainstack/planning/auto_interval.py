@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainstack.planning.forecast import AUTO, INTERVAL_HYPERPARAMETER, Forecast, asynchronous_saves, forecast
+from trainstack.planning.forecast import (
+    AUTO,
+    INTERVAL_HYPERPARAMETER,
+    Forecast,
+    asynchronous_saves,
+    forecast,
+    profile_store,
+)
 from trainstack.planning.setups import UnplannableError, plan_profile
 from trainstack.profiles import Profile
 
@@ -26,7 +33,8 @@ def is_auto(profile: Profile) -> bool:
 def profile_forecasts(profile: Profile) -> list[Forecast | None]:
     """One forecast per GPU instance preference (None where the GPU has no throughput on record)."""
     asynchronous = asynchronous_saves(profile.hyperparameters)
-    return [forecast(item, profile.fault_model, asynchronous) for item in plan_profile(profile)]
+    store = profile_store(profile)
+    return [forecast(item, profile.fault_model, asynchronous, store) for item in plan_profile(profile)]
 
 
 def auto_interval(profile: Profile) -> int:

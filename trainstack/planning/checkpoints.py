@@ -1,5 +1,6 @@
 """A checkpoint of a train.py job at scale: its size, the time to write it, whether a SIGTERM save fits
-before the kill, and what a restart downloads to every node (docs/plan.md, "Checkpoints").
+before the kill, and what a new job downloads to every node under SageMaker's sync (docs/plan.md,
+"Checkpoints"; the other stores' times: planning/stores.py).
 
 What train.py saves (training_scripts/checkpoint.py): DCP shards of the fp32 weights and AdamW's two fp32
 moments, 12 bytes per parameter in all, written once across the job (DCP spreads replicated tensors
@@ -29,8 +30,6 @@ MPIRUN_SIGKILL_TIMEOUT_SECONDS = SIGKILL_AFTER_SIGTERM_SECONDS // 2
 # benchmarks/checkpoint_throughput.py (which prints DCP's and the raw rate of the same disk); pass the
 # measured DCP rate with `trainstack plan --checkpoint-write-rate`.
 ASSUMED_WRITE_BYTES_PER_SECOND = 1 * GB
-# Above this restart download per node, checkpoint to FSx for Lustre instead (docs/training.md).
-FSX_ADVISED_DOWNLOAD_BYTES = 100 * GB
 
 
 @dataclass(frozen=True)
@@ -41,17 +40,13 @@ class CheckpointPlan:
     write_rate: float  # bytes/s per node
     sigterm_window_seconds: int
     step_seconds: float | None  # a training step finishes before the save starts; None: no throughput
-    restart_download_per_node: int  # SageMaker downloads the whole checkpoint prefix to every node
+    restart_download_per_node: int  # sagemaker-sync: the whole checkpoint prefix, to every node
 
     @property
     def sigterm_save_fits(self) -> bool | None:
         if self.step_seconds is None:
             return None
         return self.step_seconds + self.save_seconds <= self.sigterm_window_seconds
-
-    @property
-    def fsx_advised(self) -> bool:
-        return self.restart_download_per_node > FSX_ADVISED_DOWNLOAD_BYTES
 
     def line(self) -> str:
         text = (
@@ -71,10 +66,10 @@ class CheckpointPlan:
                 f"SIGTERM save does NOT fit ({self.step_seconds + self.save_seconds:,.0f} s, more than "
                 f"{window}): a stop resumes from the last periodic checkpoint"
             )
-        text += f"; a restart downloads {self.restart_download_per_node / GB:,.1f} GB to every node"
-        if self.fsx_advised:
-            text += " (checkpoint to FSx for Lustre instead: docs/training.md)"
-        return text
+        return (
+            f"{text}; under sagemaker-sync a new job downloads {self.restart_download_per_node / GB:,.1f} GB "
+            "to every node (the goodput forecast names the store that restores fastest)"
+        )
 
     def as_dict(self) -> dict:
         return {
@@ -85,7 +80,6 @@ class CheckpointPlan:
             "sigterm_window_seconds": self.sigterm_window_seconds,
             "sigterm_save_fits": self.sigterm_save_fits,
             "restart_download_per_node_gb": round(self.restart_download_per_node / GB, 3),
-            "fsx_advised": self.fsx_advised,
         }
 
 

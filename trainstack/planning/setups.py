@@ -92,6 +92,21 @@ def setup_for_profile(profile: Profile) -> Setup:
     )
 
 
+def forecast_setup(preset: str) -> Setup:
+    """The presets as docs/plan.md's forecast tables and benchmarks/goodput_sim.py run them: seq 4096,
+    micro-batch 1, activation checkpointing, FSDP (keep_checkpoints 2, train.py's default)."""
+    return Setup(
+        model=preset,
+        shape=preset_shape(preset),
+        seq_len=4096,
+        micro_batch_size=1,
+        grad_accum=1,
+        activation_checkpointing=True,
+        strategy="torchrun",
+        parallelism="fsdp",
+    )
+
+
 def profile_token_budget(profile: Profile, setup: Setup, instance_count: int, spec) -> int:
     """Tokens the profile trains: max_steps x the global batch in tokens on that preference."""
     steps = int(profile.hyperparameters.get("max_steps", TRAIN_DEFAULTS["max_steps"]))
