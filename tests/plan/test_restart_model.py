@@ -207,6 +207,19 @@ def test_plan_names_the_store_that_maximizes_goodput_and_why_in_one_sentence(cap
     )
 
 
+def test_a_torchrun_launched_profile_forecasts_with_its_in_job_restarts_unless_told_otherwise(capsys):
+    """llama-7b-smp is launched by torchrun with the default restart budget (in_job_restarts.py)."""
+    flags = ["plan", "--profile", "llama-7b-smp", "--config", str(DEFAULT_CONFIG), "--json"]
+    assert trainstack(flags) == 0
+    by_default = json.loads(capsys.readouterr().out)["goodput"]["preferences"]
+    assert trainstack([*flags, "--in-job-recovery", "false"]) == 0
+    without = json.loads(capsys.readouterr().out)["goodput"]["preferences"]
+    assert [row["in_job_recovery"] for row in by_default] == [True, True]
+    assert [row["in_job_recovery"] for row in without] == [False, False]
+    for recovered, not_recovered in zip(by_default, without, strict=True):
+        assert recovered["wall_clock_goodput_percent"] > not_recovered["wall_clock_goodput_percent"]
+
+
 def test_plan_says_when_a_run_cannot_finish_inside_its_training_plan(capsys, monkeypatch, tmp_path):
     arn = "arn:aws:sagemaker:us-east-1:123456789012:training-plan/reserved-p5"
     config = yaml.safe_load(DEFAULT_CONFIG.read_text())

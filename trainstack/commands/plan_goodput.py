@@ -20,6 +20,7 @@ from trainstack.planning.forecast import (
     best_store,
     forecast,
     levers,
+    profile_in_job_recovery,
     profile_store,
     store_sentence,
 )
@@ -68,7 +69,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--in-job-recovery",
         metavar="BOOL",
-        help="forecast with in-job recovery, true or false (default false)",
+        help="forecast with in-job recovery, true or false (default: whether the profile's jobs restart "
+        "in the job: torchrun and smp profiles with in_job_restarts.max_restarts above 0)",
     )
     add(
         "--goodput-goal",
@@ -100,13 +102,16 @@ def inputs(args: argparse.Namespace, profile, estimate) -> GoodputInputs:
         if args.checkpoint_store not in CHECKPOINT_STORES:
             raise GoodputUsageError(f"--checkpoint-store must be one of {', '.join(CHECKPOINT_STORES)}.")
         store = args.checkpoint_store
-    return GoodputInputs(faults, asynchronous, _goal(args), history, store, _in_job(args))
+    in_job = profile_in_job_recovery(profile) if profile else False
+    return GoodputInputs(faults, asynchronous, _goal(args), history, store, _in_job(args, in_job))
 
 
-def _in_job(args: argparse.Namespace) -> bool:
-    if args.in_job_recovery and args.in_job_recovery.lower() not in ("true", "false"):
+def _in_job(args: argparse.Namespace, profile_default: bool) -> bool:
+    if not args.in_job_recovery:
+        return profile_default
+    if args.in_job_recovery.lower() not in ("true", "false"):
         raise GoodputUsageError("--in-job-recovery must be true or false.")
-    return bool(args.in_job_recovery) and args.in_job_recovery.lower() == "true"
+    return args.in_job_recovery.lower() == "true"
 
 
 def _goal(args: argparse.Namespace) -> float:

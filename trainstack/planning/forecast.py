@@ -18,10 +18,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from training_scripts.metrics import WARMUP_STEPS
 from trainstack.checkpoint_stores import CHECKPOINT_STORES, DEFAULT_CHECKPOINT_STORE
 from trainstack.fault_model import HEALTHY_INSTANCE_SHARE, FaultModel
+from trainstack.in_job_restarts import TORCHRUN_STRATEGIES, InJobRestartPolicy
 from trainstack.planning.checkpoints import GB
 from trainstack.planning.goodput_model import (
     Goodput,
@@ -32,6 +34,9 @@ from trainstack.planning.goodput_model import (
 )
 from trainstack.planning.plans import Plan, Setup, plan
 from trainstack.planning.stores import Checkpointing, store_times
+
+if TYPE_CHECKING:
+    from trainstack.profiles import Profile
 
 # Assumed until measured (the ledger's restart times refine them per run: docs/plan.md):
 # - an image pull of the SMP-based training image when a new job starts;
@@ -281,6 +286,13 @@ def profile_store(profile: object) -> str:
     """The profile's checkpoint store. The field comes with the stores themselves (issue 41, h-stores);
     until a profile has it, every profile syncs."""
     return getattr(profile, "checkpoint_store", DEFAULT_CHECKPOINT_STORE)
+
+
+def profile_in_job_recovery(profile: Profile) -> bool:
+    """Whether the profile's jobs restart their workers in the job (trainstack/in_job_restarts.py): torchrun
+    launches them and their restart budget is above 0."""
+    policy = profile.in_job_restarts or InJobRestartPolicy()
+    return profile.strategy in TORCHRUN_STRATEGIES and policy.max_restarts > 0
 
 
 def asynchronous_saves(hyperparameters: Mapping[str, str]) -> bool:
