@@ -10,7 +10,6 @@ marked assumed. Here a member the call leaves out stays as it was.
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 from moto.core.responses import ActionResult
@@ -20,8 +19,8 @@ from moto.sagemaker.responses import SageMakerResponse
 from localaws.sagemaker.training_jobs import ACCOUNT
 
 
-def update_model_package(body: dict[str, Any]) -> dict[str, Any]:
-    backend = sagemaker_backends[ACCOUNT][os.environ.get("AWS_DEFAULT_REGION", "us-east-1")]
+def update_model_package(body: dict[str, Any], region: str) -> dict[str, Any]:
+    backend = sagemaker_backends[ACCOUNT][region]  # the region the call was made to
     arn = body["ModelPackageArn"]
     package = backend.model_packages[backend.model_package_name_mapping.get(arn, arn)]
     kept = {
@@ -46,6 +45,6 @@ def install(monkeypatch) -> None:
     """Answer UpdateModelPackage as above for the rest of the test (or demo)."""
 
     def handle(self: SageMakerResponse) -> ActionResult:
-        return ActionResult(update_model_package(json.loads(self.body or "{}")))
+        return ActionResult(update_model_package(json.loads(self.body or "{}"), self.region))
 
     monkeypatch.setattr(SageMakerResponse, "update_model_package", handle)
