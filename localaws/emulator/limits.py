@@ -120,7 +120,9 @@ def _history_patches() -> list[Any]:
             return original_add_event(self, context, event_type, *args, **kwargs)
         with limits.lock:
             recorded = self._event_id_gen._next_id - 1
-            if limits.terminal is None and not (limits.standard and recorded + 1 >= HISTORY_EVENT_LIMIT):
+            # The event numbered HISTORY_EVENT_LIMIT is left for the execution's end.
+            at_limit = limits.standard and recorded + 1 >= HISTORY_EVENT_LIMIT
+            if limits.terminal is None and not at_limit:
                 return original_add_event(self, context, event_type, *args, **kwargs)
         if limits.terminal is None:
             limits.terminate(RUNTIME_ERROR, history_limit_cause())
