@@ -14,6 +14,8 @@ What it changes inside moto, for the duration of the `with` block:
 - aws-sdk task arguments and results use PascalCase member names, as on AWS ("even if the native
   service API is in camelCase": Step Functions' own API, ECS, ...), converted with moto's
   LocalStack helpers along the operation's shapes in botocore's model.
+- Limits: the 25,000-event history and the 256 KiB payloads fail an execution, a state or a task as on
+  AWS; States.Runtime is never caught (limits.py).
 - Speed: a definition is parsed once per session, not once per execution (the parsed program keeps no
   execution state).
 """
@@ -33,7 +35,7 @@ from unittest import mock
 
 import botocore.session
 
-from localaws.emulator import nested_executions
+from localaws.emulator import limits, nested_executions
 from localaws.emulator.clock import Clock, VirtualClock
 from localaws.emulator.errors import SERVICE_ERROR_NAMES, aws_sdk_error_name
 from localaws.emulator.functions import jsonata_evaluator
@@ -49,13 +51,19 @@ _CLOCK_READERS = (
 
 
 @contextmanager
-def local_stepfunctions(clock: Clock | None = None, *, quiet: bool = True) -> Iterator[Clock]:
-    """Patch moto's Step Functions interpreter for AWS's JSONata, error names and the given clock
+def local_stepfunctions(
+    clock: Clock | None = None, *, quiet: bool = True, data_limit_caught_by_states_all: bool = False
+) -> Iterator[Clock]:
+    """Patch moto's Step Functions interpreter for AWS's JSONata, error names, limits and the given clock
     (a VirtualClock by default) and yield the clock. Combine with
-    `mock_aws(config={"stepfunctions": {"execute_state_machine": True}})` (inside or outside)."""
+    `mock_aws(config={"stepfunctions": {"execute_state_machine": True}})` (inside or outside).
+    `data_limit_caught_by_states_all`: whether States.ALL catches a task's States.DataLimitExceeded
+    (AWS's documentation says no, a recording of AWS says yes: limits.py)."""
     clock = clock or VirtualClock()
     with ExitStack() as patches:
-        for patch in _patches(clock, quiet):
+        for patch in _patches(clock, quiet) + limits.patches(
+            data_limit_caught_by_states_all=data_limit_caught_by_states_all
+        ):
             patches.enter_context(patch)
         yield clock
 

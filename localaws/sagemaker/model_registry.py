@@ -20,7 +20,6 @@ idempotent"): a call with the token of an earlier one answers that call's versio
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 from moto.core.responses import ActionResult
@@ -35,12 +34,12 @@ from localaws.sagemaker.training_jobs import ACCOUNT
 _ALL_VERSIONS = 1_000_000
 
 
-def _backend():
-    return sagemaker_backends[ACCOUNT][os.environ.get("AWS_DEFAULT_REGION", "us-east-1")]
+def _backend(region: str):
+    return sagemaker_backends[ACCOUNT][region]  # the region the call was made to
 
 
-def update_model_package(body: dict[str, Any]) -> dict[str, Any]:
-    backend = _backend()
+def update_model_package(body: dict[str, Any], region: str) -> dict[str, Any]:
+    backend = _backend(region)
     arn = body["ModelPackageArn"]
     package = backend.model_packages[backend.model_package_name_mapping.get(arn, arn)]
     kept = {
@@ -61,9 +60,9 @@ def update_model_package(body: dict[str, Any]) -> dict[str, Any]:
     return {"ModelPackageArn": package.arn}
 
 
-def list_model_packages(body: dict[str, Any], control: RegistryControl) -> dict[str, Any]:
+def list_model_packages(body: dict[str, Any], control: RegistryControl, region: str) -> dict[str, Any]:
     """One page as SageMaker pages: read, then filtered by ModelApprovalStatus (module docstring)."""
-    listed, _ = _backend().list_model_packages(
+    listed, _ = _backend(region).list_model_packages(
         creation_time_after=body.get("CreationTimeAfter"),
         creation_time_before=body.get("CreationTimeBefore"),
         name_contains=body.get("NameContains"),
@@ -94,16 +93,17 @@ def install(monkeypatch, control: RegistryControl | None = None, calls: CallCont
     create = SageMakerResponse.create_model_package
 
     def handle_update(self: SageMakerResponse) -> ActionResult:
-        return ActionResult(update_model_package(json.loads(self.body or "{}")))
+        return ActionResult(update_model_package(json.loads(self.body or "{}"), self.region))
 
     def handle_list(self: SageMakerResponse) -> ActionResult:
-        return ActionResult(list_model_packages(json.loads(self.body or "{}"), control))
+        return ActionResult(list_model_packages(json.loads(self.body or "{}"), control, self.region))
 
     def handle_create(self: SageMakerResponse) -> Any:
         body = json.loads(self.body or "{}")
         calls.enter("CreateModelPackage", body.get("ModelPackageGroupName", ""))
         token = body.get("ClientToken")
-        earlier = [p for p in _backend().model_packages.values() if token and p.client_token == token]
+        packages = _backend(self.region).model_packages.values()
+        earlier = [p for p in packages if token and p.client_token == token]
         if earlier:
             return ActionResult({"ModelPackageArn": earlier[0].arn})
         if control.refuse_creates:

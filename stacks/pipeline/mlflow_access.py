@@ -2,10 +2,12 @@
 (training_scripts/mlflow_log.py): the `sagemaker-mlflow` actions of the MLflow calls it makes, on those
 servers only.
 
-The calls are those of MLflow's fluent API as mlflow_log uses it: set_experiment (GetExperimentByName,
-then CreateExperiment for a new one), start_run (CreateRun), log_params and log_metrics (LogBatch),
-end_run (UpdateRun). Each action takes the `mlflow-tracking-server` resource type (Service Authorization
-Reference, "Amazon SageMaker with MLflow"; tests/iam checks the grant against it).
+The actions are those of the REST calls the pinned client (mlflow-skinny 3.17.2) makes for mlflow_log,
+recorded against a local MLflow server (tests/iam/mlflow_recording.py; tests/iam/test_mlflow_calls.py
+fails when this list and the recording differ): set_experiment (GetExperimentByName; for a new experiment
+CreateExperiment, then GetExperiment), start_run (CreateRun), log_params and log_metrics (LogBatch),
+end_run (GetRun, then UpdateRun). Each action takes the `mlflow-tracking-server` resource type (Service
+Authorization Reference, "Amazon SageMaker with MLflow"; tests/iam checks the grant against it).
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from trainstack.profiles import Profile
 MLFLOW_RUN_ACTIONS = (
     "sagemaker-mlflow:GetExperimentByName",
     "sagemaker-mlflow:CreateExperiment",
+    "sagemaker-mlflow:GetExperiment",
     "sagemaker-mlflow:CreateRun",
     "sagemaker-mlflow:LogBatch",
+    "sagemaker-mlflow:GetRun",
     "sagemaker-mlflow:UpdateRun",
 )
 

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlparse
 
+from tests.iam.mlflow_recording import recorded_actions
 from training_scripts.mlflow_log import MLFLOW_TRACKING_URI_ENV
 from trainstack.job_request import PipelineResources, RunRequest, build_create_training_job_request
 
@@ -25,11 +26,6 @@ VPC_DESCRIBE_ACTIONS = (
 )
 ECR_PULL_ACTIONS = ("ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability")
 SECURE = {"aws:SecureTransport": "true"}
-# MLflow REST calls of set_experiment (a new experiment), start_run, log_params/log_metrics and end_run.
-MLFLOW_CALLS = tuple(
-    f"sagemaker-mlflow:{name}"
-    for name in ("GetExperimentByName", "CreateExperiment", "CreateRun", "LogBatch", "UpdateRun")
-)
 Authorization = tuple[str, str, dict[str, Any]]  # (action, resource, context)
 
 
@@ -101,8 +97,8 @@ class TrainingJobCalls:
         ):  # the ML storage volume's grant for the AWS resource it encrypts (stacks/run_data_key.py)
             yield ("kms:CreateGrant", volume_key, {"kms:GrantIsForAWSResource": "true"})
         server = request.get("Environment", {}).get(MLFLOW_TRACKING_URI_ENV)
-        if server:  # training_scripts/mlflow_log.py through MLflow's fluent API, as the plugin signs them
-            for action in MLFLOW_CALLS:
+        if server:  # the calls training_scripts/mlflow_log.py makes, recorded on the pinned client
+            for action in recorded_actions():
                 yield (action, server, {})
 
     def _network_interface_calls(self, vpc_config) -> Iterator[Authorization]:

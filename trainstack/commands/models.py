@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import re
 
 from trainstack.commands.common import Pipeline, UsageError, add_pipeline_command, one_line_failures
 from trainstack.model_versions import VERSION_ARN, decide, registered_profiles, versions
@@ -12,6 +13,11 @@ from trainstack.registry import group_name
 from trainstack.registry_settings import APPROVED, REJECTED
 
 DECISIONS = {"approve": APPROVED, "reject": REJECTED}
+# The pipeline's state machine names the partition (aws, aws-cn, aws-us-gov), region and account that its
+# model package groups live in.
+STATE_MACHINE_ARN = re.compile(
+    r"^arn:(?P<partition>aws[a-z-]*):states:(?P<region>[a-z0-9-]+):(?P<account>\d{12}):stateMachine:[^:]+$"
+)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -78,7 +84,8 @@ def decide_version(args: argparse.Namespace) -> int:
 
 def version_arn(pipeline: Pipeline, version: str, profile: str | None) -> str:
     """VERSION as a model package ARN: an ARN as given, or a number in --profile's group (the only
-    registered profile's when there is one)."""
+    registered profile's when there is one), in the partition, region and account of the pipeline's state
+    machine."""
     if VERSION_ARN.match(version):
         return version
     if not version.isdigit() or int(version) < 1:
@@ -90,6 +97,12 @@ def version_arn(pipeline: Pipeline, version: str, profile: str | None) -> str:
         profile = choices[0]
     if profile not in choices:
         raise UsageError(f"--profile: give one of the profiles with a registry: block ({', '.join(choices)})")
-    account = pipeline.client("sts").get_caller_identity()["Account"]
+    machine = STATE_MACHINE_ARN.match(pipeline.state_machine_arn)
+    if machine is None:
+        raise UsageError(
+            f"--state-machine-arn: '{pipeline.state_machine_arn}' is not a Step Functions state machine ARN "
+            "(arn:<partition>:states:<region>:<account>:stateMachine:<name>)"
+        )
+    partition, region, account = machine.group("partition", "region", "account")
     group = group_name(pipeline.runs.project, profile)
-    return f"arn:aws:sagemaker:{pipeline.region}:{account}:model-package/{group}/{version}"
+    return f"arn:{partition}:sagemaker:{region}:{account}:model-package/{group}/{version}"
