@@ -17,6 +17,7 @@ from typing import Any
 from stacks.pipeline.dataset_manifest import MANIFEST_VARIABLE
 from stacks.pipeline.jsonata_text import literal
 from stacks.pipeline.pipeline_input_rules import retry_settings
+from stacks.pipeline.pipeline_run_request import checkpoint_location_expression
 from training_scripts.metrics import EVALUATION_METRIC_DEFINITIONS
 from trainstack.job_request import PipelineResources
 from trainstack.profiles import Profile
@@ -152,7 +153,7 @@ def lineage() -> str:
         "code": "$settings.codeVersion",
         "trainingSet": "$trainingSetManifest.hash",
         "evaluationSet": f"${MANIFEST_VARIABLE}.hash",
-        "checkpoint": "$run.request.CheckpointConfig.S3Uri",
+        "checkpoint": checkpoint_location_expression("$run.request"),
         "evaluationJob": EVALUATION_JOB_NAME,
         "loss": "$string($evaluation.loss)",
         "perplexity": "$string($evaluation.perplexity)",
