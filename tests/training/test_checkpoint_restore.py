@@ -15,7 +15,7 @@ def test_direct_and_shared_reads_move_one_share_of_the_full_download_per_node(ca
     ranks = 2
     figures = checkpoint_restore.main(["--ranks", str(ranks), "--size-mb", "4"])
     full = figures["full download"]["bytes"]
-    assert full >= 4 * checkpoint_restore.MB * 0.9
+    assert full >= 3 * checkpoint_restore.MB  # whole 1 MiB matrices: 3 of them for 4 MB
     for way in ("direct read", "shared dir"):
         # Each rank reads its own shards and the small .metadata: just above 1 / ranks, far below 1.
         assert 1 / ranks <= figures[way]["ratio"] < 1 / ranks + 0.05, figures
