@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from capacity_block import add_flags as add_capacity_block_flags
-from checkpoint import complete_checkpoints
+from checkpoint_storage import complete_folders, open_storage
 from data import UserError
 from distributed import PARALLELISMS, STRATEGIES
 from model_shapes import PRESETS
@@ -285,7 +285,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_slow_host_flags(add, _positive, _number(1), _boolean)
     add_capacity_block_flags(add, _number(0))
-    add("--checkpoint-dir", default="/opt/ml/checkpoints")
+    add(
+        "--checkpoint-dir",
+        default="/opt/ml/checkpoints",
+        help="a directory, or an s3:// prefix that DCP reads and writes directly (s3-direct, s3-express)",
+    )
+    add(
+        "--checkpoint-dir-shared",
+        type=_boolean,
+        default=False,
+        help="every node sees the same --checkpoint-dir (a shared file system such as FSx): rank 0 alone "
+        "renames, marks and prunes",
+    )
     add(
         "--resume-from",
         default=env("SM_CHANNEL_RESUME"),
@@ -336,8 +347,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         return args
     if (
         args.resume_from
-        and not complete_checkpoints(Path(args.checkpoint_dir))
-        and not complete_checkpoints(Path(args.resume_from))
+        and not complete_folders(open_storage(args.checkpoint_dir))
+        and not complete_folders(open_storage(args.resume_from))
     ):
         raise UserError(
             f"{resume_source(args)} holds no complete checkpoint: it must be a run's checkpoint dir "

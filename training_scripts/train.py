@@ -92,6 +92,7 @@ class Trainer:
             args.async_checkpoint,
             self.parallel.identity,
             self._reset,
+            shared=args.checkpoint_dir_shared,
         )
         self.nonfinite_steps: list[int] = []  # the current run of consecutive skipped steps
         # StopTrainingJob and Spot reclaims send SIGTERM about two minutes before the kill. The handler

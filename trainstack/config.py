@@ -334,6 +334,23 @@ class Settings(StrictModel):
         return self
 
     @model_validator(mode="after")
+    def _checkpoint_stores_fit(self) -> Settings:
+        for index, profile in enumerate(self.profiles):
+            store = profile.checkpoint_store
+            if store == "fsx" and not self.fsx.enabled:
+                raise ValueError(
+                    f"profiles.{index}.checkpoint_store: fsx needs the deployment's file system "
+                    "(fsx.enabled: true); enable it or choose sagemaker-sync, s3-direct or s3-express"
+                )
+            if store == "s3-express" and self.availability_zone_id is None:
+                raise ValueError(
+                    f"profiles.{index}.checkpoint_store: s3-express puts a directory bucket in the training "
+                    "AZ, which S3 names by id: set availability_zone_id (like use1-az4) instead of "
+                    "availability_zone, or choose sagemaker-sync, s3-direct or fsx"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _fsx_fits(self) -> Settings:
         # An FSx need no file system meets fails here: FsxSizingError is a ValueError naming the field.
         _ = self.fsx_plan

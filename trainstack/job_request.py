@@ -10,7 +10,10 @@ the base request is embedded per profile in the definition, and each execution f
   TensorBoardOutputConfig.S3OutputPath    tensorboard_uri(resources, runName,    always
                                           job name)
   OutputDataConfig.S3OutputPath           output_path(resources, runName)        always
-  CheckpointConfig.S3Uri                  checkpoint_uri(resources, runName)     always
+  CheckpointConfig.S3Uri                  checkpoint_uri(profile, resources,     checkpoint_store
+                                          runName)                               sagemaker-sync
+  HyperParameters.checkpoint_dir          checkpoint_uri(profile, resources,     any other store
+                                          runName)
   Tags                                    tags(runName, executionArn, namespace) always
   HyperParameters                         base HyperParameters merged with the   hyperparameters given
                                           input's (input wins; reserved names
@@ -35,6 +38,13 @@ Choices made here:
   each value: "true", "\"train.py\"", '{"tensor_parallel_degree": 8}'); profile defaults and
   execution values are strings passed unchanged (the toolkit json-decodes those that parse, so
   "3e-4" reaches train.py as 0.0003 and "abc" as abc). Launch flags cannot be overridden.
+- Checkpoint stores (a profile's `checkpoint_store`, trainstack/checkpoint_stores.py): `sagemaker-sync`
+  sends CheckpointConfig (LocalPath /opt/ml/checkpoints, which train.py writes and SageMaker syncs with
+  S3Uri). The others omit it, so nothing is downloaded before training, and name the run's location in
+  train.py's `checkpoint_dir` hyperparameter: `s3-direct` the checkpoint bucket's `<runName>/`, `s3-express`
+  the directory bucket's (DCP reads and writes both through s3torchconnector), `fsx` the run's directory
+  under the `checkpoints` channel, the team's checkpoint directory on the file system mounted
+  `FileSystemAccessMode: rw` (`checkpoint_dir_shared: true`: every node sees it).
 - Model output uncompressed (OutputDataConfig.CompressionType NONE, AWS's recommendation for large
   models): SageMaker uploads the files of /opt/ml/model as they are under
   `<S3OutputPath><job>/output/model/` instead of gzipping a model.tar.gz while every instance is still
@@ -68,6 +78,9 @@ from trainstack.profiles import EXPECTED_GPUS_ENV, Profile
 
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 TRAIN_CHANNEL = "train"
+# The fsx store's channel: SageMaker mounts a FileSystemDataSource channel at /opt/ml/input/data/<name>.
+CHECKPOINT_CHANNEL = "checkpoints"
+CHECKPOINT_CHANNEL_PATH = f"/opt/ml/input/data/{CHECKPOINT_CHANNEL}/"
 RESUME_CHANNEL = "resume"
 EXECUTION_TAG = "trainstack:execution"
 RUN_TAG = "trainstack:run"
@@ -98,6 +111,10 @@ class PipelineResources:
     file_system_directory_path: str | None = None
     # The customer managed KMS key of the runs' output and volumes; None: AWS's keys (encryption: off).
     kms_key_arn: str | None = None
+    # The s3-express store's directory bucket; None: no profile uses it.
+    express_checkpoint_bucket: str | None = None
+    # "/<mountName>/<path>" of the fsx store's checkpoint directory (the team's) on the file system.
+    checkpoint_file_system_path: str | None = None
 
 
 @dataclass(frozen=True)
@@ -119,8 +136,27 @@ def job_name(run_name: str, attempt: int) -> str:
     return f"{run_name}-{attempt}"
 
 
-def checkpoint_uri(resources: PipelineResources, run_name: str) -> str:
-    return f"s3://{resources.checkpoint_bucket}/{run_name}/"
+def checkpoint_prefix(profile: Profile, resources: PipelineResources) -> str:
+    """Where the profile's runs keep their checkpoints, each run under `<prefix><runName>/`."""
+    if profile.checkpoint_store == "fsx":
+        return CHECKPOINT_CHANNEL_PATH
+    if profile.checkpoint_store == "s3-express":
+        if resources.express_checkpoint_bucket is None:
+            raise ValueError("checkpoint_store s3-express needs the storage stack's directory bucket")
+        return f"s3://{resources.express_checkpoint_bucket}/"
+    return f"s3://{resources.checkpoint_bucket}/"
+
+
+def checkpoint_uri(profile: Profile, resources: PipelineResources, run_name: str) -> str:
+    """The run's checkpoint location, the same for every attempt: an S3 prefix, or with fsx the path in
+    the job."""
+    return f"{checkpoint_prefix(profile, resources)}{run_name}/"
+
+
+def syncs_checkpoints(profile: Profile) -> bool:
+    """Whether SageMaker syncs the profile's checkpoints (CheckpointConfig) rather than train.py reading
+    and writing its store directly."""
+    return profile.checkpoint_store == "sagemaker-sync"
 
 
 def output_path(resources: PipelineResources, run_name: str) -> str:
@@ -199,7 +235,7 @@ def base_request(profile: Profile, resources: PipelineResources) -> dict[str, An
         },
         "InputDataConfig": [_train_channel(resources)],
         "OutputDataConfig": {"CompressionType": "NONE"},
-        "CheckpointConfig": {"LocalPath": CHECKPOINT_LOCAL_PATH},
+        **({"CheckpointConfig": {"LocalPath": CHECKPOINT_LOCAL_PATH}} if syncs_checkpoints(profile) else {}),
         "ResourceConfig": _resource_config(profile, resources.kms_key_arn),
         "VpcConfig": {
             "SecurityGroupIds": list(resources.security_group_ids),
@@ -210,6 +246,9 @@ def base_request(profile: Profile, resources: PipelineResources) -> dict[str, An
         "InfraCheckConfig": {"EnableInfraCheck": profile.infra_check},
         "Environment": _environment(profile),
     }
+    if profile.checkpoint_store == "fsx":
+        request["InputDataConfig"].append(_checkpoint_channel(resources))
+        request["HyperParameters"]["checkpoint_dir_shared"] = "true"
     if resources.kms_key_arn is not None:
         request["OutputDataConfig"]["KmsKeyId"] = resources.kms_key_arn
     if profile.inter_container_traffic_encryption:
@@ -239,8 +278,11 @@ def build_create_training_job_request(
         "S3OutputPath": tensorboard_uri(resources, run.run_name, request["TrainingJobName"])
     }
     request["OutputDataConfig"]["S3OutputPath"] = output_path(resources, run.run_name)
-    request["CheckpointConfig"]["S3Uri"] = checkpoint_uri(resources, run.run_name)
     request["Tags"] = tags(run.run_name, execution_arn, namespace)
+    if syncs_checkpoints(profile):
+        request["CheckpointConfig"]["S3Uri"] = checkpoint_uri(profile, resources, run.run_name)
+    else:
+        request["HyperParameters"]["checkpoint_dir"] = checkpoint_uri(profile, resources, run.run_name)
     request["HyperParameters"].update(run.hyperparameters)
     if run.instance_count is not None:
         resource_config = request["ResourceConfig"]
@@ -287,20 +329,35 @@ def _environment(profile: Profile) -> dict[str, str]:
     return environment
 
 
+def _file_system_channel(name: str, file_system_id: str, path: str, mode: str) -> dict[str, Any]:
+    return {
+        "ChannelName": name,
+        "DataSource": {
+            "FileSystemDataSource": {
+                "FileSystemId": file_system_id,
+                "FileSystemType": "FSxLustre",
+                "DirectoryPath": path,
+                "FileSystemAccessMode": mode,
+            }
+        },
+        "InputMode": "File",
+    }
+
+
+def _checkpoint_channel(resources: PipelineResources) -> dict[str, Any]:
+    """The fsx store's checkpoint directory, mounted read-write (botocore: FileSystemAccessMode rw|ro)."""
+    if resources.file_system_id is None or resources.checkpoint_file_system_path is None:
+        raise ValueError("checkpoint_store fsx needs the deployment's file system (fsx.enabled: true)")
+    return _file_system_channel(
+        CHECKPOINT_CHANNEL, resources.file_system_id, resources.checkpoint_file_system_path, "rw"
+    )
+
+
 def _train_channel(resources: PipelineResources) -> dict[str, Any]:
     if resources.file_system_id is not None:
-        return {
-            "ChannelName": TRAIN_CHANNEL,
-            "DataSource": {
-                "FileSystemDataSource": {
-                    "FileSystemId": resources.file_system_id,
-                    "FileSystemType": "FSxLustre",
-                    "DirectoryPath": resources.file_system_directory_path,
-                    "FileSystemAccessMode": "ro",
-                }
-            },
-            "InputMode": "File",
-        }
+        return _file_system_channel(
+            TRAIN_CHANNEL, resources.file_system_id, resources.file_system_directory_path, "ro"
+        )
     return {
         "ChannelName": TRAIN_CHANNEL,
         "DataSource": {

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from trainstack.base import StrictModel, matching
+from trainstack.checkpoint_stores import DEFAULT_CHECKPOINT_STORE, CheckpointStore
 from trainstack.fault_model import FaultModel
 from trainstack.in_job_restarts import MAX_RESTARTS_ENV, TORCHRUN_STRATEGIES, InJobRestartPolicy
 from trainstack.instances import INSTANCE_TYPES, InstanceType, UnknownInstanceTypeError, instance_type
@@ -40,6 +41,9 @@ RESERVED_HYPERPARAMETERS = (
     "sagemaker_mpi_custom_mpi_options",
     "sagemaker_distributed_dataparallel_custom_mpi_options",
     "strategy",
+    # Where train.py checkpoints: set from the profile's checkpoint_store (trainstack.job_request).
+    "checkpoint_dir",
+    "checkpoint_dir_shared",
 )
 # Extra mpirun options, per the toolkit's hyperparameter for each MPI launcher (sagemaker-training
 # runner.py: SMDDP reads its own name, MPI the other): the ranks' stop grace (MPIRUN_SIGKILL_TIMEOUT_SECONDS).
@@ -213,6 +217,8 @@ class Profile(StrictModel):
     # SageMaker managed MLflow: jobs log parameters and metrics there (training_scripts/mlflow_log.py)
     mlflow_tracking_server_arn: _MLFLOW_TRACKING_SERVER_ARN = None
     registry: RegistrySettings | None = None  # evaluate, register and gate each run (docs/registry.md)
+    # Where the run's checkpoints live and how a restart reads them (trainstack/checkpoint_stores.py).
+    checkpoint_store: CheckpointStore = DEFAULT_CHECKPOINT_STORE
 
     @field_validator("priority")
     @classmethod

@@ -57,8 +57,12 @@ def create_job_conditions(
     if resources.file_system_id is not None and resources.file_system_directory_path is not None:
         directory = resources.file_system_directory_path
         conditions["StringEqualsIfExists"] = {"sagemaker:FileSystemId": resources.file_system_id}
+        # The fsx checkpoint store's directory too (mounted rw); both are the team's own.
+        directories = [directory, resources.checkpoint_file_system_path]
         conditions["StringLikeIfExists"] = {
-            "sagemaker:FileSystemDirectoryPath": [directory, f"{directory}/*"]
+            "sagemaker:FileSystemDirectoryPath": [
+                path for each in directories if each is not None for path in (each, f"{each}/*")
+            ]
         }
     return conditions
 

@@ -21,6 +21,7 @@ from constructs import Construct
 
 from stacks.pipeline.jsonata_text import expression
 from stacks.pipeline.machine_kit import SAGEMAKER_ERROR, retry_poll_call
+from stacks.pipeline.pipeline_run_request import checkpoint_location_expression
 from stacks.pipeline.state_machine_facts import ERROR_BUDGET_EXCEEDED, POLL_MIN_SECONDS
 from trainstack.cost_cap import MAX_STEPS, profile_steps, step_rates
 from trainstack.prices import SAGEMAKER_TRAINING_PRICES
@@ -145,8 +146,8 @@ def add_budget_exceeded(scope: Construct, classify: sfn.Choice) -> None:
     attempts spent the cap."""
     spent = '$type($costCap) = "object" and $spentUsd >= $costCap.maxUsd'
     resume = (
-        '" The last checkpoint stays under " & $request.CheckpointConfig.S3Uri & ": start a new run with '
-        'resumeFrom set to it to continue."'
+        f'" The last checkpoint stays under " & {checkpoint_location_expression("$request")} & ": start '
+        'a new run with resumeFrom set to it to continue."'
     )
     cause = (
         f'($outcome.status = "{BUDGET_EXCEEDED_STATUS}" ? $outcome.cause : '

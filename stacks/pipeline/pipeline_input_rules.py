@@ -36,7 +36,7 @@ from trainstack.hyperparameter_reading import (
     COUNT_PATTERN,
     COUNTED_HYPERPARAMETERS,
 )
-from trainstack.job_request import PipelineResources, base_request, instance_preferences
+from trainstack.job_request import PipelineResources, base_request, checkpoint_prefix, instance_preferences
 from trainstack.jsonata_regex import regex_literal
 from trainstack.planning.setups import instance_count_problem
 from trainstack.profiles import (
@@ -199,6 +199,7 @@ def _profile_entry(profile: Profile, resources: PipelineResources) -> dict[str, 
     entry: dict[str, Any] = {
         "name": profile.name,
         "request": request,
+        "checkpointPrefix": checkpoint_prefix(profile, resources),
         "uncountedResourceConfig": uncounted,
         "maxRuntimeHours": _plain_number(
             profile.max_wait_hours if profile.managed_spot else MAX_RUNTIME_HOURS_LIMIT

@@ -21,16 +21,19 @@ class TeamDataset:
 
     prefix: str
     file_system_directory_path: str | None
+    # The fsx checkpoint store's directory on the file system: /<mount>/checkpoints/<team> (or /all).
+    checkpoint_file_system_path: str | None = None
 
 
 def team_dataset(storage: StorageStack, team: Team | None) -> TeamDataset:
     """`<dataset prefix><team>/` in S3, which the file system shows as `/<mount>/<team>` (its root is the
     dataset prefix); without teams, the whole dataset prefix and file system."""
     path = storage.file_system_dataset_path
+    checkpoints = None if path is None else f"{path}/checkpoints/{team.name if team else 'all'}"
     if team is None:
-        return TeamDataset(storage.dataset_prefix, path)
+        return TeamDataset(storage.dataset_prefix, path, checkpoints)
     return TeamDataset(
-        f"{storage.dataset_prefix}{team.name}/", None if path is None else f"{path}/{team.name}"
+        f"{storage.dataset_prefix}{team.name}/", None if path is None else f"{path}/{team.name}", checkpoints
     )
 
 
@@ -56,4 +59,5 @@ def pipeline_resources(
         file_system_id=storage.file_system_id,
         file_system_directory_path=dataset.file_system_directory_path,
         kms_key_arn=storage.run_data_key.key_arn if storage.run_data_key is not None else None,
+        checkpoint_file_system_path=dataset.checkpoint_file_system_path,
     )

@@ -15,7 +15,6 @@ from trainstack.job_request import (
     NAMESPACE_TAG,
     RUN_TAG,
     PipelineResources,
-    checkpoint_uri,
     output_path,
     resume_channel,
     tensorboard_uri,
@@ -49,6 +48,15 @@ def attempt_fields_expression(resources: PipelineResources) -> str:
     )
 
 
+def checkpoint_location_expression(request: str) -> str:
+    """Where the run of `request` keeps its checkpoints (job_request.checkpoint_uri): SageMaker's sync
+    target, or train.py's checkpoint_dir for a store it reads and writes itself."""
+    return (
+        f"($exists({request}.CheckpointConfig) ? {request}.CheckpointConfig.S3Uri "
+        f": {request}.HyperParameters.checkpoint_dir)"
+    )
+
+
 def max_runtime_seconds_expression(hours: str) -> str:
     """trainstack.job_request.max_runtime_seconds: $round rounds half to even, like Python's round."""
     return f"$round({hours} * 3600)"
@@ -58,17 +66,20 @@ def request_expression(resources: PipelineResources, namespace: str) -> str:
     """The run's request; `namespace`: the pipeline's project, which its jobs' namespace tag names."""
     resume = literal(resume_channel(_MARK)).replace(literal(_MARK), "$in.resumeFrom")
     output = _with_run_name(output_path(resources, _MARK))
-    checkpoint = _with_run_name(checkpoint_uri(resources, _MARK))
+    # The profile's checkpoint prefix (its table entry), the same for every attempt of the run.
+    checkpoint = '$p.checkpointPrefix & $in.runName & "/"'
     runtime = max_runtime_seconds_expression("$in.maxRuntimeHours")
     fields = {
         "OutputDataConfig": f'$merge([$base.OutputDataConfig, {{"S3OutputPath": {output}}}])',
-        "CheckpointConfig": f'$merge([$base.CheckpointConfig, {{"S3Uri": {checkpoint}}}])',
         "Tags": (
             f'[{{"Key": {literal(EXECUTION_TAG)}, "Value": $states.context.Execution.Id}}, '
             f'{{"Key": {literal(RUN_TAG)}, "Value": $in.runName}}, '
             f'{{"Key": {literal(NAMESPACE_TAG)}, "Value": {literal(namespace)}}}]'
         ),
-        "HyperParameters": "$merge([$base.HyperParameters, $in.hyperparameters])",
+        "HyperParameters": (
+            "$exists($base.CheckpointConfig) ? $merge([$base.HyperParameters, $in.hyperparameters]) "
+            f': $merge([$base.HyperParameters, {{"checkpoint_dir": {checkpoint}}}, $in.hyperparameters])'
+        ),
         # An instance count applies to every preference (which then lose their own counts).
         "ResourceConfig": (
             "$exists($in.instanceCount) "
@@ -85,9 +96,10 @@ def request_expression(resources: PipelineResources, namespace: str) -> str:
         ),
     }
     run_fields = ", ".join(f"{literal(name)}: {value}" for name, value in fields.items())
+    synced = f'{{"CheckpointConfig": $merge([$base.CheckpointConfig, {{"S3Uri": {checkpoint}}}])}}'
     return (
         "($p := $checked.profile; $in := $checked.input; $base := $p.request; "
-        f"$merge([$base, {{{run_fields}}}]))"
+        f"$merge([$base, {{{run_fields}}}, $exists($base.CheckpointConfig) ? {synced} : {{}}]))"
     )
 
 

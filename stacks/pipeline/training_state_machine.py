@@ -47,6 +47,7 @@ from stacks.pipeline.pipeline_input_rules import (
 )
 from stacks.pipeline.pipeline_run_request import (
     attempt_fields_expression,
+    checkpoint_location_expression,
     plan_expression,
     request_expression,
 )
@@ -334,7 +335,7 @@ class TrainingStateMachine(Construct):
                 "instanceType": expression("$outcome.job.instanceType"),
                 "instanceCount": expression("$outcome.job.instanceCount"),
                 "modelArtifacts": expression("$outcome.job.artifacts"),
-                "checkpointUri": expression("$request.CheckpointConfig.S3Uri"),
+                "checkpointUri": expression(checkpoint_location_expression("$request")),
                 "attempts": expression("$attempt"),
                 "retriedFaults": expression("$retriedFaults"),
                 "quotaWaits": expression("$quotaWaits"),

@@ -14,6 +14,7 @@ drifts away from the best.
 from __future__ import annotations
 
 from stacks.pipeline.dataset_manifest import MANIFEST_VARIABLE
+from stacks.pipeline.pipeline_run_request import checkpoint_location_expression
 from stacks.pipeline.registry.evaluation_request import EVALUATION_JOB_NAME, evaluation_uri
 from training_scripts.metrics import EVALUATION_DEFAULT_SEQ_LEN
 from trainstack.registry import LINEAGE_KEYS, METADATA_VALUE_MAX_LENGTH
@@ -116,7 +117,7 @@ def lineage() -> str:
         "code": "$settings.codeVersion",
         "trainingSet": "$trainingSetManifest.hash",
         "evaluationSet": f"${MANIFEST_VARIABLE}.hash",
-        "checkpoint": "$run.request.CheckpointConfig.S3Uri",
+        "checkpoint": checkpoint_location_expression("$run.request"),
         "evaluationJob": EVALUATION_JOB_NAME,
         "maxEvalTokens": f"{RUN_FACTS}.maxEvalTokens",
         "seqLen": f"{RUN_FACTS}.seqLen",

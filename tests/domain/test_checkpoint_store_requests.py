@@ -1,0 +1,91 @@
+"""Each checkpoint store's CreateTrainingJob request: valid against botocore's SageMaker model, and where
+train.py finds its checkpoints (trainstack.job_request, docs/training.md "Checkpoint stores")."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tests.conftest import default_config_data
+from tests.domain.conftest import FSX_RESOURCES
+from tests.domain.sagemaker_model import problems
+from tests.domain.test_job_request import EXECUTION, custom
+from trainstack.checkpoint_stores import CHECKPOINT_STORES
+from trainstack.config_loading import ConfigError, parse_settings
+from trainstack.job_request import RunRequest, build_create_training_job_request
+
+RESOURCES = dataclasses.replace(
+    FSX_RESOURCES,
+    express_checkpoint_bucket="trainstack-checkpoints--use1-az4--x-s3",
+    checkpoint_file_system_path="/abcdefgh/checkpoints/trainstack",
+)
+RUN = RunRequest(profile="custom", run_name="trainstack-run")
+WHERE = {
+    "sagemaker-sync": None,
+    "s3-direct": "s3://trainstack-checkpoints/trainstack-run/",
+    "s3-express": "s3://trainstack-checkpoints--use1-az4--x-s3/trainstack-run/",
+    "fsx": "/opt/ml/input/data/checkpoints/trainstack-run/",
+}
+
+
+@pytest.mark.parametrize("store", CHECKPOINT_STORES)
+def test_each_store_builds_a_valid_request_naming_its_checkpoint_location(store):
+    request = build_create_training_job_request(custom(checkpoint_store=store), RESOURCES, RUN, 1, EXECUTION)
+    assert problems("CreateTrainingJob", request) == []
+    hyperparameters = request["HyperParameters"]
+    if store == "sagemaker-sync":
+        assert request["CheckpointConfig"] == {
+            "LocalPath": "/opt/ml/checkpoints",
+            "S3Uri": "s3://trainstack-checkpoints/trainstack-run/",
+        }
+        assert "checkpoint_dir" not in hyperparameters
+    else:  # no sync: nothing is downloaded to every node before training starts
+        assert "CheckpointConfig" not in request
+        assert hyperparameters["checkpoint_dir"] == WHERE[store]
+    channels = {channel["ChannelName"]: channel for channel in request["InputDataConfig"]}
+    if store == "fsx":
+        assert hyperparameters["checkpoint_dir_shared"] == "true"
+        assert channels["checkpoints"]["DataSource"]["FileSystemDataSource"] == {
+            "FileSystemId": "fs-0123456789abcdef0",
+            "FileSystemType": "FSxLustre",
+            "DirectoryPath": "/abcdefgh/checkpoints/trainstack",
+            "FileSystemAccessMode": "rw",
+        }
+    else:
+        assert "checkpoints" not in channels and "checkpoint_dir_shared" not in hyperparameters
+
+
+def test_a_run_cannot_point_train_py_elsewhere():
+    with pytest.raises(ValueError, match="checkpoint_dir is set from the profile"):
+        custom(hyperparameters={"checkpoint_dir": "/tmp/elsewhere"})
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            {"checkpoint_store": "nfs"},
+            "profiles.0.checkpoint_store: Input should be 'sagemaker-sync', 's3-direct'",
+        ),
+        (
+            {"checkpoint_store": "s3-express"},
+            "profiles.0.checkpoint_store: s3-express puts a directory bucket",
+        ),
+    ],
+)
+def test_a_wrong_store_is_named_in_one_sentence(change, message):
+    data = default_config_data()
+    data["profiles"][0].update(change)
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        parse_settings(data, {}, source="config.yaml")
+
+
+def test_fsx_needs_the_file_system():
+    data = default_config_data()
+    data["fsx"] = {"enabled": False}
+    data["profiles"][0]["checkpoint_store"] = "fsx"
+    with pytest.raises(
+        ConfigError, match=r"profiles.0.checkpoint_store: fsx needs the deployment's file system"
+    ):
+        parse_settings(data, {}, source="config.yaml")
