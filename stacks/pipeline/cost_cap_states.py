@@ -140,10 +140,17 @@ def run_attempt_assign() -> dict[str, str]:
     }
 
 
+def budget_spent_condition() -> str:
+    """The attempt in `$outcome` stopped for the budget, or the ended attempts (`$spentUsd`) spent the cap:
+    no retry follows (the pipeline's attempts and the registration machine's evaluation jobs)."""
+    return (
+        f'$outcome.status = "{BUDGET_EXCEEDED_STATUS}" or '
+        '($type($costCap) = "object" and $spentUsd >= $costCap.maxUsd)'
+    )
+
+
 def add_budget_exceeded(scope: Construct, classify: sfn.Choice) -> None:
-    """ClassifyAttempt's branch (before any retry): the attempt stopped for the budget, or the ended
-    attempts spent the cap."""
-    spent = '$type($costCap) = "object" and $spentUsd >= $costCap.maxUsd'
+    """ClassifyAttempt's branch (before any retry): budget_spent_condition."""
     resume = (
         '" The last checkpoint stays under " & $request.CheckpointConfig.S3Uri & ": start a new run with '
         'resumeFrom set to it to continue."'
@@ -155,7 +162,7 @@ def add_budget_exceeded(scope: Construct, classify: sfn.Choice) -> None:
         f'$string($attempt) & ": " & $outcome.cause) & {resume}'
     )
     classify.when(
-        sfn.Condition.jsonata(expression(f'$outcome.status = "{BUDGET_EXCEEDED_STATUS}" or ({spent})')),
+        sfn.Condition.jsonata(expression(budget_spent_condition())),
         sfn.Fail.jsonata(scope, "BudgetExceeded", error=ERROR_BUDGET_EXCEEDED, cause=expression(cause)),
     )
 

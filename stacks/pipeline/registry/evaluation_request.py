@@ -1,9 +1,11 @@
 """JSONata of the registration machine: the evaluation job's request, the gate and the lineage.
 
 Every expression reads the machine's variables: `$run` (the machine's input: profile, runName,
-executionArn, request, attempts, modelArtifacts), `$attempt` (the evaluation job's number: 1, then one
+executionArn, request, attempts, modelArtifacts, timeLimitSeconds, costCap, spentUsd; in queue mode share
+and priority), `$attempt` (the evaluation job's number: 1, then one
 more for each retry, evaluation_states.py), `$settings` (the profile's entry of registry_table),
-`$evaluation` ({loss, perplexity, tokens} from the evaluation job's FinalMetricDataList), `$baseline`
+`$evaluation` ({loss, perplexity, tokens} from the evaluation job's FinalMetricDataList), `$evaluationJob`
+(the name of the training job that reported it, as SageMaker knows it), `$baseline`
 (the latest Approved version: {arn, version, loss}, or null), `$trainingSetManifest` and `$datasetManifest`
 (the evaluation set's): {hash, objects, bytes} (stacks/pipeline/dataset_manifest.py).
 """
@@ -96,18 +98,21 @@ def evaluation_request() -> str:
 
 
 def evaluation_metrics() -> str:
-    """{loss, perplexity, tokens} from DescribeTrainingJob's FinalMetricDataList; null members if absent."""
+    """{loss, perplexity, tokens} from the evaluation job's FinalMetricDataList (DescribeTrainingJob's, in
+    the attempt's output `job.metrics`); null members if absent."""
     values = ", ".join(
-        f'"{name.split(":")[1]}": $r.FinalMetricDataList[MetricName = "{name}"][0].Value'
+        f'"{name.split(":")[1]}": $m[MetricName = "{name}"][0].Value'
         for name in (definition["Name"] for definition in EVALUATION_METRIC_DEFINITIONS)
     )
-    return f"($r := $states.result; {{{values}}})"
+    return f"($m := $outcome.job.metrics; {{{values}}})"
 
 
 def evaluation_uri() -> str:
-    """evaluation.json: the evaluation job's model dir, uploaded uncompressed (OutputDataConfig NONE)."""
+    """evaluation.json: the model dir of the job that reported the loss (`$evaluationJob`: in queue mode
+    the training job Batch started, `AWSBatch<jobName><attemptId>`), uploaded uncompressed (OutputDataConfig
+    NONE)."""
     return (
-        f'$replace($run.request.OutputDataConfig.S3OutputPath, /\\/$/, "") & "/" & {EVALUATION_JOB_NAME} '
+        '$replace($run.request.OutputDataConfig.S3OutputPath, /\\/$/, "") & "/" & $evaluationJob '
         f'& "/output/model/{EVALUATION_FILE}"'
     )
 
@@ -153,7 +158,7 @@ def lineage() -> str:
         "trainingSet": "$trainingSetManifest.hash",
         "evaluationSet": f"${MANIFEST_VARIABLE}.hash",
         "checkpoint": "$run.request.CheckpointConfig.S3Uri",
-        "evaluationJob": EVALUATION_JOB_NAME,
+        "evaluationJob": "$evaluationJob",
         "loss": "$string($evaluation.loss)",
         "perplexity": "$string($evaluation.perplexity)",
         "tokens": "$string($evaluation.tokens)",
