@@ -22,7 +22,7 @@ from constructs import Construct
 from stacks.pipeline.jsonata_text import expression
 from stacks.pipeline.machine_kit import SAGEMAKER_ERROR, retry_poll_call
 from stacks.pipeline.state_machine_facts import ERROR_BUDGET_EXCEEDED, POLL_MIN_SECONDS
-from trainstack.cost_cap import MAX_STEPS, profile_steps, step_rates
+from trainstack.cost_cap import MAX_STEPS, evaluation_cost_usd, profile_steps, step_rates
 from trainstack.prices import SAGEMAKER_TRAINING_PRICES
 from trainstack.profiles import Profile
 
@@ -44,6 +44,8 @@ def profile_cost_cap(profile: Profile) -> dict[str, Any]:
         "costCap": {
             "maxUsd": profile.max_cost_usd,
             "steps": profile_steps(profile),
+            # The evaluation job's planned cost (a profile with registry:; else 0).
+            "evaluationUsd": evaluation_cost_usd(profile),
             "rates": [
                 {
                     "instanceType": rate.instance_type,
@@ -66,12 +68,13 @@ def profile_cost_cap(profile: Profile) -> dict[str, Any]:
 
 # The run's instance count on an entry of the profile's rates or hourly prices.
 _COUNT = "($exists($in.instanceCount) ? $in.instanceCount : instanceCount)"
-# trainstack.cost_cap.planned_cost_usd over `$in` (the checked input) and `$p` (the profile's entry).
+# trainstack.cost_cap.planned_cost_usd (its evaluation job's included) over `$in` (the checked input) and
+# `$p` (the profile's entry).
 # The run's max_steps is plain digits (its input rule comes first), so $number reads what train.py will.
 _PLANNED = (
     f"($s := $in.hyperparameters.{MAX_STEPS}; "
     "$steps := $exists($s) ? $number($s) : $p.costCap.steps; "
-    f"$max($p.costCap.rates.(usdPerInstanceStep * $steps * {_COUNT})))"
+    f"$max($p.costCap.rates.(usdPerInstanceStep * $steps * {_COUNT})) + $p.costCap.evaluationUsd)"
 )
 
 

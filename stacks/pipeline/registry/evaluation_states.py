@@ -45,7 +45,7 @@ from stacks.pipeline.jsonata_text import expression, literal
 from stacks.pipeline.machine_kit import literal_partition
 from stacks.pipeline.pipeline_input_rules import backoff_seconds_expression
 from stacks.pipeline.quota_waits import QUOTA_STATUS
-from stacks.pipeline.registry.evaluation_request import evaluation_metrics
+from stacks.pipeline.registry.evaluation_request import EVALUATION_JOB_NAME, evaluation_metrics
 from trainstack.faults import INFRASTRUCTURE, UNKNOWN_RETRIES, USER
 
 EVALUATION_FAILED = "EvaluationFailed"
@@ -192,9 +192,10 @@ def _classify(scope: Construct, run_job: sfn.IChainable, failed: sfn.IChainable,
 
 def _outcome_cause() -> str:
     """The child's cause, as the evaluation's: which evaluation job, and what happened to it."""
+    name = f"($exists($outcome.job.name) ? $outcome.job.name : {EVALUATION_JOB_NAME})"
     return (
-        '"Evaluation job " & $string($attempt) & ": " & ($outcome.status = "Completed" ? "Training job " & '
-        '$outcome.job.name & " completed but reported no evaluation:loss metric." : $outcome.cause)'
+        f'"Evaluation job " & {name} & ($outcome.status = "Completed" ? '
+        '" completed but reported no evaluation:loss metric." : ": " & $outcome.cause)'
     )
 
 
