@@ -96,27 +96,7 @@ class TrainingStateMachine(Construct):
         self.queue = queue
         # What the attempt machine checks each request against (request_guard.py), placeholders included.
         allowed = allowed_requests(runs, placeholders)
-        if queue is None:
-            attempt = TrainingAttempt(
-                self, "Attempt", partition=literal_partition(self), job_arn=job_arn, allowed=allowed
-            ).start
-        else:
-            attempt = QueuedTrainingAttempt(
-                self,
-                "Attempt",
-                partition=literal_partition(self),
-                job_queue_arn=queue.job_queue_arn,
-                queue_name=queue.queue_name,
-                job_arns=[job_arn],
-                service_job_arn=queue.service_job_arn,
-                batch_job_permissions=[
-                    batch_training_jobs(
-                        self, queue.queue_name, DESCRIBE_BATCH_JOBS, ["sagemaker:DescribeTrainingJob"]
-                    )
-                ],
-                run_names=queue.run_names,
-                allowed=allowed,
-            ).start
+        attempt = self._attempt_chain(job_arn, allowed)
         self.attempt_machine, self.attempt_log_group = logged_state_machine(
             self, "AttemptStateMachine", name=f"{project}-pipeline-attempt", chain=attempt, timeout=None
         )
@@ -156,6 +136,30 @@ class TrainingStateMachine(Construct):
                 "pipeline's cloudwatch:PutMetricData (scoped by its namespace condition) support no "
                 "resource-level permissions.",
             )
+
+    def _attempt_chain(self, job_arn: str, allowed: dict) -> sfn.IChainable:
+        """The attempt machine's states: the direct attempt, or in queue mode the queued one."""
+        queue = self.queue
+        if queue is None:
+            return TrainingAttempt(
+                self, "Attempt", partition=literal_partition(self), job_arn=job_arn, allowed=allowed
+            ).start
+        return QueuedTrainingAttempt(
+            self,
+            "Attempt",
+            partition=literal_partition(self),
+            job_queue_arn=queue.job_queue_arn,
+            queue_name=queue.queue_name,
+            job_arns=[job_arn],
+            service_job_arn=queue.service_job_arn,
+            batch_job_permissions=[
+                batch_training_jobs(
+                    self, queue.queue_name, DESCRIBE_BATCH_JOBS, ["sagemaker:DescribeTrainingJob"]
+                )
+            ],
+            run_names=queue.run_names,
+            allowed=allowed,
+        ).start
 
     def _substitute(self, machine: sfn.StateMachine) -> None:
         resource = machine.node.default_child

@@ -86,8 +86,7 @@ class ModelRegistration(Construct):
         attempt_machine: sfn.IStateMachine,
         queued: bool,
     ) -> None:
-        """attempt_machine: the pipeline's attempt machine, which runs each evaluation job (in queue mode
-        through the Batch queue: `queued`)."""
+        """attempt_machine: the pipeline's, which runs each evaluation job (`queued`: through Batch)."""
         super().__init__(scope, construct_id)
         self.runs, self.queued = runs, queued
         project, profiles = runs.project, runs.profiles
