@@ -110,8 +110,9 @@ def test_the_registration_machine_stays_under_the_budget_for_every_profile(regis
     )
     worst = {
         profile.name: worst_case_registration_history(profile, **costs)
-        for profile in [*pipeline.settings.profiles, longest]
+        for profile in pipeline.settings.profiles
     }
+    worst["the longest accepted"] = worst_case_registration_history(longest, **costs)
     print("measured:", json.dumps({**costs, "worst_case": worst}))
     assert max(worst.values()) < HISTORY_EVENT_BUDGET
     # Each evaluation job's attempt execution: one job's polls, as a training attempt's (the test above).
