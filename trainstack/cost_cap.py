@@ -20,6 +20,15 @@ TrainingStartTime to TrainingEndTime, or to now while the job runs ("You are bil
 between this time and the value of TrainingEndTime", DescribeTrainingJob in botocore's sagemaker model).
 On-demand list prices make the figure an upper bound for spot runs while they run; warm pools
 (keep_alive_seconds) are not counted.
+
+Evaluation (a profile with `registry:`): the evaluation job that follows a Completed run counts against
+the same cap (docs/registry.md). Its planned cost (evaluation_cost_usd), added to the run's, is one
+instance of the dearest preference for the planner's assumed image pull, the model's download (its
+parameters in bf16, train.py's --export-dtype default, at the planner's assumed download rate) and
+max_eval_tokens at one GPU's planned training throughput (6N FLOPs a token: more than the forward pass
+alone needs, so an upper bound where evaluate.py runs on the GPU); all three figures are assumed, not
+measured. Its billed cost is counted as an attempt's, and the billed-cost stop bounds whatever the plan
+misses, retries included.
 """
 
 from __future__ import annotations
@@ -27,8 +36,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from training_scripts.model_shapes import parameter_count
+from trainstack.planning.forecast import ASSUMED_DOWNLOAD_BYTES_PER_SECOND, ASSUMED_IMAGE_PULL_SECONDS
 from trainstack.planning.plans import plan
 from trainstack.planning.setups import TRAIN_DEFAULTS, UnplannableError, setup_for_profile
+from trainstack.prices import SAGEMAKER_TRAINING_PRICES
 from trainstack.profiles import Profile
 
 MAX_STEPS = "max_steps"
@@ -60,6 +72,27 @@ def step_rates(profile: Profile) -> list[StepRate]:
     return rates
 
 
+# The model as train.py exports it, bf16 (training_scripts/flags.py, --export-dtype): bytes a parameter.
+EXPORTED_BYTES_PER_PARAMETER = 2
+
+
+def evaluation_cost_usd(profile: Profile) -> float:
+    """The planned cost of the evaluation job after a Completed run (module docstring): 0 without a
+    `registry:` block or a plan for every preference."""
+    if profile.registry is None or not step_rates(profile):
+        return 0.0
+    setup = setup_for_profile(profile)
+    download = parameter_count(setup.shape) * EXPORTED_BYTES_PER_PARAMETER / ASSUMED_DOWNLOAD_BYTES_PER_SECOND
+    costs = []
+    for preference in profile.instance_preferences:
+        spec = preference.spec
+        throughput = plan(setup, spec, 1, None).throughput
+        one_gpu = throughput.tokens_per_second / spec.gpus
+        seconds = ASSUMED_IMAGE_PULL_SECONDS + download + profile.registry.max_eval_tokens / one_gpu
+        costs.append(seconds / 3600 * SAGEMAKER_TRAINING_PRICES.hourly_usd(spec.name))
+    return max(costs)
+
+
 def profile_steps(profile: Profile) -> int:
     """The profile's max_steps (as the planner reads it: trainstack.planning.setups.profile_token_budget)."""
     return int(profile.hyperparameters.get(MAX_STEPS, TRAIN_DEFAULTS[MAX_STEPS]))
@@ -75,12 +108,16 @@ def run_steps(profile: Profile, hyperparameters: Mapping[str, str]) -> int:
 def planned_cost_usd(
     profile: Profile, hyperparameters: Mapping[str, str], instance_count: int | None
 ) -> float | None:
-    """The run's planned cost on its dearest preference; None when the planner has no figure."""
+    """The run's planned cost on its dearest preference, its evaluation job's included; None when the
+    planner has no figure."""
     rates = step_rates(profile)
     if not rates:
         return None
     steps = run_steps(profile, hyperparameters)
-    return max(rate.usd_per_instance_step * steps * (instance_count or rate.instance_count) for rate in rates)
+    training = max(
+        rate.usd_per_instance_step * steps * (instance_count or rate.instance_count) for rate in rates
+    )
+    return training + evaluation_cost_usd(profile)
 
 
 def usd(amount: float) -> str:

@@ -58,10 +58,25 @@ def run_job_prefix(queue_name: str, run_name: str) -> str:
     return f"{queue_job_prefix(queue_name)}{_key(run_name, RUN_KEY_LENGTH)}-"
 
 
-def service_job_name(queue_name: str, run_name: str, attempt: int) -> str:
+def service_job_name(queue_name: str, run_name: str, attempt: int | str) -> str:
     """The service job of a run's attempt: short enough that Batch's training job name fits SageMaker's
-    63 characters, unique per run (48 bits of the run name's hash) and attempt."""
+    63 characters, unique per run (48 bits of the run name's hash) and attempt (a number, or an evaluation
+    job's evaluation_job_key)."""
     return f"{run_job_prefix(queue_name, run_name)}{attempt}"
+
+
+# An evaluation job's service job ends `e<n in base 36>` (JSONata's $formatBase, lower case): no training
+# attempt's (digits only), and within the attempt number's characters for every evaluation job a run may try.
+EVALUATION_KEY_PREFIX = "e"
+
+
+def evaluation_job_key(number: int) -> str:
+    """The service job name's end for the run's `number`-th evaluation job (trainstack.registry)."""
+    digits = ""
+    while number:
+        number, digit = divmod(number, 36)
+        digits = "0123456789abcdefghijklmnopqrstuvwxyz"[digit] + digits
+    return EVALUATION_KEY_PREFIX + digits
 
 
 class QueueSettings(StrictModel):

@@ -29,7 +29,9 @@ EVALUATION_JOB_SUFFIX = "-eval"
 # may allow (trainstack.retry_policies, trainstack.faults).
 EVALUATION_JOBS_LIMIT = MAX_ATTEMPTS_LIMIT + MAX_FAULT_RETRIES + UNKNOWN_RETRIES
 # No training job matches: theirs end `-<attempt>`, Batch's `<attempt id>` (hexadecimal).
-_EVALUATION_JOB = re.compile(re.escape(EVALUATION_JOB_SUFFIX) + r"[0-9]*$")
+# (The group holds the job's number; empty for the first.)
+EVALUATION_JOB_PATTERN = re.escape(EVALUATION_JOB_SUFFIX) + r"([0-9]*)$"
+_EVALUATION_JOB = re.compile(EVALUATION_JOB_PATTERN)
 EVALUATION_PROGRAM = "evaluate.py"
 EVALUATION_FILE = "evaluation.json"  # training_scripts/evaluate.py writes it into the job's model dir
 # Where each fact of a version's lineage lives in CustomerMetadataProperties.

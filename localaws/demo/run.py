@@ -302,7 +302,7 @@ def report_attempts(sagemaker: FakeSageMaker, training: LocalTraining, run_name:
         phase = job.current()
         status, reason, log_path = phase.status, phase.failure_reason, job.run.log_path
         log = log_path.read_text(errors="replace") if log_path.exists() else ""
-        # How the job started: its first round, before any in-job restart (training_scripts/in_job_restart.py).
+        # How the job started: its first round, before any in-job restart (training_scripts/in_job_restart.py)
         resumed = re.search(r"Resumed from \S+ \(step (\d+)\)", log.split(IN_JOB_RESTART, 1)[0])
         restarts = re.findall(rf"{IN_JOB_RESTART} \d+: .*? after trainstack-fault:(\S+)", log)
         steps = re.findall(r"\bstep[ =:]+(\d+)", log)

@@ -17,7 +17,7 @@ from typing import Any
 from localaws.emulator import service_error
 from localaws.sagemaker.calls import CallControl
 from localaws.sagemaker.training_jobs import STOPPED, FakeSageMaker, Phase, TrainingJob
-from trainstack.registry import is_evaluation_job
+from trainstack.registry import EVALUATION_PROGRAM, is_evaluation_job
 
 CAPACITY_ERROR = (
     "CapacityError: Unable to provision requested ML compute capacity. "
@@ -49,6 +49,13 @@ def evaluated(loss: float) -> list[Phase]:
     return [TRAINING, Phase("Completed", "Completed", fields={"FinalMetricDataList": metrics})]
 
 
+def _evaluates(job: TrainingJob) -> bool:
+    """An evaluation job: named so by the registration machine, or (in queue mode, where Batch names the
+    training job `AWSBatch...`) running evaluate.py (its sagemaker_program hyperparameter, JSON-encoded)."""
+    program = job.request.get("HyperParameters", {}).get("sagemaker_program", "")
+    return is_evaluation_job(job.name) or program.strip('"') == EVALUATION_PROGRAM
+
+
 @dataclass
 class ScriptedRun:
     phases: list[Phase]
@@ -78,9 +85,9 @@ class ScriptedJobs:
     evaluation_create_errors: list[tuple[str, str]] = field(default_factory=list)
 
     def start(self, job: TrainingJob) -> ScriptedRun:
-        if self.evaluation_create_errors and is_evaluation_job(job.name):
+        if self.evaluation_create_errors and _evaluates(job):
             raise service_error(*self.evaluation_create_errors.pop(0))
-        if self.evaluation_scripts is not None and is_evaluation_job(job.name):
+        if self.evaluation_scripts is not None and _evaluates(job):
             index = min(self.evaluations_started - self.evaluation_offset, len(self.evaluation_scripts) - 1)
             self.evaluations_started += 1
             return ScriptedRun(list(self.evaluation_scripts[index]))

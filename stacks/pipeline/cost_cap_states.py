@@ -23,7 +23,7 @@ from stacks.pipeline.jsonata_text import expression
 from stacks.pipeline.machine_kit import SAGEMAKER_ERROR, retry_poll_call
 from stacks.pipeline.pipeline_run_request import checkpoint_location_expression
 from stacks.pipeline.state_machine_facts import ERROR_BUDGET_EXCEEDED, POLL_MIN_SECONDS
-from trainstack.cost_cap import MAX_STEPS, profile_steps, step_rates
+from trainstack.cost_cap import MAX_STEPS, evaluation_cost_usd, profile_steps, step_rates
 from trainstack.prices import SAGEMAKER_TRAINING_PRICES
 from trainstack.profiles import Profile
 
@@ -45,6 +45,8 @@ def profile_cost_cap(profile: Profile) -> dict[str, Any]:
         "costCap": {
             "maxUsd": profile.max_cost_usd,
             "steps": profile_steps(profile),
+            # The evaluation job's planned cost (a profile with registry:; else 0).
+            "evaluationUsd": evaluation_cost_usd(profile),
             "rates": [
                 {
                     "instanceType": rate.instance_type,
@@ -67,12 +69,13 @@ def profile_cost_cap(profile: Profile) -> dict[str, Any]:
 
 # The run's instance count on an entry of the profile's rates or hourly prices.
 _COUNT = "($exists($in.instanceCount) ? $in.instanceCount : instanceCount)"
-# trainstack.cost_cap.planned_cost_usd over `$in` (the checked input) and `$p` (the profile's entry).
+# trainstack.cost_cap.planned_cost_usd (its evaluation job's included) over `$in` (the checked input) and
+# `$p` (the profile's entry).
 # The run's max_steps is plain digits (its input rule comes first), so $number reads what train.py will.
 _PLANNED = (
     f"($s := $in.hyperparameters.{MAX_STEPS}; "
     "$steps := $exists($s) ? $number($s) : $p.costCap.steps; "
-    f"$max($p.costCap.rates.(usdPerInstanceStep * $steps * {_COUNT})))"
+    f"$max($p.costCap.rates.(usdPerInstanceStep * $steps * {_COUNT})) + $p.costCap.evaluationUsd)"
 )
 
 
@@ -141,10 +144,17 @@ def run_attempt_assign() -> dict[str, str]:
     }
 
 
+def budget_spent_condition() -> str:
+    """The attempt in `$outcome` stopped for the budget, or the ended attempts (`$spentUsd`) spent the cap:
+    no retry follows (the pipeline's attempts and the registration machine's evaluation jobs)."""
+    return (
+        f'$outcome.status = "{BUDGET_EXCEEDED_STATUS}" or '
+        '($type($costCap) = "object" and $spentUsd >= $costCap.maxUsd)'
+    )
+
+
 def add_budget_exceeded(scope: Construct, classify: sfn.Choice) -> None:
-    """ClassifyAttempt's branch (before any retry): the attempt stopped for the budget, or the ended
-    attempts spent the cap."""
-    spent = '$type($costCap) = "object" and $spentUsd >= $costCap.maxUsd'
+    """ClassifyAttempt's branch (before any retry): budget_spent_condition."""
     resume = (
         f'" The last checkpoint stays under " & {checkpoint_location_expression("$request")} & ": start '
         'a new run with resumeFrom set to it to continue."'
@@ -156,7 +166,7 @@ def add_budget_exceeded(scope: Construct, classify: sfn.Choice) -> None:
         f'$string($attempt) & ": " & $outcome.cause) & {resume}'
     )
     classify.when(
-        sfn.Condition.jsonata(expression(f'$outcome.status = "{BUDGET_EXCEEDED_STATUS}" or ({spent})')),
+        sfn.Condition.jsonata(expression(budget_spent_condition())),
         sfn.Fail.jsonata(scope, "BudgetExceeded", error=ERROR_BUDGET_EXCEEDED, cause=expression(cause)),
     )
 

@@ -78,6 +78,12 @@ def request_fields(profiles: Sequence[Profile], resources: PipelineResources) ->
     return sorted(fields)
 
 
+def evaluation_sets(profiles: Sequence[Profile], resources: PipelineResources) -> list[str]:
+    """The S3 URIs of the profiles' evaluation sets (their `registry.evaluation_prefix`)."""
+    prefixes = sorted({p.registry.evaluation_prefix for p in profiles if p.registry is not None})
+    return [f"s3://{resources.dataset_bucket}/{prefix}" for prefix in prefixes]
+
+
 def allowed_requests(
     runs: PipelineRuns, resources: PipelineResources, profiles: Sequence[Profile] | None = None
 ) -> dict[str, Any]:
@@ -105,8 +111,14 @@ def allowed_requests(
         "jobNamePrefix": prefix,
         "checkpoints": checkpoints,
         "artifacts": artifacts,
-        # A channel reads the dataset, or what a run of this project wrote (resumeFrom, a model).
-        "channels": [f"s3://{resources.dataset_bucket}/{resources.dataset_prefix}", checkpoints, artifacts],
+        # A channel reads the dataset, the profiles' evaluation sets (an evaluation job, which runs in the
+        # attempt machine), or what a run of this project wrote (resumeFrom, a model).
+        "channels": [
+            f"s3://{resources.dataset_bucket}/{resources.dataset_prefix}",
+            *evaluation_sets(profiles, resources),
+            checkpoints,
+            artifacts,
+        ],
         "fileSystem": file_system,
         "shares": list(queue.shares),
         "maxPriority": runs.limits.max_priority,

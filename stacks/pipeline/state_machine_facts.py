@@ -98,6 +98,23 @@ def worst_case_history(
     }
 
 
+def evaluation_jobs_allowed(profile: Profile) -> int:
+    """The most evaluation jobs one registration may try (registry/evaluation_states.py): every capacity
+    try, infrastructure retry and the unknown failure's retry."""
+    return profile.retry.max_attempts + profile.fault_retries.max_retries + UNKNOWN_RETRIES
+
+
+def worst_case_registration_history(
+    profile: Profile, *, per_job: int, per_poll: int, registration_fixed: int
+) -> int:
+    """Events of the registration machine's longest execution for `profile`: every evaluation job it may
+    try, each polled (`per_poll` events in this machine: none while each job runs in its own attempt
+    execution) until the run's longest time limit. Each job's own polls are its attempt execution's, bounded
+    as a training attempt's (worst_case_history: the same machine and time limit)."""
+    polls = polls_until(longest_time_limit_seconds(profile))
+    return registration_fixed + evaluation_jobs_allowed(profile) * (per_job + polls * per_poll)
+
+
 def placeholder(name: str) -> str:
     return "${" + name + "}"
 

@@ -18,10 +18,10 @@ from collections.abc import Mapping
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_stepfunctions as sfn
-from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from stacks.pipeline import cost_cap_states, quota_waits
+from stacks.pipeline.attempt.attempt_start import start_attempt
 from stacks.pipeline.attempt.queued_training_attempt import QueuedTrainingAttempt, queue_attempt_fields
 from stacks.pipeline.attempt.training_attempt import TrainingAttempt
 from stacks.pipeline.attempt_grants import DESCRIBE_BATCH_JOBS, grant_attempt_role
@@ -72,20 +72,6 @@ from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements
 from trainstack.job_request import PipelineResources
 from trainstack.pipeline_runs import PipelineRuns
 
-# A StartExecution of the attempt child that AWS refuses because too many executions are open (the
-# account's open-execution quota, or StartExecution's API quota). The name is the one AWS's developer
-# guide gives for a Task state calling the optimized states:startExecution integration ("Start workflow
-# executions from a task state": "Use the Retry on StepFunctions.ExecutionLimitExceeded to ensure your
-# execution is started"); botocore's stepfunctions model lists ExecutionLimitExceeded among
-# StartExecution's errors. No name for a throttled StartExecution (ThrottlingException, which the model
-# does not declare) is documented for this integration, so none is retried here.
-# LocalStack's snapshots, recorded against AWS, name the same refusal
-# StepFunctions.ExecutionLimitExceededException: both names are retried.
-START_REFUSED_ERRORS = (
-    "StepFunctions.ExecutionLimitExceeded",
-    "StepFunctions.ExecutionLimitExceededException",
-)
-
 
 class TrainingStateMachine(Construct):
     """The pipeline (`state_machine`) and its attempt machine (`attempt_machine`), both STANDARD."""
@@ -110,32 +96,20 @@ class TrainingStateMachine(Construct):
         }
         job_arn = training_job_arn(self, f"{project}-*")
         self.queue = queue
-        self.registration = ModelRegistration(self, "Registration", runs, resources, job_arn, sagemaker_role)
         # What the attempt machine checks each request against (request_guard.py), placeholders included.
         allowed = allowed_requests(runs, placeholders)
-        if queue is None:
-            attempt = TrainingAttempt(
-                self, "Attempt", partition=literal_partition(self), job_arn=job_arn, allowed=allowed
-            ).start
-        else:
-            attempt = QueuedTrainingAttempt(
-                self,
-                "Attempt",
-                partition=literal_partition(self),
-                job_queue_arn=queue.job_queue_arn,
-                queue_name=queue.queue_name,
-                job_arns=[job_arn],
-                service_job_arn=queue.service_job_arn,
-                batch_job_permissions=[
-                    batch_training_jobs(
-                        self, queue.queue_name, DESCRIBE_BATCH_JOBS, ["sagemaker:DescribeTrainingJob"]
-                    )
-                ],
-                run_names=queue.run_names,
-                allowed=allowed,
-            ).start
+        attempt = self._attempt_chain(job_arn, allowed)
         self.attempt_machine, self.attempt_log_group = logged_state_machine(
             self, "AttemptStateMachine", name=f"{project}-pipeline-attempt", chain=attempt, timeout=None
+        )
+        self.registration = ModelRegistration(
+            self,
+            "Registration",
+            runs,
+            resources,
+            sagemaker_role,
+            attempt_machine=self.attempt_machine,
+            queued=queue is not None,
         )
         chain = self._pipeline(runs, placeholders)
         self.state_machine, self.log_group = logged_state_machine(
@@ -164,6 +138,30 @@ class TrainingStateMachine(Construct):
                 "pipeline's cloudwatch:PutMetricData (scoped by its namespace condition) support no "
                 "resource-level permissions.",
             )
+
+    def _attempt_chain(self, job_arn: str, allowed: dict) -> sfn.IChainable:
+        """The attempt machine's states: the direct attempt, or in queue mode the queued one."""
+        queue = self.queue
+        if queue is None:
+            return TrainingAttempt(
+                self, "Attempt", partition=literal_partition(self), job_arn=job_arn, allowed=allowed
+            ).start
+        return QueuedTrainingAttempt(
+            self,
+            "Attempt",
+            partition=literal_partition(self),
+            job_queue_arn=queue.job_queue_arn,
+            queue_name=queue.queue_name,
+            job_arns=[job_arn],
+            service_job_arn=queue.service_job_arn,
+            batch_job_permissions=[
+                batch_training_jobs(
+                    self, queue.queue_name, DESCRIBE_BATCH_JOBS, ["sagemaker:DescribeTrainingJob"]
+                )
+            ],
+            run_names=queue.run_names,
+            allowed=allowed,
+        ).start
 
     def _substitute(self, machine: sfn.StateMachine) -> None:
         resource = machine.node.default_child
@@ -222,24 +220,20 @@ class TrainingStateMachine(Construct):
         )
 
     def _run_attempt(self, runs: PipelineRuns, resources: PipelineResources) -> sfn.TaskStateBase:
-        run_attempt = tasks.StepFunctionsStartExecution.jsonata(
+        return start_attempt(
             self,
             "RunAttempt",
             comment="Attempt N creates and follows job <runName>-N; every attempt shares the checkpoint URI.",
-            state_machine=self.attempt_machine,
-            integration_pattern=sfn.IntegrationPattern.RUN_JOB,
-            associate_with_parent=True,
-            name=expression('"attempt-" & $string($attempt) & "-" & $uuid()'),
-            input=sfn.TaskInput.from_object(
-                {
-                    "request": expression(quota_waits.attempt_request(attempt_fields_expression(resources))),
-                    "runName": expression("$plan.runName"),
-                    "stopAtMillis": expression("$plan.stopAtMillis"),
-                    "timeLimitSeconds": expression("$plan.timeLimitSeconds"),
-                    **(queue_attempt_fields(runs.profiles, runs.queue) if self.queue else {}),
-                    **cost_cap_states.attempt_input(),
-                }
-            ),
+            attempt_machine=self.attempt_machine,
+            name='"attempt-" & $string($attempt) & "-" & $uuid()',
+            attempt_input={
+                "request": expression(quota_waits.attempt_request(attempt_fields_expression(resources))),
+                "runName": expression("$plan.runName"),
+                "stopAtMillis": expression("$plan.stopAtMillis"),
+                "timeLimitSeconds": expression("$plan.timeLimitSeconds"),
+                **(queue_attempt_fields(runs.profiles, runs.queue) if self.queue else {}),
+                **cost_cap_states.attempt_input(),
+            },
             assign={
                 "outcome": expression("$states.result.Output"),
                 # Queue mode's attempt names each job Batch started (job.trainingJobs); a direct one its job,
@@ -251,20 +245,7 @@ class TrainingStateMachine(Construct):
                 **refined_request(runs.profiles),
                 **cost_cap_states.run_attempt_assign(),
             },
-            outputs={},
         )
-        # The refused child never started, so trying again is safe; each try evaluates the Arguments
-        # again, so it starts under a new name ($uuid()). 5 s doubling to 120 s, full jitter, 6 retries:
-        # at most 275 s for open executions to end. Both modes share this task.
-        run_attempt.add_retry(
-            errors=list(START_REFUSED_ERRORS),
-            interval=cdk.Duration.seconds(5),
-            backoff_rate=2,
-            max_attempts=6,
-            max_delay=cdk.Duration.seconds(120),
-            jitter_strategy=sfn.JitterType.FULL,
-        )
-        return run_attempt
 
     def _classify_attempt(self, run_attempt: sfn.IChainable) -> sfn.Choice:
         """How the attempt ended: the run succeeded, another attempt after a wait, or the run fails."""

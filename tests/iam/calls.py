@@ -17,7 +17,7 @@ from tests.iam.registry_calls import RegistryCalls
 from tests.iam.training_job_calls import ECR_PULL_ACTIONS, TrainingJobCalls
 from tests.iam.trigger_calls import TriggerCalls
 from trainstack.queue_settings import BATCH_TRAINING_JOB_PREFIX, service_job_name, training_queue_name
-from trainstack.registry import EVALUATION_JOBS_LIMIT, is_evaluation_job
+from trainstack.registry import EVALUATION_JOBS_LIMIT, evaluation_job_name, is_evaluation_job
 
 # The representative run: its name, the execution that runs it, Batch's ids for its service job.
 RUN_NAME_SUFFIX = "nightly-20261201"
@@ -135,13 +135,8 @@ class CallCatalog(TrainingJobCalls, TriggerCalls, RegistryCalls):
             for action in (*LOG_DELIVERY_ACTIONS, *TRACING_ACTIONS):
                 yield Call(f"{name} (logging, tracing)", role, action, "*")
             self.attempt = 1
-            self.job = self.described_job(definition)
-            # A machine that names evaluation jobs by `$attempt` (the registration machine): its first job and
-            # the last its retries can reach, the longest name.
-            attempts = (1, EVALUATION_JOBS_LIMIT) if is_evaluation_job(self.job) else (1,)
-            for attempt in attempts:
-                self.attempt = attempt
-                self.job = self.described_job(definition)
+            for job in self.machine_jobs(name, definition):
+                self.job = job
                 for state_name, state in _task_states(definition["States"]):
                     caller = f"{name}/{state_name}"
                     for action, resource, context in self.task_authorizations(state):
@@ -177,6 +172,15 @@ class CallCatalog(TrainingJobCalls, TriggerCalls, RegistryCalls):
 
     def _pipeline_execution(self) -> str:
         return self.arn("states", f"execution:{self.pipeline_name}:{EXECUTION_NAME}")
+
+    def machine_jobs(self, name: str, definition: dict[str, Any]) -> list[str]:
+        """The training jobs a machine runs: the one it describes; the attempt machine also runs each
+        registered profile's evaluation jobs (registry/evaluation_states.py): the first and the last a run's
+        retries can reach, the longest name."""
+        jobs = [self.described_job(definition)]
+        if name == f"{self.pipeline_name}-attempt" and self.registered_profiles():
+            jobs += [evaluation_job_name(self.run_name, number) for number in (1, EVALUATION_JOBS_LIMIT)]
+        return jobs
 
     def described_job(self, definition: dict[str, Any]) -> str:
         """The training job a machine's `$job` holds: the one it describes, else (a sweeper finding jobs by

@@ -70,17 +70,31 @@ def _assert_denied(original: list[Call], denied: dict[str, Call]) -> None:
     assert [name for name, decision in zip(denied, refused, strict=True) if decision.allowed] == []
 
 
-@pytest.mark.parametrize(
-    "machine, state",
-    [("pipeline-attempt", "CreateTrainingJob"), ("pipeline-registration", "CreateEvaluationJob")],
-)
-def test_creating_a_job_outside_the_projects_network_types_runtime_or_role_is_denied(
-    simulated_default, machine, state
-):
-    caller = f"{simulated_default.settings.project}-{machine}/{state}"
+def test_creating_a_job_outside_the_projects_network_types_runtime_or_role_is_denied(simulated_default):
+    caller = f"{simulated_default.settings.project}-pipeline-attempt/CreateTrainingJob"
     create = _call(simulated_default, caller, "sagemaker:CreateTrainingJob", "training-job/")
     pass_role = _call(simulated_default, caller, "iam:PassRole", "role/")
     _assert_denied([create, pass_role], create_variants(create, pass_role))
+
+
+def test_the_registration_machine_creates_no_training_job_itself(simulated_default):
+    """Its evaluation jobs are the attempt machine's (docs/registry.md): the registration role may start
+    that machine, and may neither create a training job nor pass the jobs' role."""
+    project = simulated_default.settings.project
+    attempt = f"{project}-pipeline-attempt/CreateTrainingJob"
+    create = _call(simulated_default, attempt, "sagemaker:CreateTrainingJob", "training-job/")
+    pass_role = _call(simulated_default, attempt, "iam:PassRole", "role/")
+    start = _call(
+        simulated_default,
+        f"{project}-pipeline-registration/RunEvaluationJob",
+        "states:StartExecution",
+        "stateMachine:",
+    )
+    denied = {
+        "create an evaluation job itself": replace(create, role=start.role),
+        "pass the jobs' role": replace(pass_role, role=start.role),
+    }
+    _assert_denied([start], denied)
 
 
 @pytest.mark.parametrize("mode", ["queue-with-plans", "control-tower-imported-vpc-no-fsx-queue"])

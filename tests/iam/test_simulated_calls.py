@@ -55,20 +55,34 @@ def test_every_task_of_every_state_machine_is_simulated(simulated_mode):
 
 @pytest.mark.parametrize("mode", ["default", "queue-with-plans"])
 def test_evaluation_jobs_first_and_longest_names_are_simulated(simulated_default, simulated_mode, mode):
-    """The registration machine creates and describes a new evaluation job for each retry
-    (docs/registry.md): its first job and the last one a run's retries can reach (the longest name) are
-    among the allowed calls, in direct and in queue mode."""
+    """Each evaluation job runs in an attempt execution (docs/registry.md): the registration machine starts
+    the attempt machine and creates no training job itself; without the queue the attempt machine creates
+    and describes the first evaluation job and the last one a run's retries can reach (the longest name),
+    in queue mode it submits them (the attempts' SubmitServiceJob authorizations)."""
     simulated = simulated_default if mode == "default" else simulated_mode(mode)
-    run_name = f"{simulated.settings.project}-{RUN_NAME_SUFFIX}"
-    registration = {
-        (call.action, call.resource.rsplit("/", 1)[-1])
-        for call in simulated.calls
-        if call.caller.startswith(f"{simulated.settings.project}-pipeline-registration/")
+    project = simulated.settings.project
+    run_name = f"{project}-{RUN_NAME_SUFFIX}"
+
+    def made_by(machine: str) -> set[tuple[str, str]]:
+        return {
+            (call.action, call.resource.rsplit("/", 1)[-1])
+            for call in simulated.calls
+            if call.caller.startswith(f"{project}-{machine}/")
+        }
+
+    registration, attempt = made_by("pipeline-registration"), made_by("pipeline-attempt")
+    assert "states:StartExecution" in {action for action, _ in registration}
+    assert not {action for action, _ in registration} & {
+        "sagemaker:CreateTrainingJob",
+        "batch:SubmitServiceJob",
     }
+    if mode != "default":
+        assert "batch:SubmitServiceJob" in {action for action, _ in attempt}
+        return
     for number in (1, EVALUATION_JOBS_LIMIT):
         name = evaluation_job_name(run_name, number)
         expected = {("sagemaker:CreateTrainingJob", name), ("sagemaker:DescribeTrainingJob", name)}
-        assert expected <= registration, name
+        assert expected <= attempt, name
 
 
 def test_the_modes_exercise_what_they_claim(simulated_default, simulated_mode):

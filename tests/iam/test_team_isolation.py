@@ -188,9 +188,8 @@ def test_a_teams_principals_start_only_the_teams_own_pipeline(teams):
 
 
 def test_a_teams_machines_create_and_submit_only_as_the_team(teams):
-    """research's registration machine creates evaluation jobs only on research's FSx directory, in its own
-    job names, with its own role; its attempt machine submits only to research's share, within its
-    priority cap."""
+    """research's registration machine creates no job itself (its evaluation jobs are its attempt machine's);
+    its attempt machine submits only to research's share, within its priority cap, passing its own role."""
     values = teams.substitutions("research")
     other = teams.substitutions("search")
     registration = teams.role("research", "TrainingRegistrationStateMachineRole")
@@ -211,33 +210,13 @@ def test_a_teams_machines_create_and_submit_only_as_the_team(teams):
     service_job = f"arn:aws:batch:{teams.region}:{teams.account}:service-job/x"
     passed = {"iam:PassedToService": "sagemaker.amazonaws.com"}
     calls = [
+        # Its evaluation jobs run in its attempt machine (docs/registry.md), submitted like its attempts.
         Call(
-            "own create",
+            "registration creates a job itself",
             registration,
             "sagemaker:CreateTrainingJob",
             f"{job}/trainstack-research-r-eval",
             create(own_dir),
-        ),
-        Call(
-            "create on search's directory",
-            registration,
-            "sagemaker:CreateTrainingJob",
-            f"{job}/trainstack-research-r-eval",
-            create(other_dir),
-        ),
-        Call(
-            "create a job named for search",
-            registration,
-            "sagemaker:CreateTrainingJob",
-            f"{job}/trainstack-search-r-eval",
-            create(own_dir),
-        ),
-        Call(
-            "longer than the team's cap",
-            registration,
-            "sagemaker:CreateTrainingJob",
-            f"{job}/trainstack-research-r-eval",
-            {**create(own_dir), "sagemaker:MaxRuntimeInSeconds": str(49 * 3600)},
         ),
         Call("pass its own role", attempt, "iam:PassRole", values["SageMakerRoleArn"], passed),
         Call("pass search's role", attempt, "iam:PassRole", other["SageMakerRoleArn"], passed),
@@ -266,7 +245,6 @@ def test_a_teams_machines_create_and_submit_only_as_the_team(teams):
     assert own_dir != other_dir and values["SageMakerRoleArn"] != other["SageMakerRoleArn"]
     allowed = decisions(calls)
     assert [caller for caller, ok in allowed.items() if ok] == [
-        "own create",
         "pass its own role",
         "submit in its share",
     ]

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from localaws.sagemaker import COMPLETED, STARTING, TRAINING
-from stacks.pipeline.training_state_machine import START_REFUSED_ERRORS
+from stacks.pipeline.attempt.attempt_start import START_REFUSED_ERRORS
 from tests.pipeline import harness
 
 REFUSED = "StepFunctions.ExecutionLimitExceeded"

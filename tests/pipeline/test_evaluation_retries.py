@@ -25,6 +25,7 @@ from localaws.sagemaker import (
     failed,
 )
 from localaws.sagemaker.validation import JOB_NAME_PATTERN
+from stacks.pipeline.attempt.training_attempt import CREATE_QUICK_RETRIES
 from stacks.pipeline.registry.evaluation_request import EVALUATION_JOB_NAME
 from tests.pipeline import harness
 from tests.pipeline.test_fault_drills import NCCL
@@ -105,7 +106,10 @@ def test_an_evaluation_job_without_capacity_is_retried_as_a_new_job_after_the_ba
     ids=["insufficient-capacity", "capacity-error", "busy-quota"],
 )
 def test_a_create_refused_for_capacity_or_a_busy_quota_is_tried_again_after_the_back_off(registry, refusal):
-    run = registry(evaluation_create_errors=[refusal])
+    # A capacity refusal outlasts the attempt machine's quick retries of an undeclared error; a quota refusal
+    # (a declared error) is reported at once.
+    refusals = 1 if refusal[0] == "ResourceLimitExceeded" else 1 + CREATE_QUICK_RETRIES
+    run = registry(evaluation_create_errors=[refusal] * refusals)
     outcome = run("trainstack-r1", 2.0)
     assert outcome.status == "SUCCEEDED", outcome.cause
     assert outcome.output["modelPackage"]["status"] == "Registered"
@@ -134,7 +138,8 @@ def test_infrastructure_faults_past_max_retries_end_evaluation_failed_naming_the
     assert [within(seconds, base) for seconds, base in zip(waited, (60, 120, 240), strict=True)] == [True] * 3
     retried = ", ".join(f"attempt {n} infrastructure (nccl)" for n in (1, 2, 3))
     assert outcome.cause == (
-        f"Evaluation job trainstack-i2-eval4 ended Failed: {NCCL.failure_reason}. Classified: infrastructure "
+        "Evaluation job trainstack-i2-eval4: Training job trainstack-i2-eval4 failed: "
+        f"{NCCL.failure_reason}. Classified: infrastructure "
         "fault (nccl), profile small-torchrun allows 3 infrastructure retries (fault_retries.max_retries). "
         f"Retried before: {retried}. Evaluation jobs tried: 4. The model stays at "
         f"{MODEL.format(run='trainstack-i2')}; it is not registered."
@@ -149,7 +154,8 @@ def test_a_user_error_ends_evaluation_failed_at_once_with_one_job(registry):
     assert evaluation_jobs(run) == ["trainstack-u1-eval"]
     assert backoffs(run) == []
     assert outcome.cause == (
-        f"Evaluation job trainstack-u1-eval ended Failed: {MODEL_DOES_NOT_LOAD} Classified: user error "
+        "Evaluation job trainstack-u1-eval: Training job trainstack-u1-eval failed: "
+        f"{MODEL_DOES_NOT_LOAD} Classified: user error "
         "(config), which is not retried. Evaluation jobs tried: 1. The model stays at "
         f"{MODEL.format(run='trainstack-u1')}; it is not registered."
     )
@@ -162,7 +168,8 @@ def test_a_quota_below_the_request_ends_evaluation_failed_at_once(registry):
     assert (outcome.status, outcome.error) == ("FAILED", "EvaluationFailed")
     assert evaluation_jobs(run) == [] and backoffs(run) == []
     assert outcome.cause.startswith(
-        "SageMaker refused evaluation job trainstack-q1-eval: the 2 instances requested exceed quota "
+        "Evaluation job trainstack-q1-eval: SageMaker refused job trainstack-q1-eval: the 2 instances "
+        "requested exceed quota "
         f"'{INSTANCE_TYPE} for training job usage' of 1 instances; request a higher quota"
     )
     assert outcome.cause.endswith(
@@ -179,7 +186,7 @@ def test_no_capacity_until_the_retry_deadline_ends_evaluation_failed(registry):
     assert (outcome.status, outcome.error) == ("FAILED", "EvaluationFailed")
     assert evaluation_jobs(run) == [evaluation_job_name("trainstack-d1", n) for n in (1, 2, 3, 4)]
     assert outcome.cause == (
-        f"Evaluation job trainstack-d1-eval4 ended Failed: {CAPACITY_ERROR} No capacity within the retry "
+        f"Evaluation job trainstack-d1-eval4: {CAPACITY_ERROR} No capacity within the retry "
         "deadline of 900 seconds from the evaluation's start (retry.deadline_hours of profile "
         "small-torchrun). Evaluation jobs tried: 4. The model stays at "
         f"{MODEL.format(run='trainstack-d1')}; it is not registered."

@@ -1,4 +1,5 @@
-"""Step Functions keeps at most 25,000 history events per execution: prove every profile stays under 20,000.
+"""Step Functions keeps at most 25,000 history events per execution: prove every profile stays under 20,000,
+in the pipeline, its attempts and the registration machine with its evaluation jobs.
 
 The events one poll, one attempt, one throttled create and the rest of an execution add are counted
 from real executions of the synthesized definitions (the pipeline and its attempt machine); the worst
@@ -12,9 +13,15 @@ import json
 
 import pytest
 
-from localaws.sagemaker import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING
+from localaws.sagemaker import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING, evaluated
 from stacks.pipeline.attempt.training_attempt import CREATE_THROTTLE_LOOPS
-from stacks.pipeline.state_machine_facts import HISTORY_EVENT_BUDGET, worst_case_history
+from stacks.pipeline.state_machine_facts import (
+    HISTORY_EVENT_BUDGET,
+    worst_case_history,
+    worst_case_registration_history,
+)
+from tests.pipeline import harness
+from tests.pipeline.test_fault_drills import NCCL
 from trainstack.retry_policies import MAX_ATTEMPTS_LIMIT, MAX_FAULT_RETRIES, FaultRetryPolicy, RetryPolicy
 
 # AWS records a TaskSubmitted event for a .sync child execution, which the local interpreter omits.
@@ -66,3 +73,50 @@ def test_worst_case_history_stays_under_the_budget_for_every_profile(interpreter
         }
     )
     assert max(worst_case_history(longest, **costs).values()) < HISTORY_EVENT_BUDGET
+
+
+@pytest.mark.filterwarnings("ignore:Exception\\(ServiceError\\) with code")
+def test_the_registration_machine_stays_under_the_budget_for_every_profile(registry, pipeline):
+    """The registration machine (and the attempt executions of its evaluation jobs) for every profile, as if
+    each had a `registry:` block, and for any profile the config accepts (the most attempts and fault
+    retries, the longest deadline and runtime): its events per evaluation job and per poll measured from
+    real executions of the synthesized definitions. An evaluation job polled in the registration machine
+    itself (per_poll > 0) puts its longest execution far past the limit."""
+    run = registry()
+    history = lambda: len(harness.executions(run.sm.registration_arn)[-1].history)  # noqa: E731
+    first = run("trainstack-h1", 2.0, evaluated(2.0))
+    assert first.status == "SUCCEEDED", first.cause
+    # From here on a baseline exists: the longer path (DescribeModelPackage).
+    run("trainstack-h2", 2.0, evaluated(2.0))
+    few = history()
+    run("trainstack-h3", 2.0, [TRAINING] * 10 + evaluated(2.0))
+    more = history()
+    retried = run("trainstack-h4", 2.0, [TRAINING, CAPACITY_FAILURE], [TRAINING, NCCL], evaluated(2.0))
+    assert retried.output["modelPackage"]["status"] == "Registered", retried.cause
+    three = history()
+    per_poll = (more - few) / 10
+    per_job = (three - few) / 2
+    assert per_poll == int(per_poll) and per_job == int(per_job)
+    costs = {
+        "per_poll": int(per_poll),
+        "per_job": int(per_job) + EVENTS_NOT_EMULATED_PER_ATTEMPT,
+        "registration_fixed": few - int(per_job),
+    }
+    longest = pipeline.settings.profiles[0].model_copy(
+        update={
+            "retry": RetryPolicy(max_attempts=MAX_ATTEMPTS_LIMIT, deadline_hours=24 * 14),
+            "fault_retries": FaultRetryPolicy(max_retries=MAX_FAULT_RETRIES),
+        }
+    )
+    worst = {
+        profile.name: worst_case_registration_history(profile, **costs)
+        for profile in pipeline.settings.profiles
+    }
+    worst["the longest accepted"] = worst_case_registration_history(longest, **costs)
+    print("measured:", json.dumps({**costs, "worst_case": worst}))
+    assert max(worst.values()) < HISTORY_EVENT_BUDGET
+    # Each evaluation job's attempt execution: one job's polls, as a training attempt's (the test above).
+    evaluation_attempts = [
+        a for a in run.sm.attempts() if "-eval" in json.dumps(a.state_inputs("CheckRequest"))
+    ]
+    assert len(evaluation_attempts) == 6

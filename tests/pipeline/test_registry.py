@@ -12,7 +12,7 @@ from tests.domain.sagemaker_model import problems
 from tests.pipeline import harness
 from tests.pipeline.conftest import FAKE_VALUES, REGISTRY_GROUP, REGISTRY_PROFILE
 from trainstack.manifest import prefix_manifest
-from trainstack.registry import LINEAGE_KEYS, code_repository, code_version, config_hash
+from trainstack.registry import LINEAGE_KEYS, code_repository, code_version, config_hash, is_evaluation_job
 
 PROFILE, GROUP = REGISTRY_PROFILE, REGISTRY_GROUP
 DATASET_BUCKET = FAKE_VALUES["DatasetBucket"]  # conftest.deploy_registry_resources fills it
@@ -128,6 +128,7 @@ def image_digest() -> str:
     return described["imageDetails"][0]["imageDigest"]
 
 
+# The evaluation job's CreateTrainingJob and DescribeTrainingJob come from its attempt execution.
 REGISTRATION_OPERATIONS = {
     "CreateTrainingJob",
     "DescribeTrainingJob",
@@ -139,11 +140,18 @@ REGISTRATION_OPERATIONS = {
 
 
 def assert_requests_match_the_service_model(registration_arn: str, made=REGISTRATION_OPERATIONS) -> None:
-    """Every SageMaker request the registration machine made passes botocore's model: required members,
-    types, lengths, patterns and enums (tests/domain/sagemaker_model.py); it made at least `made`."""
+    """Every SageMaker request the registration machine and its evaluation jobs' attempt executions made
+    passes botocore's model: required members, types, lengths, patterns and enums
+    (tests/domain/sagemaker_model.py); together they made at least `made`."""
+    attempt_arn = registration_arn.replace("-pipeline-registration", "-pipeline-attempt")
+    evaluations = [
+        attempt
+        for attempt in harness.executions(attempt_arn)
+        if is_evaluation_job(attempt.state_inputs("CheckRequest")[0]["request"]["TrainingJobName"])
+    ]
     calls = [
         event["taskScheduledEventDetails"]
-        for execution in harness.executions(registration_arn)
+        for execution in [*harness.executions(registration_arn), *evaluations]
         for event in execution.events("TaskScheduled")
         if event["taskScheduledEventDetails"]["resourceType"] == "aws-sdk:sagemaker"
     ]

@@ -34,8 +34,10 @@ from tests.pipeline import harness
 from tests.pipeline.conftest import deploy_registry_resources, fake_value, state_machine_arn, state_machines
 from tests.pipeline.test_fault_drills import NCCL, USER_CONFIG
 from tests.pipeline.test_quota_drills import P4DE, P5, busy, exceeded
-from tests.queue.conftest import service_job
+from tests.pipeline.test_registry import versions
+from tests.queue.conftest import QUEUE_NAME, service_job
 from tests.queue.test_queue_config import settings_with
+from trainstack.queue_settings import evaluation_job_key, service_job_name
 from trainstack.registry import LINEAGE_KEYS, is_evaluation_job
 
 FIFO = {"enabled": True, "max_instances": 2, "capacity_wait_hours": 1}
@@ -152,7 +154,7 @@ def install_queue(queue, sagemaker: FakeSageMaker, clock, monkeypatch, naming: s
 
 def queue_for(pipeline: QueuedPipeline, monkeypatch, scripts, naming: str = "awsbatch") -> Any:
     """The queue world; a profile with `registry:` registers its Completed runs, their evaluation jobs
-    created by the registration machine directly, outside the queue (docs/queue.md, "Evaluation jobs")."""
+    submitted to the queue as the attempts are (docs/queue.md, "Evaluation jobs")."""
     sagemaker = scripted_sagemaker(job_scripts=scripts, evaluation_script=evaluated(2.0))
     context = harness.pipeline_environment(sagemaker, monkeypatch)
     clock = context.__enter__()
@@ -490,12 +492,13 @@ def test_queued_quota_busy_then_free_is_submitted_again_after_the_capacity_back_
     )
     assert outcome.status == "SUCCEEDED", outcome.cause
     assert (outcome.output["attempts"], len(outcome.output["quotaWaits"])) == (2, 1)
-    # small-torchrun registers: its evaluation job is created directly, not submitted to the queue.
+    # small-torchrun registers: its evaluation job is submitted to the queue too.
     assert [json.loads(call["serviceRequestPayload"])["TrainingJobName"] for call in submitted(queue)] == [
         "trainstack-qbusy-1",
         "trainstack-qbusy-2",
+        "trainstack-qbusy-eval",
     ]
-    evaluation = queue.sagemaker.jobs["trainstack-qbusy-eval"].request
+    evaluation = json.loads(submitted(queue)[-1]["serviceRequestPayload"])
     channels = {c["ChannelName"]: c["DataSource"]["S3DataSource"] for c in evaluation["InputDataConfig"]}
     # Its model: the output of the training job Batch started and named.
     assert f"/{outcome.output['trainingJobName']}/output/model/" in channels["model"]["S3Uri"]
@@ -550,3 +553,38 @@ def test_queued_quota_refusal_without_the_known_wording_is_quota_exceeded(quota_
     outcome = harness.wait_for(queue.start("run", {"runName": "trainstack-qodd"}))
     assert (outcome.status, outcome.error) == ("FAILED", "QuotaExceeded")
     assert "its wording was not recognised, so it is treated as exceeded" in outcome.cause
+
+
+def test_the_evaluation_job_goes_through_the_queue_on_the_runs_share_and_priority(fair_pipeline, monkeypatch):
+    """Fails on a registration machine that creates the evaluation job itself: it must be a service job of
+    the run (found by the run's prefix, so the queue cleanup terminates it too), with the run's share and
+    priority, and the version names the training job Batch started for it."""
+    context, queue = queue_for(fair_pipeline, monkeypatch, [[STARTING, TRAINING, COMPLETED]])
+    try:
+        execution_input = {
+            "profile": "small-torchrun",
+            "runName": "trainstack-qeval",
+            "share": "teamB",
+            "priority": 7,
+        }
+        outcome = harness.wait_for(queue.start("run", execution_input))
+        assert outcome.status == "SUCCEEDED", outcome.cause
+        [version] = versions()
+    finally:
+        context.__exit__(None, None, None)
+    calls = submitted(queue)
+    names = [json.loads(call["serviceRequestPayload"])["TrainingJobName"] for call in calls]
+    assert names == ["trainstack-qeval-1", "trainstack-qeval-eval"]
+    assert [call["jobName"] for call in calls] == [
+        service_job("trainstack-qeval-1"),
+        service_job_name(QUEUE_NAME, "trainstack-qeval", evaluation_job_key(1)),
+    ]
+    assert [(call["shareIdentifier"], call["schedulingPriority"]) for call in calls] == [("teamB", 7)] * 2
+    # No training job is created outside the queue: every one is Batch's.
+    assert all(name.startswith("AWSBatch") for name in queue.sagemaker.jobs), list(queue.sagemaker.jobs)
+    evaluation_job = version["CustomerMetadataProperties"]["evaluation.jobName"]
+    assert evaluation_job.startswith("AWSBatch") and evaluation_job in queue.sagemaker.jobs
+    assert version["ModelMetrics"]["ModelQuality"]["Statistics"]["S3Uri"].endswith(
+        f"/{evaluation_job}/output/model/evaluation.json"
+    )
+    assert outcome.output["modelPackage"]["status"] == "Registered"

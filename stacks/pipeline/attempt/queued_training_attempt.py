@@ -79,8 +79,10 @@ from stacks.pipeline.queue.training_queue import CAPACITY_REASON, service_job_na
 from stacks.pipeline.quota_waits import quota_outcome
 from stacks.pipeline.request_guard import queued_fields_problem, refuse_unless_allowed, request_problem
 from trainstack.job_request import EXECUTION_TAG
+from trainstack.jsonata_regex import regex_literal
 from trainstack.profiles import Profile
-from trainstack.queue_settings import QueueSettings
+from trainstack.queue_settings import EVALUATION_KEY_PREFIX, QueueSettings
+from trainstack.registry import EVALUATION_JOB_PATTERN
 
 TIME_LIMIT_PREFIX = "Terminated by JobStateTimeLimit action due to reason: " + CAPACITY_REASON
 # Service job states in which the training job has its instances: the time limit counts only there.
@@ -169,7 +171,13 @@ class QueuedTrainingAttempt(Construct):
         self, partition: str, job_queue_arn: str, queue_name: str, report: sfn.IChainable
     ) -> sfn.CustomState:
         request = "$states.input.request"
-        attempt = f"$substring({request}.TrainingJobName, $length($states.input.runName) + 1)"
+        # Training attempt N: `<runName>-N`, so N; evaluation job N: queue_settings.evaluation_job_key(N).
+        evaluation = f"$match({request}.TrainingJobName, {regex_literal(EVALUATION_JOB_PATTERN)})[0]"
+        attempt = (
+            f'($e := {evaluation}; $exists($e) ? "{EVALUATION_KEY_PREFIX}" & '
+            "$formatBase($e.groups[0] ? $number($e.groups[0]) : 1, 36) : "
+            f"$substring({request}.TrainingJobName, $length($states.input.runName) + 1))"
+        )
         job_name = service_job_name(queue_name, "$states.input.runName", attempt)
         submit = sfn.CustomState(
             self,

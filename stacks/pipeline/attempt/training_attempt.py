@@ -276,9 +276,16 @@ class TrainingAttempt(Construct):
             ),
         )
         throttled = f"$contains($createError.Cause, {THROTTLE_CAUSE})"
+        # A refusal in the fault table's capacity wording: an undeclared code, so SageMakerException
+        # (assumed: no AWS source documents CreateTrainingJob refusing for capacity; docs/registry.md).
+        refused_for_capacity = (
+            f'"SageMaker found no capacity for job " & {JOB_NAME} & ": " & $createError.Cause'
+        )
         return (
             sfn.Choice.jsonata(
-                self, "ClassifyCreateError", comment="Throttling is retried; any other error is a rejection."
+                self,
+                "ClassifyCreateError",
+                comment="Throttling is retried; a capacity refusal is reported; anything else is rejected.",
             )
             .when(
                 sfn.Condition.jsonata(expression(f"{throttled} and $throttles <= {CREATE_THROTTLE_LOOPS}")),
@@ -293,6 +300,11 @@ class TrainingAttempt(Construct):
                         "$createError.Cause}"
                     )
                 },
+            )
+            .when(
+                sfn.Condition.jsonata(expression(capacity_expression("$createError.Cause"))),
+                report,
+                assign={"outcome": outcome("Capacity", refused_for_capacity, with_job=False)},
             )
             .otherwise(report)
         )

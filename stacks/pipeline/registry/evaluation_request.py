@@ -1,12 +1,13 @@
 """JSONata of the registration machine: the evaluation job's request (the version's: version_request.py).
 
 Every expression reads the machine's variables: `$run` (the machine's input: profile, runName,
-executionArn, request, trainingJobs, modelArtifacts), `$attempt` (the evaluation job's number: 1, then one
-more for each retry, evaluation_states.py), `$settings` (the profile's entry of registry_table),
-`$evaluation` ({loss, perplexity, tokens} from the evaluation job's FinalMetricDataList), `$baseline`
-(the best comparable Approved version: {arn, version, loss, ...}, or null: version_request.py),
-`$trainingSetManifest` and `$datasetManifest` (the evaluation set's): {hash, objects, bytes}
-(stacks/pipeline/dataset_manifest.py).
+executionArn, request, trainingJobs, modelArtifacts, timeLimitSeconds, costCap, spentUsd; in queue mode share
+and priority), `$attempt` (the evaluation job's number: 1, then one more for each retry,
+evaluation_states.py), `$settings` (the profile's entry of registry_table), `$evaluation` ({loss,
+perplexity, tokens} from the evaluation job's FinalMetricDataList), `$evaluationJob` (the name of the
+training job that reported it, as SageMaker knows it), `$baseline` (the best comparable Approved version:
+{arn, version, loss, ...}, or null: version_request.py), `$trainingSetManifest` and `$datasetManifest`
+(the evaluation set's): {hash, objects, bytes} (stacks/pipeline/dataset_manifest.py).
 """
 
 from __future__ import annotations
@@ -96,17 +97,20 @@ def evaluation_request() -> str:
 
 
 def evaluation_metrics() -> str:
-    """{loss, perplexity, tokens} from DescribeTrainingJob's FinalMetricDataList; null members if absent."""
+    """{loss, perplexity, tokens} from the evaluation job's FinalMetricDataList (DescribeTrainingJob's, in
+    the attempt's output `job.metrics`); null members if absent."""
     values = ", ".join(
-        f'"{name.split(":")[1]}": $r.FinalMetricDataList[MetricName = "{name}"][0].Value'
+        f'"{name.split(":")[1]}": $m[MetricName = "{name}"][0].Value'
         for name in (definition["Name"] for definition in EVALUATION_METRIC_DEFINITIONS)
     )
-    return f"($r := $states.result; {{{values}}})"
+    return f"($m := $outcome.job.metrics; {{{values}}})"
 
 
 def evaluation_uri() -> str:
-    """evaluation.json: the evaluation job's model dir, uploaded uncompressed (OutputDataConfig NONE)."""
+    """evaluation.json: the model dir of the job that reported the loss (`$evaluationJob`: in queue mode
+    the training job Batch started, `AWSBatch<jobName><attemptId>`), uploaded uncompressed (OutputDataConfig
+    NONE)."""
     return (
-        f'$replace($run.request.OutputDataConfig.S3OutputPath, /\\/$/, "") & "/" & {EVALUATION_JOB_NAME} '
+        '$replace($run.request.OutputDataConfig.S3OutputPath, /\\/$/, "") & "/" & $evaluationJob '
         f'& "/output/model/{EVALUATION_FILE}"'
     )

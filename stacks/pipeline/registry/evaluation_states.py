@@ -1,30 +1,37 @@
-"""The registration machine's evaluation (model_registration.py): create the evaluation job, poll it, and
-retry it for what the training attempts retry (docs/registry.md, "Evaluation failures and retries").
+"""The registration machine's evaluation (model_registration.py): run each evaluation job in a child execution
+of the pipeline's attempt machine, as training attempts run, and retry it for what the training attempts
+retry (docs/registry.md, "Evaluation failures and retries").
 
-Each try ends in `$outcome` {"status", "cause", "job", "fault", "quota"}, shaped like a training attempt's
-output (attempt/training_attempt.py), so the pipeline's retry decisions (fault_retries.py) apply unchanged
-to the machine's variables of the same names: `$attempt` (the evaluation job's number, which names it:
-evaluation_request.EVALUATION_JOB_NAME), `$faults`, `$retriedFaults`, `$backoffSeconds` and `$plan`: the
-profile's `retry` and `fault_retries` settings as the pipeline's plan holds them (pipeline_input_rules.
-retry_settings, in the registry table), with both deadlines at the evaluation's own start plus
-`retry.deadline_hours` (the run's deadline counts from before training):
-- capacity (the fault table's capacity class, in a job's FailureReason or in a refused CreateTrainingJob's
-  message; spot capacity that never came), a throttled CreateTrainingJob and a busy quota
-  (trainstack.quota): a new evaluation job after the capacity back-off, while `retry.max_attempts` and the
-  deadline allow;
+Each evaluation job is one execution of `<project>-pipeline-attempt` (attempt/training_attempt.py, or in
+queue mode attempt/queued_training_attempt.py: submitted to the Batch queue on the run's share with its
+priority), so its polls stay in that child's history and the registration machine's grows by a few events
+per job. The child's output is `$outcome` {"status", "cause", "job", "fault", "quota"}, and the pipeline's
+retry decisions (fault_retries.py) apply unchanged to the machine's variables of the same names:
+`$attempt` (the evaluation job's number, which names it: evaluation_request.EVALUATION_JOB_NAME), `$faults`,
+`$retriedFaults`, `$backoffSeconds` and `$plan`: the profile's `retry` and `fault_retries` settings as the
+pipeline's plan holds them (pipeline_input_rules.retry_settings, in the registry table), with both deadlines
+at the evaluation's own start plus `retry.deadline_hours` (the run's deadline counts from before training):
+- capacity (the fault table's capacity class, spot capacity that never came), a throttled CreateTrainingJob
+  and a busy quota (trainstack.quota): a new evaluation job after the capacity back-off, while
+  `retry.max_attempts` and the deadline allow. In queue mode Batch alone retries capacity (docs/queue.md):
+  an evaluation job Batch gave up on is not submitted again; a busy quota is;
 - an infrastructure fault: a new evaluation job after the `fault_retries` back-off, up to
   `fault_retries.max_retries`; an unknown failure: once (UNKNOWN_RETRIES), as for training;
-- anything else (a user error, a job that reports no evaluation loss, a request SageMaker rejects, an
-  exceeded quota, a stopped job) and a spent budget: EvaluationFailed, its cause naming the last job, its
-  reason, why it was not retried and how many evaluation jobs were tried.
+- the run's cost cap (cost_cap_states.py): each job gets what the run has left of `max_cost_usd` and is
+  stopped once its billed cost passes it; the machine ends `BudgetExceeded` then, or before a retry once the
+  run's billed cost (training and evaluation) has reached the cap;
+- anything else (a user error, a job that reports no evaluation loss, a request SageMaker or Batch rejects,
+  an exceeded quota, a stopped or overdue job) and a spent budget: EvaluationFailed, its cause naming the
+  last job, its reason, why it was not retried and how many evaluation jobs were tried.
 """
 
 from __future__ import annotations
 
 from aws_cdk import aws_stepfunctions as sfn
-from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
+from stacks.pipeline import cost_cap_states
+from stacks.pipeline.attempt.attempt_start import start_attempt
 from stacks.pipeline.fault_retries import (
     NO_FAULTS_YET,
     capacity_attempts,
@@ -35,40 +42,37 @@ from stacks.pipeline.fault_retries import (
     fault_retry_condition,
 )
 from stacks.pipeline.jsonata_text import expression, literal
-from stacks.pipeline.machine_kit import (
-    SAGEMAKER_ERROR,
-    SAGEMAKER_QUOTA_ERROR,
-    THROTTLE_CAUSE,
-    literal_partition,
-    retry_poll_call,
-)
+from stacks.pipeline.machine_kit import literal_partition
 from stacks.pipeline.pipeline_input_rules import backoff_seconds_expression
-from stacks.pipeline.quota_waits import QUOTA_STATUS, quota_outcome
+from stacks.pipeline.quota_waits import QUOTA_STATUS
 from stacks.pipeline.registry.evaluation_request import EVALUATION_JOB_NAME, evaluation_metrics
-from stacks.pipeline.state_machine_facts import poll_seconds_expression
-from trainstack.faults import (
-    CAPACITY,
-    INFRASTRUCTURE,
-    SPOT_CAPACITY_SECONDARY_STATUS,
-    UNKNOWN_RETRIES,
-    USER,
-    capacity_expression,
-    fault_expression,
-)
+from trainstack.faults import INFRASTRUCTURE, UNKNOWN_RETRIES, USER
 
 EVALUATION_FAILED = "EvaluationFailed"
-# Outcomes retried on the capacity budget: a quota refusal too when the quota is busy.
-_CAPACITY_LIKE = (
-    f'($outcome.status in ["Capacity", "Throttled"] or '
-    f'($outcome.status = "{QUOTA_STATUS}" and $outcome.quota.busy = true))'
-)
+BUDGET_EXCEEDED = cost_cap_states.BUDGET_EXCEEDED_STATUS
+# Queue mode: the run's Batch share and priority (queued_training_attempt.queue_attempt_fields).
+_QUEUE_FIELDS = ("priority", "share")
+_BUSY_QUOTA = f'($outcome.status = "{QUOTA_STATUS}" and $outcome.quota.busy = true)'
+
+
+def _capacity_like(queued: bool) -> str:
+    """Outcomes retried on the capacity budget: in queue mode only a busy quota (Batch retries capacity)."""
+    if queued:
+        return _BUSY_QUOTA
+    return f'($outcome.status in ["Capacity", "Throttled"] or {_BUSY_QUOTA})'
 
 
 def evaluation_states(
-    scope: Construct, *, job_arn: str, request: str, completed: sfn.IChainable
+    scope: Construct,
+    *,
+    attempt_machine: sfn.IStateMachine,
+    request: str,
+    queued: bool,
+    completed: sfn.IChainable,
 ) -> sfn.IChainable:
-    """From CreateEvaluationJob (the `request` JSONata) to `completed` (the job reported its evaluation
-    loss into $evaluation) or the machine's output {"status": "EvaluationFailed", "cause"}."""
+    """From the first evaluation job to `completed` (a job reported its evaluation loss into $evaluation, its
+    name into $evaluationJob) or the machine's output {"status": "EvaluationFailed" | "BudgetExceeded",
+    "cause"}. `request`: the evaluation job's CreateTrainingJob request (JSONata)."""
     plan = sfn.Pass.jsonata(
         scope,
         "PlanEvaluation",
@@ -82,61 +86,61 @@ def evaluation_states(
                 '$merge([$settings.retry, {"profile": $run.profile, "deadlineMillis": $d, '
                 '"faultDeadlineMillis": $d}]))'
             ),
+            # The run's cost cap and what its training billed (cost_cap_states: null and 0 without a cap).
+            "costCap": expression("$exists($run.costCap) ? $run.costCap : null"),
+            "spentUsd": expression("$exists($run.spentUsd) ? $run.spentUsd : 0"),
         },
     )
-    create = sagemaker_call(
+    run_job = start_attempt(
         scope,
-        "CreateEvaluationJob",
-        "createTrainingJob",
-        request,
-        {"job": expression(f'{{"name": {EVALUATION_JOB_NAME}, "createdMillis": $millis()}}')},
+        "RunEvaluationJob",
+        comment="Evaluation job N, created (queue mode: submitted) and followed in an attempt execution.",
+        attempt_machine=attempt_machine,
+        name='"evaluation-" & $string($attempt) & "-" & $uuid()',
+        attempt_input={
+            "request": expression(request),
+            "runName": expression("$run.runName"),
+            # The run's time limit (maxRuntimeHours and the profile's allowances), from this job's start.
+            "stopAtMillis": expression("$millis() + 1000 * $run.timeLimitSeconds"),
+            "timeLimitSeconds": expression("$run.timeLimitSeconds"),
+            **(
+                {name: expression(f"$exists($run.{name}) ? $run.{name} : null") for name in _QUEUE_FIELDS}
+                if queued
+                else {}
+            ),
+            **cost_cap_states.attempt_input(),
+        },
+        assign={"outcome": expression("$states.result.Output"), **cost_cap_states.run_attempt_assign()},
     )
-    wait = sfn.Wait.jsonata(
+    over_budget = sfn.Succeed.jsonata(
         scope,
-        "WaitForEvaluation",
-        time=sfn.WaitTime.seconds(
-            expression(poll_seconds_expression("($millis() - $job.createdMillis) / 1000"))
-        ),
+        "ReportEvaluationOverBudget",
+        outputs=expression(f'{{"status": "{BUDGET_EXCEEDED}", "cause": {_over_budget_cause()}}}'),
     )
-    describe = _describe_evaluation(scope, job_arn, wait)
     failed = sfn.Succeed.jsonata(
         scope,
         "ReportEvaluationFailed",
-        outputs=expression(f'{{"status": "{EVALUATION_FAILED}", "cause": {_failed_cause()}}}'),
+        outputs=expression(f'{{"status": "{EVALUATION_FAILED}", "cause": {_failed_cause(queued)}}}'),
     )
-    classify = _classify(scope, create, failed)
-    create.add_catch(
-        classify,
-        errors=[SAGEMAKER_QUOTA_ERROR],
-        outputs={},
-        assign={
-            "outcome": quota_outcome(
-                "$states.errorOutput.Cause", f'"SageMaker refused evaluation job " & {EVALUATION_JOB_NAME}'
-            )
-        },
-    )
-    create.add_catch(classify, errors=[SAGEMAKER_ERROR], outputs={}, assign={"outcome": _create_error()})
-    create.add_catch(
-        classify,
-        errors=["States.ALL"],
-        outputs={},
-        assign={"outcome": expression(f'{{"status": "Rejected", "cause": {_could_not_start()}}}')},
-    )
+    classify = _classify(scope, run_job, failed, queued)
     check = (
         sfn.Choice.jsonata(scope, "CheckEvaluation")
         .when(
-            sfn.Condition.jsonata(expression('$status = "Completed" and $type($evaluation.loss) = "number"')),
+            sfn.Condition.jsonata(expression(f'$outcome.status = "Completed" and {_LOSS_REPORTED}')),
             completed,
+            assign={
+                "evaluation": expression(evaluation_metrics()),
+                "evaluationJob": expression("$outcome.job.name"),
+            },
         )
-        .when(
-            sfn.Condition.jsonata(expression('$status in ["Completed", "Failed", "Stopped"]')),
-            classify,
-            assign={"outcome": _ended()},
-        )
-        .otherwise(wait)
+        .when(sfn.Condition.jsonata(expression(cost_cap_states.budget_spent_condition())), over_budget)
+        .otherwise(classify)
     )
-    create.next(wait).next(describe).next(check)
-    return plan.next(create)
+    run_job.next(check)
+    return plan.next(run_job)
+
+
+_LOSS_REPORTED = '$type(($outcome.job.metrics)[MetricName = "evaluation:loss"][0].Value) = "number"'
 
 
 def sagemaker_call(
@@ -157,76 +161,16 @@ def sagemaker_call(
     )
 
 
-def _describe_evaluation(scope: Construct, job_arn: str, wait: sfn.Wait) -> tasks.CallAwsService:
-    """DescribeTrainingJob of the evaluation job into $status, $secondary, $reason and $evaluation; a
-    throttled call waits for the next poll."""
-    describe = tasks.CallAwsService.jsonata(
-        scope,
-        "DescribeEvaluationJob",
-        service="sagemaker",
-        action="describeTrainingJob",
-        parameters={"TrainingJobName": expression(EVALUATION_JOB_NAME)},
-        iam_resources=[job_arn],
-        assign={
-            "status": expression("$states.result.TrainingJobStatus"),
-            "secondary": expression("$states.result.SecondaryStatus"),
-            "reason": expression("$states.result.FailureReason ? $states.result.FailureReason : null"),
-            "evaluation": expression(evaluation_metrics()),
-        },
-        outputs={},
-    )
-    retry_poll_call(describe, [SAGEMAKER_ERROR])
-    describe.add_catch(wait, errors=[SAGEMAKER_ERROR], outputs={})
-    return describe
-
-
-def _could_not_start() -> str:
-    return f'"Evaluation job " & {EVALUATION_JOB_NAME} & " could not start: " & $states.errorOutput.Cause'
-
-
-def _create_error() -> str:
-    """A refused CreateTrainingJob that SageMaker's model does not declare (SageMakerException: the code
-    only in the Cause, DESIGN.md): throttling, capacity as the fault table words it, else a rejection."""
-    cause = "$states.errorOutput.Cause"
-    return expression(
-        f"$contains({cause}, {THROTTLE_CAUSE}) ? "
-        f'{{"status": "Throttled", "cause": "SageMaker throttled CreateTrainingJob of evaluation job " & '
-        f'{EVALUATION_JOB_NAME} & ": " & {cause}}} : '
-        f'({capacity_expression(cause)}) ? {{"status": "Capacity", "cause": "SageMaker found no capacity for '
-        f'evaluation job " & {EVALUATION_JOB_NAME} & ": " & {cause}}} : '
-        f'{{"status": "Rejected", "cause": {_could_not_start()}}}'
-    )
-
-
-def _ended() -> str:
-    """The outcome of a job that ended without an evaluation loss: capacity (as the training attempts
-    read it), another failure with its fault class, or a job that stopped or reported no loss."""
-    ended = (
-        '"Evaluation job " & $job.name & " ended " & $status & '
-        '($reason ? ": " & $reason : ($secondary ? " (" & $secondary & ")" : ""))'
-    )
-    return expression(
-        f"($f := {fault_expression('$reason')}; "
-        '$status = "Completed" ? {"status": "NoLoss", "cause": "Evaluation job " & $job.name & '
-        '" completed but reported no evaluation:loss metric"} : '
-        f'($status = "Failed" and $f.class = {literal(CAPACITY)}) or ($status = "Stopped" and '
-        f"$secondary = {literal(SPOT_CAPACITY_SECONDARY_STATUS)}) ? "
-        f'{{"status": "Capacity", "cause": {ended}}} : '
-        f'$status = "Failed" ? {{"status": "Failed", "cause": {ended}, "job": $job, "fault": $f}} : '
-        f'{{"status": $status, "cause": {ended}}})'
-    )
-
-
-def _classify(scope: Construct, create: sfn.IChainable, failed: sfn.IChainable) -> sfn.Choice:
+def _classify(scope: Construct, run_job: sfn.IChainable, failed: sfn.IChainable, queued: bool) -> sfn.Choice:
     """Another evaluation job after a back-off, on the capacity budget or the fault budget, or the end."""
     wait_before_retry = sfn.Wait.jsonata(
         scope, "WaitBeforeEvaluationRetry", time=sfn.WaitTime.seconds(expression("$backoffSeconds"))
     )
-    wait_before_retry.next(create)
+    wait_before_retry.next(run_job)
     return (
         sfn.Choice.jsonata(scope, "ClassifyEvaluation")
         .when(
-            sfn.Condition.jsonata(expression(f"{_CAPACITY_LIKE} and {capacity_retry_allowed()}")),
+            sfn.Condition.jsonata(expression(f"{_capacity_like(queued)} and {capacity_retry_allowed()}")),
             wait_before_retry,
             assign={
                 "attempt": expression("$attempt + 1"),
@@ -246,7 +190,33 @@ def _classify(scope: Construct, create: sfn.IChainable, failed: sfn.IChainable) 
     )
 
 
-def _failed_cause() -> str:
+def _outcome_cause() -> str:
+    """The child's cause, as the evaluation's: which evaluation job, and what happened to it."""
+    name = f"($exists($outcome.job.name) ? $outcome.job.name : {EVALUATION_JOB_NAME})"
+    return (
+        f'"Evaluation job " & {name} & ($outcome.status = "Completed" ? '
+        '" completed but reported no evaluation:loss metric." : ": " & $outcome.cause)'
+    )
+
+
+def _kept_model() -> str:
+    return (
+        '" Evaluation jobs tried: " & $string($attempt) & ". The model stays at " & $run.modelArtifacts & '
+        '"; it is not registered."'
+    )
+
+
+def _over_budget_cause() -> str:
+    """BudgetExceeded: the job stopped for the cap, or the run's billed cost reached it before a retry."""
+    spent, cap = cost_cap_states.money("$spentUsd"), cost_cap_states.money("$costCap.maxUsd")
+    reached = (
+        f'"The run\'s billed cost reached " & {spent} & ", the max_cost_usd of " & {cap} & " of profile " & '
+        f'$run.profile & ", with its evaluation. " & {_outcome_cause()}'
+    )
+    return f'($outcome.status = "{BUDGET_EXCEEDED}" ? {_outcome_cause()} : {reached}) & {_kept_model()}'
+
+
+def _failed_cause(queued: bool) -> str:
     """The last try's cause, why no retry follows, the earlier fault retries and the jobs tried."""
     capacity = (
         f"{capacity_attempts()} >= $plan.maxAttempts "
@@ -266,13 +236,12 @@ def _failed_cause() -> str:
         f"{deadline})"
     )
     why = (
-        f"({_CAPACITY_LIKE} ? {capacity} : "
+        f"({_capacity_like(queued)} ? {capacity} : "
         f'$outcome.status = "Failed" ? "Classified: " & {described_fault()} & ", " & ({not_retried}) & "." '
         ': "Not retried.")'
     )
+    cause = _outcome_cause()
     return (
-        '$outcome.cause & ($substring($outcome.cause, -1) = "." ? " " : ". ") & '
-        f"{why} & {earlier_retries()} & "
-        '" Evaluation jobs tried: " & $string($attempt) & ". The model stays at " & $run.modelArtifacts & '
-        '"; it is not registered."'
+        f'({cause}) & ($substring({cause}, -1) = "." ? " " : ". ") & '
+        f"{why} & {earlier_retries()} & {_kept_model()}"
     )

@@ -32,7 +32,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from stacks.pipeline.attempt_grants import create_job_conditions, create_job_statements
+from stacks.pipeline.attempt.queued_training_attempt import queue_attempt_fields
 from stacks.pipeline.attempt_metrics import grant_publish, metrics_namespace
 from stacks.pipeline.jsonata_text import expression, literal
 from stacks.pipeline.logged_state_machine import logged_state_machine
@@ -40,7 +40,7 @@ from stacks.pipeline.quota_waits import request_without_skipped
 from stacks.pipeline.registry.evaluation_request import (
     registry_table,
 )
-from stacks.pipeline.registry.evaluation_states import EVALUATION_FAILED
+from stacks.pipeline.registry.evaluation_states import BUDGET_EXCEEDED, EVALUATION_FAILED
 from stacks.pipeline.registry.group_lease import lease_table
 from stacks.pipeline.registry.registration_states import (
     EVALUATION_LOSS,
@@ -49,6 +49,7 @@ from stacks.pipeline.registry.registration_states import (
 )
 from stacks.pipeline.request_guard import allowed_requests
 from stacks.pipeline.state_machine_facts import (
+    ERROR_BUDGET_EXCEEDED,
     ERROR_REGISTRATION_FAILED,
     resource_value,
     substitution_names,
@@ -83,10 +84,14 @@ class ModelRegistration(Construct):
         construct_id: str,
         runs: PipelineRuns,
         resources: PipelineResources,
-        job_arn: str,
         sagemaker_role: iam.IRole,
+        *,
+        attempt_machine: sfn.IStateMachine,
+        queued: bool,
     ) -> None:
+        """attempt_machine: the pipeline's, which runs each evaluation job (`queued`: through Batch)."""
         super().__init__(scope, construct_id)
+        self.runs, self.queued = runs, queued
         project, profiles = runs.project, runs.profiles
         self.project, self.profiles, self.limits = project, profiles, runs.limits
         self.registered_profiles = [profile for profile in profiles if profile.registry is not None]
@@ -112,7 +117,6 @@ class ModelRegistration(Construct):
             stack.format_arn(service="sagemaker", resource="model-package", resource_name=f"{name}/*")
             for name in groups
         ]
-        self.job_arn = job_arn
         # The manifests list the dataset bucket: named in the definition by its ${DatasetBucket} placeholder
         # (CDK refuses it as a bucket name: DatasetManifest reads only these two attributes), granted by ARN.
         self.dataset_bucket = _DatasetBucket(
@@ -134,7 +138,8 @@ class ModelRegistration(Construct):
                 dataset_bucket=self.dataset_bucket,
                 dataset_prefix=self.dataset_prefix,
                 package_arns=self.package_arns,
-                job_arn=job_arn,
+                attempt_machine=attempt_machine,
+                queued=queued,
                 repository_arn=stack.format_arn(
                     service="ecr", resource="repository", resource_name=f"{project}-training"
                 ),
@@ -150,7 +155,7 @@ class ModelRegistration(Construct):
         machine.definition_substitutions = {
             name: resource_value(resources, path) for name, path in substitution_names(resources).items()
         }
-        self._grant(sagemaker_role)
+        self._grant()
         grant_publish(self.state_machine.role, project)
         self._grant_evaluation_sets(sagemaker_role, profiles)
         self._acknowledge()
@@ -177,6 +182,11 @@ class ModelRegistration(Construct):
                     "request": expression(request_without_skipped()),
                     "trainingJobs": expression("$trainingJobs"),
                     "modelArtifacts": expression("$outcome.job.artifacts"),
+                    # The evaluation jobs run as the attempts do: same time limit, cost cap and queue share.
+                    "timeLimitSeconds": expression("$plan.timeLimitSeconds"),
+                    "costCap": expression("$costCap"),
+                    "spentUsd": expression("$spentUsd"),
+                    **(queue_attempt_fields(self.runs.profiles, self.runs.queue) if self.queued else {}),
                 }
             ),
             assign={"registered": expression("$states.result.Output")},
@@ -191,6 +201,9 @@ class ModelRegistration(Construct):
             error=ERROR_REGISTRATION_FAILED,
             cause=expression("$registered.cause"),
         )
+        over_budget = sfn.Fail.jsonata(
+            scope, "EvaluationOverBudget", error=ERROR_BUDGET_EXCEEDED, cause=expression("$registered.cause")
+        )
         outcome = (
             sfn.Choice.jsonata(scope, "IsRegistered")
             .when(sfn.Condition.jsonata(expression(f'$registered.status = "{EVALUATION_FAILED}"')), failed)
@@ -198,6 +211,7 @@ class ModelRegistration(Construct):
                 sfn.Condition.jsonata(expression(f'$registered.status = "{ERROR_REGISTRATION_FAILED}"')),
                 not_registered,
             )
+            .when(sfn.Condition.jsonata(expression(f'$registered.status = "{BUDGET_EXCEEDED}"')), over_budget)
             .otherwise(succeeded)
         )
         return (
@@ -261,52 +275,32 @@ class ModelRegistration(Construct):
             cloudwatch.GraphWidget(title="Evaluation loss of each registered version", left=metrics, width=24)
         )
 
-    def _grant(self, sagemaker_role: iam.IRole) -> None:
-        """The custom states' actions and passing the job's role to SageMaker."""
-        machine = self.state_machine
-        # The evaluation job keeps the run's network and instance types: the training attempts' conditions.
-        conditions = create_job_conditions(self.resources, self.registered_profiles, self.limits)
-        for statement in create_job_statements(self.job_arn, conditions, sid="CreateEvaluationJobs"):
-            machine.add_to_role_policy(statement)
-        # The evaluation job keeps the run's InstancePreferences and the training plans they name, which
-        # CreateTrainingJob authorizes too (Service Authorization Reference, SageMaker: training-plan).
-        plans = sorted(
-            {plan for profile in self.registered_profiles for plan in profile.training_plan_arns if plan}
-        )
-        if plans:
-            machine.add_to_role_policy(
-                iam.PolicyStatement(
-                    sid="EvaluateOnTrainingPlans", actions=["sagemaker:CreateTrainingJob"], resources=plans
-                )
-            )
+    def _grant(self) -> None:
+        """The custom states' actions (the evaluation jobs are the attempt machine's, with its grants; CDK
+        grants starting it and following its executions)."""
         # ListModelPackages supports no resource types (Service Authorization Reference, SageMaker).
-        machine.add_to_role_policy(
+        self.state_machine.add_to_role_policy(
             iam.PolicyStatement(
                 sid="ListModelPackages", actions=["sagemaker:ListModelPackages"], resources=["*"]
             )
         )
         # CreateModelPackage is authorized on the new version alone (resource type model-package).
-        machine.add_to_role_policy(
+        self.state_machine.add_to_role_policy(
             iam.PolicyStatement(
                 sid="CreateModelPackages",
                 actions=["sagemaker:CreateModelPackage"],
                 resources=self.package_arns,
             )
         )
-        machine.add_to_role_policy(
-            iam.PolicyStatement(
-                actions=["iam:PassRole"],
-                resources=[sagemaker_role.role_arn],
-                conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}},
-            )
-        )
 
     def _acknowledge(self) -> None:
         role = self.state_machine.role
-        acknowledge(
+        acknowledge_wildcard_statements(
             role,
-            f"AwsSolutions-IAM5[Resource::{self.job_arn}]",
-            "Evaluation jobs are named per run at run time; the project prefix is the narrowest fixed scope.",
+            {
+                "states:DescribeExecution": "StartExecution.sync follows the evaluation jobs' attempt "
+                "executions; their names are generated at run time under the attempt machine's name."
+            },
         )
         acknowledge(
             role,

@@ -45,7 +45,8 @@ def registration_chain(
     dataset_bucket: Any,
     dataset_prefix: str,
     package_arns: list[str],
-    job_arn: str,
+    attempt_machine: sfn.IStateMachine,
+    queued: bool,
     repository_arn: str,
     allowed: dict[str, Any],
     leases: LeaseTable,
@@ -68,7 +69,13 @@ def registration_chain(
         },
     )
     register = _register(scope, project, package_arns, repository_arn, leases)
-    evaluate = evaluation_states(scope, job_arn=job_arn, request=evaluation_request(), completed=register)
+    evaluate = evaluation_states(
+        scope,
+        attempt_machine=attempt_machine,
+        request=evaluation_request(),
+        queued=queued,
+        completed=register,
+    )
     prepare.next(_manifests(scope, dataset_bucket, dataset_prefix)).next(evaluate)
     return refuse_unless_allowed(scope, registration_problem(allowed), prepare)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from stacks.pipeline.dataset_manifest import MANIFEST_VARIABLE
 from stacks.pipeline.pipeline_run_request import checkpoint_location_expression
-from stacks.pipeline.registry.evaluation_request import EVALUATION_JOB_NAME, evaluation_uri
+from stacks.pipeline.registry.evaluation_request import evaluation_uri
 from training_scripts.metrics import EVALUATION_DEFAULT_SEQ_LEN
 from trainstack.registry import LINEAGE_KEYS, METADATA_VALUE_MAX_LENGTH
 from trainstack.registry_settings import APPROVED, PENDING, REJECTED
@@ -118,7 +118,7 @@ def lineage() -> str:
         "trainingSet": "$trainingSetManifest.hash",
         "evaluationSet": f"${MANIFEST_VARIABLE}.hash",
         "checkpoint": checkpoint_location_expression("$run.request"),
-        "evaluationJob": EVALUATION_JOB_NAME,
+        "evaluationJob": "$evaluationJob",
         "maxEvalTokens": f"{RUN_FACTS}.maxEvalTokens",
         "seqLen": f"{RUN_FACTS}.seqLen",
         "loss": "$string($evaluation.loss)",
