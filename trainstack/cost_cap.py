@@ -37,7 +37,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from training_scripts.model_shapes import parameter_count
-from trainstack.planning.forecast import ASSUMED_DOWNLOAD_BYTES_PER_SECOND, ASSUMED_IMAGE_PULL_SECONDS
+from trainstack.planning.forecast import ASSUMED_IMAGE_PULL_SECONDS
+from trainstack.planning.stores import NODE_BYTES_PER_SECOND
 from trainstack.planning.plans import plan
 from trainstack.planning.setups import TRAIN_DEFAULTS, UnplannableError, setup_for_profile
 from trainstack.prices import SAGEMAKER_TRAINING_PRICES
@@ -82,7 +83,7 @@ def evaluation_cost_usd(profile: Profile) -> float:
     if profile.registry is None or not step_rates(profile):
         return 0.0
     setup = setup_for_profile(profile)
-    download = parameter_count(setup.shape) * EXPORTED_BYTES_PER_PARAMETER / ASSUMED_DOWNLOAD_BYTES_PER_SECOND
+    download = parameter_count(setup.shape) * EXPORTED_BYTES_PER_PARAMETER / NODE_BYTES_PER_SECOND
     costs = []
     for preference in profile.instance_preferences:
         spec = preference.spec

@@ -48,7 +48,8 @@ def test_a_hang_is_recovered_inside_the_same_job_with_no_second_create_training_
     assert re.search(r"Resumed from \S+step_000000010 \(step 10\)", log), log[-3000:]
     kept = (job / "output" / "restarts" / "round-0.failure").read_text()
     assert re.search(
-        r"^trainstack-fault:infrastructure:hang TimeoutError: Not waiting in a collective: rank 1 on algo-1 at "
+        r"^trainstack-fault:infrastructure:hang TimeoutError: Not waiting in a collective: "
+        r"rank 1 on algo-1 at "
         r"watchdog.py:\d+ in hang_if_injected \(time.sleep\(3600\)\)\. Waiting in a collective: rank 0\. "
         r"No optimizer step completed after step 14 ",
         kept,
