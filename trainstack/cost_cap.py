@@ -38,9 +38,9 @@ from dataclasses import dataclass
 
 from training_scripts.model_shapes import parameter_count
 from trainstack.planning.forecast import ASSUMED_IMAGE_PULL_SECONDS
-from trainstack.planning.stores import NODE_BYTES_PER_SECOND
 from trainstack.planning.plans import plan
 from trainstack.planning.setups import TRAIN_DEFAULTS, UnplannableError, setup_for_profile
+from trainstack.planning.stores import NODE_BYTES_PER_SECOND
 from trainstack.prices import SAGEMAKER_TRAINING_PRICES
 from trainstack.profiles import Profile
 
