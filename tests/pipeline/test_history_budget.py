@@ -86,12 +86,14 @@ def test_the_registration_machine_stays_under_the_budget_for_every_profile(regis
     history = lambda: len(harness.executions(run.sm.registration_arn)[-1].history)  # noqa: E731
     first = run("trainstack-h1", 2.0, evaluated(2.0))
     assert first.status == "SUCCEEDED", first.cause
-    # From here on a baseline exists: the longer path (DescribeModelPackage).
-    run("trainstack-h2", 2.0, evaluated(2.0))
+    # From here on a baseline exists: the longer path (DescribeModelPackage). The later versions are worse,
+    # hence Rejected, so that each run reads the same one Approved version (the baseline lookup describes
+    # every Approved version: docs/registry.md, "Limits").
+    run("trainstack-h2", 2.0, evaluated(3.0))
     few = history()
-    run("trainstack-h3", 2.0, [TRAINING] * 10 + evaluated(2.0))
+    run("trainstack-h3", 2.0, [TRAINING] * 10 + evaluated(3.0))
     more = history()
-    retried = run("trainstack-h4", 2.0, [TRAINING, CAPACITY_FAILURE], [TRAINING, NCCL], evaluated(2.0))
+    retried = run("trainstack-h4", 2.0, [TRAINING, CAPACITY_FAILURE], [TRAINING, NCCL], evaluated(3.0))
     assert retried.output["modelPackage"]["status"] == "Registered", retried.cause
     three = history()
     per_poll = (more - few) / 10

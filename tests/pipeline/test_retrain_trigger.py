@@ -16,6 +16,7 @@ from tests.infra.templates import resources
 from tests.pipeline.conftest import FAKE_VALUES
 from tests.pipeline.trigger_machines import PREFIX, PROFILE, TRIGGER, trigger_machines, trigger_templates
 from trainstack.commands.triggers import describe_trigger
+from trainstack.registry import lease_table_name
 
 MINUTE = 60
 # A job that trains for five polls, so that uploads can land during the run.
@@ -169,7 +170,9 @@ def test_with_the_trigger_off_nothing_listens_to_the_bucket(pipeline, default_ap
         for body in resources(pipeline.template, "AWS::StepFunctions::StateMachine").values()
     }
     assert not any("trigger" in name for name in machines)
-    assert resources(pipeline.template, "AWS::DynamoDB::Table") == {}
+    # The only table is the registry's lease table (the default config registers small-torchrun's runs).
+    tables = resources(pipeline.template, "AWS::DynamoDB::Table").values()
+    assert [table["Properties"]["TableName"] for table in tables] == [lease_table_name("trainstack")]
     storage = assembly.get_stack_by_name(stacks.storage.stack_name).template
     (bucket,) = [
         body

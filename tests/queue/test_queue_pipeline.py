@@ -38,7 +38,7 @@ from tests.pipeline.test_registry import versions
 from tests.queue.conftest import QUEUE_NAME, service_job
 from tests.queue.test_queue_config import settings_with
 from trainstack.queue_settings import evaluation_job_key, service_job_name
-from trainstack.registry import LINEAGE_KEYS, is_evaluation_job
+from trainstack.registry import LINEAGE_KEYS
 
 FIFO = {"enabled": True, "max_instances": 2, "capacity_wait_hours": 1}
 FAIR = {"enabled": True, "max_instances": 3, "shares": {"teamA": 2, "teamB": 1}, "capacity_wait_hours": 1}
@@ -511,7 +511,9 @@ def test_queued_quota_busy_then_free_is_submitted_again_after_the_capacity_back_
     )
     jobs = version["CustomerMetadataProperties"][LINEAGE_KEYS["jobs"]].split(" ")
     assert jobs[-1] == outcome.output["trainingJobName"] and jobs[-1].startswith("AWSBatch")
-    assert set(jobs) == {name for name in queue.sagemaker.jobs if not is_evaluation_job(name)}
+    evaluation_job = version["CustomerMetadataProperties"][LINEAGE_KEYS["evaluationJob"]]
+    assert evaluation_job.startswith("AWSBatch") and evaluation_job in queue.sagemaker.jobs
+    assert set(jobs) == set(queue.sagemaker.jobs) - {evaluation_job}
 
 
 def test_queued_quota_busy_on_the_first_preference_submits_the_second(quota_queue):

@@ -112,10 +112,9 @@ class ModelRegistration(Construct):
             group.apply_removal_policy(cdk.RemovalPolicy.RETAIN)
             self.groups[name] = group
         stack = cdk.Stack.of(self)
-        groups = [group_name(project, name) for name in self.table]
         self.package_arns = [
-            stack.format_arn(service="sagemaker", resource="model-package", resource_name=f"{name}/*")
-            for name in groups
+            stack.format_arn(service="sagemaker", resource="model-package", resource_name=f"{group}/*")
+            for group in (group_name(project, name) for name in self.table)
         ]
         # The manifests list the dataset bucket: named in the definition by its ${DatasetBucket} placeholder
         # (CDK refuses it as a bucket name: DatasetManifest reads only these two attributes), granted by ARN.
