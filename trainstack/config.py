@@ -342,11 +342,19 @@ class Settings(StrictModel):
                     f"profiles.{index}.checkpoint_store: fsx needs the deployment's file system "
                     "(fsx.enabled: true); enable it or choose sagemaker-sync, s3-direct or s3-express"
                 )
-            if store == "s3-express" and self.availability_zone_id is None:
+            if store == "fsx" and self.fsx_plan.deployment_type == "SCRATCH_2":
+                # FSx for Lustre user guide, "Deployment options": scratch file systems do not replicate
+                # data, and nothing exports the checkpoints to S3 yet (docs/training.md).
                 raise ValueError(
-                    f"profiles.{index}.checkpoint_store: s3-express puts a directory bucket in the training "
-                    "AZ, which S3 names by id: set availability_zone_id (like use1-az4) instead of "
-                    "availability_zone, or choose sagemaker-sync, s3-direct or fsx"
+                    f"profiles.{index}.checkpoint_store: fsx needs a PERSISTENT_2 file system (SCRATCH_2 "
+                    "keeps one copy, lost with its file server); choose sagemaker-sync or s3-direct"
+                )
+            if store == "s3-express":
+                # A directory bucket's CreateSession opens the whole bucket: isolating teams needs a bucket
+                # per team, which the storage stack does not build yet (docs/training.md).
+                raise ValueError(
+                    f"profiles.{index}.checkpoint_store: s3-express is not available yet (the storage stack "
+                    "builds no directory bucket); choose sagemaker-sync, s3-direct or fsx"
                 )
         return self
 
