@@ -15,3 +15,5 @@ from typing import Literal, get_args
 CheckpointStore = Literal["sagemaker-sync", "s3-direct", "s3-express", "fsx"]
 CHECKPOINT_STORES: tuple[str, ...] = get_args(CheckpointStore)
 DEFAULT_CHECKPOINT_STORE: CheckpointStore = "sagemaker-sync"
+# Stores the planner forecasts but the config refuses, with why (docs/training.md, "Checkpoint stores").
+NOT_BUILT_YET: dict[str, str] = {"s3-express": "the storage stack builds no directory bucket"}
