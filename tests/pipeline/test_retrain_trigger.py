@@ -5,6 +5,7 @@ its registration machine evaluates and registers each run's model, docs/registry
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -14,8 +15,16 @@ from localaws.sagemaker import evaluated, scripted_sagemaker
 from localaws.sagemaker.scripted import COMPLETED, STARTING, TRAINING
 from tests.infra.templates import resources
 from tests.pipeline.conftest import FAKE_VALUES
-from tests.pipeline.trigger_machines import PREFIX, PROFILE, TRIGGER, trigger_machines, trigger_templates
+from tests.pipeline.trigger_machines import (
+    PREFIX,
+    PROFILE,
+    PROJECT,
+    TRIGGER,
+    trigger_machines,
+    trigger_templates,
+)
 from trainstack.commands.triggers import describe_trigger
+from trainstack.trigger_settings import trigger_table_name
 
 MINUTE = 60
 # A job that trains for five polls, so that uploads can land during the run.
@@ -78,16 +87,50 @@ def test_a_burst_of_uploads_starts_one_run_once_the_prefix_is_quiet(world):
     assert "controller" not in world.item()[PROFILE], "the controller let go"
 
 
-def test_a_burst_longer_than_max_delay_runs_at_the_deadline_and_once_more_after(world):
+def slow_item_reads(monkeypatch, seconds: float, when) -> None:
+    """Reads of the trigger's item take `seconds` of real time, reading no clock, while `when()` holds
+    (a loaded machine): longer than the uploads and jumps the scenario makes meanwhile."""
+    from moto.dynamodb.responses import DynamoHandler
+
+    get_item = DynamoHandler.get_item
+
+    def slow(self):
+        if self.body.get("TableName") == trigger_table_name(PROJECT) and when():
+            time.sleep(seconds)
+        return get_item(self)
+
+    monkeypatch.setattr(DynamoHandler, "get_item", slow)
+
+
+# The import task (120 s: two polls 60 s apart) comes between the window's close and the run.
+IMPORT_MINUTES = 2
+
+
+@pytest.mark.parametrize("read_seconds", [0, 1.5], ids=["fast", "slow-service"])
+def test_a_burst_longer_than_max_delay_runs_at_the_deadline_and_once_more_after(
+    world, monkeypatch, read_seconds
+):
+    """However long a state takes in real time, the clock does not move on while it works."""
     world = world()
+    deadline = world.clock.time() + 60 * MINUTE  # the first upload lands now
+    slow_item_reads(monkeypatch, read_seconds, when=lambda: world.clock.time() == deadline)
     upload_burst(world, 8, every_minutes=10)  # 80 minutes of uploads, max_delay_hours is 1
     world.run_until_idle()
 
     first, second = world.runs()
-    assert first["startDate"].timestamp() - upload_time(world, 0) <= 60 * MINUTE + 5 * MINUTE
+    assert first["startDate"].timestamp() - upload_time(world, 0) == 60 * MINUTE + IMPORT_MINUTES * MINUTE
     assert first["startDate"].timestamp() < upload_time(world, 7), "it did not wait for the burst to end"
     assert second["startDate"].timestamp() >= first["stopDate"].timestamp()
     assert [run["status"] for run in (first, second)] == ["SUCCEEDED", "SUCCEEDED"]
+
+
+def test_the_deadline_closes_the_window_with_no_event_after_it(world):
+    world = world()
+    upload_burst(world, 6, every_minutes=10)  # the last at minute 50: quiet would close it at 65
+    world.run_until_idle()
+
+    (run,) = world.runs()
+    assert run["startDate"].timestamp() - upload_time(world, 0) == 60 * MINUTE + IMPORT_MINUTES * MINUTE
 
 
 def test_the_same_files_again_start_no_training_and_say_so(world):
