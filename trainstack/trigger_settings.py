@@ -43,6 +43,8 @@ class RetrainOnNewData(StrictModel):
     quiet_minutes: Annotated[int, Field(ge=1, le=1440)] = 15
     max_delay_hours: Annotated[float, Field(gt=0, le=168)] = 6
     fsx_import_timeout_minutes: Annotated[int, Field(ge=5, le=1440)] = 60
+    # A window whose listing, import or run failed opens again this many times (docs/trigger.md).
+    failed_window_retries: Annotated[int, Field(ge=0, le=5)] = 1
 
     @model_validator(mode="after")
     def _window(self) -> RetrainOnNewData:

@@ -12,7 +12,7 @@ import pytest
 from localaws.demo.trigger_world import trigger_world
 from localaws.emulator.fake_fsx import FakeFsx, ImportScript
 from localaws.sagemaker import evaluated, scripted_sagemaker
-from localaws.sagemaker.scripted import COMPLETED, STARTING, TRAINING
+from localaws.sagemaker.scripted import COMPLETED, STARTING, TRAINING, failed
 from tests.infra.templates import resources
 from tests.pipeline.conftest import FAKE_VALUES
 from tests.pipeline.trigger_machines import (
@@ -229,3 +229,101 @@ def test_the_trigger_definition_is_valid_for_aws_tools(templates, pipeline):
         for variant in ("fsx", "no-fsx")
     ]
     assert aws_validation(definitions) == [{"aslValidator": [], "languageService": []}] * 2
+
+
+def reachable(states: dict, start: str) -> set[str]:
+    """The states an execution can go through from `start` (Next, Default, Choices, Catch)."""
+    seen, todo = set(), [start]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        state = states[name]
+        todo += [step for step in (state.get("Next"), state.get("Default")) if step]
+        todo += [rule["Next"] for rule in state.get("Choices", []) + state.get("Catch", [])]
+    return seen
+
+
+def test_every_task_after_the_window_closes_catches_any_error_and_reaches_the_release(templates, pipeline):
+    from stacks.pipeline.trigger.triggered_run import RELEASE_STATES
+
+    for variant in ("fsx", "no-fsx"):
+        definition = trigger_machines(templates[variant], pipeline).definitions[TRIGGER_MACHINE]
+        states = json.loads(definition)["States"]
+        tasks = [name for name in reachable(states, "CloseWindow") if states[name]["Type"] == "Task"]
+        assert "ManifestFirstPage" in tasks and ("DescribeImport" in tasks) == (variant == "fsx")
+        for name in tasks:
+            (catch_all,) = [c for c in states[name].get("Catch", []) if "States.ALL" in c["ErrorEquals"]]
+            if name != "Release":
+                assert reachable(states, catch_all["Next"]) & set(RELEASE_STATES), f"{variant}: {name}"
+
+
+TRIGGER_MACHINE = f"{PROJECT}-retrain-trigger"
+
+
+def deny_listing(monkeypatch) -> None:
+    from moto.s3.exceptions import S3AccessDeniedError
+    from moto.s3.responses import S3Response
+
+    def denied(self):
+        raise S3AccessDeniedError()
+
+    monkeypatch.setattr(S3Response, "list_objects_v2", denied)
+
+
+def fail_describe(fsx: FakeFsx, monkeypatch) -> None:
+    from moto.core.exceptions import ServiceException
+
+    def failing(request):
+        raise ServiceException("InternalServerError", "An internal error occurred.")
+
+    monkeypatch.setattr(fsx, "describe", failing)
+
+
+@pytest.mark.parametrize(
+    ("inject", "error"),
+    [("listing", "DatasetListingFailed"), ("describe", "DatasetImportFailed")],
+)
+def test_a_persistent_failure_after_the_window_closes_frees_the_profile_and_a_later_upload_trains(
+    world, monkeypatch, inject, error
+):
+    with pytest.MonkeyPatch.context() as failure:
+        world = world()
+        if inject == "listing":
+            deny_listing(failure)
+        else:
+            fail_describe(world.fsx, failure)
+        upload_burst(world, 2, every_minutes=1)
+        world.run_until_idle()
+
+        failed = [item for item in world.triggers() if item["status"] == "FAILED"]
+        # The window and its one retry (failed_window_retries 1), both named.
+        assert [item["error"] for item in failed] == [error, error]
+        item = world.item()[PROFILE]
+        assert "controller" not in item and "firstEventMillis" not in item
+        last = json.loads(item["lastDecision"]["S"])
+        assert last["decision"] == "failed" and last["message"].startswith(error)
+        assert "No retries left" in last["message"]
+        assert world.runs() == []
+
+    world.advance(120 * MINUTE)
+    upload_burst(world, 1, every_minutes=1, name="later")
+    world.run_until_idle()
+
+    (run,) = world.runs()
+    assert run["status"] == "SUCCEEDED"
+    assert json.loads(world.item()[PROFILE]["lastDecision"]["S"])["decision"] == "trained"
+
+
+def test_a_failed_run_is_retried_once_the_prefix_has_been_quiet_again(world):
+    failing = [STARTING, failed("AlgorithmError: ExecuteUserScriptError:\nExitCode 1")]
+    world = world(job_scripts=[failing, [STARTING, COMPLETED]])
+    upload_burst(world, 2, every_minutes=1)
+    world.run_until_idle()
+
+    first, second = world.runs()
+    assert [first["status"], second["status"]] == ["FAILED", "SUCCEEDED"]
+    assert second["startDate"].timestamp() - first["stopDate"].timestamp() >= 15 * MINUTE
+    assert decisions(world)[-1] == "trained"
+    assert "failedWindows" not in world.item()[PROFILE]
