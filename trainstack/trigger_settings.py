@@ -32,12 +32,17 @@ def profile_key(profile: str) -> str:
 
 class RetrainOnNewData(StrictModel):
     profile: Annotated[str, Field(min_length=1)]
-    # S3's safe key characters only, so EventBridge's prefix match sees the key as written.
+    # Letters, digits, . _ - and /: characters that URL encoding leaves as they are, both S3's form
+    # encoding of keys in its notifications ("red flower.jpg" -> "red+flower.jpg", S3 user guide, "Event
+    # message structure") and RFC 3986 percent-encoding, which escapes S3's other "safe" characters
+    # !*'(). Whether EventBridge's detail.object.key is encoded is not documented: the rule's prefix
+    # matches either way.
     prefix: Annotated[
         str,
         matching(
-            r"^([A-Za-z0-9!_.*'()-]+/)+$",
-            "an S3 key prefix of folders ending in / (like datasets/corpus/)",
+            r"^([A-Za-z0-9_.-]+/)+$",
+            "an S3 key prefix of folders ending in / made of letters, digits, '.', '_' and '-' "
+            "(like datasets/corpus/)",
         ),
     ]
     quiet_minutes: Annotated[int, Field(ge=1, le=1440)] = 15
