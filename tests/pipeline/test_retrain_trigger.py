@@ -187,16 +187,19 @@ def test_new_data_during_a_run_starts_exactly_one_more_after_it(world):
     ],
 )
 def test_a_failed_or_stuck_fsx_import_ends_the_run_before_training_and_names_the_report(world, script, error):
+    """The failed window is retried once (failed_window_retries 1): its second import succeeds, then it
+    trains."""
     world = world(fsx_scripts=[script])
     upload_burst(world, 2, every_minutes=1)
     world.run_until_idle()
 
     (controller,) = [item for item in world.triggers() if item["status"] == "FAILED"]
     assert controller["error"] == error
-    (task,) = world.fsx.tasks
+    task, retried = world.fsx.tasks
     report = f"s3://{FAKE_VALUES['DatasetBucket']}/datasets/fsx-import-reports/{task['TaskId']}/failures.csv"
     assert report in controller["cause"]
-    assert world.runs() == []
+    (run,) = world.runs()
+    assert run["startDate"].timestamp() + 0.001 >= retried["EndTime"] >= task["CreationTime"] + 15 * MINUTE
     assert task["Lifecycle"] == ("FAILED" if script.outcome else "CANCELED")
     assert "controller" not in world.item()[PROFILE]
 
