@@ -32,17 +32,24 @@ def profile_key(profile: str) -> str:
 
 class RetrainOnNewData(StrictModel):
     profile: Annotated[str, Field(min_length=1)]
-    # S3's safe key characters only, so EventBridge's prefix match sees the key as written.
+    # Letters, digits, . _ - and /: characters that URL encoding leaves as they are, both S3's form
+    # encoding of keys in its notifications ("red flower.jpg" -> "red+flower.jpg", S3 user guide, "Event
+    # message structure") and RFC 3986 percent-encoding, which escapes S3's other "safe" characters
+    # !*'(). Whether EventBridge's detail.object.key is encoded is not documented: the rule's prefix
+    # matches either way.
     prefix: Annotated[
         str,
         matching(
-            r"^([A-Za-z0-9!_.*'()-]+/)+$",
-            "an S3 key prefix of folders ending in / (like datasets/corpus/)",
+            r"^([A-Za-z0-9_.-]+/)+$",
+            "an S3 key prefix of folders ending in / made of letters, digits, '.', '_' and '-' "
+            "(like datasets/corpus/)",
         ),
     ]
     quiet_minutes: Annotated[int, Field(ge=1, le=1440)] = 15
     max_delay_hours: Annotated[float, Field(gt=0, le=168)] = 6
     fsx_import_timeout_minutes: Annotated[int, Field(ge=5, le=1440)] = 60
+    # A window whose listing, import or run failed opens again this many times (docs/trigger.md).
+    failed_window_retries: Annotated[int, Field(ge=0, le=5)] = 1
 
     @model_validator(mode="after")
     def _window(self) -> RetrainOnNewData:

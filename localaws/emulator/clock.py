@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import threading
 import time
+import types
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
+from unittest import mock
 
 # How often a waiting thread re-checks for an abort or a timeout, in real seconds.
 _POLL_SECONDS = 0.01
@@ -70,6 +73,10 @@ class Clock(ABC):
             self.retry_sleeps.append(seconds)
         if seconds > 0:
             self._pass(seconds, threading.Event(), lambda: True)
+
+    def patches(self) -> list[Any]:
+        """What this clock patches into moto beside the session's own patches (none by default)."""
+        return []
 
     def deadline(self, seconds: float) -> Deadline:
         deadline = Deadline(self.time() + seconds)
@@ -146,72 +153,159 @@ class SteppedClock(Clock):
     a VirtualClock would let the first Wait jump past events still to come.
 
     `run_until(condition)` is the discrete-event loop: while the condition is false, let the emulator
-    settle (no clock reads for a while: every state transition reads the clock), then jump to the earliest
-    pending Wait's end.
+    settle, then jump to the earliest pending Wait's end (or execution deadline). Settled is counted, not
+    guessed from real time: every execution started (moto's ExecutionWorker.start, `patches()`) is
+    running until its thread ends, and the emulator is settled when each running execution is blocked on
+    this clock (a Wait or Retry interval not yet due) or on a child execution still running (a `.sync`
+    task's poll), and no deadline that has passed is still unhandled. A slow service call, a long
+    JSONata evaluation or a loaded machine only make settling take longer: clock time never moves while
+    a state is still working.
     """
 
-    # Real seconds without a clock read after which the emulator counts as settled.
-    SETTLED_AFTER = 0.05
-    # Real seconds with nothing pending after which run_until gives up.
-    STUCK_AFTER = 20.0
+    # Real seconds without any change after which settle() gives up (a hung thread, not a slow one).
+    STUCK_AFTER = 120.0
 
     def __init__(self, start: datetime | None = None) -> None:
         super().__init__()
         self._now = (start or datetime.now()).timestamp()
-        self._ends: list[float] = []
-        self._reads = 0
+        self._changed = threading.Condition(self._lock)
+        self._running = 0  # executions started and not ended
+        self._waits: dict[int, _Blocked] = {}  # by thread: what it is blocked on
+        self._ended = 0  # executions ended so far: a child poll started before one ended must look again
+        self._polled_at: dict[int, int] = {}  # by thread: self._ended when its last child poll began
 
     def time(self) -> float:
-        self._reads += 1
-        return self._now
-
-    def watched_time(self) -> float:
         return self._now
 
     def advance(self, seconds: float) -> None:
         with self._lock:
             self._now += seconds
+            for blocked in self._waits.values():
+                if blocked.end is not None and blocked.end <= self._now:
+                    blocked.due.set()
+            self._changed.notify_all()
 
     def _pass(self, seconds: float, interrupted: threading.Event, running: Callable[[], bool]) -> None:
-        end = self._now + seconds
         with self._lock:
-            self._ends.append(end)
+            blocked = _Blocked(self._now + seconds, running)
+            if blocked.end <= self._now:
+                return
+            self._waits[threading.get_ident()] = blocked
         try:
-            while running() and self._now < end:
-                interrupted.wait(_POLL_SECONDS)
+            while running() and not blocked.due.wait(_POLL_SECONDS):
+                pass
         finally:
+            self._unblock()
+
+    def child_poll_sleep(self, seconds: float) -> None:
+        """A `.sync` task between two looks at its child: blocked while no execution has ended since it
+        last looked (an execution that ends wakes it at once)."""
+        me = threading.get_ident()
+        with self._lock:
+            looked_at = self._polled_at.get(me)
+            self._polled_at[me] = self._ended
+            if looked_at != self._ended:
+                return  # an execution ended since the last look began (or this is the first): look again
+            blocked = _Blocked(None, lambda: True)
+            self._waits[me] = blocked
+        try:
+            blocked.due.wait(seconds)
+        finally:
+            self._unblock()
             with self._lock:
-                self._ends.remove(end)
+                self._polled_at[me] = self._ended
+
+    def _unblock(self) -> None:
+        with self._lock:
+            self._waits.pop(threading.get_ident(), None)
+            self._changed.notify_all()
+
+    def execution_started(self) -> None:
+        with self._lock:
+            self._running += 1
+
+    def execution_ended(self) -> None:
+        with self._lock:
+            self._running -= 1
+            self._ended += 1
+            for blocked in self._waits.values():
+                if blocked.end is None:
+                    blocked.due.set()
+            self._changed.notify_all()
+
+    def _settled(self) -> bool:
+        blocked = sum(1 for item in self._waits.values() if not item.due.is_set() and item.running())
+        overdue = any(d.at <= self._now and not d.resolved.is_set() for d in self._deadlines)
+        return blocked == self._running and not overdue
 
     def settle(self) -> None:
-        """Return once nothing has read the clock for SETTLED_AFTER real seconds."""
-        while True:
-            before = self._reads
-            time.sleep(self.SETTLED_AFTER)
-            if self._reads == before:
-                return
+        """Return once every running execution is blocked on the clock or on a child (class docstring)."""
+        give_up = time.monotonic() + self.STUCK_AFTER
+        with self._lock:
+            while not self._settled():
+                if time.monotonic() > give_up:
+                    raise TimeoutError(f"the emulator did not settle within {self.STUCK_AFTER} real seconds")
+                # Also re-checks executions stopped meanwhile (their running() turns false unannounced).
+                self._changed.wait(_POLL_SECONDS)
 
     def next_end(self) -> float | None:
-        """When the earliest pending Wait (or Retry interval) ends, or None."""
+        """When the earliest pending Wait, Retry interval or execution deadline is due, or None."""
         with self._lock:
-            return min(self._ends, default=None)
+            ends = [item.end for item in self._waits.values() if item.end is not None]
+            ends += [d.at for d in self._deadlines if not d.resolved.is_set()]
+            return min(ends, default=None)
 
     def run_until(self, condition: Callable[[], bool], *, limit_seconds: float) -> None:
         """Settle and jump from Wait to Wait until `condition()` holds; at most `limit_seconds` of clock
-        time pass (then TimeoutError). With no Wait pending, a state is still working (a long JSONata
-        evaluation reads no clock): keep settling, for up to STUCK_AFTER real seconds."""
+        time pass (then TimeoutError, as when nothing is pending and the condition still fails)."""
         stop_at = self._now + limit_seconds
-        idle_since = time.monotonic()
         while True:
             self.settle()
             if condition():
                 return
             end = self.next_end()
             if end is None:
-                if time.monotonic() - idle_since > self.STUCK_AFTER:
-                    raise TimeoutError(f"condition not met and no Wait pending for {self.STUCK_AFTER} s")
-                continue
+                raise TimeoutError("condition not met and nothing pending: every execution has ended")
             if end > stop_at:
                 raise TimeoutError(f"condition not met within {limit_seconds} s of clock time")
             self.advance(max(0.0, end - self._now))
-            idle_since = time.monotonic()
+
+    def patches(self) -> list[Any]:
+        """Count moto's executions and let `.sync` polls block on this clock (session.py applies these)."""
+        from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
+            state_task_service_callback,
+        )
+        from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
+        from moto.stepfunctions.parser.utils import TMP_THREADS
+
+        clock = self
+
+        def start(worker: ExecutionWorker) -> None:
+            clock.execution_started()
+
+            def logic() -> None:
+                try:
+                    worker._execution_logic()
+                finally:
+                    clock.execution_ended()
+
+            thread = threading.Thread(target=logic, daemon=True)
+            TMP_THREADS.append(thread)
+            thread.start()
+
+        return [
+            mock.patch.object(ExecutionWorker, "start", start),
+            mock.patch.object(
+                state_task_service_callback, "time", types.SimpleNamespace(sleep=self.child_poll_sleep)
+            ),
+        ]
+
+
+@dataclass
+class _Blocked:
+    """A thread blocked on a SteppedClock: until `end` (a Wait, a Retry interval) or, with no end, until
+    an execution ends (a `.sync` poll); `due` once that has happened."""
+
+    end: float | None
+    running: Callable[[], bool]
+    due: threading.Event = field(default_factory=threading.Event)

@@ -108,7 +108,7 @@ def _patches(clock: Clock, quiet: bool) -> list[Any]:
         mock.patch.object(aws_sdk.StateTaskServiceAwsSdk, "_normalise_response", _response_in_pascal_names),
         mock.patch.object(AmazonStateLanguageParser, "parse", _parse_once(AmazonStateLanguageParser.parse)),
     ]
-    patches += nested_executions.patches()
+    patches += nested_executions.patches() + clock.patches()
     clock_datetime = _datetime_module_on(clock)
     patches += [
         mock.patch.object(importlib.import_module(name), "datetime", clock_datetime)

@@ -13,7 +13,7 @@ hold about 3,500 pages (700,000 objects): past that, run it in a child execution
 States (names start with the construct id): `<id>FirstPage`, `<id>NextPage` (the list calls),
 `<id>MorePages` (Choice), `<id>Done` (Pass; clears the page token). Errors: a missing bucket fails the
 state with `S3.NoSuchBucketException` (modelled in S3's API); any other S3 error (`S3.S3Exception`,
-throttling included) is retried 5 times and then fails the state: the caller decides with a Catch.
+throttling included) is retried 5 times and then fails the state: the caller decides with `add_catch`.
 """
 
 from __future__ import annotations
@@ -79,7 +79,12 @@ class DatasetManifest(sfn.StateMachineFragment):
         first.next(more)
         following.next(more)
         more.otherwise(self._done)
-        self._start = first
+        self._start, self._calls = first, (first, following)
+
+    def add_catch(self, handler: sfn.IChainable, *, assign: dict[str, str]) -> None:
+        """Any error of a list call (after its retries) goes to `handler`, with `assign` made."""
+        for call in self._calls:
+            call.add_catch(handler, errors=["States.ALL"], outputs={}, assign=assign)
 
     @property
     def start_state(self) -> sfn.State:

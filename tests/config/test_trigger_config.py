@@ -16,6 +16,7 @@ def test_the_trigger_is_off_by_default(make_settings):
 def test_a_valid_section_gets_the_defaults(make_settings):
     trigger = make_settings({"retrain_on_new_data": TRIGGER}).retrain_on_new_data
     assert (trigger.quiet_minutes, trigger.max_delay_hours, trigger.fsx_import_timeout_minutes) == (15, 6, 60)
+    assert trigger.failed_window_retries == 1
 
 
 @pytest.mark.parametrize(
@@ -27,11 +28,14 @@ def test_a_valid_section_gets_the_defaults(make_settings):
         ({**TRIGGER, "prefix": "datasets/"}, "not 'datasets/'"),
         ({**TRIGGER, "prefix": "datasets/fsx-import-reports/x/"}, "where FSx writes its import reports"),
         ({**TRIGGER, "prefix": "datasets/a b/"}, "an S3 key prefix of folders ending in /"),
+        # URL encoders escape these (the key in an event may be encoded): the prefix would never match.
+        ({**TRIGGER, "prefix": "datasets/it's(1)!/"}, "made of letters, digits, '.', '_' and '-'"),
         ({**TRIGGER, "quiet_minutes": 0}, "retrain_on_new_data.quiet_minutes"),
         ({**TRIGGER, "quiet_minutes": 120, "max_delay_hours": 1}, "quiet_minutes (120) must not exceed"),
         ({**TRIGGER, "max_delay_hours": 0}, "retrain_on_new_data.max_delay_hours"),
         ({**TRIGGER, "fsx_import_timeout_minutes": 1}, "retrain_on_new_data.fsx_import_timeout_minutes"),
         ({**TRIGGER, "debounce": 3}, "retrain_on_new_data.debounce"),
+        ({**TRIGGER, "failed_window_retries": 6}, "retrain_on_new_data.failed_window_retries"),
     ],
 )
 def test_mistakes_are_one_sentence_naming_the_field(section, words):

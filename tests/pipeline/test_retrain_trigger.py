@@ -5,18 +5,27 @@ its registration machine evaluates and registers each run's model, docs/registry
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
 from localaws.demo.trigger_world import trigger_world
 from localaws.emulator.fake_fsx import FakeFsx, ImportScript
 from localaws.sagemaker import evaluated, scripted_sagemaker
-from localaws.sagemaker.scripted import COMPLETED, STARTING, TRAINING
+from localaws.sagemaker.scripted import COMPLETED, STARTING, TRAINING, failed
 from tests.infra.templates import resources
 from tests.pipeline.conftest import FAKE_VALUES
-from tests.pipeline.trigger_machines import PREFIX, PROFILE, TRIGGER, trigger_machines, trigger_templates
+from tests.pipeline.trigger_machines import (
+    PREFIX,
+    PROFILE,
+    PROJECT,
+    TRIGGER,
+    trigger_machines,
+    trigger_templates,
+)
 from trainstack.commands.triggers import describe_trigger
 from trainstack.registry import lease_table_name
+from trainstack.trigger_settings import trigger_table_name
 
 MINUTE = 60
 # A job that trains for five polls, so that uploads can land during the run.
@@ -82,16 +91,50 @@ def test_a_burst_of_uploads_starts_one_run_once_the_prefix_is_quiet(world):
     assert "controller" not in world.item()[PROFILE], "the controller let go"
 
 
-def test_a_burst_longer_than_max_delay_runs_at_the_deadline_and_once_more_after(world):
+def slow_item_reads(monkeypatch, seconds: float, when) -> None:
+    """Reads of the trigger's item take `seconds` of real time, reading no clock, while `when()` holds
+    (a loaded machine): longer than the uploads and jumps the scenario makes meanwhile."""
+    from moto.dynamodb.responses import DynamoHandler
+
+    get_item = DynamoHandler.get_item
+
+    def slow(self):
+        if self.body.get("TableName") == trigger_table_name(PROJECT) and when():
+            time.sleep(seconds)
+        return get_item(self)
+
+    monkeypatch.setattr(DynamoHandler, "get_item", slow)
+
+
+# The import task (120 s: two polls 60 s apart) comes between the window's close and the run.
+IMPORT_MINUTES = 2
+
+
+@pytest.mark.parametrize("read_seconds", [0, 1.5], ids=["fast", "slow-service"])
+def test_a_burst_longer_than_max_delay_runs_at_the_deadline_and_once_more_after(
+    world, monkeypatch, read_seconds
+):
+    """However long a state takes in real time, the clock does not move on while it works."""
     world = world()
+    deadline = world.clock.time() + 60 * MINUTE  # the first upload lands now
+    slow_item_reads(monkeypatch, read_seconds, when=lambda: world.clock.time() == deadline)
     upload_burst(world, 8, every_minutes=10)  # 80 minutes of uploads, max_delay_hours is 1
     world.run_until_idle()
 
     first, second = world.runs()
-    assert first["startDate"].timestamp() - upload_time(world, 0) <= 60 * MINUTE + 5 * MINUTE
+    assert first["startDate"].timestamp() - upload_time(world, 0) == 60 * MINUTE + IMPORT_MINUTES * MINUTE
     assert first["startDate"].timestamp() < upload_time(world, 7), "it did not wait for the burst to end"
     assert second["startDate"].timestamp() >= first["stopDate"].timestamp()
     assert [run["status"] for run in (first, second)] == ["SUCCEEDED", "SUCCEEDED"]
+
+
+def test_the_deadline_closes_the_window_with_no_event_after_it(world):
+    world = world()
+    upload_burst(world, 6, every_minutes=10)  # the last at minute 50: quiet would close it at 65
+    world.run_until_idle()
+
+    (run,) = world.runs()
+    assert run["startDate"].timestamp() - upload_time(world, 0) == 60 * MINUTE + IMPORT_MINUTES * MINUTE
 
 
 def test_the_same_files_again_start_no_training_and_say_so(world):
@@ -148,16 +191,19 @@ def test_new_data_during_a_run_starts_exactly_one_more_after_it(world):
     ],
 )
 def test_a_failed_or_stuck_fsx_import_ends_the_run_before_training_and_names_the_report(world, script, error):
+    """The failed window is retried once (failed_window_retries 1): its second import succeeds, then it
+    trains."""
     world = world(fsx_scripts=[script])
     upload_burst(world, 2, every_minutes=1)
     world.run_until_idle()
 
     (controller,) = [item for item in world.triggers() if item["status"] == "FAILED"]
     assert controller["error"] == error
-    (task,) = world.fsx.tasks
+    task, retried = world.fsx.tasks
     report = f"s3://{FAKE_VALUES['DatasetBucket']}/datasets/fsx-import-reports/{task['TaskId']}/failures.csv"
     assert report in controller["cause"]
-    assert world.runs() == []
+    (run,) = world.runs()
+    assert run["startDate"].timestamp() + 0.001 >= retried["EndTime"] >= task["CreationTime"] + 15 * MINUTE
     assert task["Lifecycle"] == ("FAILED" if script.outcome else "CANCELED")
     assert "controller" not in world.item()[PROFILE]
 
@@ -195,3 +241,101 @@ def test_the_trigger_definition_is_valid_for_aws_tools(templates, pipeline):
         for variant in ("fsx", "no-fsx")
     ]
     assert aws_validation(definitions) == [{"aslValidator": [], "languageService": []}] * 2
+
+
+def reachable(states: dict, start: str) -> set[str]:
+    """The states an execution can go through from `start` (Next, Default, Choices, Catch)."""
+    seen, todo = set(), [start]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        state = states[name]
+        todo += [step for step in (state.get("Next"), state.get("Default")) if step]
+        todo += [rule["Next"] for rule in state.get("Choices", []) + state.get("Catch", [])]
+    return seen
+
+
+def test_every_task_after_the_window_closes_catches_any_error_and_reaches_the_release(templates, pipeline):
+    from stacks.pipeline.trigger.triggered_run import RELEASE_STATES
+
+    for variant in ("fsx", "no-fsx"):
+        definition = trigger_machines(templates[variant], pipeline).definitions[TRIGGER_MACHINE]
+        states = json.loads(definition)["States"]
+        tasks = [name for name in reachable(states, "CloseWindow") if states[name]["Type"] == "Task"]
+        assert "ManifestFirstPage" in tasks and ("DescribeImport" in tasks) == (variant == "fsx")
+        for name in tasks:
+            (catch_all,) = [c for c in states[name].get("Catch", []) if "States.ALL" in c["ErrorEquals"]]
+            if name != "Release":
+                assert reachable(states, catch_all["Next"]) & set(RELEASE_STATES), f"{variant}: {name}"
+
+
+TRIGGER_MACHINE = f"{PROJECT}-retrain-trigger"
+
+
+def deny_listing(monkeypatch) -> None:
+    from moto.s3.exceptions import S3AccessDeniedError
+    from moto.s3.responses import S3Response
+
+    def denied(self):
+        raise S3AccessDeniedError()
+
+    monkeypatch.setattr(S3Response, "list_objects_v2", denied)
+
+
+def fail_describe(fsx: FakeFsx, monkeypatch) -> None:
+    from moto.core.exceptions import ServiceException
+
+    def failing(request):
+        raise ServiceException("InternalServerError", "An internal error occurred.")
+
+    monkeypatch.setattr(fsx, "describe", failing)
+
+
+@pytest.mark.parametrize(
+    ("inject", "error"),
+    [("listing", "DatasetListingFailed"), ("describe", "DatasetImportFailed")],
+)
+def test_a_persistent_failure_after_the_window_closes_frees_the_profile_and_a_later_upload_trains(
+    world, monkeypatch, inject, error
+):
+    with pytest.MonkeyPatch.context() as failure:
+        world = world()
+        if inject == "listing":
+            deny_listing(failure)
+        else:
+            fail_describe(world.fsx, failure)
+        upload_burst(world, 2, every_minutes=1)
+        world.run_until_idle()
+
+        failed = [item for item in world.triggers() if item["status"] == "FAILED"]
+        # The window and its one retry (failed_window_retries 1), both named.
+        assert [item["error"] for item in failed] == [error, error]
+        item = world.item()[PROFILE]
+        assert "controller" not in item and "firstEventMillis" not in item
+        last = json.loads(item["lastDecision"]["S"])
+        assert last["decision"] == "failed" and last["message"].startswith(error)
+        assert "No retries left" in last["message"]
+        assert world.runs() == []
+
+    world.advance(120 * MINUTE)
+    upload_burst(world, 1, every_minutes=1, name="later")
+    world.run_until_idle()
+
+    (run,) = world.runs()
+    assert run["status"] == "SUCCEEDED"
+    assert json.loads(world.item()[PROFILE]["lastDecision"]["S"])["decision"] == "trained"
+
+
+def test_a_failed_run_is_retried_once_the_prefix_has_been_quiet_again(world):
+    failing = [STARTING, failed("AlgorithmError: ExecuteUserScriptError:\nExitCode 1")]
+    world = world(job_scripts=[failing, [STARTING, COMPLETED]])
+    upload_burst(world, 2, every_minutes=1)
+    world.run_until_idle()
+
+    first, second = world.runs()
+    assert [first["status"], second["status"]] == ["FAILED", "SUCCEEDED"]
+    assert second["startDate"].timestamp() - first["stopDate"].timestamp() >= 15 * MINUTE
+    assert decisions(world)[-1] == "trained"
+    assert "failedWindows" not in world.item()[PROFILE]

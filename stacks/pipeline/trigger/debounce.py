@@ -16,6 +16,7 @@ from constructs import Construct
 
 from stacks.pipeline.jsonata_text import expression
 from stacks.pipeline.trigger.trigger_calls import CONDITION_FAILED, TriggerTable, number, text
+from stacks.pipeline.trigger.triggered_run import ERROR_TRIGGER_STATE_FAILED, caught
 from trainstack.trigger_settings import RetrainOnNewData
 
 _FIRST = "$number($window.firstEventMillis.N)"
@@ -39,7 +40,10 @@ class Debounce:
         trigger: RetrainOnNewData,
         lease_seconds: int,
         closed: sfn.IChainable,
+        release: sfn.IChainable,
     ) -> None:
+        """`release`: where any error of the controller's own calls goes (the profile freed, the window
+        left in the item for the next upload's execution)."""
         self.scope, self.table, self.trigger, self.lease_seconds = scope, table, trigger, lease_seconds
         read = table.read("ReadWindow", "window")
         record = self._record_event()
@@ -77,7 +81,16 @@ class Debounce:
             sfn.Condition.jsonata(expression("$states.input.handover = true")), take_over.next(read)
         )
         handover.otherwise(record.next(become.next(read)))
-        read.next(self._window_choice(read, closed, self._let_go_empty(read)))
+        empty = self._let_go_empty(read)
+        close = self._close(read, closed)
+        read.next(self._window_choice(read, close, empty))
+        for state in (read, close, empty):
+            state.add_catch(
+                release,
+                errors=["States.ALL"],
+                outputs={},
+                assign=caught(ERROR_TRIGGER_STATE_FAILED, '"Could not read or close the window"'),
+            )
         self.start = handover
 
     def _lease(self) -> dict:
@@ -107,23 +120,14 @@ class Debounce:
             condition="attribute_not_exists(firstEventMillis)",
         )
         let_go.add_catch(read, errors=[CONDITION_FAILED], outputs={})
-        return let_go.next(
+        let_go.next(
             sfn.Succeed.jsonata(
                 self.scope, "NoNewData", outputs={"decision": "no new data since the last run"}
             )
         )
+        return let_go
 
-    def _window_choice(
-        self, read: sfn.IChainable, closed: sfn.IChainable, empty: sfn.IChainable
-    ) -> sfn.Choice:
-        wait = sfn.Wait.jsonata(
-            self.scope,
-            "WaitForQuiet",
-            comment="Until the window could close: quiet_minutes after its last event, or its deadline.",
-            time=sfn.WaitTime.seconds(
-                expression(f"$max([1, $ceil(({window_closes_at(self.trigger)} - $millis()) / 1000)])")
-            ),
-        )
+    def _close(self, read: sfn.IChainable, closed: sfn.IChainable) -> sfn.TaskStateBase:
         close = self.table.update(
             "CloseWindow",
             "REMOVE firstEventMillis, lastEventMillis, pendingEvents",
@@ -133,14 +137,27 @@ class Debounce:
                 "window": expression(
                     '{"firstEventMillis": $number($window.firstEventMillis.N), '
                     '"lastEventMillis": $number($window.lastEventMillis.N), '
-                    '"events": $number($window.pendingEvents.N), "lastHash": $window.lastHash.S, '
-                    '"lastHashRun": $window.lastHashRun.S}'
+                    '"events": $number($window.pendingEvents.N), "lastEventKey": $window.lastEventKey.S, '
+                    '"lastHash": $window.lastHash.S, "lastHashRun": $window.lastHashRun.S}'
                 )
             },
         )
         # An event that arrived since ReadWindow moved the window on: look again.
         close.add_catch(read, errors=[CONDITION_FAILED], outputs={})
         close.next(closed)
+        return close
+
+    def _window_choice(
+        self, read: sfn.IChainable, close: sfn.IChainable, empty: sfn.IChainable
+    ) -> sfn.Choice:
+        wait = sfn.Wait.jsonata(
+            self.scope,
+            "WaitForQuiet",
+            comment="Until the window could close: quiet_minutes after its last event, or its deadline.",
+            time=sfn.WaitTime.seconds(
+                expression(f"$max([1, $ceil(({window_closes_at(self.trigger)} - $millis()) / 1000)])")
+            ),
+        )
         return (
             sfn.Choice.jsonata(self.scope, "IsWindowClosed")
             .when(sfn.Condition.jsonata(expression("$not($exists($window.firstEventMillis))")), empty)

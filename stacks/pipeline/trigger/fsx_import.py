@@ -10,9 +10,9 @@ its path must lie within the file system's link, the data repository association
 creating a task while another runs on the file system fails with DataRepositoryTaskExecuting.
 Assumed: Step Functions names FSx errors `FSx.<Code>Exception` (the AWS SDK for Java v2 client is FSxClient).
 
-Errors the run ends with: DatasetImportFailed (the task failed, was canceled or could not start; the cause
-names the report) and DatasetImportTimedOut (still running after fsx_import_timeout_minutes; it is
-canceled).
+Errors the run ends with: DatasetImportFailed (the task failed, was canceled, could not start or could
+not be followed; the cause names the report) and DatasetImportTimedOut (still running after
+fsx_import_timeout_minutes; it is canceled).
 """
 
 from __future__ import annotations
@@ -86,6 +86,21 @@ class FsxImport:
             outputs={},
         )
         describe.add_retry(errors=list(FSX_TRANSIENT_ERRORS), interval=Duration.seconds(5), max_attempts=5)
+        # Any other error, or the transient ones past their retries: the run fails, the controller lets go.
+        describe.add_catch(
+            failed,
+            errors=["States.ALL"],
+            outputs={},
+            assign={
+                "failure": expression(
+                    failure(
+                        ERROR_IMPORT_FAILED,
+                        f'"Could not follow FSx import task " & $importTask.TaskId & " of {import_path}: " '
+                        '& $states.errorOutput.Error & ": " & $states.errorOutput.Cause',
+                    )
+                )
+            },
+        )
         start.next(wait).next(describe).next(self._ended(import_path, wait, succeeded, failed))
         self.start = start
 

@@ -95,7 +95,14 @@ class RetrainTrigger(Construct):
             fsx=fsx,
             self_arn=self_arn,
         )
-        debounce = Debounce(self, table=table, trigger=trigger, lease_seconds=lease_seconds, closed=run.start)
+        debounce = Debounce(
+            self,
+            table=table,
+            trigger=trigger,
+            lease_seconds=lease_seconds,
+            closed=run.start,
+            release=run.release,
+        )
         self.state_machine, self.log_group = logged_state_machine(
             self, "StateMachine", name=name, chain=debounce.start, timeout=cdk.Duration.seconds(lease_seconds)
         )

@@ -18,10 +18,21 @@ from stacks.pipeline.dataset_manifest import DatasetManifest
 from stacks.pipeline.jsonata_text import expression, literal
 from stacks.pipeline.machine_kit import STEP_FUNCTIONS_ERROR, retry_must_succeed_call
 from stacks.pipeline.trigger.fsx_import import FsxImport, failure
-from stacks.pipeline.trigger.trigger_calls import CONDITION_FAILED, TriggerTable, text
+from stacks.pipeline.trigger.trigger_calls import CONDITION_FAILED, TriggerTable, number, text
 from trainstack.trigger_settings import RetrainOnNewData, profile_key
 
 ERROR_TRAINING_RUN_FAILED = "TriggeredRunFailed"
+ERROR_LISTING_FAILED = "DatasetListingFailed"
+ERROR_TRIGGER_STATE_FAILED = "TriggerStateFailed"
+# The states that free the profile: every Task after CloseWindow reaches one of them on any error.
+RELEASE_STATES = ("LetGo", "Release")
+_ERROR_TEXT = '$states.errorOutput.Error & ": " & $states.errorOutput.Cause'
+
+
+def caught(error: str, what: str) -> dict[str, str]:
+    """The assign of a Catch on States.ALL: $failure named `error`, its cause `what` (JSONata text) and
+    the error caught."""
+    return {"failure": expression(failure(error, f'{what} & ": " & {_ERROR_TEXT}'))}
 
 
 def decision(kind: str, message: str, extra: str = "") -> str:
@@ -58,7 +69,9 @@ class TriggeredRun:
     ) -> None:
         self.scope, self.table, self.trigger = scope, table, trigger
         finish = self._finish()
+        self.release = self._release(finish)
         after = self._let_go_or_hand_over(finish, self_arn)
+        self.failed = self._record_failure(after)
         manifest = DatasetManifest(
             scope,
             "Manifest",
@@ -66,13 +79,18 @@ class TriggeredRun:
             bucket_name=dataset_bucket_name,
             prefix=literal(trigger.prefix),
         )
+        manifest.add_catch(
+            self.failed,
+            assign=caught(ERROR_LISTING_FAILED, f'"Could not list s3://<datasets>/{trigger.prefix}"'),
+        )
         unchanged = table.update(
             "RecordUnchanged",
-            "SET lastDecision = :decision",
+            "SET lastDecision = :decision REMOVE failedWindows",
             {":decision": text("$string($result)")},
         )
+        unchanged.add_catch(after, errors=["States.ALL"], outputs={})
         run = self._run(pipeline, after)
-        first = run if fsx is None else self._import(fsx, run, after)
+        first = run if fsx is None else self._import(fsx, run)
         stamp = "$fromMillis($millis(), '[Y0001][M01][D01]-[H01][m01][s01]')"
         prepare = sfn.Pass.jsonata(
             scope,
@@ -104,8 +122,7 @@ class TriggeredRun:
         )
         self.start = prepare.next(manifest).next(is_new)
 
-    def _import(self, fsx: FsxTarget, run: sfn.IChainable, after: sfn.IChainable) -> sfn.IChainable:
-        failed = self._record_failure(after, "ImportFailed")
+    def _import(self, fsx: FsxTarget, run: sfn.IChainable) -> sfn.IChainable:
         return FsxImport(
             self.scope,
             file_system_id=fsx.file_system_id,
@@ -114,7 +131,7 @@ class TriggeredRun:
             report_path=fsx.report_path,
             timeout_minutes=self.trigger.fsx_import_timeout_minutes,
             succeeded=run,
-            failed=failed,
+            failed=self.failed,
         ).start
 
     def _run(self, pipeline: sfn.IStateMachine, after: sfn.IChainable) -> sfn.IChainable:
@@ -142,7 +159,7 @@ class TriggeredRun:
             outputs={},
         )
         run.add_catch(
-            self._record_failure(after, "RunFailed"),
+            self.failed,
             errors=["States.ALL"],
             outputs={},
             assign={
@@ -157,23 +174,69 @@ class TriggeredRun:
         )
         succeeded = self.table.update(
             "RecordSuccess",
-            "SET lastHash = :hash, lastHashRun = :run, lastDecision = :decision",
+            "SET lastHash = :hash, lastHashRun = :run, lastDecision = :decision REMOVE failedWindows",
             {
                 ":hash": text("$datasetManifest.hash"),
                 ":run": text("$runName"),
                 ":decision": text("$string($result)"),
             },
         )
+        # Trained; without the record the next window trains the same data again (costly, not lost).
+        succeeded.add_catch(after, errors=["States.ALL"], outputs={})
         return run.next(succeeded.next(after))
 
-    def _record_failure(self, after: sfn.IChainable, name: str) -> sfn.IChainable:
-        failed = decision("failed", '$failure.error & ": " & $failure.cause')
-        return self.table.update(
-            f"Record{name}",
-            "SET lastDecision = :decision",
-            {":decision": text(f"$string({failed})")},
-            assign={"result": expression(failed)},
-        ).next(after)
+    def _record_failure(self, after: sfn.IChainable) -> sfn.IChainable:
+        """lastDecision `failed`; while retries are left the window opens again (the run is retried once
+        the prefix has been quiet for quiet_minutes, through the hand-over), else the count starts over."""
+        retries = self.trigger.failed_window_retries
+        quiet = self.trigger.quiet_minutes
+
+        def failed(then: str) -> str:
+            return decision("failed", f'$failure.error & ": " & $failure.cause & {literal(then)}')
+
+        again = f". It runs again once the prefix has been quiet for {quiet} min (at most {retries} retries)."
+        final = ". No retries left: the next upload's window runs it."
+        retry = self.table.update(
+            "RecordFailure",
+            "SET lastDecision = :decision, firstEventMillis = if_not_exists(firstEventMillis, :now), "
+            "lastEventMillis = if_not_exists(lastEventMillis, :now), "
+            "pendingEvents = if_not_exists(pendingEvents, :zero), "
+            "lastEventKey = if_not_exists(lastEventKey, :key) "
+            "ADD failedWindows :one",
+            {
+                ":decision": text(f"$string({failed(again)})"),
+                ":now": number("$millis()"),
+                ":zero": {"N": "0"},
+                ":one": {"N": "1"},
+                ":key": {"S": "(retry of a failed window)"},
+                ":retries": {"N": str(retries)},
+            },
+            condition="attribute_not_exists(failedWindows) OR failedWindows < :retries",
+            assign={"result": expression(failed(again))},
+        )
+        give_up = self.table.update(
+            "RecordFailureNoRetry",
+            "SET lastDecision = :decision REMOVE failedWindows",
+            {":decision": text(f"$string({failed(final)})")},
+            assign={"result": expression(failed(final))},
+        )
+        retry.add_catch(give_up, errors=[CONDITION_FAILED], outputs={})
+        for state in (retry, give_up):
+            state.add_catch(after, errors=["States.ALL"], outputs={})
+        retry.next(after)
+        give_up.next(after)
+        return retry
+
+    def _release(self, finish: sfn.IChainable) -> sfn.IChainable:
+        """The profile freed as it stands (an open window stays: the next upload takes it over)."""
+        release = self.table.update(
+            "Release",
+            "REMOVE controller, controllerUntil",
+            {":me": text("$states.context.Execution.Name")},
+            condition="controller = :me",
+        )
+        release.add_catch(finish, errors=["States.ALL"], outputs={})
+        return release.next(finish)
 
     def _let_go_or_hand_over(self, finish: sfn.IChainable, self_arn: str) -> sfn.IChainable:
         let_go = self.table.update(
@@ -199,6 +262,13 @@ class TriggeredRun:
         )
         retry_must_succeed_call(hand_over, [STEP_FUNCTIONS_ERROR, "Sfn.ExecutionLimitExceededException"])
         let_go.add_catch(hand_over, errors=[CONDITION_FAILED], outputs={})
+        for state, what in ((let_go, "let go of"), (hand_over, "hand over")):
+            state.add_catch(
+                self.release,
+                errors=["States.ALL"],
+                outputs={},
+                assign=caught(ERROR_TRIGGER_STATE_FAILED, f'"Could not {what} the profile"'),
+            )
         let_go.next(finish)
         hand_over.next(finish)
         return let_go
