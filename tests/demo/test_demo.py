@@ -132,7 +132,7 @@ def test_the_retraining_is_approved_and_the_worse_second_run_is_rejected_with_th
     approved = re.search(r"registry: run \S+: version 1 Approved \(evaluation loss ([0-9.]+)\)", demo.out)
     rejected = re.search(
         r"registry: run \S+-worse: version 2 Rejected \(evaluation loss ([0-9.]+)\): rejected, worse than "
-        r"the approved model: evaluation loss \S+ vs \S+ of Approved version 1",
+        r"the best approved model: evaluation loss \S+ vs \S+ of Approved version 1",
         demo.out,
     )
     assert approved and rejected, demo.out

@@ -19,6 +19,8 @@ from trainstack.config_loading import parse_settings
 PROJECT = "trainstack"
 # codeVersion in the registration machine's profile table, however the definition string escapes its quotes.
 CODE_VERSION = re.compile(r"(codeVersion\W+)(?:[0-9a-f]{40}(?:-dirty)?|unknown)")
+# ... and codeRepository its `origin` remote, which differs from one clone to the next.
+CODE_REPOSITORY = re.compile(r'(codeRepository[\\"]*:[\\"]*)[^\\"]*')
 
 
 def policy_statements(template: dict[str, Any], role_prefix: str) -> list[dict[str, Any]]:
@@ -252,4 +254,5 @@ def test_profile_schedule_starts_the_pipeline_with_that_profile(scheduled_app):
 def test_template_snapshot(pipeline, snapshot):
     # The registry's code.version is the git revision of this checkout (trainstack.registry.code_version).
     masked = CODE_VERSION.sub(r"\1<code-version>", json.dumps(mask_asset_hashes(pipeline.template)))
+    masked = CODE_REPOSITORY.sub(r"\1<code-repository>", masked)
     assert json.loads(masked) == snapshot
