@@ -20,12 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import aws_cdk as cdk
-from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from stacks.checkov_skips import skip_checkov
+from stacks.pipeline.claim_tables import claim_table
 from stacks.pipeline.jsonata_text import expression, literal
 from stacks.pipeline.machine_kit import retry_must_succeed_call
 from stacks.pipeline.trigger.trigger_calls import CONDITION_FAILED, DYNAMODB_TRANSIENT_ERRORS
@@ -44,22 +43,13 @@ class RunNameTable:
 
 
 def run_names_table(scope: Construct, project: str) -> RunNameTable:
-    table = dynamodb.Table(
+    table = claim_table(
         scope,
         "RunNames",
-        table_name=run_names_table_name(project),
-        partition_key=dynamodb.Attribute(name=RUN_NAME_KEY, type=dynamodb.AttributeType.STRING),
-        billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
-        # KMS with DynamoDB's AWS managed key (CT.DYNAMODB.PR.2), as the trigger table.
-        encryption=dynamodb.TableEncryption.AWS_MANAGED,
-        point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
-            point_in_time_recovery_enabled=True
-        ),
-        removal_policy=cdk.RemovalPolicy.RETAIN,  # the names stay used after a redeploy, as job names do
-    )
-    skip_checkov(
-        table,
-        {"CKV_AWS_119": "Run names and execution ARNs: the AWS managed KMS key (aws/dynamodb) suffices."},
+        name=run_names_table_name(project),
+        key=RUN_NAME_KEY,
+        removal=cdk.RemovalPolicy.RETAIN,  # the names stay used after a redeploy, as job names do
+        holds="Run names and execution ARNs",
     )
     # The literal name in the definitions (no reference for the emulator and the IAM tests to resolve).
     return RunNameTable(run_names_table_name(project), table.table_arn)

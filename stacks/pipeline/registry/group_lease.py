@@ -15,12 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import aws_cdk as cdk
-from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from stacks.checkov_skips import skip_checkov
+from stacks.pipeline.claim_tables import claim_table
 from stacks.pipeline.machine_kit import retry_must_succeed_call
 from stacks.pipeline.trigger.trigger_calls import CONDITION_FAILED, DYNAMODB_TRANSIENT_ERRORS, number, text
 from trainstack.registry import LEASE_KEY, LEASE_SECONDS, LEASE_WAIT_SECONDS, lease_table_name
@@ -35,21 +34,13 @@ class LeaseTable:
 
 
 def lease_table(scope: Construct, project: str) -> LeaseTable:
-    table = dynamodb.Table(
+    table = claim_table(
         scope,
         "GroupLeases",
-        table_name=lease_table_name(project),
-        partition_key=dynamodb.Attribute(name=LEASE_KEY, type=dynamodb.AttributeType.STRING),
-        billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
-        encryption=dynamodb.TableEncryption.AWS_MANAGED,
-        point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
-            point_in_time_recovery_enabled=True
-        ),
-        removal_policy=cdk.RemovalPolicy.DESTROY,  # leases last minutes: nothing to keep
-    )
-    skip_checkov(
-        table,
-        {"CKV_AWS_119": "Group names and execution ARNs: the AWS managed KMS key (aws/dynamodb) suffices."},
+        name=lease_table_name(project),
+        key=LEASE_KEY,
+        removal=cdk.RemovalPolicy.DESTROY,  # leases last minutes: nothing to keep
+        holds="Group names and execution ARNs",
     )
     return LeaseTable(lease_table_name(project), table.table_arn)
 
