@@ -15,6 +15,7 @@ from stacks.pipeline.pipeline_stack import PipelineStack
 from stacks.pipeline.queue.queue_stack import QueueStack
 from stacks.storage.storage_stack import StorageStack
 from trainstack.config import Settings
+from trainstack.express_buckets import express_buckets
 from trainstack.pipeline_runs import all_pipeline_runs, shared_queue
 
 
@@ -96,6 +97,7 @@ def storage_stack(app: cdk.App, settings: Settings, network: NetworkStack, **kwa
         access_logs_bucket=settings.access_logs_bucket,
         dataset_events=settings.retrain_on_new_data is not None,
         encryption=settings.encryption,
+        express=express_buckets(settings),
         network=network,
         **kwargs,
     )

@@ -4,7 +4,8 @@
   checkpoint prefix before training starts.
 - `s3-direct`: DCP writes and reads through `s3torchconnector` in the checkpoint bucket; each rank reads
   only its own shards and SageMaker's sync is off.
-- `s3-express`: the same, in an S3 directory bucket (S3 Express One Zone) in the training AZ.
+- `s3-express`: the same, in an S3 directory bucket (S3 Express One Zone) in the training AZ, one per team
+  (trainstack/express_buckets.py).
 - `fsx`: the team's directory on the mounted FSx for Lustre file system, exported to S3 for durability.
 """
 
@@ -15,5 +16,3 @@ from typing import Literal, get_args
 CheckpointStore = Literal["sagemaker-sync", "s3-direct", "s3-express", "fsx"]
 CHECKPOINT_STORES: tuple[str, ...] = get_args(CheckpointStore)
 DEFAULT_CHECKPOINT_STORE: CheckpointStore = "sagemaker-sync"
-# Stores the planner forecasts but the config refuses, with why (docs/training.md, "Checkpoint stores").
-NOT_BUILT_YET: dict[str, str] = {"s3-express": "the storage stack builds no directory bucket"}

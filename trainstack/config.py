@@ -16,8 +16,8 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from trainstack.base import StrictModel, matching
-from trainstack.checkpoint_stores import CHECKPOINT_STORES, NOT_BUILT_YET
 from trainstack.encryption_settings import KMS_KEY_ARN, EncryptionSettings, check_key_region
+from trainstack.express_buckets import check_express_buckets
 from trainstack.fault_model import FaultModel, inherit_fault_model
 from trainstack.fsx_sizing import FsxPlan, FsxSettings, plan_for
 from trainstack.governance import BOOTSTRAP_QUALIFIER, CONTROL_TOWER, Compliance, IamSettings
@@ -350,16 +350,10 @@ class Settings(StrictModel):
                     f"profiles.{index}.checkpoint_store: fsx needs a PERSISTENT_2 file system (SCRATCH_2 "
                     "keeps one copy, lost with its file server); choose sagemaker-sync or s3-direct"
                 )
-            if store in NOT_BUILT_YET:
-                # s3-express: a directory bucket's CreateSession opens the whole bucket, so isolating teams
-                # needs a bucket per team, which the storage stack does not build yet (docs/training.md).
-                built = [name for name in CHECKPOINT_STORES if name not in NOT_BUILT_YET]
-                raise ValueError(
-                    f"profiles.{index}.checkpoint_store: {store} is not available yet "
-                    f"({NOT_BUILT_YET[store]}); "
-                    f"choose {', '.join(built[:-1])} or {built[-1]}"
-                )
         return self
+
+    # After _placement: the bucket names need the account and the zone.
+    _express_buckets = model_validator(mode="after")(check_express_buckets)
 
     @model_validator(mode="after")
     def _fsx_fits(self) -> Settings:

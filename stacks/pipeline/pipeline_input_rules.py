@@ -30,6 +30,7 @@ from trainstack.execution_input import (
     input_rules,
     message_context,
 )
+from trainstack.express_buckets import EXPRESS_STORE
 from trainstack.hyperparameter_reading import (
     CHECKED_FLAGS,
     CHECKED_NAMES,
@@ -56,10 +57,12 @@ def _conditions(settings: RunConfig) -> dict[tuple[str, str], str]:
     names = literal([profile.name for profile in settings.profiles])
     prefix = f"{settings.project}-"
     limits = settings.limits
-    # s3://<checkpoint or artifact bucket>/<namespace>-: the buckets' names are filled in at deploy time.
-    run_prefixes = literal(
-        [f"s3://{placeholder(bucket)}/{prefix}" for bucket in ("CheckpointBucket", "ArtifactBucket")]
-    )
+    # s3://<checkpoint or artifact bucket>/<namespace>-, and the namespace's s3-express directory bucket
+    # when its profiles use one: the buckets' names are filled in at deploy time.
+    buckets = ["CheckpointBucket", "ArtifactBucket"]
+    if any(profile.checkpoint_store == EXPRESS_STORE for profile in settings.profiles):
+        buckets.append("ExpressCheckpointBucket")
+    run_prefixes = literal([f"s3://{placeholder(bucket)}/{prefix}" for bucket in buckets])
     return {
         ("", "object"): '$type($raw) = "object"',
         ("", "known-fields"): "$count($unknown) = 0",

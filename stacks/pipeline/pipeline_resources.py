@@ -60,4 +60,5 @@ def pipeline_resources(
         file_system_directory_path=dataset.file_system_directory_path,
         kms_key_arn=storage.run_data_key.key_arn if storage.run_data_key is not None else None,
         checkpoint_file_system_path=dataset.checkpoint_file_system_path,
+        express_checkpoint_bucket=storage.express_checkpoints.bucket_name(project),
     )

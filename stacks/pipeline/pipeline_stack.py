@@ -343,6 +343,14 @@ def _grant_data(role: iam.Role, project: str, storage: StorageStack, dataset_pre
             resources=[bucket.arn_for_objects(f"{project}-*") for bucket in run_buckets],
         )
     )
+    if (express := storage.express_checkpoints.bucket_arn(project)) is not None:
+        # s3-express: a session on the team's own directory bucket authorizes every object call in it
+        # (s3torchconnector's CRT client creates ReadWrite sessions); CreateSession has no narrower resource.
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="ExpressCheckpoints", actions=["s3express:CreateSession"], resources=[express]
+            )
+        )
     if storage.encryption_key is not None:
         # SSE-KMS reads and writes (multipart uploads decrypt too): no wildcard actions.
         storage.encryption_key.grant(role, "kms:Decrypt", "kms:GenerateDataKey")

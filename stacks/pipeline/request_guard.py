@@ -24,12 +24,15 @@ from constructs import Construct
 
 from stacks.pipeline.jsonata_text import expression, literal
 from trainstack.job_request import PipelineResources, RunRequest, build_create_training_job_request
+from trainstack.jsonata_regex import regex_literal
 from trainstack.pipeline_runs import PipelineRuns
 from trainstack.planning.setups import instance_count_problem
 from trainstack.profiles import MAX_RUNTIME_HOURS_LIMIT, Profile
 from trainstack.teams import MAX_INSTANCE_COUNT
 
 ERROR_REQUEST_REFUSED = "RequestRefused"
+# A location in a directory bucket (S3 user guide, "Directory bucket naming rules": names end `--x-s3`).
+DIRECTORY_BUCKET_URI = r"^s3://[^/]+--x-s3/"
 
 
 def largest_count(profile: Profile, queue_max: int | None, max_count: int = MAX_INSTANCE_COUNT) -> int:
@@ -92,6 +95,9 @@ def allowed_requests(
     prefix = resources.job_name_prefix
     checkpoints = f"s3://{resources.checkpoint_bucket}/{prefix}"
     artifacts = f"s3://{resources.artifact_bucket}/{prefix}"
+    # The s3-express store's directory bucket (the team's own), where its profiles use one.
+    express = resources.express_checkpoint_bucket
+    express_checkpoints = f"s3://{express}/{prefix}" if express is not None else None
     queue = runs.queue
     file_system = (
         {"id": resources.file_system_id, "directoryPath": resources.file_system_directory_path.rstrip("/")}
@@ -110,6 +116,7 @@ def allowed_requests(
         "maxRuntimeSeconds": longest_runtime_seconds(profiles, runs.limits.max_runtime_hours),
         "jobNamePrefix": prefix,
         "checkpoints": checkpoints,
+        "expressCheckpoints": express_checkpoints,
         "artifacts": artifacts,
         # A channel reads the dataset, the profiles' evaluation sets (an evaluation job, which runs in the
         # attempt machine), or what a run of this project wrote (resumeFrom, a model).
@@ -117,6 +124,7 @@ def allowed_requests(
             f"s3://{resources.dataset_bucket}/{resources.dataset_prefix}",
             *evaluation_sets(profiles, resources),
             checkpoints,
+            *([express_checkpoints] if express_checkpoints else []),
             artifacts,
         ],
         "fileSystem": file_system,
@@ -210,6 +218,14 @@ def _location_rules(named: bool) -> list[tuple[str, str]]:
         (
             "$exists($r.CheckpointConfig) and $not($under($r.CheckpointConfig.S3Uri, [$g.checkpoints]))",
             '"CheckpointConfig.S3Uri must lie under " & $g.checkpoints & "."',
+        ),
+        (
+            f'($d := $r.HyperParameters.checkpoint_dir; $type($d) = "string" and '
+            f"$contains($d, {regex_literal(DIRECTORY_BUCKET_URI)}) and "
+            "$not($g.expressCheckpoints and $under($d, [$g.expressCheckpoints])))",
+            '"HyperParameters.checkpoint_dir: " & ($g.expressCheckpoints ? "a directory bucket location '
+            'must lie under " & $g.expressCheckpoints & "." : "no directory bucket is allowed: no profile '
+            'of the pipeline uses the s3-express store.")',
         ),
         (
             "$not($under($r.OutputDataConfig.S3OutputPath, [$g.artifacts]))",

@@ -146,6 +146,8 @@ def substitution_names(resources: PipelineResources) -> dict[str, str]:
         )
     if resources.kms_key_arn is not None:
         names["RunDataKeyArn"] = "kms_key_arn"
+    if resources.express_checkpoint_bucket is not None:
+        names["ExpressCheckpointBucket"] = "express_checkpoint_bucket"
     return names
 
 

@@ -35,10 +35,12 @@ from constructs import Construct
 from stacks.checkov_skips import skip_checkov
 from stacks.network.network_stack import NetworkStack
 from stacks.run_data_key import allow_pipeline_logs
+from stacks.storage.express_checkpoints import ExpressCheckpoints
 from stacks.validation import acknowledge
 from trainstack.config import CheckpointSettings, DatasetSettings
 from trainstack.dataset_events import existing_bucket_warning
 from trainstack.encryption_settings import EncryptionSettings
+from trainstack.express_buckets import ExpressBuckets
 from trainstack.fsx_sizing import FsxPlan
 
 ABORT_INCOMPLETE_UPLOADS_AFTER = cdk.Duration.days(7)
@@ -55,6 +57,7 @@ class StorageStack(cdk.Stack):
     dataset_bucket: s3.IBucket
     dataset_prefix: str
     checkpoint_bucket: s3.IBucket
+    express_checkpoints: ExpressCheckpoints
     artifact_bucket: s3.IBucket
     access_log_bucket: s3.IBucket
     encryption_key: kms.Key | None
@@ -79,6 +82,7 @@ class StorageStack(cdk.Stack):
         access_logs_bucket: str | None,
         network: NetworkStack,
         encryption: EncryptionSettings,
+        express: ExpressBuckets | None = None,  # the s3-express store's directory buckets
         dataset_events: bool = False,  # retrain_on_new_data listens to the dataset bucket's events
         **kwargs,
     ) -> None:
@@ -126,6 +130,13 @@ class StorageStack(cdk.Stack):
             noncurrent_kept_for=cdk.Duration.days(checkpoints.noncurrent_version_days),
             expiration=cdk.Duration.days(checkpoints.retention_days),
             key=run_bucket_key,
+        )
+        self.express_checkpoints = ExpressCheckpoints(
+            self,
+            "ExpressCheckpoints",
+            buckets=express or ExpressBuckets(None, {}),
+            key=run_bucket_key,
+            retention_days=checkpoints.retention_days,
         )
         # Versioned, for longer: model artifacts are the product of paid training, written once per job
         # and read later (resumeFrom, a profile's init_from); a bad overwrite or delete must be undoable.

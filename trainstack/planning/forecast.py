@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from training_scripts.metrics import WARMUP_STEPS
-from trainstack.checkpoint_stores import CHECKPOINT_STORES, DEFAULT_CHECKPOINT_STORE, NOT_BUILT_YET
+from trainstack.checkpoint_stores import CHECKPOINT_STORES, DEFAULT_CHECKPOINT_STORE
 from trainstack.fault_model import HEALTHY_INSTANCE_SHARE, FaultModel
 from trainstack.in_job_restarts import TORCHRUN_STRATEGIES, InJobRestartPolicy
 from trainstack.planning.checkpoints import GB
@@ -211,17 +211,12 @@ def best_store(item: Plan, faults: FaultModel, asynchronous: bool, in_job: bool 
 
 
 def store_sentence(best: Forecast, other: Forecast) -> str:
-    """Why `best`'s store beats `other`'s, in one sentence (saying so when the config refuses it yet)."""
+    """Why `best`'s store beats `other`'s, in one sentence."""
     store = best.costs.store
-    later = (
-        f" (forecast only: {store} is not available yet, {NOT_BUILT_YET[store]})"
-        if store in NOT_BUILT_YET
-        else ""
-    )
     if store == other.costs.store:
-        return f"checkpoint_store {store} gives the most goodput here ({_figures(best)}){later}."
+        return f"checkpoint_store {store} gives the most goodput here ({_figures(best)})."
     return (
-        f"checkpoint_store {store} gives the most goodput here ({_figures(best)}){later}: a new job "
+        f"checkpoint_store {store} gives the most goodput here ({_figures(best)}): a new job "
         f"restores in {best.costs.download:,.0f} s and a save is durable {best.costs.durable_after:,.0f} s "
         f"after it blocks, against {other.costs.download:,.0f} s and {other.costs.durable_after:,.0f} s "
         f"with {other.costs.store} ({_figures(other)})."
