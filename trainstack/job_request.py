@@ -57,6 +57,8 @@ Choices made here:
   EnableInterContainerTrafficEncryption.
 - Environment PET_MAX_RESTARTS (torchrun and smp profiles): torchrun's restarts inside the job, from
   the profile's in_job_restarts (trainstack/in_job_restarts.py).
+- Environment AWS_REGION (s3-express profiles): the Region s3torchconnector signs for and whose zonal
+  endpoint serves the directory bucket.
 - Environment TRAINSTACK_EXPECTED_GPUS: GPUs per instance from the catalog, which the container's
   preflight compares with the GPUs it sees. Set only when every preferred type has the same number
   (the request cannot know which type SageMaker will pick); otherwise the preflight skips the check.
@@ -82,6 +84,8 @@ TRAIN_CHANNEL = "train"
 CHECKPOINT_CHANNEL = "checkpoints"
 CHECKPOINT_CHANNEL_PATH = f"/opt/ml/input/data/{CHECKPOINT_CHANNEL}/"
 RESUME_CHANNEL = "resume"
+# Where s3torchconnector's client (training_scripts/checkpoint_storage.py) reads the Region from.
+REGION_ENV = "AWS_REGION"
 EXECUTION_TAG = "trainstack:execution"
 RUN_TAG = "trainstack:run"
 # The pipeline's project (config `project`): the sweepers stop only jobs of their own namespace, whatever
@@ -113,6 +117,9 @@ class PipelineResources:
     kms_key_arn: str | None = None
     # The s3-express store's directory bucket; None: no profile uses it.
     express_checkpoint_bucket: str | None = None
+    # The deployment's Region, which s3torchconnector's client needs for a directory bucket's zonal
+    # endpoint (s3express-<zone id>.<region>.amazonaws.com); None: no profile uses s3-express.
+    region: str | None = None
     # "/<mountName>/<path>" of the fsx store's checkpoint directory (the team's) on the file system.
     checkpoint_file_system_path: str | None = None
 
@@ -249,6 +256,10 @@ def base_request(profile: Profile, resources: PipelineResources) -> dict[str, An
     if profile.checkpoint_store == "fsx":
         request["InputDataConfig"].append(_checkpoint_channel(resources))
         request["HyperParameters"]["checkpoint_dir_shared"] = "true"
+    if profile.checkpoint_store == "s3-express":
+        # SageMaker's own variables name no Region for certain (the toolkit reads a `sagemaker_region`
+        # hyperparameter, which only the Python SDK sends): the request says it.
+        request["Environment"][REGION_ENV] = _express_region(resources)
     if resources.kms_key_arn is not None:
         request["OutputDataConfig"]["KmsKeyId"] = resources.kms_key_arn
     if profile.inter_container_traffic_encryption:
@@ -314,6 +325,12 @@ def _resource_config(profile: Profile, kms_key_arn: str | None) -> dict[str, Any
     if profile.keep_alive_seconds:
         config["KeepAlivePeriodInSeconds"] = profile.keep_alive_seconds
     return config
+
+
+def _express_region(resources: PipelineResources) -> str:
+    if resources.region is None:
+        raise ValueError("checkpoint_store s3-express needs the deployment's Region")
+    return resources.region
 
 
 def _environment(profile: Profile) -> dict[str, str]:

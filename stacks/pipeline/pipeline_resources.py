@@ -61,4 +61,5 @@ def pipeline_resources(
         kms_key_arn=storage.run_data_key.key_arn if storage.run_data_key is not None else None,
         checkpoint_file_system_path=dataset.checkpoint_file_system_path,
         express_checkpoint_bucket=storage.express_checkpoints.bucket_name(project),
+        region=storage.region,
     )

@@ -14,14 +14,17 @@ from tests.domain.sagemaker_model import problems
 from tests.domain.test_job_request import EXECUTION, custom
 from trainstack.checkpoint_stores import CHECKPOINT_STORES
 from trainstack.config_loading import ConfigError, parse_settings
+from trainstack.express_buckets import ExpressBuckets, express_buckets
 from trainstack.job_request import RunRequest, build_create_training_job_request
 
 RESOURCES = dataclasses.replace(
     FSX_RESOURCES,
     express_checkpoint_bucket="trainstack-checkpoints--use1-az4--x-s3",
+    region="us-east-1",
     checkpoint_file_system_path="/abcdefgh/checkpoints/trainstack",
 )
 RUN = RunRequest(profile="custom", run_name="trainstack-run")
+CAPS = {"max_instances": 4, "max_runtime_hours": 72, "max_cost_usd": 1_000_000}
 WHERE = {
     "sagemaker-sync": None,
     "s3-direct": "s3://trainstack-checkpoints/trainstack-run/",
@@ -55,6 +58,10 @@ def test_each_store_builds_a_valid_request_naming_its_checkpoint_location(store)
         }
     else:
         assert "checkpoints" not in channels and "checkpoint_dir_shared" not in hyperparameters
+    # s3-express: the connector's Region, for the directory bucket's zonal endpoint
+    assert ("AWS_REGION" in request["Environment"]) == (store == "s3-express")
+    if store == "s3-express":
+        assert request["Environment"]["AWS_REGION"] == "us-east-1"
 
 
 def test_a_run_cannot_point_train_py_elsewhere():
@@ -71,8 +78,9 @@ def test_a_run_cannot_point_train_py_elsewhere():
         ),
         (
             {"checkpoint_store": "s3-express"},
-            "profiles.0.checkpoint_store: s3-express is not available yet (the storage stack builds no "
-            "directory bucket); choose sagemaker-sync, s3-direct or fsx",
+            "profiles.0.checkpoint_store: s3-express needs the training AZ by id (availability_zone_id, "
+            "like use1-az4, instead of availability_zone us-east-1a): S3 names a directory bucket's zone by "
+            "AZ id",
         ),
     ],
 )
@@ -103,3 +111,41 @@ def test_fsx_checkpoints_need_a_persistent_file_system():
         parse_settings(data, {}, source="config.yaml")
     data["fsx"]["deployment_type"] = "PERSISTENT_2"
     assert parse_settings(data, {}, source="config.yaml").profiles[0].checkpoint_store == "fsx"
+
+
+def test_s3_express_names_one_directory_bucket_per_team_in_the_training_zone():
+    """Without teams the project's bucket; with teams one per team that runs an s3-express profile, each
+    `<namespace>-ckpt-<account>--<zone id>--x-s3` (S3's directory bucket naming rules)."""
+    data = default_config_data()
+    del data["availability_zone"]
+    data["availability_zone_id"] = "use1-az4"
+    data["profiles"][1]["checkpoint_store"] = "s3-express"
+    settings = parse_settings(data, {}, source="config.yaml")
+    assert express_buckets(settings) == ExpressBuckets(
+        "use1-az4", {"trainstack": "trainstack-ckpt-111111111111--use1-az4--x-s3"}
+    )
+    first, second = data["profiles"][0]["name"], data["profiles"][1]["name"]
+    principals = {"principals": ["arn:aws:iam::111111111111:role/ml"], **CAPS}
+    data["teams"] = [
+        {"name": "alpha", "profiles": [first], **principals},
+        {"name": "beta", "profiles": [first, second], **principals},
+    ]
+    assert express_buckets(parse_settings(data, {}, source="config.yaml")).names == {
+        "trainstack-beta": "trainstack-beta-ckpt-111111111111--use1-az4--x-s3"
+    }
+
+
+def test_a_directory_bucket_name_s3_would_refuse_is_named_in_one_sentence():
+    """S3 allows 63 characters: the longest project (21) and team (12) names leave no room for the suffix."""
+    data = default_config_data()
+    del data["availability_zone"]
+    data["availability_zone_id"] = "use1-az4"
+    data["project"] = "a" * 21
+    data["profiles"][1].update(checkpoint_store="s3-express", name="p")  # run names leave room
+    data["teams"] = [
+        {"name": "b" * 12, "profiles": ["p"], "principals": ["arn:aws:iam::111111111111:role/ml"], **CAPS}
+    ]
+    name = f"{'a' * 21}-{'b' * 12}-ckpt-111111111111--use1-az4--x-s3"
+    refusal = f"project: the s3-express directory bucket {name} is not a name S3 accepts (68 characters"
+    with pytest.raises(ConfigError, match=re.escape(refusal)):
+        parse_settings(data, {}, source="config.yaml")

@@ -155,6 +155,8 @@ class DeployedApp:
             "AWS::IAM::Role": lambda: self._name(stack, name, "RoleName"),
             "AWS::IAM::ManagedPolicy": lambda: self._attribute(stack, name, "PolicyArn"),
             "AWS::S3::Bucket": lambda: self._name(stack, name, "BucketName").lower(),
+            # AWS::S3Express::DirectoryBucket's return values (template reference): Ref the name, Arn below.
+            "AWS::S3Express::DirectoryBucket": lambda: self._name(stack, name, "BucketName"),
             "AWS::StepFunctions::StateMachine": lambda: (
                 arn % ("states", "stateMachine:" + self._name(stack, name, "StateMachineName"))
             ),
@@ -191,6 +193,7 @@ class DeployedApp:
                 f"arn:aws:iam::{self.account}:role{self.resolve(properties.get('Path', '/'), stack)}{ref}"
             ),
             ("AWS::S3::Bucket", "Arn"): lambda: f"arn:aws:s3:::{ref}",
+            ("AWS::S3Express::DirectoryBucket", "Arn"): lambda: region_arn % ("s3express", f"bucket/{ref}"),
             ("AWS::ECR::Repository", "Arn"): lambda: region_arn % ("ecr", f"repository/{ref}"),
             ("AWS::ECR::Repository", "RepositoryUri"): lambda: (
                 f"{self.account}.dkr.ecr.{self.region}.amazonaws.com/{ref}"

@@ -116,6 +116,34 @@ def test_a_teams_sagemaker_role_reaches_only_its_own_run_and_dataset_prefixes(te
     assert [caller for caller, ok in allowed.items() if caller.startswith("research") and not ok] == []
 
 
+def test_a_teams_sagemaker_role_opens_sessions_only_on_its_own_directory_bucket(teams):
+    """s3-express: a CreateSession session authorizes every object call in the bucket (no prefix ARN), so each
+    team has a directory bucket and only its own SageMaker role may open a session on it."""
+    buckets = {team: teams.substitutions(team)["ExpressCheckpointBucket"] for team in ("research", "search")}
+    assert buckets["research"] != buckets["search"] and all(
+        b.endswith("--use1-az4--x-s3") for b in buckets.values()
+    )
+    calls = [
+        Call(
+            f"{caller} {mode} on {owner}'s",
+            teams.role(caller, "SageMakerExecutionRole"),
+            "s3express:CreateSession",
+            f"arn:aws:s3express:{teams.region}:{teams.account}:bucket/{buckets[owner]}",
+            {**SECURE, "s3express:SessionMode": mode},
+        )
+        for caller in ("research", "search")
+        for owner in ("research", "search")
+        for mode in ("ReadWrite", "ReadOnly")
+    ]
+    allowed = decisions(calls)
+    assert sorted(caller for caller, ok in allowed.items() if ok) == [
+        "research ReadOnly on research's",
+        "research ReadWrite on research's",
+        "search ReadOnly on search's",
+        "search ReadWrite on search's",
+    ]
+
+
 def test_a_teams_principals_start_only_the_teams_own_pipeline(teams):
     research = teams.principal("research", f"arn:aws:iam::{teams.account}:role/ml-research")
     tagged = teams.principal("search", f"arn:aws:iam::{teams.account}:role/someone")
