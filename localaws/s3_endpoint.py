@@ -1,4 +1,5 @@
-"""A local S3 endpoint (moto's ThreadedMotoServer) that s3torchconnector's client talks to over HTTP.
+"""A local S3 endpoint (moto's ThreadedMotoServer, with directory buckets' CreateSession:
+localaws/s3_express.py) that s3torchconnector's client talks to over HTTP.
 
 The training processes and the benchmark read and write it as they would S3: s3torchconnector's client
 (AWS's CRT) reads `AWS_ENDPOINT_URL` (the SDKs' standard variable), and training_scripts/checkpoint_storage.py
@@ -14,7 +15,8 @@ import os
 from collections.abc import Iterator
 
 import boto3
-from moto.server import ThreadedMotoServer
+
+from localaws.s3_express import ExpressMotoServer
 
 logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
 
@@ -29,10 +31,13 @@ ENVIRONMENT = {
 
 
 @contextlib.contextmanager
-def local_s3(*buckets: str) -> Iterator[dict[str, str]]:
-    """Serve S3 on a free local port with `buckets` created; yields the environment that points clients
-    (boto3, s3torchconnector, train.py's subprocesses) at it."""
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+def local_s3(*buckets: str, sessions: list[str] | None = None) -> Iterator[dict[str, str]]:
+    """Serve S3 on a free local port with `buckets` created (directory buckets too: localaws/s3_express.py);
+    yields the environment that points clients (boto3, s3torchconnector, train.py's subprocesses) at it.
+    `sessions`, if given, receives the bucket of each CreateSession."""
+    server = ExpressMotoServer(ip_address="127.0.0.1", port=0)
+    if sessions is not None:
+        server.express.sessions = sessions
     server.start()
     try:
         host, port = server.get_host_and_port()

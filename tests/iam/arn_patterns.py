@@ -38,6 +38,7 @@ ARN_OF = {
     "AWS::Lambda::Function": ("lambda", "function"),
     "AWS::Logs::LogGroup": ("logs", "log-group"),
     "AWS::S3::Bucket": ("s3", "bucket"),
+    "AWS::S3Express::DirectoryBucket": ("s3express", "bucket"),
     "AWS::SNS::Topic": ("sns", "topic"),
     "AWS::SQS::Queue": ("sqs", "queue"),
     "AWS::StepFunctions::StateMachine": ("states", "stateMachine"),

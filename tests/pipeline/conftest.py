@@ -34,6 +34,7 @@ FAKE_VALUES = {
     "CheckpointBucket": "trainstack-checkpoints-test",
     "ArtifactBucket": "trainstack-artifacts-test",
     "DatasetBucket": "trainstack-datasets-test",
+    "ExpressCheckpointBucket": "trainstack-ckpt-111111111111--use1-az4--x-s3",
     "TrainingSecurityGroup0": "sg-0123456789abcdef0",
     "FileSystemId": "fs-0123456789abcdef0",
     "RunDataKeyArn": "arn:aws:kms:us-east-1:111111111111:key/0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b",
