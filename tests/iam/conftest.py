@@ -25,6 +25,14 @@ MLFLOW_SERVER = "arn:aws:sagemaker:us-east-1:111111111111:mlflow-tracking-server
 SHARES = {"queue": {"enabled": True, "shares": {"teamA": 2, "teamB": 1}}}
 
 
+def with_express_checkpoints(data: dict[str, Any]) -> dict[str, Any]:
+    """The training AZ by id and the last profile on the s3-express store (one directory bucket)."""
+    profiles = [*data["profiles"][:-1], {**data["profiles"][-1], "checkpoint_store": "s3-express"}]
+    merged = {**data, "availability_zone_id": "use1-az4", "profiles": profiles}
+    merged.pop("availability_zone", None)
+    return merged
+
+
 def with_plan_and_schedule(data: dict[str, Any]) -> dict[str, Any]:
     """The first profile's first instance type on a training plan, the second profile on a schedule and
     logging to an MLflow tracking server."""
@@ -47,8 +55,9 @@ MODES = {
     "control-tower-imported-vpc-no-fsx-queue": lambda data: deep_merge(
         data, deep_merge(deep_merge(GOVERNED, GOVERNED_QUEUE_EXISTING_NAT), TRIGGER)
     ),
-    # encryption: a key the storage stack creates, and a profile whose jobs encrypt their volume with it.
-    "customer-managed-key": with_run_data_key,
+    # encryption: a key the storage stack creates, and a profile whose jobs encrypt their volume with it and
+    # checkpoint in an SSE-KMS directory bucket (s3-express).
+    "customer-managed-key": lambda data: with_express_checkpoints(with_run_data_key(data)),
 }
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import NO_ENV, deep_merge, default_config_data, synthesize
 from tests.iam import sar
-from tests.iam.conftest import MLFLOW_SERVER
+from tests.iam.conftest import MLFLOW_SERVER, with_express_checkpoints
 from tests.infra.conftest import IMPORTED_VPC_PERSISTENT_500
 from tests.infra.templates import load_templates, resources
 from tests.infra.test_governed import GOVERNED
@@ -47,7 +47,7 @@ MODES = {
     "imported-vpc": lambda data: deep_merge(data, IMPORTED_VPC_PERSISTENT_500),
     "fsx-off": lambda data: deep_merge(data, {"fsx": {"enabled": False, "throughput_mbps": None}}),
     "schedules": _with_schedule,
-    "customer-managed-key": with_run_data_key,
+    "customer-managed-key": lambda data: with_express_checkpoints(with_run_data_key(data)),
 }
 # Optional resource types our requests name, per mode: CreateTrainingJob names the training plan of an
 # instance preference (InstancePreferences[].TrainingPlanArns), and the plan user needs permission to use

@@ -184,6 +184,11 @@ def test_the_attempt_creates_jobs_with_the_run_data_key_and_no_other(simulated_m
     assert any(decision.call.context.get("sagemaker:VolumeKmsKeyArn") == key for decision in creates)
     training = {(c.action, c.resource) for c in simulated.calls if c.caller.startswith("training job")}
     assert {("kms:CreateGrant", key), ("kms:GenerateDataKey", key), ("kms:Decrypt", key)} <= training
+    # The s3-express profile's session on its SSE-KMS directory bucket (one per namespace), and only that.
+    bucket = CallCatalog(simulated.app, simulated.settings).resources().express_checkpoint_bucket
+    sessions = [d for d in simulated.decisions if d.call.action == "s3express:CreateSession"]
+    assert [d.call.resource.rsplit("/", 1)[1] for d in sessions] == [bucket]
+    assert sessions[0].allowed and bucket == "trainstack-ckpt-111111111111--use1-az4--x-s3"
     other = key.rsplit("/", 1)[0] + "/11111111-2222-4333-8444-555555555555"
     tampered = [
         replace(creates[0].call, context={**creates[0].call.context, "sagemaker:OutputKmsKeyArn": other}),

@@ -27,6 +27,12 @@ VPC_DESCRIBE_ACTIONS = (
 ECR_PULL_ACTIONS = ("ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability")
 SECURE = {"aws:SecureTransport": "true"}
 Authorization = tuple[str, str, dict[str, Any]]  # (action, resource, context)
+DIRECTORY_BUCKET = "AWS::S3Express::DirectoryBucket"
+
+
+def is_directory_bucket_uri(uri: str) -> bool:
+    """An s3:// location in a directory bucket (S3 user guide, "Directory bucket naming rules")."""
+    return uri.startswith("s3://") and _bucket_and_prefix(uri)[0].endswith("--x-s3")
 
 
 class TrainingJobCalls:
@@ -55,6 +61,8 @@ class TrainingJobCalls:
             file_system_id=values.get("FileSystemId"),
             file_system_directory_path=values.get("FileSystemDirectoryPath"),
             kms_key_arn=values.get("RunDataKeyArn"),
+            express_checkpoint_bucket=values.get("ExpressCheckpointBucket"),
+            region=self.app.region,
         )
 
     def request(self, profile, resume_from: str | None = None) -> dict[str, Any]:
@@ -69,10 +77,14 @@ class TrainingJobCalls:
             source = channel["DataSource"].get("S3DataSource")
             if source:  # SageMaker lists the prefix, then downloads every object (File mode)
                 yield from self._s3_read(source["S3Uri"], "shard-000.bin")
-        checkpoints = request["CheckpointConfig"]["S3Uri"]
-        yield from self._s3_read(checkpoints, "step-00000100/model.safetensors")
-        for action in ("s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"):
-            yield from self._s3_object(action, checkpoints, "step-00000100/model.safetensors")
+        checkpoint_dir = request["HyperParameters"].get("checkpoint_dir", "")
+        if is_directory_bucket_uri(checkpoint_dir):
+            yield from self._express_session(checkpoint_dir)
+        else:
+            checkpoints = request["CheckpointConfig"]["S3Uri"]
+            yield from self._s3_read(checkpoints, "step-00000100/model.safetensors")
+            for action in ("s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"):
+                yield from self._s3_object(action, checkpoints, "step-00000100/model.safetensors")
         output = request["OutputDataConfig"]["S3OutputPath"]
         yield from self._s3_object("s3:PutObject", output, f"{job}/output/model/model.safetensors")
         yield from self._s3_object("s3:PutObject", output, f"{job}/output/output.tar.gz")
@@ -146,8 +158,22 @@ class TrainingJobCalls:
             for kms_action in kms_actions:
                 yield (kms_action, key_arn, via)
 
-    def bucket_key(self, bucket: str) -> str | None:
-        for stack, logical_id, properties in self.app.resources_of_type("AWS::S3::Bucket"):
+    def _express_session(self, uri: str) -> Iterator[Authorization]:
+        """s3-express: the connector's CRT client opens a ReadWrite session on the directory bucket, which
+        authorizes its object calls; under SSE-KMS S3 uses the bucket's key for the session's objects (S3
+        user guide, "Using server-side encryption with AWS KMS keys (SSE-KMS) in directory buckets"; the
+        ViaService value s3express.<region> is assumed)."""
+        bucket, _ = _bucket_and_prefix(uri)
+        arn = self.arn("s3express", f"bucket/{bucket}")
+        yield ("s3express:CreateSession", arn, {**SECURE, "s3express:SessionMode": "ReadWrite"})
+        key_arn = self.bucket_key(bucket, DIRECTORY_BUCKET)
+        if key_arn is not None:
+            via = {"kms:ViaService": f"s3express.{self.app.region}.amazonaws.com"}
+            for kms_action in ("kms:GenerateDataKey", "kms:Decrypt"):
+                yield (kms_action, key_arn, via)
+
+    def bucket_key(self, bucket: str, kind: str = "AWS::S3::Bucket") -> str | None:
+        for stack, logical_id, properties in self.app.resources_of_type(kind):
             if self.app.resolve({"Ref": logical_id}, stack) != bucket:
                 continue
             for rule in properties.get("BucketEncryption", {}).get("ServerSideEncryptionConfiguration", []):

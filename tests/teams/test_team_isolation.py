@@ -32,6 +32,8 @@ from trainstack.pipeline_runs import runs_for, shared_queue
 
 MACHINES = ("pipeline", "pipeline-attempt", "pipeline-registration", "queue-cleanup")
 CHECKPOINTS, ARTIFACTS = FAKE_VALUES["CheckpointBucket"], FAKE_VALUES["ArtifactBucket"]
+# small-torchrun checkpoints in the team's s3-express directory bucket (one fake name serves both teams).
+EXPRESS = FAKE_VALUES["ExpressCheckpointBucket"]
 B_RUN = "trainstack-search-nightly"
 
 
@@ -93,6 +95,11 @@ ATTACKS = [
     (
         "resume-from-the-other-teams-checkpoints",
         {"resumeFrom": f"s3://{CHECKPOINTS}/{B_RUN}/"},
+        "resumeFrom must lie in a run of trainstack-research:",
+    ),
+    (
+        "resume-from-the-other-teams-directory-bucket",
+        {"resumeFrom": f"s3://{EXPRESS}/{B_RUN}/"},
         "resumeFrom must lie in a run of trainstack-research:",
     ),
     (
@@ -160,7 +167,7 @@ def test_no_input_of_one_team_touches_the_other_teams_running_run(world):
     release_search_job(world)
     outcome = harness.wait_for(b)
     assert outcome.status == "SUCCEEDED", outcome.cause
-    assert outcome.output["checkpointUri"] == f"s3://{CHECKPOINTS}/{B_RUN}/"
+    assert outcome.output["checkpointUri"] == f"s3://{EXPRESS}/{B_RUN}/"
     assert world.sagemaker.stop_requests == []
 
 
@@ -208,6 +215,11 @@ def _as_search(request: dict[str, Any]) -> None:
     request["CheckpointConfig"]["S3Uri"] = f"s3://{CHECKPOINTS}/{B_RUN}/"
 
 
+def _into_the_other_teams_directory_bucket(request: dict[str, Any]) -> None:
+    # A session opens a whole directory bucket: search's, or research's own bucket at search's run.
+    request["HyperParameters"]["checkpoint_dir"] = "s3://trainstack-search-ckpt-1--use1-az4--x-s3/x/"
+
+
 def _beyond_the_cap(request: dict[str, Any]) -> None:
     request["ResourceConfig"]["InstancePreferences"] = [
         {"InstanceType": "ml.p5.48xlarge", "InstanceCount": 64}
@@ -218,10 +230,21 @@ def _beyond_the_cap(request: dict[str, Any]) -> None:
     ("edit", "share", "cause"),
     [
         (_as_search, "research", "TrainingJobName must start with trainstack-research-"),
+        (
+            _into_the_other_teams_directory_bucket,
+            "research",
+            f"HyperParameters.checkpoint_dir: a directory bucket location must lie under s3://{EXPRESS}/"
+            "trainstack-research-.",
+        ),
         (_beyond_the_cap, "research", "ResourceConfig asks for 64 x ml.p5.48xlarge"),
         (None, "search", "share must be one of research"),
     ],
-    ids=["the-other-teams-run", "beyond-the-teams-cap", "the-other-teams-share"],
+    ids=[
+        "the-other-teams-run",
+        "the-other-teams-directory-bucket",
+        "beyond-the-teams-cap",
+        "the-other-teams-share",
+    ],
 )
 def test_a_teams_attempt_machine_started_directly_refuses_what_the_team_may_not_do(
     world, teams_app, edit, share, cause

@@ -16,6 +16,8 @@ from tests.infra.templates import load_templates
 from tests.infra.test_app_quality import LINT_PLUGINS, run_cfn_lint, validation_report
 from tests.infra.test_governed import GOVERNED
 
+DIRECTORY_BUCKET = "AWS::S3Express::DirectoryBucket"
+
 
 @pytest.fixture(scope="module")
 def governed_teams(tmp_path_factory):
@@ -56,3 +58,27 @@ def test_governed_teams_pass_every_control_tower_rule(governed_teams, tmp_path):
     _, outdir = governed_teams
     failures = failed_rules(*unpack_rules(tmp_path), sorted(outdir.glob("*.template.json")))
     assert len(failures) == 6 and all(rules == set() for rules in failures.values()), failures
+
+
+def test_each_teams_directory_bucket_is_encrypted_as_the_deployments_buckets(teams_app, governed_teams):
+    """s3-express: one directory bucket per team in the training zone, retained, SSE-S3; with control-tower
+    SSE-KMS under the buckets' customer managed key (directory buckets take one by ARN)."""
+    for mode, (_, outdir) in outdirs(teams_app, governed_teams).items():
+        storage = load_templates(outdir)["trainstack-storage"]
+        buckets = [body for body in storage["Resources"].values() if body["Type"] == DIRECTORY_BUCKET]
+        names = sorted(body["Properties"]["BucketName"] for body in buckets)
+        assert names == [
+            f"trainstack-{team}-ckpt-111111111111--use1-az4--x-s3" for team in ("research", "search")
+        ]
+        for body in buckets:
+            assert body["DeletionPolicy"] == "Retain", mode
+            assert body["Properties"]["LocationName"] == "use1-az4"
+            assert body["Properties"]["DataRedundancy"] == "SingleAvailabilityZone"
+            [rule] = body["Properties"]["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+            default = rule["ServerSideEncryptionByDefault"]
+            if mode == "teams":
+                assert default == {"SSEAlgorithm": "AES256"}
+            else:
+                assert default["SSEAlgorithm"] == "aws:kms" and rule["BucketKeyEnabled"] is True
+                [key] = [i for i, b in storage["Resources"].items() if b["Type"] == "AWS::KMS::Key"]
+                assert default["KMSMasterKeyID"] == {"Fn::GetAtt": [key, "Arn"]}
