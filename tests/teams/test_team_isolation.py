@@ -179,6 +179,8 @@ def test_a_team_runs_within_its_own_prefixes_share_and_dataset_directory(world):
             "runName": "trainstack-research-r1",
             "profile": "llama-7b-smp",
             "hyperparameters": {"max_steps": "10"},
+            # research's own s3-express run: "own-runs" and the request check accept its directory bucket
+            "resumeFrom": f"s3://{EXPRESS}/trainstack-research-r0/",
         },
         "r1",
     )
@@ -188,6 +190,8 @@ def test_a_team_runs_within_its_own_prefixes_share_and_dataset_directory(world):
     [job] = world.sagemaker.created
     assert job["RoleArn"] == FAKE_VALUES["SageMakerRoleArn"]
     assert job["CheckpointConfig"]["S3Uri"] == f"s3://{CHECKPOINTS}/trainstack-research-r1/"
+    [resume] = [channel for channel in job["InputDataConfig"] if channel["ChannelName"] == "resume"]
+    assert resume["DataSource"]["S3DataSource"]["S3Uri"] == f"s3://{EXPRESS}/trainstack-research-r0/"
 
 
 def research_request(teams_app, edit=None) -> dict[str, Any]:
