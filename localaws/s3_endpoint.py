@@ -31,10 +31,10 @@ ENVIRONMENT = {
 
 
 @contextlib.contextmanager
-def local_s3(*buckets: str, sessions: list[str] | None = None) -> Iterator[dict[str, str]]:
+def local_s3(*buckets: str, sessions: list[str | None] | None = None) -> Iterator[dict[str, str]]:
     """Serve S3 on a free local port with `buckets` created (directory buckets too: localaws/s3_express.py);
     yields the environment that points clients (boto3, s3torchconnector, train.py's subprocesses) at it.
-    `sessions`, if given, receives the bucket of each CreateSession."""
+    `sessions`, if given, receives the bucket of each CreateSession (None: unnamed)."""
     server = ExpressMotoServer(ip_address="127.0.0.1", port=0)
     if sessions is not None:
         server.express.sessions = sessions

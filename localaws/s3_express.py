@@ -12,8 +12,11 @@ name `s3express`; the CRT client that s3torchconnector uses follows the same rul
 
 Here: any CreateSession gets fixed credentials valid until 2099 (assumed: no expiry or refresh is
 exercised), and a request signed for `s3express` reaches moto as one signed for `s3`, whose dispatcher
-routes by the signing name; moto checks no signature. Which buckets were opened is kept in `sessions`
-(the Host header, or the path, names the bucket). Nothing here enforces IAM: tests/iam does.
+routes by the signing name; moto checks no signature. Each CreateSession is kept in `sessions`: the bucket
+its path names (boto3, path-style), or None when it names none. Observed here with s3torchconnector 1.5.0:
+its CRT credentials provider sends `GET /?session=` to the endpoint's own host even path-style, so the
+bucket goes unnamed (on AWS it is the virtual host, `<bucket>.s3express-<zone id>.<region>.amazonaws.com`).
+Nothing here enforces IAM: tests/iam does.
 """
 
 from __future__ import annotations
@@ -39,12 +42,11 @@ class ExpressSessions:
 
     def __init__(self, app: Any) -> None:
         self.app = app
-        self.sessions: list[str] = []  # the bucket each CreateSession named, in order
+        self.sessions: list[str | None] = []  # the bucket each CreateSession named (None: none), in order
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
         if environ.get("QUERY_STRING", "") in SESSION_QUERY:
-            path_bucket = environ.get("PATH_INFO", "/").strip("/")
-            self.sessions.append(path_bucket or environ.get("HTTP_HOST", "").split(".")[0])
+            self.sessions.append(environ.get("PATH_INFO", "/").strip("/") or None)
             start_response(
                 "200 OK", [("Content-Type", "application/xml"), ("Content-Length", str(len(CREDENTIALS)))]
             )
