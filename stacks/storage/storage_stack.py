@@ -1,4 +1,4 @@
-"""Storage: buckets for datasets, checkpoints, model artifacts and access logs; FSx for Lustre on the dataset.
+"""Storage: the dataset, checkpoint, artifact and access-log buckets; FSx for Lustre linked to the first two.
 
 Encryption is SSE-S3 (AES-256, S3-managed keys) on every bucket created here, chosen over SSE-KMS because:
 - FSx reads the dataset bucket through its service-linked role and SageMaker writes checkpoints and

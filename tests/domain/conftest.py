@@ -29,6 +29,11 @@ S3_RESOURCES = dataclasses.replace(
 )
 
 
+def shipped_resources(profile) -> PipelineResources:
+    """What a shipped profile's request is built against: S3 alone, or the file system its fsx store needs."""
+    return FSX_RESOURCES if profile.checkpoint_store == "fsx" else S3_RESOURCES
+
+
 @pytest.fixture(scope="session")
 def settings():
     return load_settings(DEFAULT_CONFIG, environ=NO_ENV)

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localaws import opt_ml
-from tests.domain.conftest import FSX_RESOURCES, S3_RESOURCES
+from tests.domain.conftest import shipped_resources
 from trainstack.instances import instance_type
 from trainstack.job_request import RunRequest, build_create_training_job_request
 from trainstack.profiles import Profile
@@ -138,9 +138,7 @@ class Launch:
 
 def job_request(profile: Profile) -> dict:
     run = RunRequest(profile.name, "trainstack-run")
-    # A profile on the fsx store mounts the file system: its request needs one.
-    resources = FSX_RESOURCES if profile.checkpoint_store == "fsx" else S3_RESOURCES
-    return build_create_training_job_request(profile, resources, run, attempt=1)
+    return build_create_training_job_request(profile, shipped_resources(profile), run, attempt=1)
 
 
 def launch(profile: Profile, root: Path, dockerfile_text: str | None = None, timeout: float = 300) -> Launch:
