@@ -343,13 +343,6 @@ class Settings(StrictModel):
                     f"profiles.{index}.checkpoint_store: fsx needs the deployment's file system "
                     "(fsx.enabled: true); enable it or choose sagemaker-sync, s3-direct or s3-express"
                 )
-            if store == "fsx" and self.fsx_plan.deployment_type == "SCRATCH_2":
-                # FSx for Lustre user guide, "Deployment options": scratch file systems do not replicate
-                # data, and nothing exports the checkpoints to S3 yet (docs/training.md).
-                raise ValueError(
-                    f"profiles.{index}.checkpoint_store: fsx needs a PERSISTENT_2 file system (SCRATCH_2 "
-                    "keeps one copy, lost with its file server); choose sagemaker-sync or s3-direct"
-                )
         return self
 
     # After _placement: the bucket names need the account and the zone.

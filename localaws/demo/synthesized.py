@@ -116,6 +116,7 @@ def local_value(placeholder: str, project: str, region: str) -> str:
         ("Subnet", f"subnet-0123456789abcdef{index}"),
         ("SecurityGroup", f"sg-0123456789abcdef{index}"),
         ("FileSystemId", "fs-0123456789abcdef0"),
+        ("CheckpointDirectoryPath", "/local/checkpoints/all"),
         ("DirectoryPath", "/local/datasets"),
         ("Arn", f"arn:aws:local:{region}:{ACCOUNT}:{placeholder}"),
     )

@@ -87,7 +87,11 @@ def fake_fsx(cdk_out: Path, settings, dataset_bucket: str) -> FakeFsx | None:
         return None
     storage = json.loads((cdk_out / f"{settings.project}-storage.template.json").read_text())
     file_system_id = local_value("FileSystemId", settings.project, settings.region)
-    return FakeFsx(links_in_template(storage, dataset_bucket=dataset_bucket, file_system_id=file_system_id))
+    buckets = {
+        "DatasetBucket": dataset_bucket,
+        "CheckpointBucket": local_value("CheckpointBucket", settings.project, settings.region),
+    }
+    return FakeFsx(links_in_template(storage, buckets=buckets, file_system_id=file_system_id))
 
 
 def upload(world: TriggerWorld, prefix: str, names: list[str]) -> None:

@@ -15,9 +15,14 @@ documentation states:
   the DataRepositoryPath of one of its data repository associations, or the ExportPath of a file system
   created with an ImportPath (CompletionReport.Path, botocore 1.44.8), whose default is
   `s3://import-bucket/FSxLustre[creation-timestamp]` (CreateFileSystemLustreConfiguration.ExportPath).
-  The fake reads each file system's links from the synthesized storage template (`links_in_template`).
+  The fake reads each file system's links from the synthesized storage template (`links_in_template`): the
+  dataset association and the checkpoint association (stacks/storage/file_system_links.py);
+- an import task's Paths: "If a path that you provide isn't valid, the task fails" (CreateDataRepositoryTask
+  Paths): a path within none of the links makes the task end FAILED.
 Assumed (no AWS source): that a report outside the links is refused with BadRequest (the model's error for a
-request that is invalid; the trigger ends DatasetImportFailed on any error), the task id form (`task-` +
+request that is invalid; the trigger ends DatasetImportFailed on any error), that an import path outside
+them is accepted and the task then fails (rather than refused at once: both end DatasetImportFailed), its
+failure message, the task id form (`task-` +
 17 hex digits, as FSx's other ids), how long a task takes (the script's `seconds`, on the emulator's
 clock), the failure message text (the script's), and that a canceled task ends CANCELED at once.
 """
@@ -70,7 +75,8 @@ class FakeFsx:
             raise ServiceException(
                 "FileSystemNotFound", f"File system '{request['FileSystemId']}' does not exist."
             )
-        _check_report(request["Report"], self.links[request["FileSystemId"]])
+        linked = self.links[request["FileSystemId"]]
+        _check_report(request["Report"], linked)
         with self._lock:
             for task in self.tasks:
                 self._advance(task)
@@ -80,6 +86,13 @@ class FakeFsx:
                         "An existing data repository task is currently executing on the file system.",
                     )
             script = self.scripts.pop(0) if self.scripts else ImportScript()
+            if outside := _outside(request, linked):
+                # "If a path that you provide isn't valid, the task fails" (CreateDataRepositoryTask Paths).
+                script = ImportScript(
+                    "FAILED",
+                    script.seconds,
+                    f"The path {outside} is not linked to the file system by a data repository association.",
+                )
             task_id = "task-" + uuid.uuid4().hex[:17]
             task = {
                 "TaskId": task_id,
@@ -140,6 +153,20 @@ def _check_report(report: dict[str, Any], linked: Sequence[str]) -> None:
         )
 
 
+def _outside(request: dict[str, Any], linked: Sequence[str]) -> str | None:
+    """An import task's first S3 path that lies within none of the file system's links."""
+    if request["Type"] != "IMPORT_METADATA_FROM_REPOSITORY":
+        return None
+    return next(
+        (
+            path
+            for path in request.get("Paths", [])
+            if not any(_within(path, location) for location in linked)
+        ),
+        None,
+    )
+
+
 def _within(path: str, location: str) -> bool:
     # s3://bucket/myPrefix/reports is within s3://bucket/myPrefix; s3://bucket/reports is not (botocore).
     location = location.rstrip("/")
@@ -147,16 +174,23 @@ def _within(path: str, location: str) -> bool:
 
 
 def links_in_template(
-    template: dict[str, Any], *, dataset_bucket: str, file_system_id: str
+    template: dict[str, Any], *, buckets: Mapping[str, str], file_system_id: str
 ) -> dict[str, tuple[str, ...]]:
     """The storage template's file system (it has at most one), as `file_system_id`, with the S3 locations it
-    is linked to; its bucket references are to the dataset bucket, named `dataset_bucket` here."""
+    is linked to. `buckets`: construct id (DatasetBucket, CheckpointBucket) -> the name the bucket has here;
+    a bucket's logical id is its construct id and CDK's hash."""
     resources = template["Resources"]
     refs = {
-        name: dataset_bucket if body["Type"] == "AWS::S3::Bucket" else file_system_id
-        for name, body in resources.items()
-        if body["Type"] in ("AWS::S3::Bucket", "AWS::FSx::FileSystem")
+        name: file_system_id for name, body in resources.items() if body["Type"] == "AWS::FSx::FileSystem"
     }
+    refs.update(
+        {
+            name: bucket
+            for name, body in resources.items()
+            for construct_id, bucket in buckets.items()
+            if body["Type"] == "AWS::S3::Bucket" and name.startswith(construct_id)
+        }
+    )
     linked = []
     for body in resources.values():
         properties = body.get("Properties", {})

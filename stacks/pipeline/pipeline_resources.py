@@ -21,15 +21,17 @@ class TeamDataset:
 
     prefix: str
     file_system_directory_path: str | None
-    # The fsx checkpoint store's directory on the file system: /<mount>/checkpoints/<team> (or /all).
+    # The fsx checkpoint store's directory on the file system: /<mount>/checkpoints/<team> (or /all), which
+    # the checkpoint association exports to s3://<checkpoints>/fsx-checkpoints/<team>/.
     checkpoint_file_system_path: str | None = None
 
 
 def team_dataset(storage: StorageStack, team: Team | None) -> TeamDataset:
-    """`<dataset prefix><team>/` in S3, which the file system shows as `/<mount>/<team>` (its root is the
-    dataset prefix); without teams, the whole dataset prefix and file system."""
-    path = storage.file_system_dataset_path
-    checkpoints = None if path is None else f"{path}/checkpoints/{team.name if team else 'all'}"
+    """`<dataset prefix><team>/` in S3, which the file system shows as `/<mount>/dataset/<team>` (the dataset
+    association maps /dataset to the dataset prefix); without teams, the whole dataset prefix and
+    /<mount>/dataset. The checkpoint directory is named from the pipeline's own team, never from input."""
+    path, checkpoints = storage.file_system_dataset_path, storage.file_system_checkpoint_path
+    checkpoints = None if checkpoints is None else f"{checkpoints}/{team.name if team else 'all'}"
     if team is None:
         return TeamDataset(storage.dataset_prefix, path, checkpoints)
     return TeamDataset(

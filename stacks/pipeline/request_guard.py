@@ -99,8 +99,13 @@ def allowed_requests(
     express = resources.express_checkpoint_bucket
     express_checkpoints = f"s3://{express}/{prefix}" if express is not None else None
     queue = runs.queue
+    # The dataset directory and the fsx store's checkpoint directory: the pipeline's, with teams the team's.
+    directories = (resources.file_system_directory_path, resources.checkpoint_file_system_path)
     file_system = (
-        {"id": resources.file_system_id, "directoryPath": resources.file_system_directory_path.rstrip("/")}
+        {
+            "id": resources.file_system_id,
+            "directoryPaths": [d.rstrip("/") for d in directories if d is not None],
+        }
         if resources.file_system_id is not None and resources.file_system_directory_path is not None
         else None
     )
@@ -249,10 +254,11 @@ def _location_rules(named: bool) -> list[tuple[str, str]]:
         (
             f"$count($filter({channels}, function($c) {{ {fsx_channel} and $not($g.fileSystem and "
             f'{fsx}.FileSystemId = $g.fileSystem.id and $type({fsx}.DirectoryPath) = "string" and '
-            f"({fsx}.DirectoryPath = $g.fileSystem.directoryPath or "
-            f'$under({fsx}.DirectoryPath, [$g.fileSystem.directoryPath & "/"]))) }})) > 0',
+            f"({fsx}.DirectoryPath in $g.fileSystem.directoryPaths or $under({fsx}.DirectoryPath, "
+            '[$map($g.fileSystem.directoryPaths, function($d) { $d & "/" })]))) })) > 0',
             '"InputDataConfig: " & ($g.fileSystem ? "a FileSystemDataSource must be file system " & '
-            '$g.fileSystem.id & " with its DirectoryPath under " & $g.fileSystem.directoryPath & "." : '
+            '$g.fileSystem.id & " with its DirectoryPath under one of " & '
+            '$list($g.fileSystem.directoryPaths) & "." : '
             '"no FileSystemDataSource is allowed: the project has no file system.")',
         ),
     ]

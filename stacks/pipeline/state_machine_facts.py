@@ -144,6 +144,8 @@ def substitution_names(resources: PipelineResources) -> dict[str, str]:
         names.update(
             {"FileSystemId": "file_system_id", "FileSystemDirectoryPath": "file_system_directory_path"}
         )
+    if resources.checkpoint_file_system_path is not None:
+        names["CheckpointDirectoryPath"] = "checkpoint_file_system_path"  # the fsx store's, the team's
     if resources.kms_key_arn is not None:
         names["RunDataKeyArn"] = "kms_key_arn"
     if resources.express_checkpoint_bucket is not None:

@@ -1,4 +1,4 @@
-"""Storage: buckets for datasets, checkpoints, model artifacts and access logs; FSx for Lustre on the dataset.
+"""Storage: the dataset, checkpoint, artifact and access-log buckets; FSx for Lustre linked to the first two.
 
 Encryption is SSE-S3 (AES-256, S3-managed keys) on every bucket created here, chosen over SSE-KMS because:
 - FSx reads the dataset bucket through its service-linked role and SageMaker writes checkpoints and
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import aws_cdk as cdk
 from aws_cdk import aws_fsx as fsx
-from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
@@ -36,6 +35,12 @@ from stacks.checkov_skips import skip_checkov
 from stacks.network.network_stack import NetworkStack
 from stacks.run_data_key import allow_pipeline_logs
 from stacks.storage.express_checkpoints import ExpressCheckpoints
+from stacks.storage.file_system_links import (
+    CHECKPOINT_FILE_SYSTEM_PATH,
+    DATASET_FILE_SYSTEM_PATH,
+    FileSystemLinks,
+    allow_fsx_through_s3,
+)
 from stacks.validation import acknowledge
 from trainstack.config import CheckpointSettings, DatasetSettings
 from trainstack.dataset_events import existing_bucket_warning
@@ -47,8 +52,6 @@ ABORT_INCOMPLETE_UPLOADS_AFTER = cdk.Duration.days(7)
 NONCURRENT_VERSIONS_KEPT_FOR = cdk.Duration.days(30)
 ACCESS_LOGS_KEPT_FOR = cdk.Duration.days(365)
 LUSTRE_VERSION = "2.15"
-# The data repository association puts the dataset prefix at the file system's root: jobs read /<mount name>/.
-DATASET_FILE_SYSTEM_PATH = "/"
 
 
 class StorageStack(cdk.Stack):
@@ -68,6 +71,7 @@ class StorageStack(cdk.Stack):
     file_system_id: str | None
     file_system_mount_name: str | None
     file_system_dataset_path: str | None
+    file_system_checkpoint_path: str | None
 
     def __init__(
         self,
@@ -103,21 +107,7 @@ class StorageStack(cdk.Stack):
             if access_logs_bucket
             else self._access_log_bucket()
         )
-        if dataset.bucket_name is None:
-            # Versioned: an overwritten or deleted training file can be restored for 30 days. Its events go to
-            # EventBridge whatever the config (see _bucket): retrain_on_new_data listens there.
-            self.dataset_bucket = self._bucket(
-                "DatasetBucket",
-                noncurrent_kept_for=NONCURRENT_VERSIONS_KEPT_FOR,
-                events=True,
-                key=self.encryption_key,
-            )
-        else:
-            self.dataset_bucket = s3.Bucket.from_bucket_name(self, "DatasetBucket", dataset.bucket_name)
-            if warning := existing_bucket_warning(dataset, dataset_events):
-                cdk.Annotations.of(self.dataset_bucket).add_warning_v2(
-                    "trainstack:existing-dataset-bucket", warning
-                )
+        self.dataset_bucket = self._dataset_bucket(dataset, dataset_events)
         self.dataset_key = (
             kms.Key.from_key_arn(self, "DatasetKey", dataset.kms_key_arn) if dataset.kms_key_arn else None
         )
@@ -145,10 +135,26 @@ class StorageStack(cdk.Stack):
         )
 
         self.file_system = None
-        self.file_system_id = self.file_system_mount_name = self.file_system_dataset_path = None
+        self.file_system_id = self.file_system_mount_name = None
+        self.file_system_dataset_path = self.file_system_checkpoint_path = None
         if self.fsx_plan is not None:
-            self._file_system(self.fsx_plan, network)
+            self._file_system(self.fsx_plan, network, checkpoint_key=run_bucket_key)
         self._outputs()
+
+    def _dataset_bucket(self, dataset: DatasetSettings, dataset_events: bool) -> s3.IBucket:
+        if dataset.bucket_name is None:
+            # Versioned: an overwritten or deleted training file can be restored for 30 days. Its events go to
+            # EventBridge whatever the config (see _bucket): retrain_on_new_data listens there.
+            return self._bucket(
+                "DatasetBucket",
+                noncurrent_kept_for=NONCURRENT_VERSIONS_KEPT_FOR,
+                events=True,
+                key=self.encryption_key,
+            )
+        bucket = s3.Bucket.from_bucket_name(self, "DatasetBucket", dataset.bucket_name)
+        if warning := existing_bucket_warning(dataset, dataset_events):
+            cdk.Annotations.of(bucket).add_warning_v2("trainstack:existing-dataset-bucket", warning)
+        return bucket
 
     @property
     def dataset_uri(self) -> str:
@@ -276,42 +282,11 @@ class StorageStack(cdk.Stack):
     def _bucket_key(self, project: str, dataset: DatasetSettings) -> kms.Key:
         key = self._retained_key("BucketKey", f"{project} buckets: datasets, checkpoints, model artifacts")
         if self.fsx_plan is not None and dataset.bucket_name is None:
-            # FSx reads the dataset bucket as its service-linked role AWSServiceRoleForFSxS3Access_<file
-            # system id>, which exists only once the file system does: matched by name, through S3 only
-            # (FSx for Lustre user guide, "Working with server-side encrypted Amazon S3 buckets").
-            fsx_role = self.format_arn(
-                service="iam",
-                region="",
-                resource="role",
-                resource_name="aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/"
-                "AWSServiceRoleForFSxS3Access_*",
-            )
-            key.add_to_resource_policy(
-                iam.PolicyStatement(
-                    sid="FsxReadsTheDatasetThroughS3",
-                    principals=[iam.AnyPrincipal()],
-                    actions=["kms:Decrypt", "kms:DescribeKey"],
-                    resources=["*"],
-                    conditions={
-                        "ArnLike": {"aws:PrincipalArn": fsx_role},
-                        "StringEquals": {
-                            "kms:CallerAccount": self.account,
-                            "kms:ViaService": f"s3.{self.region}.amazonaws.com",
-                        },
-                    },
-                )
-            )
-            skip_checkov(
-                key,
-                {
-                    "CKV_AWS_33": "The FSx statement names its principal by ARN pattern (the file system's "
-                    "service-linked role does not exist before the file system), limited to this account "
-                    "and to calls through S3."
-                },
-            )
+            # FSx reads the dataset bucket as its service-linked role (stacks/storage/file_system_links.py).
+            allow_fsx_through_s3(key, "FsxReadsTheDatasetThroughS3", ["kms:Decrypt", "kms:DescribeKey"])
         return key
 
-    def _file_system(self, plan: FsxPlan, network: NetworkStack) -> None:
+    def _file_system(self, plan: FsxPlan, network: NetworkStack, *, checkpoint_key: kms.IKey | None) -> None:
         persistent = plan.deployment_type == "PERSISTENT_2"
         lustre = fsx.CfnFileSystem.LustreConfigurationProperty(
             deployment_type=plan.deployment_type,
@@ -335,33 +310,31 @@ class StorageStack(cdk.Stack):
             security_group_ids=[network.fsx_security_group.security_group_id],
             lustre_configuration=lustre,
         )
-        # RETAIN: a file system may hold files written to it directly (the link never exports to S3), so
-        # neither `cdk destroy` nor a replacing update deletes it; removing it is a deliberate manual step.
+        # RETAIN: a file system may hold files written to it directly, outside /checkpoints (the only path
+        # exported to S3), and the newest checkpoints before their export: neither `cdk destroy` nor a
+        # replacing update deletes it; removing it is a deliberate manual step.
         file_system.apply_removal_policy(cdk.RemovalPolicy.RETAIN)
-        # Both deployment types link the dataset by a data repository association ("supported on all FSx for
-        # Lustre 2.12 and 2.15 file systems, excluding scratch_1": CreateDataRepositoryAssociation, botocore's
-        # fsx model), not by the legacy ImportPath: an import task's report must lie within the association's
+        # Both deployment types link S3 by data repository associations ("supported on all FSx for Lustre 2.12
+        # and 2.15 file systems, excluding scratch_1": CreateDataRepositoryAssociation, botocore's fsx model),
+        # not by the legacy ImportPath: an import task's report must lie within an association's
         # DataRepositoryPath, or within an ImportPath link's ExportPath, by default s3://bucket/FSxLustre<time>
         # (CompletionReport.Path, CreateFileSystemLustreConfiguration.ExportPath).
-        fsx.CfnDataRepositoryAssociation(
+        FileSystemLinks(
             self,
-            "DatasetAssociation",
-            file_system_id=file_system.ref,
-            file_system_path=DATASET_FILE_SYSTEM_PATH,
-            data_repository_path=self.dataset_uri,
-            batch_import_meta_data_on_create=True,
-            # Import only: training reads the dataset; nothing on FSx is written back into it.
-            s3=fsx.CfnDataRepositoryAssociation.S3Property(
-                auto_import_policy=fsx.CfnDataRepositoryAssociation.AutoImportPolicyProperty(
-                    events=["NEW", "CHANGED", "DELETED"]
-                )
-            ),
+            "Links",
+            file_system=file_system,
+            dataset_uri=self.dataset_uri,
+            checkpoint_bucket=self.checkpoint_bucket,
+            checkpoint_key=checkpoint_key,
         )
         self.file_system = file_system
         self.file_system_id = file_system.ref
         self.file_system_mount_name = file_system.attr_lustre_mount_name
-        # SageMaker's FileSystemDataSource.DirectoryPath for the dataset: /<mount name>/...
-        self.file_system_dataset_path = f"/{file_system.attr_lustre_mount_name}"
+        # SageMaker's FileSystemDataSource.DirectoryPath values: /<mount name>/dataset/... and
+        # /<mount name>/checkpoints/<team or all> (stacks/pipeline/pipeline_resources.py).
+        mount = f"/{file_system.attr_lustre_mount_name}"
+        self.file_system_dataset_path = f"{mount}{DATASET_FILE_SYSTEM_PATH}"
+        self.file_system_checkpoint_path = f"{mount}{CHECKPOINT_FILE_SYSTEM_PATH}"
 
     def _outputs(self) -> None:
         buckets = {

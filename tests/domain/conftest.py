@@ -22,8 +22,16 @@ FSX_RESOURCES = PipelineResources(
     security_group_ids=("sg-0123456789abcdef0",),
     file_system_id="fs-0123456789abcdef0",
     file_system_directory_path="/abcdefgh/datasets",
+    checkpoint_file_system_path="/abcdefgh/checkpoints/all",
 )
-S3_RESOURCES = dataclasses.replace(FSX_RESOURCES, file_system_id=None, file_system_directory_path=None)
+S3_RESOURCES = dataclasses.replace(
+    FSX_RESOURCES, file_system_id=None, file_system_directory_path=None, checkpoint_file_system_path=None
+)
+
+
+def shipped_resources(profile) -> PipelineResources:
+    """What a shipped profile's request is built against: S3 alone, or the file system its fsx store needs."""
+    return FSX_RESOURCES if profile.checkpoint_store == "fsx" else S3_RESOURCES
 
 
 @pytest.fixture(scope="session")

@@ -101,15 +101,13 @@ def test_fsx_needs_the_file_system():
         parse_settings(data, {}, source="config.yaml")
 
 
-def test_fsx_checkpoints_need_a_persistent_file_system():
-    """SCRATCH_2 keeps one copy of the data and nothing exports the checkpoints to S3 yet: refused."""
+@pytest.mark.parametrize("deployment_type", ["SCRATCH_2", "PERSISTENT_2"])
+def test_fsx_checkpoints_are_allowed_on_both_deployment_types(deployment_type):
+    """Both export the checkpoints to S3 (automatic export: every Lustre 2.12/2.15 file system but scratch
+    1, FSx for Lustre user guide), so SCRATCH_2, which keeps one copy, is no longer refused."""
     data = default_config_data()
-    data["fsx"] = {**data["fsx"], "deployment_type": "SCRATCH_2"}
+    data["fsx"] = {**data["fsx"], "deployment_type": deployment_type}
     data["profiles"][0]["checkpoint_store"] = "fsx"
-    refusal = r"profiles.0.checkpoint_store: fsx needs a PERSISTENT_2 file system"
-    with pytest.raises(ConfigError, match=refusal):
-        parse_settings(data, {}, source="config.yaml")
-    data["fsx"]["deployment_type"] = "PERSISTENT_2"
     assert parse_settings(data, {}, source="config.yaml").profiles[0].checkpoint_store == "fsx"
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.domain.conftest import S3_RESOURCES
+from tests.domain.conftest import shipped_resources
 from tests.domain.test_job_request import toolkit_value
 from trainstack.config_loading import load_settings
 from trainstack.job_request import base_request
@@ -56,7 +56,7 @@ def test_the_oracle_covers_every_shipped_profile():
 
 @pytest.mark.parametrize("name", sorted(SHIPPED))
 def test_the_toolkit_reads_the_same_launch_settings_from_our_request_as_from_the_sdks(name):
-    ours = toolkit_keys(base_request(SHIPPED[name], S3_RESOURCES)["HyperParameters"])
+    ours = toolkit_keys(base_request(SHIPPED[name], shipped_resources(SHIPPED[name]))["HyperParameters"])
     sdk = toolkit_keys(ORACLE["profiles"][name]["hyperparameters"])
     assert set(ours) <= set(sdk), "we send a launch key the SDK does not"
     assert {key: sdk[key] for key in ours} == ours

@@ -44,20 +44,35 @@ def with_plan_and_schedule(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "profiles": profiles}
 
 
+def with_fsx_checkpoints(data: dict[str, Any]) -> dict[str, Any]:
+    """The first profile checkpoints on the file system (the fsx store: a second, rw, FSx channel)."""
+    profiles = [
+        dict(profiles, checkpoint_store="fsx") if index == 0 else profiles
+        for index, profiles in enumerate(data["profiles"])
+    ]
+    return {**data, "profiles": profiles}
+
+
 # retrain_on_new_data on: with FSx (plans-and-schedules) and without (control-tower: FSx off).
 TRIGGER = {"retrain_on_new_data": {"profile": "small-torchrun", "prefix": "datasets/corpus/"}}
 
 # Mode -> the config data. The default config already has a spot profile, FSx and a created VPC.
 MODES = {
-    "plans-and-schedules": lambda data: deep_merge(with_plan_and_schedule(data), TRIGGER),
-    "queue-with-plans": lambda data: with_plan_and_schedule(deep_merge(data, SHARES)),
+    # Every mode with FSx has a profile on the fsx checkpoint store.
+    "plans-and-schedules": lambda data: deep_merge(
+        with_fsx_checkpoints(with_plan_and_schedule(data)), TRIGGER
+    ),
+    "queue-with-plans": lambda data: with_fsx_checkpoints(with_plan_and_schedule(deep_merge(data, SHARES))),
     # control-tower (KMS, boundary, role path) with an imported VPC, FSx off and the queue.
     "control-tower-imported-vpc-no-fsx-queue": lambda data: deep_merge(
         data, deep_merge(deep_merge(GOVERNED, GOVERNED_QUEUE_EXISTING_NAT), TRIGGER)
     ),
-    # encryption: a key the storage stack creates, and a profile whose jobs encrypt their volume with it and
-    # checkpoint in an SSE-KMS directory bucket (s3-express).
-    "customer-managed-key": lambda data: with_express_checkpoints(with_run_data_key(data)),
+    # encryption: a key the storage stack creates, and profiles whose jobs encrypt their volume with it,
+    # checkpoint in an SSE-KMS directory bucket (s3-express, the last profile) and on the file system (fsx,
+    # the first).
+    "customer-managed-key": lambda data: with_fsx_checkpoints(
+        with_express_checkpoints(with_run_data_key(data))
+    ),
 }
 
 

@@ -60,6 +60,7 @@ class TrainingJobCalls:
             ),
             file_system_id=values.get("FileSystemId"),
             file_system_directory_path=values.get("FileSystemDirectoryPath"),
+            checkpoint_file_system_path=values.get("CheckpointDirectoryPath"),
             kms_key_arn=values.get("RunDataKeyArn"),
             express_checkpoint_bucket=values.get("ExpressCheckpointBucket"),
             region=self.app.region,
@@ -77,11 +78,17 @@ class TrainingJobCalls:
             source = channel["DataSource"].get("S3DataSource")
             if source:  # SageMaker lists the prefix, then downloads every object (File mode)
                 yield from self._s3_read(source["S3Uri"], "shard-000.bin")
-        checkpoint_dir = request["HyperParameters"].get("checkpoint_dir", "")
-        if is_directory_bucket_uri(checkpoint_dir):
-            yield from self._express_session(checkpoint_dir)
-        else:
-            checkpoints = request["CheckpointConfig"]["S3Uri"]
+        # The job writes its checkpoints to S3 itself (SageMaker's sync, or train.py's s3-direct
+        # checkpoint_dir), or opens a session on its directory bucket (s3-express); on the fsx store it
+        # writes the mounted file system, which FSx's own service-linked role exports
+        # (stacks/storage/file_system_links.py): no S3 call of the job's role.
+        directory = request["HyperParameters"].get("checkpoint_dir", "")
+        checkpoints = request.get("CheckpointConfig", {}).get("S3Uri") or (
+            directory if directory.startswith("s3://") else None
+        )
+        if is_directory_bucket_uri(directory):
+            yield from self._express_session(directory)
+        elif checkpoints:
             yield from self._s3_read(checkpoints, "step-00000100/model.safetensors")
             for action in ("s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"):
                 yield from self._s3_object(action, checkpoints, "step-00000100/model.safetensors")

@@ -149,20 +149,42 @@ def test_a_need_for_500_per_tib_gets_persistent_2_at_500(imported_vpc_persistent
     assert configuration["MetadataConfiguration"] == {"Mode": "AUTOMATIC"}
 
 
+def associations(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The file system's data repository associations by FileSystemPath."""
+    found = resources(template, "AWS::FSx::DataRepositoryAssociation").values()
+    return {body["Properties"]["FileSystemPath"]: body["Properties"] for body in found}
+
+
 def test_persistent_2_links_the_dataset_prefix_by_data_repository_association(default_infra: InfraApp):
     template = default_infra.storage_template
     _, configuration = lustre(default_infra)
     assert "ImportPath" not in configuration
-    association = only(template, "AWS::FSx::DataRepositoryAssociation")["Properties"]
+    association = associations(template)["/dataset"]
     dataset_bucket, _ = bucket(template, "DatasetBucket")
     assert association["FileSystemId"] == {"Ref": next(iter(resources(template, "AWS::FSx::FileSystem")))}
     assert association["DataRepositoryPath"] == {
         "Fn::Join": ["", ["s3://", {"Ref": dataset_bucket}, "/datasets/"]]
     }
-    assert association["FileSystemPath"] == "/"
     assert association["S3"] == {
         "AutoImportPolicy": {"Events": ["NEW", "CHANGED", "DELETED"]}
     }  # never exports
+
+
+@pytest.mark.parametrize("variant", ["default_infra", "az_id_nat_scratch"])
+def test_checkpoints_on_the_file_system_are_exported_to_the_checkpoint_bucket(variant: str, request):
+    """/checkpoints -> s3://<checkpoints>/fsx-checkpoints/, new, changed and deleted files exported (pruning
+    deletes in S3 too), nothing imported; beside the dataset's association, not within it, on PERSISTENT_2
+    and SCRATCH_2 alike (automatic export: every Lustre 2.12/2.15 deployment type but scratch 1)."""
+    template = request.getfixturevalue(variant).storage_template
+    linked = associations(template)
+    assert sorted(linked) == ["/checkpoints", "/dataset"]
+    checkpoints = linked["/checkpoints"]
+    checkpoint_bucket, _ = bucket(template, "CheckpointBucket")
+    assert checkpoints["DataRepositoryPath"] == {
+        "Fn::Join": ["", ["s3://", {"Ref": checkpoint_bucket}, "/fsx-checkpoints/"]]
+    }
+    assert checkpoints["S3"] == {"AutoExportPolicy": {"Events": ["NEW", "CHANGED", "DELETED"]}}
+    assert checkpoints["BatchImportMetaDataOnCreate"] is False
 
 
 def test_scratch_links_an_existing_dataset_bucket_by_data_repository_association(az_id_nat_scratch: InfraApp):
@@ -172,9 +194,8 @@ def test_scratch_links_an_existing_dataset_bucket_by_data_repository_association
     _, configuration = lustre(az_id_nat_scratch)
     assert configuration["DeploymentType"] == "SCRATCH_2"
     assert not {"ImportPath", "ExportPath", "AutoImportPolicy"} & configuration.keys()
-    association = only(template, "AWS::FSx::DataRepositoryAssociation")["Properties"]
+    association = associations(template)["/dataset"]
     assert association["DataRepositoryPath"] == "s3://existing-training-data/corpus/v2/"
-    assert association["FileSystemPath"] == "/"
     assert association["S3"] == {"AutoImportPolicy": {"Events": ["NEW", "CHANGED", "DELETED"]}}
     # The existing bucket is used, not created: only checkpoints, artifacts and logs are new.
     assert len(resources(template, "AWS::S3::Bucket")) == 3

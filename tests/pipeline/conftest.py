@@ -38,7 +38,8 @@ FAKE_VALUES = {
     "TrainingSecurityGroup0": "sg-0123456789abcdef0",
     "FileSystemId": "fs-0123456789abcdef0",
     "RunDataKeyArn": "arn:aws:kms:us-east-1:111111111111:key/0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b",
-    "FileSystemDirectoryPath": "/abcdefgh/datasets",
+    "FileSystemDirectoryPath": "/abcdefgh/dataset",
+    "CheckpointDirectoryPath": "/abcdefgh/checkpoints/all",
 }
 
 

@@ -1,6 +1,8 @@
 """Retrain on new data with FSx linked as the storage stack links it: the FSx fake reads the file system's
-links from the synthesized storage template and refuses an import report outside them, as
-CreateDataRepositoryTask does (CompletionReport.Path, botocore's fsx model)."""
+links (the dataset and the checkpoint associations) from the synthesized storage template, refuses an import
+report outside them, as CreateDataRepositoryTask does (CompletionReport.Path, botocore's fsx model), and
+fails an import task whose path lies outside them ("If a path that you provide isn't valid, the task
+fails": CreateDataRepositoryTask Paths)."""
 
 from __future__ import annotations
 
@@ -17,12 +19,14 @@ from tests.pipeline.conftest import FAKE_VALUES
 from tests.pipeline.trigger_machines import PREFIX, PROFILE, trigger_machines, trigger_templates
 
 BUCKET, FILE_SYSTEM = FAKE_VALUES["DatasetBucket"], FAKE_VALUES["FileSystemId"]
+CHECKPOINTS = FAKE_VALUES["CheckpointBucket"]
+BUCKETS = {"DatasetBucket": BUCKET, "CheckpointBucket": CHECKPOINTS}
 MINUTE = 60
 
 
 def linked_as_synthesized(overrides: dict, outdir) -> dict[str, tuple[str, ...]]:
     infra = synthesize_infra(settings_with(overrides), outdir)
-    return links_in_template(infra.storage_template, dataset_bucket=BUCKET, file_system_id=FILE_SYSTEM)
+    return links_in_template(infra.storage_template, buckets=BUCKETS, file_system_id=FILE_SYSTEM)
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +36,13 @@ def scratch_links(tmp_path_factory) -> dict[str, tuple[str, ...]]:
     )
 
 
-def test_scratch_2_is_linked_at_the_dataset_prefix(scratch_links, pipeline):
-    assert scratch_links == {FILE_SYSTEM: (f"s3://{BUCKET}/{pipeline.settings.dataset.prefix}",)}
+def test_scratch_2_is_linked_at_the_dataset_prefix_and_the_checkpoint_export(scratch_links, pipeline):
+    assert scratch_links == {
+        FILE_SYSTEM: (
+            f"s3://{BUCKET}/{pipeline.settings.dataset.prefix}",
+            f"s3://{CHECKPOINTS}/fsx-checkpoints/",
+        )
+    }
 
 
 def test_a_burst_on_scratch_2_imports_then_trains(scratch_links, pipeline, monkeypatch):
@@ -54,16 +63,17 @@ def test_a_burst_on_scratch_2_imports_then_trains(scratch_links, pipeline, monke
         assert decisions.count("trained") == 1
         (task,) = fsx.tasks
         assert task["Lifecycle"] == "SUCCEEDED"
-        (link,) = scratch_links[FILE_SYSTEM]
-        assert task["Report"]["Path"].startswith(link), "the report lies within the association's path"
+        dataset_link, _ = scratch_links[FILE_SYSTEM]
+        assert task["Report"]["Path"].startswith(dataset_link), "the report lies within the dataset's link"
+        assert task["Paths"][0].startswith(dataset_link), "so does the imported prefix"
         assert "controller" not in world.item()[PROFILE]
 
 
-def request(report_path: str) -> dict:
+def request(report_path: str, path: str = f"s3://{BUCKET}/datasets/corpus/") -> dict:
     return {
         "Type": "IMPORT_METADATA_FROM_REPOSITORY",
         "FileSystemId": FILE_SYSTEM,
-        "Paths": [f"s3://{BUCKET}/datasets/corpus/"],
+        "Paths": [path],
         "Report": {
             "Enabled": True,
             "Path": report_path,
@@ -111,9 +121,40 @@ def test_an_import_path_link_accepts_reports_only_within_its_export_path():
             },
         }
     }
-    links = links_in_template(template, dataset_bucket=BUCKET, file_system_id=FILE_SYSTEM)
+    links = links_in_template(template, buckets={"Datasets": BUCKET}, file_system_id=FILE_SYSTEM)
     ((export_path,),) = links.values()
     assert export_path.startswith(f"s3://{BUCKET}/FSxLustre")
     with pytest.raises(ServiceException):
         FakeFsx(links).create(request(f"s3://{BUCKET}/datasets/fsx-import-reports"))
     assert FakeFsx(links).create(request(f"{export_path}/reports"))["DataRepositoryTask"]["TaskId"]
+
+
+@pytest.mark.parametrize(
+    ("report", "path", "ends"),
+    [
+        (f"s3://{BUCKET}/datasets/fsx-import-reports", f"s3://{BUCKET}/datasets/corpus/", "SUCCEEDED"),
+        # Within the checkpoint association: a report there is accepted, as is an import of its prefix.
+        (
+            f"s3://{CHECKPOINTS}/fsx-checkpoints/reports",
+            f"s3://{CHECKPOINTS}/fsx-checkpoints/a/",
+            "SUCCEEDED",
+        ),
+        (f"s3://{BUCKET}/datasets/fsx-import-reports", f"s3://{BUCKET}/elsewhere/", "FAILED"),
+        (f"s3://{BUCKET}/datasets/fsx-import-reports", f"s3://{CHECKPOINTS}/trainstack-run/", "FAILED"),
+        (f"s3://{CHECKPOINTS}/trainstack-run/reports", f"s3://{BUCKET}/datasets/corpus/", "refused"),
+    ],
+)
+def test_the_fake_knows_both_associations_of_the_synthesized_file_system(scratch_links, report, path, ends):
+    """A report outside both associations is refused; an import path outside both fails the task."""
+    fsx = FakeFsx(scratch_links, now=lambda: 0.0)
+    if ends == "refused":
+        with pytest.raises(ServiceException) as refused:
+            fsx.create(request(report, path))
+        assert refused.value.code == "BadRequest" and report in refused.value.message
+        return
+    task = fsx.create(request(report, path))["DataRepositoryTask"]
+    fsx.now = lambda: 3600.0
+    (described,) = fsx.describe({"TaskIds": [task["TaskId"]]})["DataRepositoryTasks"]
+    assert described["Lifecycle"] == ends
+    if ends == "FAILED":
+        assert path in described["FailureDetails"]["Message"]

@@ -44,9 +44,16 @@ def definitions(teams_app) -> dict[str, str]:
     found = {}
     for stack in stacks.pipelines:
         template = assembly.get_stack_by_name(stack.stack_name).template
+        team = stack.stack_name.split("-")[1]
         for name, properties in state_machines(template).items():
-            found[name] = filled(properties, template)
+            # Each team's own fsx checkpoint directory, as its stack resolves it (test_teams_template.py).
+            text = filled(properties, template)
+            found[name] = text.replace(FAKE_VALUES["CheckpointDirectoryPath"], checkpoint_directory(team))
     return found
+
+
+def checkpoint_directory(team: str) -> str:
+    return FAKE_VALUES["CheckpointDirectoryPath"].removesuffix("/all") + f"/{team}"
 
 
 @dataclass
@@ -268,3 +275,46 @@ def test_a_teams_attempt_machine_started_directly_refuses_what_the_team_may_not_
     assert (outcome.status, outcome.error) == ("FAILED", "RequestRefused"), outcome.cause
     assert outcome.cause.startswith(cause), outcome.cause
     assert [operation for operation, _ in world.batch.calls if operation == "SubmitServiceJob"] == []
+
+
+def _mounting(team: str):
+    def edit(request: dict[str, Any]) -> None:
+        source = {
+            "FileSystemId": FAKE_VALUES["FileSystemId"],
+            "FileSystemType": "FSxLustre",
+            "DirectoryPath": checkpoint_directory(team),
+            "FileSystemAccessMode": "rw",
+        }
+        channel = {"ChannelName": "checkpoints", "DataSource": {"FileSystemDataSource": source}}
+        request["InputDataConfig"].append({**channel, "InputMode": "File"})
+
+    return edit
+
+
+@pytest.mark.parametrize("team", ["search", "research"])
+def test_a_team_mounts_its_own_fsx_checkpoint_directory_and_not_the_other_teams(world, teams_app, team):
+    """research's attempt machine, started directly: the fsx store's channel at search's
+    /<mount>/checkpoints/search is refused before any job; at research's own it is submitted."""
+    world.sagemaker.behaviour.script([[STARTING, TRAINING, COMPLETED]])
+    far = 10**13
+    outcome = harness.run(
+        state_machine_arn("trainstack-research-pipeline-attempt"),
+        {
+            "request": research_request(teams_app, _mounting(team)),
+            "runName": "trainstack-research-direct",
+            "stopAtMillis": far,
+            "timeLimitSeconds": far,
+            "throttles": 0,
+            "share": "research",
+        },
+    )
+    submitted = world.submitted_by("research")
+    if team == "search":
+        assert (outcome.status, outcome.error) == ("FAILED", "RequestRefused"), outcome.cause
+        assert outcome.cause.startswith("InputDataConfig: a FileSystemDataSource must be file system")
+        assert checkpoint_directory("research") in outcome.cause
+        assert submitted == []
+        return
+    assert outcome.error != "RequestRefused", outcome.cause
+    [call] = submitted
+    assert checkpoint_directory("research") in call["serviceRequestPayload"]

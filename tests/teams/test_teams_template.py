@@ -43,7 +43,7 @@ def test_each_team_has_a_pipeline_stack_and_they_share_one_queue(teams_app):
     ]
 
 
-def test_each_teams_jobs_mount_only_the_teams_fsx_directory(teams_app):
+def test_each_teams_jobs_mount_only_the_teams_fsx_directories(teams_app):
     for team in TEAMS:
         template = template_of(teams_app, f"trainstack-{team}-pipeline")
         [pipeline] = [
@@ -51,8 +51,12 @@ def test_each_teams_jobs_mount_only_the_teams_fsx_directory(teams_app):
             for body in resources(template, "AWS::StepFunctions::StateMachine").values()
             if body["Properties"]["StateMachineName"] == f"trainstack-{team}-pipeline"
         ]
-        path = pipeline["DefinitionSubstitutions"]["FileSystemDirectoryPath"]
-        assert path["Fn::Join"][1][0] == "/" and path["Fn::Join"][1][-1] == f"/{team}", path
+        substitutions = pipeline["DefinitionSubstitutions"]
+        path = substitutions["FileSystemDirectoryPath"]
+        assert path["Fn::Join"][1][0] == "/" and path["Fn::Join"][1][-1] == f"/dataset/{team}", path
+        # The fsx store's directory, fixed in the team's definition: no input names it.
+        checkpoints = substitutions["CheckpointDirectoryPath"]["Fn::Join"][1]
+        assert checkpoints[0] == "/" and checkpoints[-1] == f"/checkpoints/{team}", checkpoints
 
 
 def test_each_team_has_its_own_model_package_group_per_profile(teams_app):

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localaws import opt_ml
-from tests.domain.conftest import S3_RESOURCES
+from tests.domain.conftest import shipped_resources
 from trainstack.instances import instance_type
 from trainstack.job_request import RunRequest, build_create_training_job_request
 from trainstack.profiles import Profile
@@ -138,7 +138,7 @@ class Launch:
 
 def job_request(profile: Profile) -> dict:
     run = RunRequest(profile.name, "trainstack-run")
-    return build_create_training_job_request(profile, S3_RESOURCES, run, attempt=1)
+    return build_create_training_job_request(profile, shipped_resources(profile), run, attempt=1)
 
 
 def launch(profile: Profile, root: Path, dockerfile_text: str | None = None, timeout: float = 300) -> Launch:

@@ -107,7 +107,11 @@ def _assert_train_py_arguments(arguments: list[str], profile: Profile) -> None:
     flag, and its own parser takes them."""
     smp = profile.strategy == "smp"
     names = {argument[2:] for argument in arguments if argument.startswith("--")}
-    assert names == {*profile.hyperparameters, "strategy", *(["mp_parameters"] if smp else [])}
+    # A store other than SageMaker's sync tells train.py where its checkpoints are (trainstack.job_request).
+    stored = {"sagemaker-sync": [], "fsx": ["checkpoint_dir", "checkpoint_dir_shared"]}.get(
+        profile.checkpoint_store, ["checkpoint_dir"]
+    )
+    assert names == {*profile.hyperparameters, "strategy", *(["mp_parameters"] if smp else []), *stored}
     args = parse_args(arguments)
     assert args.strategy == profile.strategy
     if smp:

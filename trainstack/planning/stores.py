@@ -14,6 +14,8 @@ store's throughput.
 - `s3-direct`, `s3-express`: DCP writes and reads through s3torchconnector; each rank reads only its own
   shards, from the store, on a new job and an in-job restart alike. Durable when the save commits.
 - `fsx`: the same reads and writes against the file system's throughput (trainstack/fsx_sizing.py).
+  Durable when the save is on the file system, which every restart reads; its S3 export lags and changes
+  no figure here (docs/training.md, "The fsx store").
 """
 
 from __future__ import annotations
