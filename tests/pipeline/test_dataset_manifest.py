@@ -5,18 +5,15 @@ objects, over several ListObjectsV2 pages."""
 from __future__ import annotations
 
 import hashlib
+from contextlib import contextmanager
 
 import boto3
 import pytest
-from aws_cdk import aws_s3 as s3
-from aws_cdk import aws_stepfunctions as sfn
 from moto import mock_aws
 
 from localaws.emulator import VirtualClock, local_stepfunctions
-from stacks.pipeline.dataset_manifest import DatasetManifest
-from stacks.pipeline.jsonata_text import expression
 from tests.pipeline import harness
-from tests.pipeline.fragments import chain_definition
+from tests.pipeline.manifest_machines import CALLER, create, listing_histories, manifest_definitions
 from trainstack.manifest import (
     EMPTY_MANIFEST,
     PAGE_SIZE,
@@ -30,39 +27,41 @@ from trainstack.manifest import (
 BUCKET = "trainstack-datasets-test"
 
 
-def _manifest_chain(stack) -> sfn.IChainable:
-    bucket = s3.Bucket.from_bucket_name(stack, "Datasets", BUCKET)
-    manifest = DatasetManifest(stack, "Manifest", bucket=bucket, prefix="$states.input.prefix")
-    return manifest.next(
-        sfn.Succeed.jsonata(
-            stack, "Report", outputs=expression('{"manifest": $datasetManifest, "input": $states.input}')
-        )
-    )
-
-
 @pytest.fixture(scope="module")
-def definition() -> str:
-    return chain_definition(_manifest_chain)
+def definitions() -> dict[str, str]:
+    return manifest_definitions(BUCKET)
 
 
 @pytest.fixture
-def world(monkeypatch, definition):
+def aws_environment(monkeypatch):
     for variable, value in {
         "AWS_DEFAULT_REGION": harness.REGION,
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
     }.items():
         monkeypatch.setenv(variable, value)
+
+
+@contextmanager
+def emulated(definitions: dict[str, str]):
+    """The emulator with the dataset bucket and the machines: yields (s3 client, caller ARN)."""
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
         with local_stepfunctions(VirtualClock()):
             client = boto3.client("s3", region_name=harness.REGION)
             client.create_bucket(Bucket=BUCKET)
-            yield client, harness.create_state_machine(definition, "manifest")
+            yield client, create(definitions)[CALLER]
+
+
+@pytest.fixture
+def world(aws_environment, definitions):
+    with emulated(definitions) as world:
+        yield world
 
 
 def _machine_manifest(machine_arn: str, prefix: str, name: str) -> tuple[dict, harness.Outcome]:
     outcome = harness.run(machine_arn, {"prefix": prefix}, name)
     assert outcome.status == "SUCCEEDED", outcome.cause
+    assert "manifest" in outcome.output, outcome.output
     assert outcome.output["input"] == {"prefix": prefix}, "the fragment hands its input on unchanged"
     return outcome.output["manifest"], outcome
 
@@ -79,7 +78,9 @@ def test_the_machine_and_python_agree_over_several_pages_and_ignore_other_prefix
     manifest, outcome = _machine_manifest(machine, "datasets/a/", "three-pages")
 
     assert manifest == expected.as_dict()
-    assert len(outcome.events("TaskSucceeded")) == 3, "one ListObjectsV2 call a page"
+    assert len(outcome.events("TaskSucceeded")) == 1, "one child execution lists the three pages"
+    # The child's history: 8 events and 7 a page (stacks/pipeline/manifest_listing.py's docstring).
+    assert listing_histories() == [8 + 7 * 3]
 
 
 def test_one_object_and_an_empty_prefix(world):
