@@ -11,9 +11,9 @@ are listed by the stack's child machine `<project>-dataset-manifest` (manifest_l
 turn with startExecution.sync:2, each execution listing up to PAGES_PER_EXECUTION ListObjectsV2 pages of
 200 objects from where the one before stopped (its continuation token and manifest so far): the chain
 stays sequential and each history stays under Step Functions' 25,000 events. The caller's history grows
-by 7 events an execution (`<id>Pages`' 5, `<id>MorePages`' 2) plus 4 (`<id>Start`, `<id>Done`): 11 for a
-prefix of up to 600,000 objects, 3,504 at the bound of MAX_EXECUTIONS executions (1,500,000 pages,
-300,000,000 objects). Past the bound the listing fails with `DatasetTooLarge`.
+by 8 events an execution (`<id>Pages`' 6 with TaskSubmitted, `<id>MorePages`' 2) plus 4 (`<id>Start`,
+`<id>Done`): 12 for a prefix of up to 600,000 objects, 4,004 at the bound of MAX_EXECUTIONS executions
+(1,500,000 pages, 300,000,000 objects). Past the bound the listing fails with `DatasetTooLarge`.
 
 States (names start with the construct id): `<id>Start` (Pass), `<id>Pages` (the child execution),
 `<id>MorePages` (Choice), `<id>Done` (Pass; clears the page token). Errors: a missing bucket fails with
@@ -42,7 +42,7 @@ _ERROR = "$states.errorOutput"
 # against AWS, state_task_service_sfn.py); any other error (a refused start) is the task's own.
 _LISTING_ERROR = (
     f'($caught := {_ERROR}; $child := $caught.Error = "States.TaskFailed" and '
-    '$substring($caught.Cause, 0, 1) = "{" ? $parse($error.Cause) : {}; '
+    '$substring($caught.Cause, 0, 1) = "{" ? $parse($caught.Cause) : {}; '
     '$child.Error ? {"Error": $child.Error, "Cause": $child.Cause ? $child.Cause : ""} : $caught)'
 )
 

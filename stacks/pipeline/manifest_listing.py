@@ -12,7 +12,7 @@ History (counted, tests/pipeline/test_dataset_manifest.py): ExecutionStarted, `B
 7 a page (the list Task's 5, `MorePages`' 2), `Done` (2), ExecutionSucceeded: 8 + 7 x pages. A range of
 PAGES_PER_EXECUTION = 3,000 pages holds 21,008 events of the 25,000 (a Retry adds 3: ~1,300 retries fit).
 The DatasetManifest fragment (dataset_manifest.py) starts up to MAX_EXECUTIONS = 500 of them in turn:
-1,500,000 pages, 300,000,000 objects at S3's full pages of 200, for 7 events each in the caller's history.
+1,500,000 pages, 300,000,000 objects at S3's full pages of 200, for 8 events each in the caller's history.
 
 Errors: S3's (`S3.NoSuchBucketException`, `S3.S3Exception` after 5 attempts) and `DatasetTooLarge` fail the
 execution with that error; the caller sees the child's error and cause (dataset_manifest.py).
@@ -34,7 +34,7 @@ from trainstack.manifest import PAGE_SIZE
 
 # Pages one execution lists: 8 + 7 x 3,000 = 21,008 history events (module docstring).
 PAGES_PER_EXECUTION = 3_000
-# Executions one manifest starts: 7 events each in the caller's history, 3,504 at most.
+# Executions one manifest starts: 8 events each in the caller's history, 4,004 with the fragment's 4.
 MAX_EXECUTIONS = 500
 ERROR_DATASET_TOO_LARGE = "DatasetTooLarge"
 S3_ERROR = "S3.S3Exception"

@@ -11,7 +11,9 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from localaws.emulator import VirtualClock, local_stepfunctions
+from localaws.emulator import VirtualClock, limits, local_stepfunctions
+from localaws.emulator.synthetic_listing import SyntheticPrefix, install_synthetic_listing
+from stacks.pipeline import manifest_listing
 from tests.pipeline import harness
 from tests.pipeline.manifest_machines import CALLER, create, listing_histories, manifest_definitions
 from trainstack.manifest import (
@@ -104,6 +106,82 @@ def test_the_longest_key_s3_allows_stays_within_the_hash_functions_input(world):
     manifest, _ = _machine_manifest(machine, "datasets/long/", "long")
 
     assert manifest == prefix_manifest(client, BUCKET, "datasets/long/").as_dict()
+
+
+# The 1,000,000-object scenario with every count divided by SCALE: 4,000 objects (20 pages) against a
+# 100-event history, 12 pages an execution. Each execution's history is 8 + 7 x pages (a child) or
+# 8 + 8 x children (this caller), so a child stays at the same fraction of its limit as at full size
+# (21,008 of 25,000; the caller 24); the one-execution fragment before the child machine needed
+# 7 x pages + 4 (35,004 at full size), 144 here: past the 100. benchmarks/manifest_scale.py runs the
+# full size (jsonata-python takes ~0.1-0.3 s a page here: about 10 minutes for 5,000 pages).
+SCALE = 250
+MILLION = 1_000_000
+
+
+def test_a_million_objects_scaled_down_stay_within_every_executions_history(aws_environment, monkeypatch):
+    limit, pages = limits.HISTORY_EVENT_LIMIT // SCALE, manifest_listing.PAGES_PER_EXECUTION // SCALE
+    monkeypatch.setattr(limits, "HISTORY_EVENT_LIMIT", limit)
+    monkeypatch.setattr(manifest_listing, "PAGES_PER_EXECUTION", pages)
+    definitions = manifest_definitions(BUCKET)
+    prefix = SyntheticPrefix(BUCKET, "datasets/big/", MILLION // SCALE)
+
+    with emulated(definitions) as (_, caller):
+        answered = install_synthetic_listing(prefix, monkeypatch)
+        manifest, outcome = _machine_manifest(caller, prefix.prefix, "million")
+        children = listing_histories()
+
+    assert manifest == manifest_of(prefix.entries()).as_dict()
+    assert len(answered) == MILLION // SCALE // PAGE_SIZE
+    assert children == [8 + 7 * pages, 8 + 7 * 8]
+    assert len(outcome.history) == 8 + 8 * 2
+    assert max(*children, len(outcome.history)) < limit
+
+
+def test_a_prefix_past_the_bound_fails_with_dataset_too_large_and_one_at_the_bound_is_listed(
+    aws_environment, monkeypatch
+):
+    monkeypatch.setattr(manifest_listing, "PAGES_PER_EXECUTION", 2)
+    monkeypatch.setattr(manifest_listing, "MAX_EXECUTIONS", 3)
+    definitions = manifest_definitions(BUCKET)
+    bound = 3 * 2 * PAGE_SIZE
+    at_bound = SyntheticPrefix(BUCKET, "datasets/at/", bound)
+    past = SyntheticPrefix(BUCKET, "datasets/past/", bound + 1)
+
+    with emulated(definitions) as (_, caller):
+        install_synthetic_listing(at_bound, monkeypatch)
+        install_synthetic_listing(past, monkeypatch)
+        listed, _ = _machine_manifest(caller, at_bound.prefix, "at")
+        too_large = harness.run(caller, {"prefix": past.prefix}, "past")
+        children = len(listing_histories())
+
+    assert listed == manifest_of(at_bound.entries()).as_dict()
+    assert too_large.status == "SUCCEEDED", "add_catch's handler took it"
+    assert too_large.output["caught"] == {
+        "Error": "DatasetTooLarge",
+        "Cause": f"s3://{BUCKET}/datasets/past/ holds more than {bound} objects: a dataset manifest lists "
+        "at most 6 ListObjectsV2 pages of 200 objects (3 executions of 2 pages)",
+    }
+    assert children == 3 + 3, "no execution past the bound"
+
+
+def test_a_failing_listing_reaches_the_handler_with_s3s_error_not_the_childs_wrapper(world, monkeypatch):
+    from moto.s3.exceptions import S3AccessDeniedError
+    from moto.s3.responses import S3Response
+
+    def denied(self):
+        raise S3AccessDeniedError()
+
+    _, caller = world
+    monkeypatch.setattr(S3Response, "list_objects_v2", denied)
+
+    outcome = harness.run(caller, {"prefix": "datasets/a/"}, "denied")
+
+    assert outcome.status == "SUCCEEDED", outcome.cause
+    caught = outcome.output["caught"]
+    # S3's error after the child's retries (AccessDenied is modelled in botocore's s3 model; AWS spells the
+    # service `S3.`, moto's interpreter `s3.`: it has no S3 entry in its error-name table).
+    assert caught["Error"].lower() == "s3.accessdeniedexception", caught
+    assert caught["Cause"].startswith("Access Denied")
 
 
 def test_the_chain_is_the_documented_formula():
