@@ -63,8 +63,7 @@ class DatasetManifest(sfn.StateMachineFragment):
         """`bucket_name`: what the child's input names instead of bucket.bucket_name (e.g. a `${Name}`
         placeholder that the caller's DefinitionSubstitutions fill); IAM always grants on `bucket`."""
         super().__init__(scope, construct_id)
-        listing = manifest_listing.manifest_listing(scope, project)
-        listing.allow_listing(bucket.bucket_arn)
+        listing = manifest_listing.manifest_listing(scope, project, bucket.bucket_arn)
         start = sfn.Pass.jsonata(
             self,
             f"{construct_id}Start",

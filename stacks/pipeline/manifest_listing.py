@@ -21,7 +21,7 @@ execution with that error; the caller sees the child's error and cause (dataset_
 from __future__ import annotations
 
 import aws_cdk as cdk
-import jsii
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
@@ -60,19 +60,22 @@ def page_manifest(before: str) -> str:
     )
 
 
-def manifest_listing(scope: Construct, project: str) -> ManifestListing:
-    """The stack's child machine, made by its first user."""
+def manifest_listing(scope: Construct, project: str, bucket_arn: str) -> ManifestListing:
+    """The stack's child machine (made by its first user), allowed to list `bucket_arn`."""
     stack = cdk.Stack.of(scope)
     found = stack.node.try_find_child(_CONSTRUCT_ID)
-    return found if isinstance(found, ManifestListing) else ManifestListing(stack, _CONSTRUCT_ID, project)
+    if not isinstance(found, ManifestListing):
+        return ManifestListing(stack, _CONSTRUCT_ID, project, bucket_arn)
+    found.allow_listing(bucket_arn)
+    return found
 
 
 class ManifestListing(Construct):
-    """`state_machine`; `allow_listing(bucket_arn)` for each bucket a caller lists."""
+    """`state_machine`, listing the buckets its callers name (`bucket_arn`, then `allow_listing`)."""
 
-    def __init__(self, scope: Construct, construct_id: str, project: str) -> None:
+    def __init__(self, scope: Construct, construct_id: str, project: str, bucket_arn: str) -> None:
         super().__init__(scope, construct_id)
-        self._buckets: list[str] = []
+        self._buckets = [bucket_arn]
         begin = sfn.Pass.jsonata(
             self,
             "Begin",
@@ -124,9 +127,12 @@ class ManifestListing(Construct):
         )
 
     def allow_listing(self, bucket_arn: str) -> None:
-        """ListObjectsV2 of `bucket_arn` too (the list tasks' grant names exactly the callers' buckets)."""
+        """ListObjectsV2 of `bucket_arn` too: the grants name exactly the callers' buckets."""
         if bucket_arn not in self._buckets:
             self._buckets.append(bucket_arn)
+            self.state_machine.add_to_role_policy(
+                iam.PolicyStatement(actions=["s3:ListBucket"], resources=[bucket_arn])
+            )
 
     def _list(self, state_id: str, token: dict[str, str]) -> tasks.CallAwsService:
         task = tasks.CallAwsService.jsonata(
@@ -141,9 +147,9 @@ class ManifestListing(Construct):
                 **token,
             },
             # ListObjectsV2 is authorized as s3:ListBucket on the bucket (Service Authorization Reference,
-            # Amazon S3): on the buckets the callers named (allow_listing), read when the stack synthesizes.
+            # Amazon S3): the first caller's here, the others' by allow_listing.
             iam_action="s3:ListBucket",
-            iam_resources=cdk.Lazy.list(_Buckets(self._buckets)),
+            iam_resources=list(self._buckets),
             assign={
                 "manifest": expression(page_manifest("$manifest")),
                 "token": expression(
@@ -156,11 +162,3 @@ class ManifestListing(Construct):
         retry_poll_call(task, [S3_ERROR])
         return task
 
-
-@jsii.implements(cdk.IStableListProducer)
-class _Buckets:
-    def __init__(self, arns: list[str]) -> None:
-        self.arns = arns
-
-    def produce(self) -> list[str]:
-        return list(self.arns)
