@@ -5,6 +5,7 @@ objects, over several ListObjectsV2 pages."""
 from __future__ import annotations
 
 import hashlib
+import json
 from contextlib import contextmanager
 
 import boto3
@@ -200,3 +201,17 @@ def test_a_changed_added_or_removed_object_changes_the_hash_and_order_does_not()
     assert manifest_of([*entries, ManifestEntry("d/e", '"e"', 0)]).hash != base.hash
     # The quotes S3 puts around an ETag do not count.
     assert manifest_of([ManifestEntry("k", '"0a"', 1)]) == manifest_of([ManifestEntry("k", "0a", 1)])
+
+
+def test_the_child_machine_lists_only_the_dataset_bucket_and_is_valid_for_aws_tools(pipeline):
+    """The synthesized child machine: s3:ListBucket on exactly the bucket its callers list (the registration's
+    dataset bucket), nothing else but logs and tracing; asl-validator and AWS's language service accept it."""
+    from tests.pipeline.test_pipeline_template import actions, aws_validation, policy_statements
+
+    statements = policy_statements(pipeline.template, "DatasetManifestListingStateMachineRole")
+    (listing,) = [statement for statement in statements if "s3:ListBucket" in actions(statement)]
+    assert actions(listing) == ["s3:ListBucket"]
+    assert "trainstack-storage" in json.dumps(listing["Resource"]) and "*" not in json.dumps(listing["Resource"])
+    others = [statement for statement in statements if statement is not listing]
+    assert all(action.startswith(("logs:", "xray:")) for s in others for action in actions(s))
+    assert aws_validation([pipeline.manifest_definition]) == [{"aslValidator": [], "languageService": []}]
