@@ -69,7 +69,7 @@ class DatasetManifest(sfn.StateMachineFragment):
             f"{construct_id}Start",
             assign={
                 MANIFEST_VARIABLE: expression(literal(EMPTY_MANIFEST.as_dict())),
-                "manifestPageToken": "",
+                "manifestPageToken": expression("''"),
                 "manifestListings": 0,
             },
         )

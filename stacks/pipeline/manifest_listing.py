@@ -86,8 +86,9 @@ class ManifestListing(Construct):
                 "pagesLeft": expression("$states.input.pages"),
             },
         )
-        first, following = self._list("FirstPage", {}), self._list(
-            "NextPage", {"ContinuationToken": expression("$token")}
+        first, following = (
+            self._list("FirstPage", {}),
+            self._list("NextPage", {"ContinuationToken": expression("$token")}),
         )
         done = sfn.Succeed.jsonata(
             self, "Done", outputs=expression('{"manifest": $manifest, "token": $token}')
@@ -99,7 +100,7 @@ class ManifestListing(Construct):
             cause=expression(
                 '"s3://" & $listing.bucket & "/" & $listing.prefix & " holds more than " '
                 '& $string($manifest.objects) & " objects: a dataset manifest lists at most '
-                f'{max_pages():,} ListObjectsV2 pages of {PAGE_SIZE} objects ({MAX_EXECUTIONS} executions '
+                f"{max_pages():,} ListObjectsV2 pages of {PAGE_SIZE} objects ({MAX_EXECUTIONS} executions "
                 f'of {PAGES_PER_EXECUTION:,} pages)"'
             ),
         )
@@ -117,7 +118,11 @@ class ManifestListing(Construct):
             .otherwise(first)
         )
         self.state_machine, self.log_group = logged_state_machine(
-            self, "StateMachine", name=f"{project}-dataset-manifest", chain=begin.next(has_token), timeout=None
+            self,
+            "StateMachine",
+            name=f"{project}-dataset-manifest",
+            chain=begin.next(has_token),
+            timeout=None,
         )
         acknowledge(
             self.state_machine.role,
@@ -161,4 +166,3 @@ class ManifestListing(Construct):
         )
         retry_poll_call(task, [S3_ERROR])
         return task
-

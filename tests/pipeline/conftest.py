@@ -89,7 +89,7 @@ class SynthesizedPipeline:
     attempt_definition: str  # filled
     cleanup_definition: str  # filled
     registration_definition: str  # filled
-    manifest_definition: str  # filled: the dataset manifest's child machine (stacks/pipeline/manifest_listing.py)
+    manifest_definition: str  # filled: the dataset manifest's child machine (manifest_listing.py)
     resources: PipelineResources  # what the stack passed to the builder, with the fake values
 
     @property

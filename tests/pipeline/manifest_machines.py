@@ -60,4 +60,3 @@ def listing_histories() -> list[int]:
     machines = client.list_state_machines()["stateMachines"]
     (listing,) = [machine["stateMachineArn"] for machine in machines if machine["name"] == LISTING]
     return [len(outcome.history) for outcome in harness.executions(listing)]
-

@@ -211,7 +211,9 @@ def test_the_child_machine_lists_only_the_dataset_bucket_and_is_valid_for_aws_to
     statements = policy_statements(pipeline.template, "DatasetManifestListingStateMachineRole")
     (listing,) = [statement for statement in statements if "s3:ListBucket" in actions(statement)]
     assert actions(listing) == ["s3:ListBucket"]
-    assert "trainstack-storage" in json.dumps(listing["Resource"]) and "*" not in json.dumps(listing["Resource"])
+    assert "trainstack-storage" in json.dumps(listing["Resource"]) and "*" not in json.dumps(
+        listing["Resource"]
+    )
     others = [statement for statement in statements if statement is not listing]
     assert all(action.startswith(("logs:", "xray:")) for s in others for action in actions(s))
     assert aws_validation([pipeline.manifest_definition]) == [{"aslValidator": [], "languageService": []}]

@@ -16,8 +16,8 @@ from constructs import Construct
 
 from stacks.pipeline.dataset_manifest import DatasetManifest
 from stacks.pipeline.jsonata_text import expression, literal
-from stacks.pipeline.manifest_listing import ERROR_DATASET_TOO_LARGE
 from stacks.pipeline.machine_kit import STEP_FUNCTIONS_ERROR, retry_must_succeed_call
+from stacks.pipeline.manifest_listing import ERROR_DATASET_TOO_LARGE
 from stacks.pipeline.trigger.fsx_import import FsxImport, failure
 from stacks.pipeline.trigger.trigger_calls import CONDITION_FAILED, TriggerTable, number, text
 from trainstack.trigger_settings import RetrainOnNewData, profile_key
@@ -86,13 +86,10 @@ class TriggeredRun:
         )
         # A prefix past the manifest's bound fails as such; its cause states the bound.
         too_large = failure(ERROR_DATASET_TOO_LARGE, "$states.errorOutput.Cause")
+        is_too_large = f'$states.errorOutput.Error = "{ERROR_DATASET_TOO_LARGE}"'
         manifest.add_catch(
             self.failed,
-            assign={
-                "failure": expression(
-                    f'$states.errorOutput.Error = "{ERROR_DATASET_TOO_LARGE}" ? {too_large} : {listing_failed}'
-                )
-            },
+            assign={"failure": expression(f"{is_too_large} ? {too_large} : {listing_failed}")},
         )
         unchanged = table.update(
             "RecordUnchanged",
