@@ -114,7 +114,7 @@ def test_the_longest_key_s3_allows_stays_within_the_hash_functions_input(world):
 # 8 + 8 x children (this caller), so a child stays at the same fraction of its limit as at full size
 # (21,008 of 25,000; the caller 24); the one-execution fragment before the child machine needed
 # 7 x pages + 4 (35,004 at full size), 144 here: past the 100. benchmarks/manifest_scale.py runs the
-# full size (jsonata-python takes ~0.1-0.3 s a page here: about 10 minutes for 5,000 pages).
+# full size (about 0.4 s of CPU a page here, docs/emulator.md: over an hour for 5,000 pages).
 SCALE = 250
 MILLION = 1_000_000
 
