@@ -9,10 +9,11 @@ empty string, each object replaces the digest with
 where etag is the object's ETag without its double quotes (S3 returns them quoted; stripping them keeps
 the hash independent of how a client shows them). The Step Functions fragment
 stacks/pipeline/dataset_manifest.py computes the same chain in JSONata with `$hash`, one ListObjectsV2
-page at a time: one `$hash` call per object keeps every hashed string under the 10,000 characters
-Step Functions' hash function accepts (a digest of 64, a key of at most 1,024 bytes, an ETag of at most
-~45), and chaining makes the result independent of where pages end. The same set of keys with the same
-ETags gives the same hash; any upload, overwrite or deletion under the prefix changes it.
+page at a time, in child executions of up to 3,000 pages that hand the digest on
+(stacks/pipeline/manifest_listing.py): one `$hash` call per object keeps every hashed string under the
+10,000 characters Step Functions' hash function accepts (a digest of 64, a key of at most 1,024 bytes,
+an ETag of at most ~45), and chaining makes the result independent of where pages end. The same set of
+keys with the same ETags gives the same hash; any upload, overwrite or deletion under the prefix changes it.
 """
 
 from __future__ import annotations

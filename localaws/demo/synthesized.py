@@ -29,7 +29,8 @@ class SynthesizedPipeline:
     name: str  # StateMachineName
     definition: str  # placeholders filled
     substitutions: dict[str, str]  # placeholder -> the local value it got
-    # State machines the pipeline starts (StateMachineName -> definition): create them first.
+    # State machines the pipeline starts, and those they start (StateMachineName -> definition), the
+    # deepest first: create them in this order, before the pipeline.
     children: dict[str, str]
 
     @property
@@ -84,7 +85,12 @@ def load_pipeline(cdk_out: Path, project: str, region: str, name: str | None = N
         return text
 
     definition = filled(properties)
-    children = {child: filled(machines[child]) for child in referenced}
+    children: dict[str, str] = {}
+    while referenced:  # the children's own children too (the registration's dataset manifest)
+        child = referenced.pop(0)
+        if child not in children:
+            children[child] = filled(machines[child])
+    children = dict(reversed(children.items()))  # the deepest first: each exists before its parent
     return SynthesizedPipeline(template_path, name, definition, substitutions, children)
 
 

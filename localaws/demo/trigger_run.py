@@ -68,6 +68,7 @@ def machines(cdk_out: Path, settings) -> TriggerMachines:
     return TriggerMachines(
         definitions={
             **pipeline.children,
+            **trigger.children,
             pipeline.name: pipeline.definition,
             trigger.name: trigger.definition,
         },

@@ -211,6 +211,8 @@ class CallCatalog(TrainingJobCalls, TriggerCalls, RegistryCalls):
                 "context": self.trigger_bindings()["context"],
             },
             "importTask": self.trigger_bindings()["importTask"],
+            # The dataset manifest's child machine: the bucket its callers list (manifest_listing.py).
+            "listing": {"bucket": self.resources().dataset_bucket},
         }
 
     def argument(self, arguments: dict[str, Any], name: str) -> str:

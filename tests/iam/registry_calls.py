@@ -57,7 +57,7 @@ class RegistryCalls:
         return [(None, self.arn("ecr", f"repository/{self.project}-training"), {})]
 
     def _s3_listObjectsV2(self, arguments):  # noqa: N802
-        bucket = self.arn("s3", arguments["Bucket"], region=False)
+        bucket = self.arn("s3", self.argument(arguments, "Bucket"), region=False)
         prefixes = [self.resources().dataset_prefix]
         prefixes += [profile.registry.evaluation_prefix for profile in self.registered_profiles()]
         return [("s3:ListBucket", bucket, {**SECURE, "s3:prefix": prefix}) for prefix in prefixes]

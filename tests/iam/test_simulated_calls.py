@@ -157,6 +157,11 @@ def test_the_trigger_mode_shows_triggered_runs_on_the_dashboard_and_listens_to_t
     body = json.loads(dashboard["DashboardBody"])
     titles = [widget["properties"].get("title", "") for widget in body["widgets"]]
     assert "Retrain on new data (small-torchrun): trigger executions" in titles
+    (trigger_widget,) = [
+        w for w in body["widgets"] if "Retrain on new data" in w["properties"].get("title", "")
+    ]
+    # A listing that fails (or a prefix past the manifest's bound) fails the execution too.
+    assert '"label": "failed (listing, import or run)"' in json.dumps(trigger_widget)
     [pattern] = [
         properties["EventPattern"]
         for _, _, properties in app.resources_of_type("AWS::Events::Rule")

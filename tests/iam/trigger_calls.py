@@ -34,7 +34,7 @@ class TriggerCalls:
 
     def _s3_listObjectsV2(self, arguments):  # noqa: N802
         # ListObjectsV2 is authorized as s3:ListBucket on the bucket (Service Authorization Reference, S3).
-        return [("s3:ListBucket", self.arn("s3", arguments["Bucket"], region=False), {})]
+        return [("s3:ListBucket", self.arn("s3", self.argument(arguments, "Bucket"), region=False), {})]
 
     def _fsx_createDataRepositoryTask(self, arguments):  # noqa: N802
         file_system = self.arn("fsx", f"file-system/{arguments['FileSystemId']}")

@@ -91,6 +91,7 @@ class SynthesizedPipeline:
     attempt_definition: str  # filled
     cleanup_definition: str  # filled
     registration_definition: str  # filled
+    manifest_definition: str  # filled: the dataset manifest's child machine (manifest_listing.py)
     resources: PipelineResources  # what the stack passed to the builder, with the fake values
 
     @property
@@ -110,6 +111,7 @@ def synthesized_pipeline(settings: Settings, stacks, assembly) -> SynthesizedPip
         attempt_definition=filled_definition(machines[f"{project}-pipeline-attempt"], template),
         cleanup_definition=filled_definition(machines[f"{project}-job-cleanup"], template),
         registration_definition=filled_definition(machines[f"{project}-pipeline-registration"], template),
+        manifest_definition=filled_definition(machines[f"{project}-dataset-manifest"], template),
         resources=with_values(
             stack.resources, {name: fake_value(name) for name in substitution_names(stack.resources)}
         ),
@@ -165,6 +167,7 @@ def interpreter(pipeline, monkeypatch) -> Iterator[Callable[..., Interpreter]]:
         clock = context.__enter__()
         contexts.append(context)
         deploy_registry_resources(pipeline.settings)
+        harness.create_state_machine(pipeline.manifest_definition, "trainstack-dataset-manifest")
         return Interpreter(
             fake=fake,
             clock=clock,

@@ -5,18 +5,18 @@ objects, over several ListObjectsV2 pages."""
 from __future__ import annotations
 
 import hashlib
+import json
+from contextlib import contextmanager
 
 import boto3
 import pytest
-from aws_cdk import aws_s3 as s3
-from aws_cdk import aws_stepfunctions as sfn
 from moto import mock_aws
 
-from localaws.emulator import VirtualClock, local_stepfunctions
-from stacks.pipeline.dataset_manifest import DatasetManifest
-from stacks.pipeline.jsonata_text import expression
+from localaws.emulator import VirtualClock, limits, local_stepfunctions
+from localaws.emulator.synthetic_listing import SyntheticPrefix, install_synthetic_listing
+from stacks.pipeline import manifest_listing
 from tests.pipeline import harness
-from tests.pipeline.fragments import chain_definition
+from tests.pipeline.manifest_machines import CALLER, create, listing_histories, manifest_definitions
 from trainstack.manifest import (
     EMPTY_MANIFEST,
     PAGE_SIZE,
@@ -30,39 +30,41 @@ from trainstack.manifest import (
 BUCKET = "trainstack-datasets-test"
 
 
-def _manifest_chain(stack) -> sfn.IChainable:
-    bucket = s3.Bucket.from_bucket_name(stack, "Datasets", BUCKET)
-    manifest = DatasetManifest(stack, "Manifest", bucket=bucket, prefix="$states.input.prefix")
-    return manifest.next(
-        sfn.Succeed.jsonata(
-            stack, "Report", outputs=expression('{"manifest": $datasetManifest, "input": $states.input}')
-        )
-    )
-
-
 @pytest.fixture(scope="module")
-def definition() -> str:
-    return chain_definition(_manifest_chain)
+def definitions() -> dict[str, str]:
+    return manifest_definitions(BUCKET)
 
 
 @pytest.fixture
-def world(monkeypatch, definition):
+def aws_environment(monkeypatch):
     for variable, value in {
         "AWS_DEFAULT_REGION": harness.REGION,
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
     }.items():
         monkeypatch.setenv(variable, value)
+
+
+@contextmanager
+def emulated(definitions: dict[str, str]):
+    """The emulator with the dataset bucket and the machines: yields (s3 client, caller ARN)."""
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
         with local_stepfunctions(VirtualClock()):
             client = boto3.client("s3", region_name=harness.REGION)
             client.create_bucket(Bucket=BUCKET)
-            yield client, harness.create_state_machine(definition, "manifest")
+            yield client, create(definitions)[CALLER]
+
+
+@pytest.fixture
+def world(aws_environment, definitions):
+    with emulated(definitions) as world:
+        yield world
 
 
 def _machine_manifest(machine_arn: str, prefix: str, name: str) -> tuple[dict, harness.Outcome]:
     outcome = harness.run(machine_arn, {"prefix": prefix}, name)
     assert outcome.status == "SUCCEEDED", outcome.cause
+    assert "manifest" in outcome.output, outcome.output
     assert outcome.output["input"] == {"prefix": prefix}, "the fragment hands its input on unchanged"
     return outcome.output["manifest"], outcome
 
@@ -79,7 +81,9 @@ def test_the_machine_and_python_agree_over_several_pages_and_ignore_other_prefix
     manifest, outcome = _machine_manifest(machine, "datasets/a/", "three-pages")
 
     assert manifest == expected.as_dict()
-    assert len(outcome.events("TaskSucceeded")) == 3, "one ListObjectsV2 call a page"
+    assert len(outcome.events("TaskSucceeded")) == 1, "one child execution lists the three pages"
+    # The child's history: 8 events and 7 a page (stacks/pipeline/manifest_listing.py's docstring).
+    assert listing_histories() == [8 + 7 * 3]
 
 
 def test_one_object_and_an_empty_prefix(world):
@@ -105,6 +109,82 @@ def test_the_longest_key_s3_allows_stays_within_the_hash_functions_input(world):
     assert manifest == prefix_manifest(client, BUCKET, "datasets/long/").as_dict()
 
 
+# The 1,000,000-object scenario with every count divided by SCALE: 4,000 objects (20 pages) against a
+# 100-event history, 12 pages an execution. Each execution's history is 8 + 7 x pages (a child) or
+# 8 + 8 x children (this caller), so a child stays at the same fraction of its limit as at full size
+# (21,008 of 25,000; the caller 24); the one-execution fragment before the child machine needed
+# 7 x pages + 4 (35,004 at full size), 144 here: past the 100. benchmarks/manifest_scale.py runs the
+# full size (about 0.4 s of CPU a page here, docs/emulator.md: over an hour for 5,000 pages).
+SCALE = 250
+MILLION = 1_000_000
+
+
+def test_a_million_objects_scaled_down_stay_within_every_executions_history(aws_environment, monkeypatch):
+    limit, pages = limits.HISTORY_EVENT_LIMIT // SCALE, manifest_listing.PAGES_PER_EXECUTION // SCALE
+    monkeypatch.setattr(limits, "HISTORY_EVENT_LIMIT", limit)
+    monkeypatch.setattr(manifest_listing, "PAGES_PER_EXECUTION", pages)
+    definitions = manifest_definitions(BUCKET)
+    prefix = SyntheticPrefix(BUCKET, "datasets/big/", MILLION // SCALE)
+
+    with emulated(definitions) as (_, caller):
+        answered = install_synthetic_listing(prefix, monkeypatch)
+        manifest, outcome = _machine_manifest(caller, prefix.prefix, "million")
+        children = listing_histories()
+
+    assert manifest == manifest_of(prefix.entries()).as_dict()
+    assert len(answered) == MILLION // SCALE // PAGE_SIZE
+    assert children == [8 + 7 * pages, 8 + 7 * 8]
+    assert len(outcome.history) == 8 + 8 * 2
+    assert max(*children, len(outcome.history)) < limit
+
+
+def test_a_prefix_past_the_bound_fails_with_dataset_too_large_and_one_at_the_bound_is_listed(
+    aws_environment, monkeypatch
+):
+    monkeypatch.setattr(manifest_listing, "PAGES_PER_EXECUTION", 2)
+    monkeypatch.setattr(manifest_listing, "MAX_EXECUTIONS", 3)
+    definitions = manifest_definitions(BUCKET)
+    bound = 3 * 2 * PAGE_SIZE
+    at_bound = SyntheticPrefix(BUCKET, "datasets/at/", bound)
+    past = SyntheticPrefix(BUCKET, "datasets/past/", bound + 1)
+
+    with emulated(definitions) as (_, caller):
+        install_synthetic_listing(at_bound, monkeypatch)
+        install_synthetic_listing(past, monkeypatch)
+        listed, _ = _machine_manifest(caller, at_bound.prefix, "at")
+        too_large = harness.run(caller, {"prefix": past.prefix}, "past")
+        children = len(listing_histories())
+
+    assert listed == manifest_of(at_bound.entries()).as_dict()
+    assert too_large.status == "SUCCEEDED", "add_catch's handler took it"
+    assert too_large.output["caught"] == {
+        "Error": "DatasetTooLarge",
+        "Cause": f"s3://{BUCKET}/datasets/past/ holds more than {bound} objects: a dataset manifest lists "
+        "at most 6 ListObjectsV2 pages of 200 objects (3 executions of 2 pages)",
+    }
+    assert children == 3 + 3, "no execution past the bound"
+
+
+def test_a_failing_listing_reaches_the_handler_with_s3s_error_not_the_childs_wrapper(world, monkeypatch):
+    from moto.s3.exceptions import S3AccessDeniedError
+    from moto.s3.responses import S3Response
+
+    def denied(self):
+        raise S3AccessDeniedError()
+
+    _, caller = world
+    monkeypatch.setattr(S3Response, "list_objects_v2", denied)
+
+    outcome = harness.run(caller, {"prefix": "datasets/a/"}, "denied")
+
+    assert outcome.status == "SUCCEEDED", outcome.cause
+    caught = outcome.output["caught"]
+    # S3's error after the child's retries (AccessDenied is modelled in botocore's s3 model; AWS spells the
+    # service `S3.`, moto's interpreter `s3.`: it has no S3 entry in its error-name table).
+    assert caught["Error"].lower() == "s3.accessdeniedexception", caught
+    assert caught["Cause"].startswith("Access Denied")
+
+
 def test_the_chain_is_the_documented_formula():
     digest = hashlib.sha256(f"{EMPTY_MANIFEST.hash}d/a\t0a\n".encode()).hexdigest()
     assert chained_digest(EMPTY_MANIFEST.hash, "d/a", '"0a"') == digest
@@ -121,3 +201,19 @@ def test_a_changed_added_or_removed_object_changes_the_hash_and_order_does_not()
     assert manifest_of([*entries, ManifestEntry("d/e", '"e"', 0)]).hash != base.hash
     # The quotes S3 puts around an ETag do not count.
     assert manifest_of([ManifestEntry("k", '"0a"', 1)]) == manifest_of([ManifestEntry("k", "0a", 1)])
+
+
+def test_the_child_machine_lists_only_the_dataset_bucket_and_is_valid_for_aws_tools(pipeline):
+    """The synthesized child machine: s3:ListBucket on exactly the bucket its callers list (the registration's
+    dataset bucket), nothing else but logs and tracing; asl-validator and AWS's language service accept it."""
+    from tests.pipeline.test_pipeline_template import actions, aws_validation, policy_statements
+
+    statements = policy_statements(pipeline.template, "DatasetManifestListingStateMachineRole")
+    (listing,) = [statement for statement in statements if "s3:ListBucket" in actions(statement)]
+    assert actions(listing) == ["s3:ListBucket"]
+    assert "trainstack-storage" in json.dumps(listing["Resource"]) and "*" not in json.dumps(
+        listing["Resource"]
+    )
+    others = [statement for statement in statements if statement is not listing]
+    assert all(action.startswith(("logs:", "xray:")) for s in others for action in actions(s))
+    assert aws_validation([pipeline.manifest_definition]) == [{"aslValidator": [], "languageService": []}]

@@ -264,7 +264,7 @@ def test_every_task_after_the_window_closes_catches_any_error_and_reaches_the_re
         definition = trigger_machines(templates[variant], pipeline).definitions[TRIGGER_MACHINE]
         states = json.loads(definition)["States"]
         tasks = [name for name in reachable(states, "CloseWindow") if states[name]["Type"] == "Task"]
-        assert "ManifestFirstPage" in tasks and ("DescribeImport" in tasks) == (variant == "fsx")
+        assert "ManifestPages" in tasks and ("DescribeImport" in tasks) == (variant == "fsx")
         for name in tasks:
             (catch_all,) = [c for c in states[name].get("Catch", []) if "States.ALL" in c["ErrorEquals"]]
             if name != "Release":

@@ -60,13 +60,16 @@ def trigger_templates(settings) -> dict[str, dict]:
 
 
 def trigger_machines(template: dict, pipeline: SynthesizedPipeline) -> TriggerMachines:
-    """The trigger machine of `template` beside the real (synthesized) pipeline, attempt and registration
-    machines."""
+    """The trigger machine of `template` and its dataset manifest's child machine beside the real
+    (synthesized) pipeline, attempt and registration machines (the registration's manifests use the same
+    child definition)."""
     name = trigger_machine_name(PROJECT)
+    listing = f"{PROJECT}-dataset-manifest"
     (rule,) = resources(template, "AWS::Events::Rule").values()
     pattern = rule["Properties"]["EventPattern"]
     return TriggerMachines(
         definitions={
+            listing: filled_definition(state_machines(template)[listing], template),
             f"{PROJECT}-pipeline-attempt": pipeline.attempt_definition,
             f"{PROJECT}-pipeline-registration": pipeline.registration_definition,
             f"{PROJECT}-pipeline": pipeline.training_definition,

@@ -74,6 +74,7 @@ class QueuedPipeline:
     attempt: str
     queue_cleanup: str
     registration: str
+    manifest: str  # the dataset manifest's child machine
     outdir: Path  # the synthesized cloud assembly
     template: dict[str, Any]  # the pipeline stack's
 
@@ -95,6 +96,7 @@ def queued_pipeline(
         filled(machines["trainstack-pipeline-attempt"], template),
         filled(machines["trainstack-queue-cleanup"], template),
         filled(machines["trainstack-pipeline-registration"], template),
+        filled(machines["trainstack-dataset-manifest"], template),
         outdir,
         template,
     )
@@ -163,6 +165,7 @@ def queue_for(pipeline: QueuedPipeline, monkeypatch, scripts, naming: str = "aws
     create_tables(pipeline.template, harness.REGION)
     harness.create_state_machine(pipeline.attempt, "trainstack-pipeline-attempt")
     harness.create_state_machine(pipeline.registration, "trainstack-pipeline-registration")
+    harness.create_state_machine(pipeline.manifest, "trainstack-dataset-manifest")
     arn = harness.create_state_machine(pipeline.pipeline, "trainstack-pipeline")
     cleanup = harness.create_state_machine(pipeline.queue_cleanup, "trainstack-queue-cleanup")
     return context, Queue(sagemaker, batch, arn, cleanup)

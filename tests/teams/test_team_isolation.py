@@ -30,7 +30,7 @@ from tests.queue.test_queue_pipeline import ended_event, filled, install_queue
 from trainstack.job_request import RunRequest, build_create_training_job_request
 from trainstack.pipeline_runs import runs_for, shared_queue
 
-MACHINES = ("pipeline", "pipeline-attempt", "pipeline-registration", "queue-cleanup")
+MACHINES = ("pipeline", "pipeline-attempt", "pipeline-registration", "dataset-manifest", "queue-cleanup")
 CHECKPOINTS, ARTIFACTS = FAKE_VALUES["CheckpointBucket"], FAKE_VALUES["ArtifactBucket"]
 # small-torchrun checkpoints in the team's s3-express directory bucket (one fake name serves both teams).
 EXPRESS = FAKE_VALUES["ExpressCheckpointBucket"]

@@ -35,9 +35,11 @@ def start_attempt(
     attempt_input: dict[str, str],
     assign: dict[str, str],
     comment: str,
+    outputs: dict | str | None = None,
 ) -> tasks.StepFunctionsStartExecution:
     """A task that runs `attempt_machine` with `attempt_input` (JSONata fields) under the execution name
-    `name` (a JSONata expression), its output read by `assign` from `$states.result.Output`."""
+    `name` (a JSONata expression), its output read by `assign` from `$states.result.Output`; the state's own
+    output is `outputs` (nothing by default)."""
     start = tasks.StepFunctionsStartExecution.jsonata(
         scope,
         construct_id,
@@ -48,7 +50,7 @@ def start_attempt(
         name=expression(name),
         input=sfn.TaskInput.from_object(attempt_input),
         assign=assign,
-        outputs={},
+        outputs={} if outputs is None else outputs,
     )
     # The refused child never started, so trying again is safe; each try evaluates the Arguments
     # again, so it starts under a new name ($uuid()). 5 s doubling to 120 s, full jitter, 6 retries:

@@ -68,7 +68,8 @@ def registration_chain(
             "settings": expression(f"$lookup({literal(table)}, $states.input.profile)"),
         },
     )
-    register = _register(scope, project, package_arns, repository_arn, leases)
+    failed = sfn.Succeed.jsonata(scope, "RegistrationFailed", outputs=expression(REGISTRATION_FAILED_OUTPUT))
+    register = _register(scope, project, package_arns, repository_arn, leases, failed)
     evaluate = evaluation_states(
         scope,
         attempt_machine=attempt_machine,
@@ -76,16 +77,20 @@ def registration_chain(
         queued=queued,
         completed=register,
     )
-    prepare.next(_manifests(scope, dataset_bucket, dataset_prefix)).next(evaluate)
+    prepare.next(_manifests(scope, project, dataset_bucket, dataset_prefix, failed)).next(evaluate)
     return refuse_unless_allowed(scope, registration_problem(allowed), prepare)
 
 
 def _register(
-    scope: Construct, project: str, package_arns: list[str], repository_arn: str, leases: LeaseTable
+    scope: Construct,
+    project: str,
+    package_arns: list[str],
+    repository_arn: str,
+    leases: LeaseTable,
+    failed: sfn.IChainable,
 ) -> sfn.IChainable:
     """Inside the group's lease: every Approved version's facts, the version created (idempotently) with the
-    gate's decision, the lease released on every path; a failure ends in RegistrationFailed."""
-    failed = sfn.Succeed.jsonata(scope, "RegistrationFailed", outputs=expression(REGISTRATION_FAILED_OUTPUT))
+    gate's decision, the lease released on every path; a failure ends in `failed` (RegistrationFailed)."""
     publish = _publish_evaluation_loss(scope, project)
     outcome = (
         sfn.Choice.jsonata(scope, "IsVersionDecided")
@@ -186,11 +191,14 @@ def _describe_approved_versions(scope: Construct, package_arns: list[str]) -> sf
     return pages
 
 
-def _manifests(scope: Construct, dataset_bucket: Any, dataset_prefix: str) -> sfn.IChainable:
+def _manifests(
+    scope: Construct, project: str, dataset_bucket: Any, dataset_prefix: str, failed: sfn.IChainable
+) -> sfn.IChainable:
     """The training set's and the evaluation set's manifests (trainstack.manifest), as the run registers:
-    $trainingSetManifest and $datasetManifest."""
+    $trainingSetManifest and $datasetManifest. A listing that fails (an S3 error, `DatasetTooLarge`) ends
+    in `failed` with that error, before any evaluation job."""
     train_manifest = DatasetManifest(
-        scope, "TrainingSetManifest", bucket=dataset_bucket, prefix=literal(dataset_prefix)
+        scope, "TrainingSetManifest", project=project, bucket=dataset_bucket, prefix=literal(dataset_prefix)
     )
     keep_train = sfn.Pass.jsonata(
         scope,
@@ -198,8 +206,14 @@ def _manifests(scope: Construct, dataset_bucket: Any, dataset_prefix: str) -> sf
         assign={"trainingSetManifest": expression(f"${MANIFEST_VARIABLE}")},
     )
     eval_manifest = DatasetManifest(
-        scope, "EvaluationSetManifest", bucket=dataset_bucket, prefix="$settings.evaluationPrefix"
+        scope,
+        "EvaluationSetManifest",
+        project=project,
+        bucket=dataset_bucket,
+        prefix="$settings.evaluationPrefix",
     )
+    for manifest in (train_manifest, eval_manifest):
+        manifest.add_catch(failed, assign={"failure": expression("$states.errorOutput")})
     return train_manifest.next(keep_train).next(eval_manifest)
 
 

@@ -183,7 +183,7 @@ class RetrainTrigger(Construct):
                     machine.metric_succeeded(
                         label="succeeded (recorded, trained or unchanged)", statistic="Sum"
                     ),
-                    machine.metric_failed(label="failed (import or run)", statistic="Sum"),
+                    machine.metric_failed(label="failed (listing, import or run)", statistic="Sum"),
                     machine.metric_timed_out(label="timed out", statistic="Sum"),
                 ],
                 width=12,

@@ -17,6 +17,7 @@ from constructs import Construct
 from stacks.pipeline.dataset_manifest import DatasetManifest
 from stacks.pipeline.jsonata_text import expression, literal
 from stacks.pipeline.machine_kit import STEP_FUNCTIONS_ERROR, retry_must_succeed_call
+from stacks.pipeline.manifest_listing import ERROR_DATASET_TOO_LARGE
 from stacks.pipeline.trigger.fsx_import import FsxImport, failure
 from stacks.pipeline.trigger.trigger_calls import CONDITION_FAILED, TriggerTable, number, text
 from trainstack.trigger_settings import RetrainOnNewData, profile_key
@@ -75,13 +76,20 @@ class TriggeredRun:
         manifest = DatasetManifest(
             scope,
             "Manifest",
+            project=project,
             bucket=dataset_bucket,
             bucket_name=dataset_bucket_name,
             prefix=literal(trigger.prefix),
         )
+        listing_failed = failure(
+            ERROR_LISTING_FAILED, f'"Could not list s3://<datasets>/{trigger.prefix}: " & {_ERROR_TEXT}'
+        )
+        # A prefix past the manifest's bound fails as such; its cause states the bound.
+        too_large = failure(ERROR_DATASET_TOO_LARGE, "$states.errorOutput.Cause")
+        is_too_large = f'$states.errorOutput.Error = "{ERROR_DATASET_TOO_LARGE}"'
         manifest.add_catch(
             self.failed,
-            assign=caught(ERROR_LISTING_FAILED, f'"Could not list s3://<datasets>/{trigger.prefix}"'),
+            assign={"failure": expression(f"{is_too_large} ? {too_large} : {listing_failed}")},
         )
         unchanged = table.update(
             "RecordUnchanged",

@@ -1,0 +1,168 @@
+"""The dataset manifest's child machine `<project>-dataset-manifest` (one per pipeline stack): it lists a
+range of ListObjectsV2 pages of a prefix and chains the manifest over them (trainstack.manifest), so that
+no execution's history holds more pages than it can.
+
+Input: {"bucket", "prefix", "token" (the continuation token to start from, "" for the first page),
+"manifest" (the manifest so far: {hash, objects, bytes}), "pages" (how many pages at most), "last"
+(true when no execution follows: a prefix longer than this range is too large)}. Output: {"manifest",
+"token"} ("" once the prefix is listed). A prefix still unlisted at the end of the last range fails the
+execution with `DatasetTooLarge`.
+
+History (counted, tests/pipeline/test_dataset_manifest.py): ExecutionStarted, `Begin` (2), `HasToken` (2),
+7 a page (the list Task's 5, `MorePages`' 2), `Done` (2), ExecutionSucceeded: 8 + 7 x pages. A range of
+PAGES_PER_EXECUTION = 3,000 pages holds 21,008 events of the 25,000 (a Retry adds 3: ~1,300 retries fit).
+The DatasetManifest fragment (dataset_manifest.py) starts up to MAX_EXECUTIONS = 500 of them in turn:
+1,500,000 pages, 300,000,000 objects at S3's full pages of 200, for 8 events each in the caller's history.
+
+Errors: S3's (`S3.NoSuchBucketException`, `S3.S3Exception` after 5 attempts) and `DatasetTooLarge` fail the
+execution with that error; the caller sees the child's error and cause (dataset_manifest.py).
+"""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import aws_stepfunctions_tasks as tasks
+from constructs import Construct
+
+from stacks.pipeline.jsonata_text import expression
+from stacks.pipeline.logged_state_machine import logged_state_machine
+from stacks.pipeline.machine_kit import retry_poll_call
+from stacks.validation import acknowledge
+from trainstack.manifest import PAGE_SIZE
+
+# Pages one execution lists: 8 + 7 x 3,000 = 21,008 history events (module docstring).
+PAGES_PER_EXECUTION = 3_000
+# Executions one manifest starts: 8 events each in the caller's history, 4,004 with the fragment's 4.
+MAX_EXECUTIONS = 500
+ERROR_DATASET_TOO_LARGE = "DatasetTooLarge"
+S3_ERROR = "S3.S3Exception"
+_CONSTRUCT_ID = "DatasetManifestListing"
+# Each object chains the digest once; ETags lose their quotes (trainstack.manifest.chained_digest).
+_CHAIN = (
+    "$reduce($page, function($digest, $object) "
+    '{ $hash($digest & $object.Key & "\\t" & $replace($object.ETag, "\\"", "") & "\\n", "SHA-256") }, '
+    "$before.hash)"
+)
+
+
+def max_pages() -> int:
+    return PAGES_PER_EXECUTION * MAX_EXECUTIONS
+
+
+def page_manifest(before: str) -> str:
+    """JSONata: the manifest after the page in $states.result, given the one before it (`before`)."""
+    return (
+        f"($before := {before}; $page := $states.result.Contents[]; $exists($page) ? "
+        f'{{"hash": {_CHAIN}, "objects": $before.objects + $count($page), '
+        '"bytes": $before.bytes + $sum($page.Size)} : $before)'
+    )
+
+
+def manifest_listing(scope: Construct, project: str, bucket_arn: str) -> ManifestListing:
+    """The stack's child machine (made by its first user), allowed to list `bucket_arn`."""
+    stack = cdk.Stack.of(scope)
+    found = stack.node.try_find_child(_CONSTRUCT_ID)
+    if not isinstance(found, ManifestListing):
+        return ManifestListing(stack, _CONSTRUCT_ID, project, bucket_arn)
+    found.allow_listing(bucket_arn)
+    return found
+
+
+class ManifestListing(Construct):
+    """`state_machine`, listing the buckets its callers name (`bucket_arn`, then `allow_listing`)."""
+
+    def __init__(self, scope: Construct, construct_id: str, project: str, bucket_arn: str) -> None:
+        super().__init__(scope, construct_id)
+        self._buckets = [bucket_arn]
+        begin = sfn.Pass.jsonata(
+            self,
+            "Begin",
+            assign={
+                "listing": expression("$states.input"),
+                "manifest": expression("$states.input.manifest"),
+                "token": expression("$states.input.token"),
+                "pagesLeft": expression("$states.input.pages"),
+            },
+        )
+        first, following = (
+            self._list("FirstPage", {}),
+            self._list("NextPage", {"ContinuationToken": expression("$token")}),
+        )
+        done = sfn.Succeed.jsonata(
+            self, "Done", outputs=expression('{"manifest": $manifest, "token": $token}')
+        )
+        too_large = sfn.Fail.jsonata(
+            self,
+            "TooLarge",
+            error=ERROR_DATASET_TOO_LARGE,
+            cause=expression(
+                '"s3://" & $listing.bucket & "/" & $listing.prefix & " holds more than " '
+                '& $string($manifest.objects) & " objects: a dataset manifest lists at most '
+                f"{max_pages():,} ListObjectsV2 pages of {PAGE_SIZE} objects ({MAX_EXECUTIONS} executions "
+                f'of {PAGES_PER_EXECUTION:,} pages)"'
+            ),
+        )
+        more = (
+            sfn.Choice.jsonata(self, "MorePages")
+            .when(sfn.Condition.jsonata(expression("$token != '' and $pagesLeft > 0")), following)
+            .when(sfn.Condition.jsonata(expression("$token != '' and $listing.last")), too_large)
+            .otherwise(done)
+        )
+        first.next(more)
+        following.next(more)
+        has_token = (
+            sfn.Choice.jsonata(self, "HasToken")
+            .when(sfn.Condition.jsonata(expression("$token != ''")), following)
+            .otherwise(first)
+        )
+        self.state_machine, self.log_group = logged_state_machine(
+            self,
+            "StateMachine",
+            name=f"{project}-dataset-manifest",
+            chain=begin.next(has_token),
+            timeout=None,
+        )
+        acknowledge(
+            self.state_machine.role,
+            "AwsSolutions-IAM5[Resource::*]",
+            "CloudWatch Logs delivery and X-Ray actions (added by CDK for logging and tracing) support no "
+            "resource-level permissions.",
+        )
+
+    def allow_listing(self, bucket_arn: str) -> None:
+        """ListObjectsV2 of `bucket_arn` too: the grants name exactly the callers' buckets."""
+        if bucket_arn not in self._buckets:
+            self._buckets.append(bucket_arn)
+            self.state_machine.add_to_role_policy(
+                iam.PolicyStatement(actions=["s3:ListBucket"], resources=[bucket_arn])
+            )
+
+    def _list(self, state_id: str, token: dict[str, str]) -> tasks.CallAwsService:
+        task = tasks.CallAwsService.jsonata(
+            self,
+            state_id,
+            service="s3",
+            action="listObjectsV2",
+            parameters={
+                "Bucket": expression("$listing.bucket"),
+                "Prefix": expression("$listing.prefix"),
+                "MaxKeys": PAGE_SIZE,
+                **token,
+            },
+            # ListObjectsV2 is authorized as s3:ListBucket on the bucket (Service Authorization Reference,
+            # Amazon S3): the first caller's here, the others' by allow_listing.
+            iam_action="s3:ListBucket",
+            iam_resources=list(self._buckets),
+            assign={
+                "manifest": expression(page_manifest("$manifest")),
+                "token": expression(
+                    "$states.result.IsTruncated = true ? $states.result.NextContinuationToken : ''"
+                ),
+                "pagesLeft": expression("$pagesLeft - 1"),
+            },
+            outputs={},
+        )
+        retry_poll_call(task, [S3_ERROR])
+        return task

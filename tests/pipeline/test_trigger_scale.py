@@ -1,0 +1,52 @@
+"""The retrain trigger and a prefix past the dataset manifest's bound (stacks/pipeline/manifest_listing.py):
+the window ends in the named decision `DatasetTooLarge`, the profile is released, nothing trains. The bound
+is lowered (2 executions of 2 pages: 800 objects) so that the listing takes seconds; the states and the
+decision are the same at 300,000,000 objects. The prefix is served by synthetic ListObjectsV2 pages."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from localaws.demo.trigger_world import trigger_world
+from localaws.emulator.synthetic_listing import SyntheticPrefix, install_synthetic_listing
+from localaws.sagemaker import evaluated, scripted_sagemaker
+from stacks.pipeline import manifest_listing
+from tests.pipeline.conftest import FAKE_VALUES
+from tests.pipeline.trigger_machines import PREFIX, PROFILE, trigger_machines, trigger_templates
+from trainstack.manifest import PAGE_SIZE
+
+PAGES, EXECUTIONS = 2, 2
+BOUND = PAGES * EXECUTIONS * PAGE_SIZE
+
+
+@pytest.fixture(scope="module")
+def templates(pipeline):
+    with pytest.MonkeyPatch.context() as lowered:
+        lowered.setattr(manifest_listing, "PAGES_PER_EXECUTION", PAGES)
+        lowered.setattr(manifest_listing, "MAX_EXECUTIONS", EXECUTIONS)
+        return trigger_templates(pipeline.settings)
+
+
+def test_a_prefix_past_the_bound_ends_in_dataset_too_large_and_frees_the_profile(
+    templates, pipeline, monkeypatch
+):
+    machines = trigger_machines(templates["no-fsx"], pipeline)
+    sagemaker = scripted_sagemaker(None, evaluation_script=evaluated(2.0))
+    with trigger_world(machines, sagemaker, None, monkeypatch) as world:
+        install_synthetic_listing(
+            SyntheticPrefix(FAKE_VALUES["DatasetBucket"], PREFIX, BOUND + 1), monkeypatch
+        )
+        world.upload(f"{PREFIX}shard-000.bin")
+        world.run_until_idle()
+
+        failed = [item for item in world.triggers() if item["status"] == "FAILED"]
+        # The window and its one retry (failed_window_retries 1).
+        assert [item["error"] for item in failed] == ["DatasetTooLarge", "DatasetTooLarge"]
+        assert f"holds more than {BOUND} objects" in failed[0]["cause"]
+        item = world.item()[PROFILE]
+        assert "controller" not in item and "firstEventMillis" not in item
+        last = json.loads(item["lastDecision"]["S"])
+        assert last["decision"] == "failed" and last["message"].startswith("DatasetTooLarge: s3://")
+        assert world.runs() == []
