@@ -23,7 +23,14 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from stacks.pipeline.jsonata_text import expression, literal
-from trainstack.job_request import PipelineResources, RunRequest, build_create_training_job_request
+from trainstack.job_request import (
+    RESUME_FROM_HYPERPARAMETER,
+    PipelineResources,
+    RunRequest,
+    build_create_training_job_request,
+    checkpoint_prefix,
+    direct_resume_prefixes,
+)
 from trainstack.pipeline_runs import PipelineRuns
 from trainstack.planning.setups import instance_count_problem
 from trainstack.profiles import MAX_RUNTIME_HOURS_LIMIT, Profile
@@ -110,6 +117,12 @@ def allowed_requests(
         "maxRuntimeSeconds": longest_runtime_seconds(profiles, runs.limits.max_runtime_hours),
         "jobNamePrefix": prefix,
         "checkpoints": checkpoints,
+        # Where train.py may checkpoint and resume from itself (HyperParameters checkpoint_dir, resume_from):
+        # the profiles' stores' run prefixes (job_request.checkpoint_prefix, direct_resume_prefixes).
+        "checkpointDirs": sorted({f"{checkpoint_prefix(p, resources)}{prefix}" for p in profiles}),
+        "resumeSources": sorted(
+            {f"{source}{prefix}" for p in profiles for source in direct_resume_prefixes(p, resources)}
+        ),
         "artifacts": artifacts,
         # A channel reads the dataset, the profiles' evaluation sets (an evaluation job, which runs in the
         # attempt machine), or what a run of this project wrote (resumeFrom, a model).
@@ -211,6 +224,7 @@ def _location_rules(named: bool) -> list[tuple[str, str]]:
             "$exists($r.CheckpointConfig) and $not($under($r.CheckpointConfig.S3Uri, [$g.checkpoints]))",
             '"CheckpointConfig.S3Uri must lie under " & $g.checkpoints & "."',
         ),
+        *_train_py_location_rules(),
         (
             "$not($under($r.OutputDataConfig.S3OutputPath, [$g.artifacts]))",
             '"OutputDataConfig.S3OutputPath must lie under " & $g.artifacts & "."',
@@ -240,6 +254,22 @@ def _location_rules(named: bool) -> list[tuple[str, str]]:
             '"no FileSystemDataSource is allowed: the project has no file system.")',
         ),
     ]
+
+
+def _train_py_location_rules() -> list[tuple[str, str]]:
+    """Where train.py itself checkpoints and resumes from, when the request names it (stores other than
+    sagemaker-sync): under the table's prefixes, and no `..` (the fsx store's directory is a path)."""
+    rules = []
+    for name, allowed in (("checkpoint_dir", "checkpointDirs"), (RESUME_FROM_HYPERPARAMETER, "resumeSources")):
+        value = f"$lookup($r.HyperParameters, {literal(name)})"
+        rules.append(
+            (
+                f"$exists({value}) and ($not($under({value}, $g.{allowed})) or $contains({value}, {literal('..')}))",
+                f'"HyperParameters.{name} must lie under " & ($count($g.{allowed}) > 0 ? "one of " & '
+                f'$list($g.{allowed}) : "nothing: no profile reads it") & ", with no " & {literal("..")} & "."',
+            )
+        )
+    return rules
 
 
 def _chain(rules: list[tuple[str, str]]) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tests.checkpoint_store_modes import STORE_MODES
 from tests.conftest import NO_ENV, deep_merge, default_config_data, synthesize
 from tests.iam.calls import Call, CallCatalog
 from tests.iam.deployed import DeployedApp
@@ -49,6 +50,8 @@ MODES = {
     ),
     # encryption: a key the storage stack creates, and a profile whose jobs encrypt their volume with it.
     "customer-managed-key": with_run_data_key,
+    # Every profile on one checkpoint store, in each governance mode (tests/checkpoint_store_modes.py).
+    **STORE_MODES,
 }
 
 
