@@ -260,15 +260,16 @@ def _train_py_location_rules() -> list[tuple[str, str]]:
     """Where train.py itself checkpoints and resumes from, when the request names it (stores other than
     sagemaker-sync): under the table's prefixes, and no `..` (the fsx store's directory is a path)."""
     rules = []
-    for name, allowed in (("checkpoint_dir", "checkpointDirs"), (RESUME_FROM_HYPERPARAMETER, "resumeSources")):
-        value = f"$lookup($r.HyperParameters, {literal(name)})"
-        rules.append(
-            (
-                f"$exists({value}) and ($not($under({value}, $g.{allowed})) or $contains({value}, {literal('..')}))",
-                f'"HyperParameters.{name} must lie under " & ($count($g.{allowed}) > 0 ? "one of " & '
-                f'$list($g.{allowed}) : "nothing: no profile reads it") & ", with no " & {literal("..")} & "."',
-            )
+    no_parent = literal("..")
+    named = (("checkpoint_dir", "checkpointDirs"), (RESUME_FROM_HYPERPARAMETER, "resumeSources"))
+    for name, allowed in named:
+        value, places = f"$lookup($r.HyperParameters, {literal(name)})", f"$g.{allowed}"
+        refuses = f"$exists({value}) and ($not($under({value}, {places})) or $contains({value}, {no_parent}))"
+        cause = (
+            f'"HyperParameters.{name} must lie under " & ($count({places}) > 0 ? "one of " & $list({places}) '
+            f': "nothing: no profile reads it") & ", with no " & {no_parent} & "."'
         )
+        rules.append((refuses, cause))
     return rules
 
 

@@ -11,8 +11,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 from tests.iam.mlflow_recording import recorded_actions
-from training_scripts.mlflow_log import MLFLOW_TRACKING_URI_ENV
 from training_scripts.checkpoint_layout import folder_name
+from training_scripts.mlflow_log import MLFLOW_TRACKING_URI_ENV
 from trainstack.job_request import (
     RESUME_FROM_HYPERPARAMETER,
     PipelineResources,
@@ -106,7 +106,7 @@ class TrainingJobCalls:
 
     def _checkpoint_calls(self, request: dict[str, Any]) -> Iterator[Authorization]:
         """The checkpoints in S3, by SageMaker's sync (CheckpointConfig) or by train.py itself through
-        s3torchconnector (HyperParameters checkpoint_dir, resume_from: training_scripts/checkpoint_storage.py).
+        s3torchconnector (HyperParameters checkpoint_dir, resume_from: training_scripts/checkpoint_storage).
         Both list the run's prefix, read (GetObject; HeadObject is authorized as GetObject), write (PutObject;
         a multipart upload's Create/UploadPart/Complete are PutObject too), abort a multipart upload, and
         delete what keep_checkpoints prunes; train.py also lists one folder to prune it (Service

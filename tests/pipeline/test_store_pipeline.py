@@ -11,12 +11,13 @@ import copy
 
 import pytest
 
-from localaws.sagemaker import evaluated
+from localaws.sagemaker import STARTING, evaluated
 from tests.checkpoint_store_modes import STORE_MODES, STORES
 from tests.conftest import NO_ENV, default_config_data, synthesize
 from tests.pipeline import harness
 from tests.pipeline.conftest import FAKE_VALUES, synthesized_pipeline
 from tests.pipeline.test_fault_drills import SUCCESS
+from tests.pipeline.test_plan_endings import PLAN_ENDING
 from tests.pipeline.test_request_guard import attempt_input
 from tests.pipeline.test_scenarios import assert_same_request, execution_arn
 from trainstack.execution_input import validate_execution_input
@@ -122,3 +123,15 @@ def test_a_request_pointing_train_py_elsewhere_is_refused_before_any_job(
             == "HyperParameters.resume_from must lie under nothing: no profile reads it, with no ..."
         )
     assert sm.fake.create_calls == 0
+
+
+def test_a_plan_ending_with_no_preference_left_names_the_stores_checkpoints(interpreter, pipeline):
+    """The cause names where the run's checkpoints are, for every store: SageMaker's sync target or
+    train.py's own checkpoint_dir (before: CheckpointConfig only, so an empty location for s3-direct)."""
+    sm = interpreter(job_scripts=[[STARTING, PLAN_ENDING]])
+    outcome = sm.run({"runName": "trainstack-planend"})
+    assert (outcome.status, outcome.error) == ("FAILED", "CapacityExhausted")
+    assert (
+        f"the checkpoints in s3://{FAKE_VALUES['CheckpointBucket']}/trainstack-planend/ resume the run"
+        in outcome.cause
+    ), outcome.cause
