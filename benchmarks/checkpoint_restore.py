@@ -22,7 +22,6 @@ and shared reads move about 1 / ranks of it. Every restored shard is checked aga
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
@@ -42,6 +41,9 @@ from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.device_mesh import init_device_mesh
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training_scripts"))
+from checkpoint_storage import counted  # noqa: E402 (train.py's own byte count of a restore)
+
 from localaws.s3_endpoint import REGION, local_s3, s3_client  # noqa: E402
 
 MB = 10**6
@@ -68,39 +70,6 @@ def model_state(size_bytes: int, mesh) -> dict[str, torch.Tensor]:
         )
         for i in range(count)
     }
-
-
-class CountingStream:
-    """A read stream that counts the bytes it returns."""
-
-    def __init__(self, stream, counter: list[int]):
-        self._stream, self._counter = stream, counter
-
-    def read(self, *args):
-        data = self._stream.read(*args)
-        self._counter[0] += len(data)
-        return data
-
-    def readinto(self, buffer):
-        count = self._stream.readinto(buffer)
-        self._counter[0] += count or 0
-        return count
-
-    def __getattr__(self, name):
-        return getattr(self._stream, name)
-
-
-def counted(reader) -> tuple[object, list[int]]:
-    """`reader` with every stream it opens counted."""
-    counter, open_stream = [0], reader.fs.create_stream
-
-    @contextlib.contextmanager
-    def create_stream(path, mode):
-        with open_stream(path, mode) as stream:
-            yield CountingStream(stream, counter)
-
-    reader.fs.create_stream = create_stream
-    return reader, counter
 
 
 def restore(state: dict, reader) -> tuple[int, float]:

@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from checkpoint_layout import MARKER, folder_name
-from checkpoint_storage import IN_PROGRESS, Storage, complete_folders, open_storage
+from checkpoint_storage import IN_PROGRESS, Storage, checkpoints_at, complete_folders, counted, open_storage
 from data import UserError
 from distributed import Runtime, agree
 from metrics import format_checkpoint_pause_line
@@ -111,10 +111,8 @@ class CheckpointManager:
             if source is not None:
                 log.info("This run has its own checkpoints: the resume source %s is ignored.", source)
         elif source is not None:
-            origin = open_storage(source)
-            resumed = self._load_newest(
-                origin, complete_folders(origin), state, source_name, "choose another"
-            )
+            origin, folders = checkpoints_at(source)
+            resumed = self._load_newest(origin, folders, state, source_name, "choose another")
         else:
             resumed = None
         if self.finalizes:  # saves a killed run left unfinished; no rank saves before a barrier
@@ -167,15 +165,14 @@ class CheckpointManager:
         problem = agree(self.runtime, problem)
         if problem:
             return problem
+        reader, self._read_bytes = counted(storage.reader(folder))
+        started = time.perf_counter()
         try:
-            dcp.load(
-                {"train": state},
-                storage_reader=storage.reader(folder),
-                process_group=self.runtime.checkpoint_group,
-            )
+            dcp.load({"train": state}, storage_reader=reader, process_group=self.runtime.checkpoint_group)
         # DCP gathers failures and raises on every rank alike, so all ranks skip together.
         except (Exception, CheckpointException) as error:  # CheckpointException is a BaseException
             return _last_line(error)
+        self._read_seconds = time.perf_counter() - started
         return None
 
     def _resumed(self, storage: Storage, folder: str, state: TrainState) -> Resumed:
@@ -186,6 +183,13 @@ class CheckpointManager:
         marker = json.loads(storage.read(folder, MARKER))
         position = marker.get("data_position")
         log.info("Resumed from %s (step %d).", storage.path(folder), state.step)
+        # Each rank's share of the restart (a store read directly moves only the rank's own shards); every
+        # rank prints it, as the dry run's memory lines (only rank 0 logs INFO).
+        print(
+            f"checkpoint_read rank={self.runtime.rank} bytes={self._read_bytes[0]} "
+            f"seconds={self._read_seconds:.3f}",
+            flush=True,
+        )
         return Resumed(
             folder=storage.path(folder),
             step=state.step,

@@ -18,11 +18,12 @@ S3 endpoint, such as a local one in the tests, which then is addressed path-styl
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
 
-from checkpoint_layout import MARKER
+from checkpoint_layout import FOLDER_PATTERN, MARKER
 from data import UserError
 from s3torchconnector import S3ClientConfig
 from s3torchconnector._s3client import S3Client
@@ -164,3 +165,55 @@ def complete_folders(storage: Storage) -> list[str]:
     """Folders whose save finished (their marker is written), newest first."""
     folders = [f for f in storage.folders() if not f.endswith(IN_PROGRESS)]
     return [f for f in sorted(folders, reverse=True) if storage.has(f, MARKER)]
+
+
+def checkpoints_at(location: str) -> tuple[Storage, list[str]]:
+    """The complete checkpoints a resume source names, newest first, and the storage they lie in: a run's
+    checkpoint dir (its complete `step_*` folders), or one checkpoint folder itself: exactly that one, if
+    its marker is there (`s3://.../<run>/step_<N>/`, or a directory holding the marker, as SageMaker
+    downloads such a prefix into a channel)."""
+    if is_s3_uri(location):
+        parent, _, name = str(location).rstrip("/").rpartition("/")
+        parent, names_one = f"{parent}/", FOLDER_PATTERN.match(name) is not None
+    else:
+        parent, name = str(Path(location).parent), Path(location).name
+        names_one = FOLDER_PATTERN.match(name) is not None or Path(location, MARKER).is_file()
+    if names_one:
+        folder = open_storage(parent)
+        return folder, [name] if folder.has(name, MARKER) else []
+    storage = open_storage(location)
+    return storage, complete_folders(storage)
+
+
+class _CountingStream:
+    """A read stream that adds the bytes it returns to a counter."""
+
+    def __init__(self, stream, counter: list[int]):
+        self._stream, self._counter = stream, counter
+
+    def read(self, *args):
+        data = self._stream.read(*args)
+        self._counter[0] += len(data)
+        return data
+
+    def readinto(self, buffer):
+        count = self._stream.readinto(buffer)
+        self._counter[0] += count or 0
+        return count
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def counted(reader: StorageReader) -> tuple[StorageReader, list[int]]:
+    """`reader` (FileSystemReader or S3StorageReader: both open their files through `fs.create_stream`)
+    with the bytes of every stream it reads counted in the returned one-element list."""
+    counter, open_stream = [0], reader.fs.create_stream
+
+    @contextlib.contextmanager
+    def create_stream(path, mode):
+        with open_stream(path, mode) as stream:
+            yield _CountingStream(stream, counter)
+
+    reader.fs.create_stream = create_stream
+    return reader, counter

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from capacity_block import add_flags as add_capacity_block_flags
-from checkpoint_storage import complete_folders, open_storage
+from checkpoint_storage import checkpoints_at, complete_folders, open_storage
 from data import UserError
 from distributed import PARALLELISMS, STRATEGIES
 from model_shapes import PRESETS
@@ -300,8 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "--resume-from",
         default=env("SM_CHANNEL_RESUME"),
-        help="another run's checkpoint dir to start from when --checkpoint-dir holds none; "
-        "defaults to SM_CHANNEL_RESUME",
+        help="another run's checkpoint dir (a directory or an s3:// prefix), or one step_* folder of it, to "
+        "start from when --checkpoint-dir holds none; defaults to SM_CHANNEL_RESUME",
     )
     return parser
 
@@ -348,12 +348,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if (
         args.resume_from
         and not complete_folders(open_storage(args.checkpoint_dir))
-        and not complete_folders(open_storage(args.resume_from))
+        and not checkpoints_at(args.resume_from)[1]
     ):
         raise UserError(
             f"{resume_source(args)} holds no complete checkpoint: it must be a run's checkpoint dir "
             "(in the pipeline its prefix s3://<checkpoint-bucket>/<runName>/), whose step_* folders "
-            "end with a COMPLETE marker."
+            "end with a COMPLETE marker, or one such folder."
         )
     if args.train_dir is None:
         raise UserError(

@@ -16,3 +16,7 @@ from typing import Literal, get_args
 CheckpointStore = Literal["sagemaker-sync", "s3-direct", "s3-express", "fsx"]
 CHECKPOINT_STORES: tuple[str, ...] = get_args(CheckpointStore)
 DEFAULT_CHECKPOINT_STORE: CheckpointStore = "sagemaker-sync"
+# Stores whose checkpoints train.py reads and writes in S3 itself (s3torchconnector): a resume from a run's
+# checkpoints is read the same way, each rank its own shards, instead of a channel every node downloads
+# whole (trainstack.job_request.resumes_directly).
+S3_DIRECT_STORES: tuple[str, ...] = ("s3-direct", "s3-express")

@@ -22,7 +22,10 @@ the base request is embedded per profile in the definition, and each execution f
                                           counted=False) (not on spot profiles)
   ResourceConfig.InstanceCount            instanceCount                          instanceCount given
   StoppingCondition.MaxRuntimeInSeconds   max_runtime_seconds(maxRuntimeHours)   maxRuntimeHours given
-  InputDataConfig (appended)              resume_channel(resumeFrom)             resumeFrom given
+  InputDataConfig (appended)              resume_channel(resumeFrom)             resumeFrom given, not
+                                                                                 read directly
+  HyperParameters.resume_from             resumeFrom                             resumeFrom read directly
+                                                                                 (resumes_directly)
 
 Choices made here:
 - The run name prefixes everything a run owns: jobs `<runName>-<attempt>` (IAM scopes
@@ -45,6 +48,11 @@ Choices made here:
   the directory bucket's (DCP reads and writes both through s3torchconnector), `fsx` the run's directory
   under the `checkpoints` channel, the team's checkpoint directory on the file system mounted
   `FileSystemAccessMode: rw` (`checkpoint_dir_shared: true`: every node sees it).
+- resumeFrom: with a store train.py reads in S3 itself (`s3-direct`, `s3-express`), a resumeFrom in a
+  checkpoint bucket goes to train.py as the `resume_from` hyperparameter, and each rank reads only its own
+  shards of it (DCP's S3StorageReader); every other resumeFrom (any store's model output, meant for a
+  profile's `init_from`, or a checkpoint under `sagemaker-sync` or `fsx`) is the `resume` channel, which
+  SageMaker downloads whole to every node before training.
 - Model output uncompressed (OutputDataConfig.CompressionType NONE, AWS's recommendation for large
   models): SageMaker uploads the files of /opt/ml/model as they are under
   `<S3OutputPath><job>/output/model/` instead of gzipping a model.tar.gz while every instance is still
@@ -74,6 +82,7 @@ from typing import Any
 
 from training_scripts.metrics import METRIC_DEFINITIONS
 from training_scripts.mlflow_log import MLFLOW_EXPERIMENT_ENV, MLFLOW_TRACKING_URI_ENV
+from trainstack.checkpoint_stores import S3_DIRECT_STORES
 from trainstack.in_job_restarts import in_job_restart_environment
 from trainstack.planning.auto_interval import resolved_hyperparameters
 from trainstack.profiles import EXPECTED_GPUS_ENV, Profile
@@ -86,6 +95,8 @@ CHECKPOINT_CHANNEL_PATH = f"/opt/ml/input/data/{CHECKPOINT_CHANNEL}/"
 RESUME_CHANNEL = "resume"
 # Where s3torchconnector's client (training_scripts/checkpoint_storage.py) reads the Region from.
 REGION_ENV = "AWS_REGION"
+# train.py's --resume-from, when the store reads the resume source directly (resumes_directly).
+RESUME_FROM_HYPERPARAMETER = "resume_from"
 EXECUTION_TAG = "trainstack:execution"
 RUN_TAG = "trainstack:run"
 # The pipeline's project (config `project`): the sweepers stop only jobs of their own namespace, whatever
@@ -164,6 +175,20 @@ def syncs_checkpoints(profile: Profile) -> bool:
     """Whether SageMaker syncs the profile's checkpoints (CheckpointConfig) rather than train.py reading
     and writing its store directly."""
     return profile.checkpoint_store == "sagemaker-sync"
+
+
+def direct_resume_prefixes(profile: Profile, resources: PipelineResources) -> list[str]:
+    """The S3 prefixes a run of `profile` resumes from without a channel: the checkpoint buckets', when its
+    store reads S3 itself; none otherwise."""
+    if profile.checkpoint_store not in S3_DIRECT_STORES:
+        return []
+    buckets = (resources.checkpoint_bucket, resources.express_checkpoint_bucket)
+    return [f"s3://{bucket}/" for bucket in buckets if bucket is not None]
+
+
+def resumes_directly(profile: Profile, resources: PipelineResources, uri: str) -> bool:
+    """Whether train.py reads resumeFrom `uri` itself (hyperparameter resume_from), not a `resume` channel."""
+    return any(uri.startswith(prefix) for prefix in direct_resume_prefixes(profile, resources))
 
 
 def output_path(resources: PipelineResources, run_name: str) -> str:
@@ -302,7 +327,9 @@ def build_create_training_job_request(
         resource_config["InstanceCount"] = run.instance_count
     if run.max_runtime_hours is not None:
         request["StoppingCondition"]["MaxRuntimeInSeconds"] = max_runtime_seconds(run.max_runtime_hours)
-    if run.resume_from is not None:
+    if run.resume_from is not None and resumes_directly(profile, resources, run.resume_from):
+        request["HyperParameters"][RESUME_FROM_HYPERPARAMETER] = run.resume_from
+    elif run.resume_from is not None:
         request["InputDataConfig"].append(resume_channel(run.resume_from))
     return request
 

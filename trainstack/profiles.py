@@ -44,6 +44,8 @@ RESERVED_HYPERPARAMETERS = (
     # Where train.py checkpoints: set from the profile's checkpoint_store (trainstack.job_request).
     "checkpoint_dir",
     "checkpoint_dir_shared",
+    # Set from the execution's resumeFrom where train.py reads it directly (trainstack.job_request).
+    "resume_from",
 )
 # Extra mpirun options, per the toolkit's hyperparameter for each MPI launcher (sagemaker-training
 # runner.py: SMDDP reads its own name, MPI the other): the ranks' stop grace (MPIRUN_SIGKILL_TIMEOUT_SECONDS).

@@ -37,7 +37,13 @@ from trainstack.hyperparameter_reading import (
     COUNT_PATTERN,
     COUNTED_HYPERPARAMETERS,
 )
-from trainstack.job_request import PipelineResources, base_request, checkpoint_prefix, instance_preferences
+from trainstack.job_request import (
+    PipelineResources,
+    base_request,
+    checkpoint_prefix,
+    direct_resume_prefixes,
+    instance_preferences,
+)
 from trainstack.jsonata_regex import regex_literal
 from trainstack.planning.setups import instance_count_problem
 from trainstack.profiles import (
@@ -212,6 +218,9 @@ def _profile_entry(profile: Profile, resources: PipelineResources) -> dict[str, 
         "extraSeconds": extra_time_seconds(profile),
     }
     entry.update(cost_cap_states.profile_cost_cap(profile))
+    # Where a resumeFrom is read by train.py itself (job_request.resumes_directly); absent: never.
+    if direct_resume_prefixes(profile, resources):
+        entry["directResumePrefixes"] = direct_resume_prefixes(profile, resources)
     # Listed only when the profile rules some counts out (512 numbers cost parse time on every check).
     if valid_counts != list(range(1, MAX_INSTANCE_COUNT + 1)):
         entry["validCounts"] = valid_counts

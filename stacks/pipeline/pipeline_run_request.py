@@ -13,6 +13,7 @@ from stacks.pipeline.jsonata_text import literal
 from trainstack.job_request import (
     EXECUTION_TAG,
     NAMESPACE_TAG,
+    RESUME_FROM_HYPERPARAMETER,
     RUN_TAG,
     PipelineResources,
     output_path,
@@ -69,6 +70,7 @@ def request_expression(resources: PipelineResources, namespace: str) -> str:
     # The profile's checkpoint prefix (its table entry), the same for every attempt of the run.
     checkpoint = '$p.checkpointPrefix & $in.runName & "/"'
     runtime = max_runtime_seconds_expression("$in.maxRuntimeHours")
+    resume_hyperparameter = literal(RESUME_FROM_HYPERPARAMETER)
     fields = {
         "OutputDataConfig": f'$merge([$base.OutputDataConfig, {{"S3OutputPath": {output}}}])',
         "Tags": (
@@ -77,8 +79,9 @@ def request_expression(resources: PipelineResources, namespace: str) -> str:
             f'{{"Key": {literal(NAMESPACE_TAG)}, "Value": {literal(namespace)}}}]'
         ),
         "HyperParameters": (
-            "$exists($base.CheckpointConfig) ? $merge([$base.HyperParameters, $in.hyperparameters]) "
-            f': $merge([$base.HyperParameters, {{"checkpoint_dir": {checkpoint}}}, $in.hyperparameters])'
+            "$merge([$base.HyperParameters, "
+            f'$exists($base.CheckpointConfig) ? {{}} : {{"checkpoint_dir": {checkpoint}}}, '
+            f"$in.hyperparameters, $direct ? {{{resume_hyperparameter}: $in.resumeFrom}} : {{}}])"
         ),
         # An instance count applies to every preference (which then lose their own counts).
         "ResourceConfig": (
@@ -92,13 +95,20 @@ def request_expression(resources: PipelineResources, namespace: str) -> str:
             ": $base.StoppingCondition"
         ),
         "InputDataConfig": (
-            f"$exists($in.resumeFrom) ? $append($base.InputDataConfig, [{resume}]) : $base.InputDataConfig"
+            f"$exists($in.resumeFrom) and $not($direct) ? $append($base.InputDataConfig, [{resume}]) "
+            ": $base.InputDataConfig"
         ),
     }
     run_fields = ", ".join(f"{literal(name)}: {value}" for name, value in fields.items())
     synced = f'{{"CheckpointConfig": $merge([$base.CheckpointConfig, {{"S3Uri": {checkpoint}}}])}}'
+    # job_request.resumes_directly: resumeFrom under one of the profile's direct-resume prefixes.
+    direct = (
+        "$exists($in.resumeFrom) and $count($filter($p.directResumePrefixes, function($r) "
+        "{ $substring($in.resumeFrom, 0, $length($r)) = $r })) > 0"
+    )
     return (
         "($p := $checked.profile; $in := $checked.input; $base := $p.request; "
+        f"$direct := {direct}; "
         f"$merge([$base, {{{run_fields}}}, $exists($base.CheckpointConfig) ? {synced} : {{}}]))"
     )
 

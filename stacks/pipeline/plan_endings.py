@@ -15,6 +15,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from stacks.pipeline.jsonata_text import expression, literal
+from stacks.pipeline.pipeline_run_request import checkpoint_location_expression
 from stacks.pipeline.state_machine_facts import ERROR_CAPACITY_EXHAUSTED
 from training_scripts.fault_table import PLAN_ENDING_KIND
 
@@ -45,11 +46,12 @@ def add_plan_ending_branches(
         },
         comment="The training plan ended the instances after a checkpoint: continue on the next preference.",
     )
+    # Where the checkpoints lie, whatever the store (SageMaker's sync target or train.py's checkpoint_dir).
     cause = (
         '"The training plan of " & $outcome.job.instanceType & " ended the instances of job " & '
         '$outcome.job.name & " after its checkpoint, and the profile has no other instance preference; the '
-        'checkpoints in " & $request.CheckpointConfig.S3Uri & " resume the run (same runName, or '
-        'resumeFrom) on new capacity. " & $outcome.cause'
+        f'checkpoints in " & {checkpoint_location_expression("$request")} & " resume the run (same runName, '
+        'or resumeFrom) on new capacity. " & $outcome.cause'
     )
     classify.when(
         sfn.Condition.jsonata(expression(_ENDED)),

@@ -23,7 +23,14 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from stacks.pipeline.jsonata_text import expression, literal
-from trainstack.job_request import PipelineResources, RunRequest, build_create_training_job_request
+from trainstack.job_request import (
+    RESUME_FROM_HYPERPARAMETER,
+    PipelineResources,
+    RunRequest,
+    build_create_training_job_request,
+    checkpoint_prefix,
+    direct_resume_prefixes,
+)
 from trainstack.jsonata_regex import regex_literal
 from trainstack.pipeline_runs import PipelineRuns
 from trainstack.planning.setups import instance_count_problem
@@ -122,6 +129,12 @@ def allowed_requests(
         "jobNamePrefix": prefix,
         "checkpoints": checkpoints,
         "expressCheckpoints": express_checkpoints,
+        # Where train.py may checkpoint and resume from itself (HyperParameters checkpoint_dir, resume_from):
+        # the profiles' stores' run prefixes (job_request.checkpoint_prefix, direct_resume_prefixes).
+        "checkpointDirs": sorted({f"{checkpoint_prefix(p, resources)}{prefix}" for p in profiles}),
+        "resumeSources": sorted(
+            {f"{source}{prefix}" for p in profiles for source in direct_resume_prefixes(p, resources)}
+        ),
         "artifacts": artifacts,
         # A channel reads the dataset, the profiles' evaluation sets (an evaluation job, which runs in the
         # attempt machine), or what a run of this project wrote (resumeFrom, a model).
@@ -224,6 +237,7 @@ def _location_rules(named: bool) -> list[tuple[str, str]]:
             "$exists($r.CheckpointConfig) and $not($under($r.CheckpointConfig.S3Uri, [$g.checkpoints]))",
             '"CheckpointConfig.S3Uri must lie under " & $g.checkpoints & "."',
         ),
+        # A directory bucket's checkpoint_dir first, for its own sentence (the team's bucket or none).
         (
             f'($d := $r.HyperParameters.checkpoint_dir; $type($d) = "string" and '
             f"$contains($d, {regex_literal(DIRECTORY_BUCKET_URI)}) and "
@@ -232,6 +246,7 @@ def _location_rules(named: bool) -> list[tuple[str, str]]:
             'must lie under " & $g.expressCheckpoints & "." : "no directory bucket is allowed: no profile '
             'of the pipeline uses the s3-express store.")',
         ),
+        *_train_py_location_rules(),
         (
             "$not($under($r.OutputDataConfig.S3OutputPath, [$g.artifacts]))",
             '"OutputDataConfig.S3OutputPath must lie under " & $g.artifacts & "."',
@@ -262,6 +277,23 @@ def _location_rules(named: bool) -> list[tuple[str, str]]:
             '"no FileSystemDataSource is allowed: the project has no file system.")',
         ),
     ]
+
+
+def _train_py_location_rules() -> list[tuple[str, str]]:
+    """Where train.py itself checkpoints and resumes from, when the request names it (stores other than
+    sagemaker-sync): under the table's prefixes, and no `..` (the fsx store's directory is a path)."""
+    rules = []
+    no_parent = literal("..")
+    named = (("checkpoint_dir", "checkpointDirs"), (RESUME_FROM_HYPERPARAMETER, "resumeSources"))
+    for name, allowed in named:
+        value, places = f"$lookup($r.HyperParameters, {literal(name)})", f"$g.{allowed}"
+        refuses = f"$exists({value}) and ($not($under({value}, {places})) or $contains({value}, {no_parent}))"
+        cause = (
+            f'"HyperParameters.{name} must lie under " & ($count({places}) > 0 ? "one of " & $list({places}) '
+            f': "nothing: no profile reads it") & ", with no " & {no_parent} & "."'
+        )
+        rules.append((refuses, cause))
+    return rules
 
 
 def _chain(rules: list[tuple[str, str]]) -> str:

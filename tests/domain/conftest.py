@@ -28,10 +28,17 @@ S3_RESOURCES = dataclasses.replace(
     FSX_RESOURCES, file_system_id=None, file_system_directory_path=None, checkpoint_file_system_path=None
 )
 
+EXPRESS_RESOURCES = dataclasses.replace(
+    S3_RESOURCES,
+    express_checkpoint_bucket="trainstack-ckpt-111111111111--use1-az4--x-s3",
+    region="us-east-1",
+)
+
 
 def shipped_resources(profile) -> PipelineResources:
-    """What a shipped profile's request is built against: S3 alone, or the file system its fsx store needs."""
-    return FSX_RESOURCES if profile.checkpoint_store == "fsx" else S3_RESOURCES
+    """What a shipped profile's request is built against: S3 alone, or what its store needs besides (the
+    file system for fsx, the team's directory bucket and the Region for s3-express)."""
+    return {"fsx": FSX_RESOURCES, "s3-express": EXPRESS_RESOURCES}.get(profile.checkpoint_store, S3_RESOURCES)
 
 
 @pytest.fixture(scope="session")

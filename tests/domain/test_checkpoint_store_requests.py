@@ -147,3 +147,40 @@ def test_a_directory_bucket_name_s3_would_refuse_is_named_in_one_sentence():
     refusal = f"project: the s3-express directory bucket {name} is not a name S3 accepts (68 characters"
     with pytest.raises(ConfigError, match=re.escape(refusal)):
         parse_settings(data, {}, source="config.yaml")
+
+
+CHECKPOINT_RESUME = "s3://trainstack-checkpoints/trainstack-earlier/"
+EXPRESS_RESUME = "s3://trainstack-checkpoints--use1-az4--x-s3/trainstack-earlier/step_000000100/"
+MODEL_RESUME = "s3://trainstack-artifacts/trainstack-earlier/trainstack-earlier-1/output/model/"
+# (store, resumeFrom) -> read by train.py itself (hyperparameter resume_from), else the `resume` channel.
+READS_DIRECTLY = {
+    ("s3-direct", CHECKPOINT_RESUME): True,
+    ("s3-direct", EXPRESS_RESUME): True,
+    ("s3-express", CHECKPOINT_RESUME): True,
+    ("s3-express", EXPRESS_RESUME): True,
+}
+
+
+@pytest.mark.parametrize("resume_from", [CHECKPOINT_RESUME, EXPRESS_RESUME, MODEL_RESUME])
+@pytest.mark.parametrize("store", CHECKPOINT_STORES)
+def test_resume_from_goes_to_train_py_where_the_store_reads_s3_itself_and_is_a_channel_elsewhere(
+    store, resume_from
+):
+    """s3-direct and s3-express read a checkpoint's shards per rank (no download to every node); a model
+    output (a profile's init_from reads a directory) and the other stores keep the `resume` channel."""
+    run = dataclasses.replace(RUN, resume_from=resume_from)
+    request = build_create_training_job_request(custom(checkpoint_store=store), RESOURCES, run, 1, EXECUTION)
+    assert problems("CreateTrainingJob", request) == []
+    channels = {channel["ChannelName"]: channel for channel in request["InputDataConfig"]}
+    if READS_DIRECTLY.get((store, resume_from), False):
+        assert request["HyperParameters"]["resume_from"] == resume_from
+        assert "resume" not in channels
+    else:
+        assert "resume_from" not in request["HyperParameters"]
+        assert channels["resume"]["DataSource"]["S3DataSource"]["S3Uri"] == resume_from
+
+
+def test_a_run_cannot_name_the_resume_source_itself():
+    """resume_from comes from resumeFrom, which the input rules check (own-runs) before any job."""
+    with pytest.raises(ValueError, match="resume_from is set from the profile"):
+        custom(hyperparameters={"resume_from": "s3://someone-elses-bucket/run/"})

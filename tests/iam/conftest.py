@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tests.checkpoint_store_modes import STORE_MODES
 from tests.conftest import NO_ENV, deep_merge, default_config_data, synthesize
 from tests.iam.calls import Call, CallCatalog
 from tests.iam.deployed import DeployedApp
@@ -73,6 +74,8 @@ MODES = {
     "customer-managed-key": lambda data: with_fsx_checkpoints(
         with_express_checkpoints(with_run_data_key(data))
     ),
+    # Every profile on one checkpoint store, in each governance mode (tests/checkpoint_store_modes.py).
+    **STORE_MODES,
 }
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.checkpoint_store_modes import STORE_MODES
 from tests.conftest import NO_ENV, deep_merge, default_config_data, synthesize
 from tests.iam import sar
 from tests.iam.conftest import MLFLOW_SERVER, with_express_checkpoints
@@ -48,6 +49,8 @@ MODES = {
     "fsx-off": lambda data: deep_merge(data, {"fsx": {"enabled": False, "throughput_mbps": None}}),
     "schedules": _with_schedule,
     "customer-managed-key": lambda data: with_express_checkpoints(with_run_data_key(data)),
+    # Every profile on one checkpoint store, in each governance mode (tests/checkpoint_store_modes.py).
+    **STORE_MODES,
 }
 # Optional resource types our requests name, per mode: CreateTrainingJob names the training plan of an
 # instance preference (InstancePreferences[].TrainingPlanArns), and the plan user needs permission to use

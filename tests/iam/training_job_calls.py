@@ -11,8 +11,14 @@ from typing import Any
 from urllib.parse import urlparse
 
 from tests.iam.mlflow_recording import recorded_actions
+from training_scripts.checkpoint_layout import folder_name
 from training_scripts.mlflow_log import MLFLOW_TRACKING_URI_ENV
-from trainstack.job_request import PipelineResources, RunRequest, build_create_training_job_request
+from trainstack.job_request import (
+    RESUME_FROM_HYPERPARAMETER,
+    PipelineResources,
+    RunRequest,
+    build_create_training_job_request,
+)
 
 # SageMaker's log group and metric namespace for training jobs (fixed by SageMaker).
 TRAINING_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
@@ -78,20 +84,7 @@ class TrainingJobCalls:
             source = channel["DataSource"].get("S3DataSource")
             if source:  # SageMaker lists the prefix, then downloads every object (File mode)
                 yield from self._s3_read(source["S3Uri"], "shard-000.bin")
-        # The job writes its checkpoints to S3 itself (SageMaker's sync, or train.py's s3-direct
-        # checkpoint_dir), or opens a session on its directory bucket (s3-express); on the fsx store it
-        # writes the mounted file system, which FSx's own service-linked role exports
-        # (stacks/storage/file_system_links.py): no S3 call of the job's role.
-        directory = request["HyperParameters"].get("checkpoint_dir", "")
-        checkpoints = request.get("CheckpointConfig", {}).get("S3Uri") or (
-            directory if directory.startswith("s3://") else None
-        )
-        if is_directory_bucket_uri(directory):
-            yield from self._express_session(directory)
-        elif checkpoints:
-            yield from self._s3_read(checkpoints, "step-00000100/model.safetensors")
-            for action in ("s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"):
-                yield from self._s3_object(action, checkpoints, "step-00000100/model.safetensors")
+        yield from self._checkpoint_calls(request)
         output = request["OutputDataConfig"]["S3OutputPath"]
         yield from self._s3_object("s3:PutObject", output, f"{job}/output/model/model.safetensors")
         yield from self._s3_object("s3:PutObject", output, f"{job}/output/output.tar.gz")
@@ -119,6 +112,30 @@ class TrainingJobCalls:
         if server:  # the calls training_scripts/mlflow_log.py makes, recorded on the pinned client
             for action in recorded_actions():
                 yield (action, server, {})
+
+    def _checkpoint_calls(self, request: dict[str, Any]) -> Iterator[Authorization]:
+        """The checkpoints in S3, by SageMaker's sync (CheckpointConfig) or by train.py itself through
+        s3torchconnector (HyperParameters checkpoint_dir, resume_from: training_scripts/checkpoint_storage).
+        Both list the run's prefix, read (GetObject; HeadObject is authorized as GetObject), write (PutObject;
+        a multipart upload's Create/UploadPart/Complete are PutObject too), abort a multipart upload, and
+        delete what keep_checkpoints prunes; train.py also lists one folder to prune it (Service
+        Authorization Reference, Amazon S3; S3 user guide, "Multipart upload API and permissions")."""
+        hyperparameters = request["HyperParameters"]
+        location = request.get("CheckpointConfig", {}).get("S3Uri", hyperparameters.get("checkpoint_dir"))
+        shard = f"{folder_name(100)}/__0_0.distcp"
+        if is_directory_bucket_uri(location):  # s3-express: one session authorizes every object call
+            yield from self._express_session(location)
+        elif location.startswith("s3://"):  # fsx: the file system's directory, no S3 call
+            yield from self._s3_read(location, shard)
+            for action in ("s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"):
+                yield from self._s3_object(action, location, shard)
+            if "CheckpointConfig" not in request:
+                yield from self._s3_list(f"{location}{folder_name(100)}/")
+        resume = hyperparameters.get(RESUME_FROM_HYPERPARAMETER)
+        if resume and is_directory_bucket_uri(resume):
+            yield from self._express_session(resume)
+        elif resume:  # read directly, each rank its own shards: list, marker, .metadata, shards
+            yield from self._s3_read(resume, shard)
 
     def _network_interface_calls(self, vpc_config) -> Iterator[Authorization]:
         vpc = self.arn("ec2", f"vpc/{self.vpc_id()}")
@@ -149,9 +166,12 @@ class TrainingJobCalls:
         return self.app.resolve({"Ref": logical_id}, stack)
 
     def _s3_read(self, uri: str, key: str) -> Iterator[Authorization]:
+        yield from self._s3_list(uri)
+        yield from self._s3_object("s3:GetObject", uri, key)
+
+    def _s3_list(self, uri: str) -> Iterator[Authorization]:
         bucket, prefix = _bucket_and_prefix(uri)
         yield ("s3:ListBucket", f"arn:aws:s3:::{bucket}", {**SECURE, "s3:prefix": prefix})
-        yield from self._s3_object("s3:GetObject", uri, key)
 
     def _s3_object(self, action: str, uri: str, key: str) -> Iterator[Authorization]:
         bucket, prefix = _bucket_and_prefix(uri)
