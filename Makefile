@@ -87,13 +87,15 @@ $(CHROMIUM):
 # Each test runs where its marker says (tests/conftest.py): newer_stack in .venv, image_stack in .venv-image.
 # .venv-image (torch 2.5.1, ~5 GB) installs while the newer-stack suite runs: pip mostly waits on the disk
 # and the registry there, and one after the other the two cost CI minutes of its 20. Both suites always run;
-# the target fails if either does.
+# the target fails if either does. Each worker takes a whole file (module fixtures run once), the longest
+# files first, in tests/conftest.py's order (LONGEST_FILES), not xdist's (most tests first).
 IMAGE_INSTALL_LOG := $(IMAGE_VENV).install.log
+XDIST := -n 2 --dist loadfile --no-loadscope-reorder --durations=15
 test: $(DEV_DEPS) $(CDK) $(CHROMIUM)
 	@$(MAKE) --no-print-directory $(IMAGE_DEPS) > $(IMAGE_INSTALL_LOG) 2>&1 & install=$$!; \
-	pytest -n 2 --dist loadfile --durations=15 -m newer_stack; newer=$$?; \
+	pytest $(XDIST) -m newer_stack; newer=$$?; \
 	if ! wait $$install; then cat $(IMAGE_INSTALL_LOG); echo "make: installing $(IMAGE_VENV) failed (its log is above)" >&2; exit 1; fi; \
-	$(IMAGE_VENV)/bin/python -m pytest -n 2 --dist loadfile --durations=15 -m image_stack tests/training; image=$$?; \
+	$(IMAGE_VENV)/bin/python -m pytest $(XDIST) -m image_stack tests/training; image=$$?; \
 	exit $$(( newer || image ))
 
 lint: $(DEV_DEPS) $(CDK) $(CHECKOV) synth

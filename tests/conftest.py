@@ -19,16 +19,48 @@ DEFAULT_CONFIG = REPO_ROOT / "config" / "default.yaml"
 NO_ENV: dict[str, str] = {}
 
 
+# The test files that take longest under `make test`, longest first (seconds on a loaded 2-core machine,
+# `--durations`, 2026-12-03). `make test` hands files to its two workers in collection order
+# (`--dist loadfile --no-loadscope-reorder`), and these come first: a one-test demo of two minutes
+# dealt last, as xdist's default order (most tests first) dealt them, kept one worker busy alone for
+# minutes after the other had finished. Files not listed follow in their usual order.
+LONGEST_FILES = (
+    "tests/demo/test_demo.py",  # 276 s
+    "tests/training/test_init_from.py",  # 243 s (FSDP2: .venv); 31 s in .venv-image
+    "tests/demo/test_fault_demo.py",  # 232 s
+    "tests/training/test_smp.py",  # 112 s (.venv-image)
+    "tests/demo/test_trigger_demo.py",  # 103 s
+    "tests/demo/test_queue_demo.py",  # 102 s
+    "tests/teams/test_teams_quality.py",  # 96 s
+    "tests/training/test_in_job_restart.py",  # 94 s (.venv-image)
+    "tests/pipeline/test_history_budget.py",  # 86 s
+    "tests/training/test_safety.py",  # 85 s (.venv-image)
+    "tests/training/test_watchdog.py",  # 78 s (.venv-image)
+    "tests/training/test_train.py",  # 75 s in each venv
+    "tests/training/test_checkpoint_stores.py",  # 69 s (.venv-image)
+    "tests/pipeline/test_registry.py",  # 61 s
+    "tests/pipeline/test_model_gate.py",  # 61 s
+    "tests/teams/test_team_isolation.py",  # 57 s
+)
+
+
 def pytest_collection_modifyitems(items):
     """Where `make test` runs each test: the training tests on the image's own library versions
     (.venv-image: container/base-image-versions.txt + container/requirements.txt), everything else on .venv.
     A training test that needs what torch 2.5.1 lacks on the CPU (FSDP2) says `newer_stack`; one that must
-    hold on both says both."""
+    hold on both says both. Then the longest files first (LONGEST_FILES)."""
     training = REPO_ROOT / "tests" / "training"
     for item in items:
         if item.get_closest_marker("image_stack") or item.get_closest_marker("newer_stack"):
             continue
         item.add_marker(pytest.mark.image_stack if training in item.path.parents else pytest.mark.newer_stack)
+    items.sort(key=start_order)
+
+
+def start_order(item: pytest.Item) -> int:
+    """An item's file's place in LONGEST_FILES, after all of them if unlisted (the sort is stable)."""
+    path = item.path.relative_to(REPO_ROOT).as_posix()
+    return LONGEST_FILES.index(path) if path in LONGEST_FILES else len(LONGEST_FILES)
 
 
 def deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:

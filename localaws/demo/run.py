@@ -103,6 +103,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="capacity",
         help="what ends the first attempt: a capacity loss, or a hang that train.py's watchdog ends",
     )
+    parser.add_argument(
+        "--worse-run",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help=f"after the retraining, a second run of {registry_run.WORSE_STEPS} steps whose worse model the "
+        "registry rejects (docs/registry.md); --no-worse-run leaves it out (two fewer jobs)",
+    )
     return parser.parse_args(argv)
 
 
@@ -274,16 +281,8 @@ def run_pipeline(args, settings, pipeline, training: LocalTraining, run_name: st
         first = registry_run.execution_output(state_machine_arn, run_name)
         if code == 0 and first is not None:
             say(f"   registry: run {run_name}: {registry_run.decision_line(first)}")
-            worse_name = f"{run_name}-worse"
-            say(f"   registry: run {worse_name} trains only {registry_run.WORSE_STEPS} steps: a worse model")
-            start = [*command[:8], worse_name, "--wait", "--poll-seconds", "1"]
-            for name, value in {**hyperparameters, **registry_run.worse_hyperparameters()}.items():
-                start += ["--hp", f"{name}={value}"]
-            with mock.patch("trainstack.runs.clock", lambda: clock.now(UTC)):
-                trainstack(start)
-            worse = registry_run.execution_output(state_machine_arn, worse_name)
-            if worse is not None:
-                say(f"   registry: run {worse_name}: {registry_run.decision_line(worse)}")
+            if args.worse_run:
+                run_worse(command, hyperparameters, clock, state_machine_arn, run_name)
             trainstack(["models", *pipeline])
     report_attempts(sagemaker, training, run_name)
     report_mlflow(settings, args.profile, training)
@@ -291,6 +290,24 @@ def run_pipeline(args, settings, pipeline, training: LocalTraining, run_name: st
         say(f"the retraining did not succeed (exit {code}); job logs: {training.root / 'jobs'}")
         return None
     return json.loads(described["output"])
+
+
+def run_worse(
+    command: list[str], hyperparameters: dict[str, str], clock, state_machine_arn: str, run_name: str
+) -> None:
+    """The registry's second decision: a run of WORSE_STEPS steps, whose worse model the gate rejects."""
+    from trainstack.cli import main as trainstack
+
+    worse_name = f"{run_name}-worse"
+    say(f"   registry: run {worse_name} trains only {registry_run.WORSE_STEPS} steps: a worse model")
+    start = [*command[:8], worse_name, "--wait", "--poll-seconds", "1"]
+    for name, value in {**hyperparameters, **registry_run.worse_hyperparameters()}.items():
+        start += ["--hp", f"{name}={value}"]
+    with mock.patch("trainstack.runs.clock", lambda: clock.now(UTC)):
+        trainstack(start)
+    worse = registry_run.execution_output(state_machine_arn, worse_name)
+    if worse is not None:
+        say(f"   registry: run {worse_name}: {registry_run.decision_line(worse)}")
 
 
 def report_attempts(sagemaker: FakeSageMaker, training: LocalTraining, run_name: str) -> None:

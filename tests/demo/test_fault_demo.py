@@ -2,7 +2,8 @@
 CPU processes; rank 1 of attempt 1 hangs on purpose after the first checkpoint (train.py's
 --inject-hang-at-step), train.py's watchdog ends the workers, torchrun restarts them inside the same job
 (the profile's in_job_restarts reach it as PET_MAX_RESTARTS), and they resume from that checkpoint and
-finish: one CreateTrainingJob, no fault retry."""
+finish: one CreateTrainingJob, no fault retry. Without the registry's second, worse run (--no-worse-run: two
+jobs fewer), whose rejection tests/demo/test_demo.py reads."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ def test_a_hang_is_recovered_inside_the_same_job_with_no_second_create_training_
         "20",
         "--checkpoint-interval",
         "10",
+        "--no-worse-run",
     )
     assert "a rank of the first attempt will hang after its first checkpoint" in out
     first = re.search(
@@ -40,6 +42,8 @@ def test_a_hang_is_recovered_inside_the_same_job_with_no_second_create_training_
     assert output["attempts"] == 1
     assert output["retriedFaults"] == []
     assert "loads with AutoModelForCausalLM: LlamaForCausalLM" in out
+    # The first run's evaluation and registration still run; no second run trains.
+    assert re.search(r"registry: run \S+: version 1 Approved", out) and "-worse" not in out, out
     job = workdir / "jobs" / first.group(1) / "ml"
     log = (job / "output" / "job.log").read_text()
     assert "Rank 1 stops before step 15 for good" in log

@@ -97,9 +97,10 @@ def test_a_checkpoint_save_slower_than_the_step_bound_does_not_trip_it(dataset, 
         async_checkpoint,
     ]
     output = tmp_path / "output"
-    # The save sleeps twice the step bound: without the save's own bound (60 s) this run would trip.
+    # The save sleeps 3 s past the step bound (the watchdog trips on the bound itself, not on a poll): without
+    # the save's own bound (60 s) this run would trip.
     run = train(
-        dataset, tmp_path, *WATCHDOG_FLAGS, "--inject-save-delay-seconds", str(2 * BOUND),
+        dataset, tmp_path, *WATCHDOG_FLAGS, "--inject-save-delay-seconds", str(BOUND + 3),
         flags=flags, env={"SM_OUTPUT_DIR": str(output)},
     )  # fmt: skip
     assert run.returncode == 0, run.output
