@@ -25,8 +25,9 @@ from typing import Any
 
 # The digest the chain starts from: SHA-256 of the empty string.
 EMPTY_DIGEST = hashlib.sha256(b"").hexdigest()
-# ListObjectsV2 page size for the fragment: 200 objects with 1,024-byte keys and every other field
-# (~250 bytes) stay under Step Functions' 256 KiB payload limit for a task result.
+# ListObjectsV2 page size for the fragment: 200 objects with 1,024-byte plain keys and every other field
+# stay under Step Functions' 256 KiB payload limit for a task result (a page of keys larger as JSON is
+# listed again in narrow pages: stacks/pipeline/manifest_listing.py). The hash does not depend on it.
 PAGE_SIZE = 200
 
 

@@ -8,17 +8,30 @@ Input: {"bucket", "prefix", "token" (the continuation token to start from, "" fo
 "token"} ("" once the prefix is listed). A prefix still unlisted at the end of the last range fails the
 execution with `DatasetTooLarge`.
 
+Narrow pages: a page of 200 objects stays under Step Functions' 262,144-byte limit for a task's result
+while its keys stay short once written as JSON (200 keys of 1,024 ASCII bytes: 237,944 bytes in the
+emulator); keys of quotes, backslashes or control characters take 2 to 6 bytes a byte in JSON, and
+whether AWS measures non-ASCII escaped is not documented. A page whose result is too large
+(`States.DataLimitExceeded`, which a catcher naming it matches: limits.py's sources) is listed again from
+the same token as a page of NARROW_PAGE_SIZE = 32 (32 keys of 1,024 bytes at 6 bytes each plus every other
+field: ~215,000 bytes), and counts as two of the range's pages.
+
 History (counted, tests/pipeline/test_dataset_manifest.py): ExecutionStarted, `Begin` (2), `HasToken` (2),
-7 a page (the list Task's 5, `MorePages`' 2), `Done` (2), ExecutionSucceeded: 8 + 7 x pages. A range of
+7 a page (the list Task's 5, `MorePages`' 2), `Done` (2), ExecutionSucceeded: 8 + 7 x pages; a narrow page
+12 (the refused Task's 5, the narrow Task's 5, `MorePages`' 2), within the 14 of the two pages it counts
+as. A range of
 PAGES_PER_EXECUTION = 3,000 pages holds 21,008 events of the 25,000 (a Retry adds 3: ~1,300 retries fit).
 The DatasetManifest fragment (dataset_manifest.py) starts up to MAX_EXECUTIONS = 500 of them in turn:
-1,500,000 pages, 300,000,000 objects at S3's full pages of 200, for 8 events each in the caller's history.
+1,500,000 pages, 300,000,000 objects at S3's full pages of 200 (fewer where pages are narrow), for 8
+events each in the caller's history.
 
 Errors: S3's (`S3.NoSuchBucketException`, `S3.S3Exception` after 5 attempts) and `DatasetTooLarge` fail the
 execution with that error; the caller sees the child's error and cause (dataset_manifest.py).
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
@@ -36,7 +49,11 @@ from trainstack.manifest import PAGE_SIZE
 PAGES_PER_EXECUTION = 3_000
 # Executions one manifest starts: 8 events each in the caller's history, 4,004 with the fragment's 4.
 MAX_EXECUTIONS = 500
+# A page listed again after its result passed the payload limit (module docstring); it counts as 2 pages.
+NARROW_PAGE_SIZE = 32
+NARROW_PAGE_COST = 2
 ERROR_DATASET_TOO_LARGE = "DatasetTooLarge"
+DATA_LIMIT_ERROR = "States.DataLimitExceeded"
 S3_ERROR = "S3.S3Exception"
 _CONSTRUCT_ID = "DatasetManifestListing"
 # Each object chains the digest once; ETags lose their quotes (trainstack.manifest.chained_digest).
@@ -45,6 +62,11 @@ _CHAIN = (
     '{ $hash($digest & $object.Key & "\\t" & $replace($object.ETag, "\\"", "") & "\\n", "SHA-256") }, '
     "$before.hash)"
 )
+
+
+class _Page(NamedTuple):
+    full: tasks.CallAwsService
+    narrow: tasks.CallAwsService
 
 
 def max_pages() -> int:
@@ -87,8 +109,8 @@ class ManifestListing(Construct):
             },
         )
         first, following = (
-            self._list("FirstPage", {}),
-            self._list("NextPage", {"ContinuationToken": expression("$token")}),
+            self._page("FirstPage", {}),
+            self._page("NextPage", {"ContinuationToken": expression("$token")}),
         )
         done = sfn.Succeed.jsonata(
             self, "Done", outputs=expression('{"manifest": $manifest, "token": $token}')
@@ -101,21 +123,23 @@ class ManifestListing(Construct):
                 '"s3://" & $listing.bucket & "/" & $listing.prefix & " holds more than " '
                 '& $string($manifest.objects) & " objects: a dataset manifest lists at most '
                 f"{max_pages():,} ListObjectsV2 pages of {PAGE_SIZE} objects ({MAX_EXECUTIONS} executions "
-                f'of {PAGES_PER_EXECUTION:,} pages)"'
+                f"of {PAGES_PER_EXECUTION:,} pages; a page of {NARROW_PAGE_SIZE}, listed where {PAGE_SIZE} "
+                f'keys exceed the 256 KiB result limit, counts as {NARROW_PAGE_COST})"'
             ),
         )
         more = (
             sfn.Choice.jsonata(self, "MorePages")
-            .when(sfn.Condition.jsonata(expression("$token != '' and $pagesLeft > 0")), following)
+            .when(sfn.Condition.jsonata(expression("$token != '' and $pagesLeft > 0")), following.full)
             .when(sfn.Condition.jsonata(expression("$token != '' and $listing.last")), too_large)
             .otherwise(done)
         )
-        first.next(more)
-        following.next(more)
+        for page in (first, following):
+            page.full.next(more)
+            page.narrow.next(more)
         has_token = (
             sfn.Choice.jsonata(self, "HasToken")
-            .when(sfn.Condition.jsonata(expression("$token != ''")), following)
-            .otherwise(first)
+            .when(sfn.Condition.jsonata(expression("$token != ''")), following.full)
+            .otherwise(first.full)
         )
         self.state_machine, self.log_group = logged_state_machine(
             self,
@@ -139,7 +163,15 @@ class ManifestListing(Construct):
                 iam.PolicyStatement(actions=["s3:ListBucket"], resources=[bucket_arn])
             )
 
-    def _list(self, state_id: str, token: dict[str, str]) -> tasks.CallAwsService:
+    def _page(self, state_id: str, token: dict[str, str]) -> _Page:
+        """A page of PAGE_SIZE, listed again from the same token as a narrow one when its result is too
+        large."""
+        full = self._list(state_id, token, PAGE_SIZE, 1)
+        narrow = self._list(f"{state_id}Narrow", token, NARROW_PAGE_SIZE, NARROW_PAGE_COST)
+        full.add_catch(narrow, errors=[DATA_LIMIT_ERROR], outputs={})
+        return _Page(full, narrow)
+
+    def _list(self, state_id: str, token: dict[str, str], max_keys: int, cost: int) -> tasks.CallAwsService:
         task = tasks.CallAwsService.jsonata(
             self,
             state_id,
@@ -148,7 +180,7 @@ class ManifestListing(Construct):
             parameters={
                 "Bucket": expression("$listing.bucket"),
                 "Prefix": expression("$listing.prefix"),
-                "MaxKeys": PAGE_SIZE,
+                "MaxKeys": max_keys,
                 **token,
             },
             # ListObjectsV2 is authorized as s3:ListBucket on the bucket (Service Authorization Reference,
@@ -160,7 +192,7 @@ class ManifestListing(Construct):
                 "token": expression(
                     "$states.result.IsTruncated = true ? $states.result.NextContinuationToken : ''"
                 ),
-                "pagesLeft": expression("$pagesLeft - 1"),
+                "pagesLeft": expression(f"$pagesLeft - {cost}"),
             },
             outputs={},
         )

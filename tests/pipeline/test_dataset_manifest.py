@@ -46,10 +46,12 @@ def aws_environment(monkeypatch):
 
 
 @contextmanager
-def emulated(definitions: dict[str, str]):
+def emulated(definitions: dict[str, str], *, data_limit_caught_by_states_all: bool = False):
     """The emulator with the dataset bucket and the machines: yields (s3 client, caller ARN)."""
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
-        with local_stepfunctions(VirtualClock()):
+        with local_stepfunctions(
+            VirtualClock(), data_limit_caught_by_states_all=data_limit_caught_by_states_all
+        ):
             client = boto3.client("s3", region_name=harness.REGION)
             client.create_bucket(Bucket=BUCKET)
             yield client, create(definitions)[CALLER]
@@ -109,6 +111,71 @@ def test_the_longest_key_s3_allows_stays_within_the_hash_functions_input(world):
     assert manifest == prefix_manifest(client, BUCKET, "datasets/long/").as_dict()
 
 
+def _page_of_keys(client, prefix: str, filler: str) -> None:
+    """A full page of the longest keys S3 allows (1,024 bytes), padded with `filler`."""
+    for index in range(PAGE_SIZE):
+        head = f"{prefix}{index:03d}"
+        client.put_object(Bucket=BUCKET, Key=head + filler * (1024 - len(head)), Body=b"1")
+
+
+def test_a_page_of_the_longest_plain_keys_is_one_page_within_the_payload_limit(world):
+    client, machine = world
+    _page_of_keys(client, "datasets/long/", "k")
+    result = client.list_objects_v2(Bucket=BUCKET, Prefix="datasets/long/", MaxKeys=PAGE_SIZE)
+    del result["ResponseMetadata"]
+
+    manifest, _ = _machine_manifest(machine, "datasets/long/", "long")
+
+    assert manifest == prefix_manifest(client, BUCKET, "datasets/long/").as_dict()
+    assert listing_histories() == [8 + 7], "one page, no narrow ones"
+    # The margin left, measured: 237,944 bytes of 262,144 here (S3 adds ChecksumType, ~25 bytes a key).
+    assert limits.payload_bytes(result) < limits.PAYLOAD_LIMIT_BYTES - 20_000
+
+
+@pytest.mark.parametrize("caught_by_states_all", [False, True], ids=["documented", "recorded"])
+def test_keys_too_large_as_json_for_a_page_are_listed_in_narrow_pages(
+    aws_environment, definitions, caught_by_states_all
+):
+    """1,024-byte keys of double quotes, each 2,048 bytes as JSON: the page of 200 passes 256 KiB (439,000
+    bytes), is refused with States.DataLimitExceeded and listed again 32 keys at a time, under either
+    reading of whether States.ALL matches that error (the catcher names it)."""
+    with emulated(definitions, data_limit_caught_by_states_all=caught_by_states_all) as (client, machine):
+        _page_of_keys(client, "datasets/quoted/", '"')
+        manifest, _ = _machine_manifest(machine, "datasets/quoted/", "quoted")
+        (history,) = listing_histories()
+        expected = prefix_manifest(client, BUCKET, "datasets/quoted/").as_dict()
+        full, narrow = _pages_as_listed(client, "datasets/quoted/")
+
+    assert manifest == expected and manifest["objects"] == PAGE_SIZE
+    assert (full, narrow) == (1, 3), "96 keys in narrow pages, then the 104 left fit one page"
+    # A narrow page: the refused Task's 5 events, the narrow Task's 5 and MorePages' 2; no more than the
+    # two full pages it counts as (7 each).
+    assert history == 8 + 7 * full + 12 * narrow
+    assert 12 <= 7 * manifest_listing.NARROW_PAGE_COST
+
+
+def _pages_as_listed(client, prefix: str) -> tuple[int, int]:
+    """(full pages, narrow pages) of `prefix` by the rule: a page whose ListObjectsV2 result passes the
+    payload limit is listed as a narrow one from the same token."""
+    full = narrow = 0
+    token: dict[str, str] = {}
+    while True:
+        result = client.list_objects_v2(Bucket=BUCKET, Prefix=prefix, MaxKeys=PAGE_SIZE, **token)
+        del result["ResponseMetadata"]
+        if not limits.within_payload_limit(result):
+            narrow += 1
+            result = client.list_objects_v2(
+                Bucket=BUCKET, Prefix=prefix, MaxKeys=manifest_listing.NARROW_PAGE_SIZE, **token
+            )
+            del result["ResponseMetadata"]
+            assert limits.within_payload_limit(result)
+        else:
+            full += 1
+        if not result["IsTruncated"]:
+            return full, narrow
+        token = {"ContinuationToken": result["NextContinuationToken"]}
+
+
 # The 1,000,000-object scenario with every count divided by SCALE: 4,000 objects (20 pages) against a
 # 100-event history, 12 pages an execution. Each execution's history is 8 + 7 x pages (a child) or
 # 8 + 8 x children (this caller), so a child stays at the same fraction of its limit as at full size
@@ -160,7 +227,8 @@ def test_a_prefix_past_the_bound_fails_with_dataset_too_large_and_one_at_the_bou
     assert too_large.output["caught"] == {
         "Error": "DatasetTooLarge",
         "Cause": f"s3://{BUCKET}/datasets/past/ holds more than {bound} objects: a dataset manifest lists "
-        "at most 6 ListObjectsV2 pages of 200 objects (3 executions of 2 pages)",
+        "at most 6 ListObjectsV2 pages of 200 objects (3 executions of 2 pages; a page of 32, listed where 200 "
+        "keys exceed the 256 KiB result limit, counts as 2)",
     }
     assert children == 3 + 3, "no execution past the bound"
 
