@@ -227,8 +227,8 @@ def test_a_prefix_past_the_bound_fails_with_dataset_too_large_and_one_at_the_bou
     assert too_large.output["caught"] == {
         "Error": "DatasetTooLarge",
         "Cause": f"s3://{BUCKET}/datasets/past/ holds more than {bound} objects: a dataset manifest lists "
-        "at most 6 ListObjectsV2 pages of 200 objects (3 executions of 2 pages; a page of 32, listed where 200 "
-        "keys exceed the 256 KiB result limit, counts as 2)",
+        "at most 6 ListObjectsV2 pages of 200 objects (3 executions of 2 pages; a page of 32, listed where "
+        "200 keys exceed the 256 KiB result limit, counts as 2)",
     }
     assert children == 3 + 3, "no execution past the bound"
 

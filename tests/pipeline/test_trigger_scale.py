@@ -1,5 +1,6 @@
 """The retrain trigger and a prefix past the dataset manifest's bound (stacks/pipeline/manifest_listing.py):
-the window ends in the named decision `DatasetTooLarge`, the profile is released, nothing trains. The bound
+the window ends in the named decision `DatasetTooLarge`, not retried, the profile is released, nothing
+trains. The bound
 is lowered (2 executions of 2 pages: 800 objects) so that the listing takes seconds; the states and the
 decision are the same at 300,000,000 objects. The prefix is served by synthetic ListObjectsV2 pages."""
 
@@ -42,11 +43,12 @@ def test_a_prefix_past_the_bound_ends_in_dataset_too_large_and_frees_the_profile
         world.run_until_idle()
 
         failed = [item for item in world.triggers() if item["status"] == "FAILED"]
-        # The window and its one retry (failed_window_retries 1).
-        assert [item["error"] for item in failed] == ["DatasetTooLarge", "DatasetTooLarge"]
+        # Not retried (failed_window_retries is 1): a retry would list the whole prefix again to fail.
+        assert [item["error"] for item in failed] == ["DatasetTooLarge"]
         assert f"holds more than {BOUND} objects" in failed[0]["cause"]
         item = world.item()[PROFILE]
-        assert "controller" not in item and "firstEventMillis" not in item
+        assert "controller" not in item and "firstEventMillis" not in item and "failedWindows" not in item
         last = json.loads(item["lastDecision"]["S"])
         assert last["decision"] == "failed" and last["message"].startswith("DatasetTooLarge: s3://")
+        assert last["message"].endswith("split it into several prefixes.")
         assert world.runs() == []

@@ -72,7 +72,7 @@ class TriggeredRun:
         finish = self._finish()
         self.release = self._release(finish)
         after = self._let_go_or_hand_over(finish, self_arn)
-        self.failed = self._record_failure(after)
+        self.failed, not_retried = self._record_failure(after)
         manifest = DatasetManifest(
             scope,
             "Manifest",
@@ -87,8 +87,17 @@ class TriggeredRun:
         # A prefix past the manifest's bound fails as such; its cause states the bound.
         too_large = failure(ERROR_DATASET_TOO_LARGE, "$states.errorOutput.Cause")
         is_too_large = f'$states.errorOutput.Error = "{ERROR_DATASET_TOO_LARGE}"'
+        # The same prefix would pass the bound again: a retry would list it all again for nothing.
+        how_failed = (
+            sfn.Choice.jsonata(scope, "IsDatasetTooLarge")
+            .when(
+                sfn.Condition.jsonata(expression(f'$failure.error = "{ERROR_DATASET_TOO_LARGE}"')),
+                not_retried,
+            )
+            .otherwise(self.failed)
+        )
         manifest.add_catch(
-            self.failed,
+            how_failed,
             assign={"failure": expression(f"{is_too_large} ? {too_large} : {listing_failed}")},
         )
         unchanged = table.update(
@@ -193,9 +202,10 @@ class TriggeredRun:
         succeeded.add_catch(after, errors=["States.ALL"], outputs={})
         return run.next(succeeded.next(after))
 
-    def _record_failure(self, after: sfn.IChainable) -> sfn.IChainable:
+    def _record_failure(self, after: sfn.IChainable) -> tuple[sfn.IChainable, sfn.IChainable]:
         """lastDecision `failed`; while retries are left the window opens again (the run is retried once
-        the prefix has been quiet for quiet_minutes, through the hand-over), else the count starts over."""
+        the prefix has been quiet for quiet_minutes, through the hand-over), else the count starts over.
+        Returns (that, a record that never retries: for a prefix too large to list)."""
         retries = self.trigger.failed_window_retries
         quiet = self.trigger.quiet_minutes
 
@@ -204,6 +214,9 @@ class TriggeredRun:
 
         again = f". It runs again once the prefix has been quiet for {quiet} min (at most {retries} retries)."
         final = ". No retries left: the next upload's window runs it."
+        too_large = (
+            ". Not retried: the same prefix would pass the bound again; split it into several prefixes."
+        )
         retry = self.table.update(
             "RecordFailure",
             "SET lastDecision = :decision, firstEventMillis = if_not_exists(firstEventMillis, :now), "
@@ -222,18 +235,20 @@ class TriggeredRun:
             condition="attribute_not_exists(failedWindows) OR failedWindows < :retries",
             assign={"result": expression(failed(again))},
         )
-        give_up = self.table.update(
-            "RecordFailureNoRetry",
-            "SET lastDecision = :decision REMOVE failedWindows",
-            {":decision": text(f"$string({failed(final)})")},
-            assign={"result": expression(failed(final))},
+        give_up, not_retried = (
+            self.table.update(
+                state_id,
+                "SET lastDecision = :decision REMOVE failedWindows",
+                {":decision": text(f"$string({failed(then)})")},
+                assign={"result": expression(failed(then))},
+            )
+            for state_id, then in (("RecordFailureNoRetry", final), ("RecordNotRetried", too_large))
         )
         retry.add_catch(give_up, errors=[CONDITION_FAILED], outputs={})
-        for state in (retry, give_up):
+        for state in (retry, give_up, not_retried):
             state.add_catch(after, errors=["States.ALL"], outputs={})
-        retry.next(after)
-        give_up.next(after)
-        return retry
+            state.next(after)
+        return retry, not_retried
 
     def _release(self, finish: sfn.IChainable) -> sfn.IChainable:
         """The profile freed as it stands (an open window stays: the next upload takes it over)."""
