@@ -59,9 +59,12 @@ class DatasetManifest(sfn.StateMachineFragment):
         bucket: s3.IBucket,
         prefix: str,
         bucket_name: str | None = None,
+        before_each_listing: sfn.TaskStateBase | None = None,
     ) -> None:
         """`bucket_name`: what the child's input names instead of bucket.bucket_name (e.g. a `${Name}`
-        placeholder that the caller's DefinitionSubstitutions fill); IAM always grants on `bucket`."""
+        placeholder that the caller's DefinitionSubstitutions fill); IAM always grants on `bucket`.
+        `before_each_listing`: a state run before each child execution (the trigger renews its lease
+        there); its errors are the caller's to catch."""
         super().__init__(scope, construct_id)
         listing = manifest_listing.manifest_listing(scope, project, bucket.bucket_arn)
         start = sfn.Pass.jsonata(
@@ -99,10 +102,12 @@ class DatasetManifest(sfn.StateMachineFragment):
         self._done = sfn.Pass.jsonata(
             self, f"{construct_id}Done", assign={"manifestPageToken": expression("null")}
         )
+        next_range = self._pages if before_each_listing is None else before_each_listing.next(self._pages)
         more = sfn.Choice.jsonata(self, f"{construct_id}MorePages").when(
-            sfn.Condition.jsonata(expression("$manifestPageToken != ''")), self._pages
+            sfn.Condition.jsonata(expression("$manifestPageToken != ''")), next_range
         )
-        start.next(self._pages).next(more)
+        start.next(next_range)
+        self._pages.next(more)
         more.otherwise(self._done)
         self._start = start
 

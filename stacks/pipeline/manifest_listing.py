@@ -69,8 +69,18 @@ class _Page(NamedTuple):
     narrow: tasks.CallAwsService
 
 
+# Step Functions' and S3's time for one page (a Task, a Choice, one ListObjectsV2 call): **assumed**, not
+# measured on AWS. It sizes the trigger machine's timeout beyond its lease (retrain_trigger.py).
+SECONDS_PER_PAGE = 0.2
+
+
 def max_pages() -> int:
     return PAGES_PER_EXECUTION * MAX_EXECUTIONS
+
+
+def max_listing_seconds() -> int:
+    """How long a listing up to the bound may take, at SECONDS_PER_PAGE."""
+    return round(max_pages() * SECONDS_PER_PAGE)
 
 
 def page_manifest(before: str) -> str:

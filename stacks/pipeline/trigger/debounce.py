@@ -15,7 +15,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from stacks.pipeline.jsonata_text import expression
-from stacks.pipeline.trigger.trigger_calls import CONDITION_FAILED, TriggerTable, number, text
+from stacks.pipeline.trigger.trigger_calls import CONDITION_FAILED, TriggerTable, lease, number, text
 from stacks.pipeline.trigger.triggered_run import ERROR_TRIGGER_STATE_FAILED, caught
 from trainstack.trigger_settings import RetrainOnNewData
 
@@ -50,14 +50,14 @@ class Debounce:
         become = table.update(
             "BecomeController",
             "SET controller = :me, controllerUntil = :until",
-            {**self._lease(), ":now": number("$millis()")},
+            {**lease(self.lease_seconds), ":now": number("$millis()")},
             # A controller that died (aborted, timed out) loses the profile when its lease ends.
             condition="attribute_not_exists(controller) OR controllerUntil < :now",
         )
         take_over = table.update(
             "TakeOver",
             "SET controller = :me, controllerUntil = :until",
-            {**self._lease(), ":previous": text("$states.input.after")},
+            {**lease(self.lease_seconds), ":previous": text("$states.input.after")},
             condition="controller = :previous",
         )
         watched = sfn.Succeed.jsonata(
@@ -92,12 +92,6 @@ class Debounce:
                 assign=caught(ERROR_TRIGGER_STATE_FAILED, '"Could not read or close the window"'),
             )
         self.start = handover
-
-    def _lease(self) -> dict:
-        return {
-            ":me": text("$states.context.Execution.Name"),
-            ":until": number(f"$millis() + {self.lease_seconds * 1000}"),
-        }
 
     def _record_event(self) -> sfn.IChainable:
         return self.table.update(

@@ -18,6 +18,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from stacks.checkov_skips import skip_checkov
+from stacks.pipeline import manifest_listing
 from stacks.pipeline.logged_state_machine import logged_state_machine
 from stacks.pipeline.state_machine_facts import execution_timeout_seconds
 from stacks.pipeline.trigger.debounce import Debounce
@@ -94,6 +95,7 @@ class RetrainTrigger(Construct):
             pipeline=pipeline,
             fsx=fsx,
             self_arn=self_arn,
+            lease_seconds=lease_seconds,
         )
         debounce = Debounce(
             self,
@@ -103,8 +105,10 @@ class RetrainTrigger(Construct):
             closed=run.start,
             release=run.release,
         )
+        # The lease is renewed before each child listing: a listing up to the bound may add its time.
+        timeout = cdk.Duration.seconds(lease_seconds + manifest_listing.max_listing_seconds())
         self.state_machine, self.log_group = logged_state_machine(
-            self, "StateMachine", name=name, chain=debounce.start, timeout=cdk.Duration.seconds(lease_seconds)
+            self, "StateMachine", name=name, chain=debounce.start, timeout=timeout
         )
         resource = self.state_machine.node.default_child
         assert isinstance(resource, sfn.CfnStateMachine)

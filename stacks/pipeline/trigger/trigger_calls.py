@@ -31,6 +31,14 @@ def text(value: str) -> dict[str, str]:
     return {"S": expression(value)}
 
 
+def lease(lease_seconds: int) -> dict[str, Any]:
+    """ExpressionAttributeValues :me (this execution) and :until (its lease's end, `lease_seconds` on)."""
+    return {
+        ":me": text("$states.context.Execution.Name"),
+        ":until": number(f"$millis() + {lease_seconds * 1000}"),
+    }
+
+
 class TriggerTable:
     """Calls on the trigger table for one profile's item."""
 

@@ -19,7 +19,7 @@ from stacks.pipeline.jsonata_text import expression, literal
 from stacks.pipeline.machine_kit import STEP_FUNCTIONS_ERROR, retry_must_succeed_call
 from stacks.pipeline.manifest_listing import ERROR_DATASET_TOO_LARGE
 from stacks.pipeline.trigger.fsx_import import FsxImport, failure
-from stacks.pipeline.trigger.trigger_calls import CONDITION_FAILED, TriggerTable, number, text
+from stacks.pipeline.trigger.trigger_calls import CONDITION_FAILED, TriggerTable, lease, number, text
 from trainstack.trigger_settings import RetrainOnNewData, profile_key
 
 ERROR_TRAINING_RUN_FAILED = "TriggeredRunFailed"
@@ -67,38 +67,20 @@ class TriggeredRun:
         pipeline: sfn.IStateMachine,
         fsx: FsxTarget | None,
         self_arn: str,
+        lease_seconds: int,
     ) -> None:
         self.scope, self.table, self.trigger = scope, table, trigger
         finish = self._finish()
         self.release = self._release(finish)
         after = self._let_go_or_hand_over(finish, self_arn)
         self.failed, not_retried = self._record_failure(after)
-        manifest = DatasetManifest(
-            scope,
-            "Manifest",
-            project=project,
-            bucket=dataset_bucket,
-            bucket_name=dataset_bucket_name,
-            prefix=literal(trigger.prefix),
-        )
-        listing_failed = failure(
-            ERROR_LISTING_FAILED, f'"Could not list s3://<datasets>/{trigger.prefix}: " & {_ERROR_TEXT}'
-        )
-        # A prefix past the manifest's bound fails as such; its cause states the bound.
-        too_large = failure(ERROR_DATASET_TOO_LARGE, "$states.errorOutput.Cause")
-        is_too_large = f'$states.errorOutput.Error = "{ERROR_DATASET_TOO_LARGE}"'
-        # The same prefix would pass the bound again: a retry would list it all again for nothing.
-        how_failed = (
-            sfn.Choice.jsonata(scope, "IsDatasetTooLarge")
-            .when(
-                sfn.Condition.jsonata(expression(f'$failure.error = "{ERROR_DATASET_TOO_LARGE}"')),
-                not_retried,
-            )
-            .otherwise(self.failed)
-        )
-        manifest.add_catch(
-            how_failed,
-            assign={"failure": expression(f"{is_too_large} ? {too_large} : {listing_failed}")},
+        manifest = self._manifest(
+            project,
+            dataset_bucket,
+            dataset_bucket_name,
+            lease_seconds,
+            failed=self.failed,
+            not_retried=not_retried,
         )
         unchanged = table.update(
             "RecordUnchanged",
@@ -138,6 +120,62 @@ class TriggeredRun:
             .otherwise(first)
         )
         self.start = prepare.next(manifest).next(is_new)
+
+    def _manifest(
+        self,
+        project: str,
+        dataset_bucket: s3.IBucket,
+        dataset_bucket_name: str,
+        lease_seconds: int,
+        *,
+        failed: sfn.IChainable,
+        not_retried: sfn.IChainable,
+    ) -> DatasetManifest:
+        """The training set's manifest; its failures recorded by `failed` (retried) or `not_retried`."""
+        # A listing can take hours (manifest_listing.max_listing_seconds): each child listing starts with
+        # the lease renewed, so the profile stays this execution's for the import and the run after it.
+        # A lease lost meanwhile (another execution took the profile) ends this one before it runs.
+        renew = self.table.update(
+            "RenewLease",
+            "SET controllerUntil = :until",
+            lease(lease_seconds),
+            condition="controller = :me",
+        )
+        renew.add_catch(
+            self.release,
+            errors=["States.ALL"],
+            outputs={},
+            assign=caught(ERROR_TRIGGER_STATE_FAILED, '"Could not renew the lease on the profile"'),
+        )
+        manifest = DatasetManifest(
+            self.scope,
+            "Manifest",
+            project=project,
+            bucket=dataset_bucket,
+            bucket_name=dataset_bucket_name,
+            prefix=literal(self.trigger.prefix),
+            before_each_listing=renew,
+        )
+        listing_failed = failure(
+            ERROR_LISTING_FAILED, f'"Could not list s3://<datasets>/{self.trigger.prefix}: " & {_ERROR_TEXT}'
+        )
+        # A prefix past the manifest's bound fails as such; its cause states the bound.
+        too_large = failure(ERROR_DATASET_TOO_LARGE, "$states.errorOutput.Cause")
+        is_too_large = f'$states.errorOutput.Error = "{ERROR_DATASET_TOO_LARGE}"'
+        # The same prefix would pass the bound again: a retry would list it all again for nothing.
+        how_failed = (
+            sfn.Choice.jsonata(self.scope, "IsDatasetTooLarge")
+            .when(
+                sfn.Condition.jsonata(expression(f'$failure.error = "{ERROR_DATASET_TOO_LARGE}"')),
+                not_retried,
+            )
+            .otherwise(failed)
+        )
+        manifest.add_catch(
+            how_failed,
+            assign={"failure": expression(f"{is_too_large} ? {too_large} : {listing_failed}")},
+        )
+        return manifest
 
     def _import(self, fsx: FsxTarget, run: sfn.IChainable) -> sfn.IChainable:
         return FsxImport(
