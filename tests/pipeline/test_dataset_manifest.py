@@ -181,7 +181,7 @@ def _pages_as_listed(client, prefix: str) -> tuple[int, int]:
 # 8 + 8 x children (this caller), so a child stays at the same fraction of its limit as at full size
 # (21,008 of 25,000; the caller 24); the one-execution fragment before the child machine needed
 # 7 x pages + 4 (35,004 at full size), 144 here: past the 100. benchmarks/manifest_scale.py runs the
-# full size (about 0.4 s of CPU a page here, docs/emulator.md: over an hour for 5,000 pages).
+# full size (1,075.6 s for 5,000 pages here, histories 21,008 and 14,008 and 24: docs/emulator.md).
 SCALE = 250
 MILLION = 1_000_000
 
