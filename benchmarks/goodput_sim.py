@@ -5,7 +5,8 @@ side by side: runs under exponential failures booked by the goodput ledger's own
     python benchmarks/goodput_sim.py [--failures 2000] [--seed 1]
 
 For the 7b and 70b presets on ml.p5.48xlarge at 16, 256, 1,024 and 16,384 GPUs where they fit
-(setups.forecast_setup, async saves, Llama 3's per-GPU failure rate), in two configurations: today's
+(setups.forecast_setup, async saves, Llama 3's per-GPU failure rate and no other interruption: the
+simulation draws failures only), in two configurations: today's
 (`sagemaker-sync`, every failure a new job) and the best store with in-job recovery. For each: the chosen
 interval (planning/forecast.py, the exact optimum), the formula's billed and wall-clock goodput there, the
 simulated ones, and a sweep of intervals from 1/8 to 8 times the chosen one, each simulated over the same
@@ -27,6 +28,7 @@ from trainstack.planning.simulation import Scenario, simulate, wall_clock_percen
 
 INSTANCE = "ml.p5.48xlarge"
 SWEEP = (1 / 8, 1 / 4, 1 / 2, 3 / 4, 1, 4 / 3, 2, 4, 8)
+FAILURES = FaultModel().failures_only()  # what the simulation draws
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -53,7 +55,7 @@ def simulated(result: Forecast, steps: int, failures: int, seed: int) -> tuple[f
         mtbf=result.mtbf_seconds,
         work=failures * result.mtbf_seconds * result.wall_clock.kept,
         durable_after=costs.durable_after,
-        kinds=costs.restart_kinds(),
+        restarts=costs.restarts(),
     )
     ledger = simulate(scenario, steps, seed)
     return ledger.goodput_percent, wall_clock_percent(ledger)
@@ -92,8 +94,8 @@ def main(argv=None) -> int:
             if not item.fits:
                 print(f"{preset:>5} {gpus:>7,} does not fit")
                 continue
-            today = forecast(item, FaultModel(), asynchronous=True)
-            fastest = best_store(item, FaultModel(), asynchronous=True, in_job=True)
+            today = forecast(item, FAILURES, asynchronous=True)
+            fastest = best_store(item, FAILURES, asynchronous=True, in_job=True)
             for name, result in (
                 ("sagemaker-sync, new job", today),
                 (f"{fastest.costs.store}, in-job", fastest),

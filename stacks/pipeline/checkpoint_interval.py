@@ -13,7 +13,9 @@ job got. The next attempt's HyperParameters.checkpoint_interval is the result; `
 Kept as planned: profiles without `auto`, runs whose input sets checkpoint_interval or a batch-shape
 hyperparameter (seq_len, micro_batch_size, grad_accum: the step's tokens are the profile's), and attempts
 whose job reported no pause or no tokens/s. The restart time needs no refinement: the optimum does not
-depend on it (goodput_model's docstring).
+depend on it (goodput_model's docstring). The interruptions that lose work (trainstack.planning.interruptions,
+as planned for the first preference) add to the failures, and the interval stays within the profile's
+fault_model.max_hours_without_checkpoint (less the planned time until a save is durable), as at synth.
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ _E = 2.718281828459045
 
 
 def refinement_table(profiles: Sequence[Profile]) -> dict[str, dict]:
-    """Per `auto` profile: per-GPU MTBF, tokens of one step per GPU, GPUs per preferred type, and the
-    shortest interval an async save allows (seconds of one node's write; 0 for synchronous saves)."""
+    """Per `auto` profile: per-GPU MTBF, the rate of interruptions that lose work (per second), tokens of one
+    step per GPU, GPUs per preferred type, the shortest interval an async save allows (seconds of one node's
+    write; 0 for synchronous saves) and the longest (the bound less the planned durability delay)."""
     table = {}
     for profile in profiles:
         if not is_auto(profile):
@@ -44,6 +47,9 @@ def refinement_table(profiles: Sequence[Profile]) -> dict[str, dict]:
         first = profile_forecasts(profile)[0]
         table[profile.name] = {
             "gpuMtbfSeconds": profile.fault_model.gpu_mtbf * 3600,
+            "lossyInterruptionsPerSecond": first.exposure.lossy_rate - first.exposure.failure_rate,
+            "secondsWithoutCheckpoint": first.exposure.max_seconds_without_checkpoint
+            - first.costs.durable_after,
             "tokensPerGpuStep": setup.seq_len * setup.micro_batch_size * setup.grad_accum,
             "gpus": {p.instance_type: p.spec.gpus for p in profile.instance_preferences if p.spec.gpus},
             "writeSeconds": first.costs.save_write if first and first.costs.asynchronous else 0,
@@ -66,7 +72,7 @@ def refined_request_expression(profiles: Sequence[Profile], outcome: str = "$sta
         "$g := $lookup($t.gpus, $o.job.instanceType); "
         f"($exists($t) and $exists($pause) and $exists($speed) and $exists($g) and $not({kept_as_given}) "
         "and $pause > 0 and $speed > 0) ? ("
-        "$mtbf := $t.gpuMtbfSeconds / ($g * $o.job.instanceCount); "
+        "$mtbf := 1 / ($g * $o.job.instanceCount / $t.gpuMtbfSeconds + $t.lossyInterruptionsPerSecond); "
         "$step := $t.tokensPerGpuStep * $g * $o.job.instanceCount / $speed; "
         f"$e := function($y) {{ $power({_E}, $y) }}; "
         "$root := function($low, $high, $n) { $n = 0 ? ($low + $high) / 2 : ($mid := ($low + $high) / 2; "
@@ -76,8 +82,10 @@ def refined_request_expression(profiles: Sequence[Profile], outcome: str = "$sta
         "$least := $max([1, $ceil($t.writeSeconds / $step)]); "
         "$score := function($k) { $k / ($e(($k * $step + $pause) / $mtbf) - 1) }; "
         "$a := $max([$least, $floor($ideal)]); $b := $max([$least, $ceil($ideal)]); "
+        "$most := $max([1, $floor(($t.secondsWithoutCheckpoint - $pause) / $step)]); "
+        "$best := $min([$score($b) > $score($a) ? $b : $a, $most]); "
         '$merge([$request, {"HyperParameters": $merge([$request.HyperParameters, '
-        f"{{{literal(INTERVAL_HYPERPARAMETER)}: $string($score($b) > $score($a) ? $b : $a)}}])}}])"
+        f"{{{literal(INTERVAL_HYPERPARAMETER)}: $string($best)}}])}}])"
         ") : $request)"
     )
 

@@ -15,11 +15,21 @@ from stacks.pipeline.checkpoint_interval import PAUSE_METRIC, SPEED_METRIC, refi
 from tests.pipeline import harness
 from tests.pipeline.test_fault_drills import HANG
 from trainstack.commands.common import Pipeline
-from trainstack.planning.auto_interval import auto_interval
+from trainstack.planning.auto_interval import auto_interval, profile_forecasts
 from trainstack.planning.goodput_model import best_interval
 from trainstack.report.history import pipeline_history
 
 PAUSE_SECONDS, TOKENS_PER_SECOND = 12.5, 80_000.0
+
+
+def expected_interval(profile, step: float, pause: float, gpus: int) -> int:
+    """The optimum against failures and the interruptions that lose work, within the profile's bound
+    (trainstack.planning.forecast.forecast_with, as planned for the first preference)."""
+    first = profile_forecasts(profile)[0]
+    lossy = first.exposure.lossy_rate - first.exposure.failure_rate
+    mtbf = 1 / (gpus / (profile.fault_model.gpu_mtbf * 3600) + lossy)
+    room = first.exposure.max_seconds_without_checkpoint - first.costs.durable_after - pause
+    return min(best_interval(step, pause, 0.0, mtbf).interval_steps, max(1, int(room // step)))
 
 
 def measured(phase: Phase) -> Phase:
@@ -45,8 +55,8 @@ def test_auto_reaches_the_job_and_the_next_attempt_gets_the_measured_optimum(int
     assert outcome.status == "SUCCEEDED", outcome.cause
     # 7b on 16 GPUs: seq 4096 x micro-batch 2 per GPU per step.
     step = 4096 * 2 * 16 / TOKENS_PER_SECOND
-    refined = best_interval(step, PAUSE_SECONDS, 0.0, profile.fault_model.job_mtbf_seconds(16))
-    assert intervals(sm) == [str(auto_interval(profile)), str(refined.interval_steps)]
+    refined = expected_interval(profile, step, PAUSE_SECONDS, 16)
+    assert intervals(sm) == [str(auto_interval(profile)), str(refined)]
     # plan --from-history: the hang is 1 infrastructure failure in 1 billed hour on 16 GPUs.
     with stream_prefix_filter():
         history = pipeline_history(Pipeline(pipeline.settings, harness.REGION, sm.pipeline_arn))
@@ -78,8 +88,19 @@ def test_the_state_machines_optimum_is_pythons(make_settings, pause, speed, coun
     settings = make_settings({"fault_model": {"gpu_mtbf_hours": 5_000}})
     metrics = [{"MetricName": PAUSE_METRIC, "Value": pause}, {"MetricName": SPEED_METRIC, "Value": speed}]
     step = 4096 * 2 * 8 * count / speed
-    expected = best_interval(step, pause, 0.0, 5_000 * 3600 / (8 * count)).interval_steps
+    expected = expected_interval(settings.profile("llama-7b-smp"), step, pause, 8 * count)
     assert refine(settings, {}, metrics, count=count) == str(expected)
+
+
+def test_the_refined_interval_stays_within_the_profiles_bound(make_settings):
+    """Issue 49: after attempt 1 the pipeline re-solved the interval from failures alone (21,118 steps for
+    the shipped 7b profile, 8.5 h): it now keeps fault_model.max_hours_without_checkpoint."""
+    metrics = [{"MetricName": PAUSE_METRIC, "Value": 40.0}, {"MetricName": SPEED_METRIC, "Value": 90_000.0}]
+    step = 4096 * 2 * 16 / 90_000.0
+    for hours in (1, 0.25):
+        settings = make_settings({"fault_model": {"max_hours_without_checkpoint": hours}})
+        steps = int(refine(settings, {}, metrics))
+        assert steps * step + 40.0 <= hours * 3600
 
 
 def test_the_interval_stays_as_planned_without_measurements_or_when_the_run_sets_it(make_settings):

@@ -17,7 +17,7 @@ from trainstack.fault_model import LLAMA3_GPU_MTBF_HOURS, FaultModel
 from trainstack.instances import INSTANCE_TYPES
 from trainstack.job_request import base_request
 from trainstack.planning.auto_interval import auto_interval
-from trainstack.planning.forecast import at_interval, forecast
+from trainstack.planning.forecast import at_interval, forecast, run_faults
 from trainstack.planning.goodput_model import (
     best_interval,
     goodput_at,
@@ -133,10 +133,10 @@ def test_plan_prints_the_forecast_at_every_scale_and_the_lever_below_the_goal(ca
     ]
     assert trainstack(["plan", *flags]) == 0
     out = capsys.readouterr().out
-    assert "ml.p5.48xlarge x128: goodput 97.0% billed, 96.6% wall-clock" in out
+    assert "ml.p5.48xlarge x128: goodput 95.3% billed, 94.8% wall-clock" in out
     assert "job MTBF 49.5 h on 1,024 GPUs" in out
-    assert "16,384 GPUs: goodput 0.1% billed, 0.1% wall-clock" in out
-    assert "below the 90% wall-clock goal: checkpoint_store s3-express helps most (91.9%)" in out
+    assert "16,384 GPUs: goodput 0.3% billed, 0.3% wall-clock" in out
+    assert "below the 90% wall-clock goal: checkpoint_store s3-express helps most (91.7%)" in out
     assert trainstack(["plan", *flags, "--json"]) == 0
     document = json.loads(capsys.readouterr().out)["goodput"]
     assert [row["gpus"] for row in document["scales"]] == [256, 1_024, 16_384]  # 70b does not fit 16 GPUs
@@ -165,10 +165,12 @@ def test_the_report_shows_the_forecast_beside_the_measured_goodput(make_settings
     item = plan(
         setup_for_profile(settings.profile("llama-7b-smp")), INSTANCE_TYPES["ml.p4d.24xlarge"], 2, None
     )
-    expected = at_interval(forecast(item, FaultModel(), asynchronous=False), 500)  # the interval the job got
+    result = forecast(item, run_faults(settings.profile("llama-7b-smp")), asynchronous=False)
+    expected = at_interval(result, 500)  # the interval the job got
     assert line.startswith(
         f"forecast goodput: {expected.percent:.1f}% in the long run on 2 x ml.p4d.24xlarge "
-        "(job MTBF 3,167.3 h, checkpoint every 500 steps, planned step and save times; best "
+        f"(job MTBF 3,167.3 h, {result.mtbf_seconds / HOUR:,.1f} h between events that lose work, "
+        "checkpoint every 500 steps, planned step and save times; best "
     )
     assert line.endswith(f"; measured (ledger): {ledger.goodput_percent:.1f}%")
     report.attempts[0].job["HyperParameters"] = {"checkpoint_interval": "300"}

@@ -22,6 +22,7 @@ from trainstack.planning.forecast import (
     levers,
     profile_in_job_recovery,
     profile_store,
+    run_faults,
     store_sentence,
 )
 from trainstack.planning.plans import Plan, Setup
@@ -81,7 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def inputs(args: argparse.Namespace, profile, estimate) -> GoodputInputs:
     """The fault model, async flag and goal from the flags and the profile; `estimate(args)` reads history."""
-    faults = profile.fault_model if profile else FaultModel()
+    faults = run_faults(profile) if profile else FaultModel()
     asynchronous = asynchronous_saves(profile.hyperparameters) if profile else False
     if args.async_checkpoint:
         if args.async_checkpoint.lower() not in ("true", "false"):
@@ -91,12 +92,13 @@ def inputs(args: argparse.Namespace, profile, estimate) -> GoodputInputs:
     if args.gpu_mtbf_hours and args.from_history:
         raise GoodputUsageError("--gpu-mtbf-hours and --from-history exclude each other: give one.")
     if args.gpu_mtbf_hours:
-        faults = FaultModel(gpu_mtbf_hours=_positive_number(args.gpu_mtbf_hours, "--gpu-mtbf-hours"))
+        hours = _positive_number(args.gpu_mtbf_hours, "--gpu-mtbf-hours")
+        faults = faults.model_copy(update={"gpu_mtbf_hours": hours})
     if args.from_history:
         found = estimate(args)
         history = found.sentence()
         if found.gpu_mtbf_hours is not None:
-            faults = FaultModel(gpu_mtbf_hours=found.gpu_mtbf_hours)
+            faults = faults.model_copy(update={"gpu_mtbf_hours": found.gpu_mtbf_hours})
     store = profile_store(profile) if profile else DEFAULT_CHECKPOINT_STORE
     if args.checkpoint_store:
         if args.checkpoint_store not in CHECKPOINT_STORES:
@@ -145,9 +147,13 @@ def lines(setup: Setup, plans: list[Plan], goodput: GoodputInputs, write_rate: f
     """The text section: one forecast per preference and its best store, the scale table, the levers."""
     faults = goodput.faults
     out = ["", f"Goodput (fault model: per-GPU MTBF {faults.gpu_mtbf:,.0f} h, {faults.source}):"]
+    results = forecasts(plans, goodput)
+    first = next((result for result in results if result), None)
+    if first:
+        out.append(f"  {first.exposure.sentence()}")
     if goodput.history:
         out.append(f"  {goodput.history}")
-    for item, result in zip(plans, forecasts(plans, goodput), strict=True):
+    for item, result in zip(plans, results, strict=True):
         name = f"{item.spec.name} x{item.instance_count}"
         if result is None:
             out.append(
@@ -155,6 +161,8 @@ def lines(setup: Setup, plans: list[Plan], goodput: GoodputInputs, write_rate: f
             )
             continue
         out.append(f"  {name}: {result.line()}")
+        if stop := result.stop_line():
+            out.append(f"    {stop}")
         out.append(f"    {_store_choice(result, goodput)}")
         out.extend(_below_goal(result, goodput))
     if plans:

@@ -17,6 +17,7 @@ from trainstack.planning.forecast import (
     asynchronous_saves,
     forecast,
     profile_store,
+    run_faults,
 )
 from trainstack.planning.setups import UnplannableError, plan_profile
 from trainstack.profiles import Profile
@@ -34,7 +35,8 @@ def profile_forecasts(profile: Profile) -> list[Forecast | None]:
     """One forecast per GPU instance preference (None where the GPU has no throughput on record)."""
     asynchronous = asynchronous_saves(profile.hyperparameters)
     store = profile_store(profile)
-    return [forecast(item, profile.fault_model, asynchronous, store) for item in plan_profile(profile)]
+    faults = run_faults(profile)
+    return [forecast(item, faults, asynchronous, store) for item in plan_profile(profile)]
 
 
 def auto_interval(profile: Profile) -> int:

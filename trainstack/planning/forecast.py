@@ -27,11 +27,12 @@ from trainstack.in_job_restarts import TORCHRUN_STRATEGIES, InJobRestartPolicy
 from trainstack.planning.checkpoints import GB
 from trainstack.planning.goodput_model import (
     Goodput,
-    RestartKind,
+    Restarts,
     best_interval,
     interval_goodput,
     restart_chain,
 )
+from trainstack.planning.interruptions import Exposure, StopCost, exposure
 from trainstack.planning.plans import Plan, Setup, plan
 from trainstack.planning.stores import Checkpointing, store_times
 
@@ -81,12 +82,14 @@ class Costs:
         """An async save waits for the previous one: saves no closer than one write."""
         return max(1, math.ceil(self.save_write / self.step)) if self.asynchronous else 1
 
-    def restart_kinds(self) -> tuple[RestartKind, ...]:
-        if self.in_job_restore is None:
-            return (RestartKind(1.0, self.restart, self.provisioning),)
-        return (
-            RestartKind(1 - self.healthy_share, self.restart, self.provisioning),
-            RestartKind(self.healthy_share, self.in_job_restore + self.warmup),
+    def restarts(self) -> Restarts:
+        in_job = None if self.in_job_restore is None else self.in_job_restore + self.warmup
+        return Restarts(
+            before_training=self.image_pull + self.download,
+            warmup=self.warmup,
+            provisioning=self.provisioning,
+            in_job=in_job,
+            hardware_share=1 - self.healthy_share,
         )
 
 
@@ -98,7 +101,10 @@ class Forecast:
     costs: Costs
     goodput: Goodput  # billed, at the chosen interval
     wall_clock: Goodput  # the same interval, provisioning counted
-    restart_seconds: float  # expected billed seconds per failure until training runs again
+    restart_seconds: float  # expected billed seconds per attempt until training runs again
+    exposure: Exposure  # what interrupts the job
+    bounded: bool  # fault_model.max_hours_without_checkpoint, not the optimum, set the interval
+    stop: StopCost  # what a stop costs where its SIGTERM save does not fit
 
     def line(self) -> str:
         parts = ", ".join(f"{name} {value:.2f}" for name, value in self.wall_clock.parts_percent().items())
@@ -110,20 +116,57 @@ class Forecast:
         return (
             f"goodput {self.goodput.percent:.1f}% billed, {self.wall_clock.percent:.1f}% wall-clock "
             f"(wall-clock lost: {parts} %); store {costs.store}; "
-            f"job MTBF {self.mtbf_seconds / 3600:,.1f} h on {self.gpus:,} GPUs; "
+            f"job MTBF {1 / self.exposure.failure_rate / 3600:,.1f} h on {self.gpus:,} GPUs, "
+            f"{self.mtbf_seconds / 3600:,.1f} h between events that lose work; "
             f"checkpoint every {self.goodput.interval_steps:,} steps "
-            f"({_duration(self.goodput.interval_seconds)}), each blocking {costs.save_blocking:,.1f} s "
+            f"({_duration(self.goodput.interval_seconds)}{self._bound_note()}), "
+            f"each blocking {costs.save_blocking:,.1f} s "
             f"({'async' if costs.asynchronous else 'sync'}), durable {costs.durable_after:,.0f} s later; "
             f"a new job {costs.restart:,.0f} s billed (image {costs.image_pull:,.0f}, restore "
             f"{costs.download:,.0f}, warm-up {costs.warmup:,.0f}) after {costs.provisioning:,.0f} s of "
-            f"provisioning{in_job}"
+            f"provisioning{in_job}{self._no_way_back()}"
         )
+
+    def _no_way_back(self) -> str:
+        if math.isfinite(self.restart_seconds):
+            return ""
+        return "; a new job never comes back: failures strike its start long before it ends"
+
+    def _bound_note(self) -> str:
+        if not self.bounded:
+            return ""
+        hours = self.exposure.max_seconds_without_checkpoint / 3600
+        return f", bounded by fault_model.max_hours_without_checkpoint {hours:g} h"
+
+    def stop_line(self) -> str | None:
+        """What a stop costs, where a SIGTERM save does not fit (None where it does)."""
+        if self.plan.checkpoint.sigterm_save_fits:
+            return None
+        return f"SIGTERM save does not fit: {self.stop.sentence()}"
 
     def as_dict(self) -> dict:
         costs = self.costs
+        stop = self.stop
         return {
             "gpus": self.gpus,
-            "job_mtbf_hours": round(self.mtbf_seconds / 3600, 3),
+            "job_mtbf_hours": round(1 / self.exposure.failure_rate / 3600, 3),
+            "hours_between_lossy_events": round(self.mtbf_seconds / 3600, 3),
+            "interruptions_per_hour": {
+                name: round(rate * 3600, 6) for name, rate in self.exposure.interruptions.items()
+            },
+            "interruptions_losing_work": list(self.exposure.lossy),
+            "max_hours_without_checkpoint": self.exposure.max_seconds_without_checkpoint / 3600,
+            "checkpoint_interval_bounded": self.bounded,
+            "stop_cost": None
+            if self.plan.checkpoint.sigterm_save_fits
+            else {
+                "hours_average": round((stop.lost_seconds + stop.restart_seconds) / 3600, 3),
+                "hours_most": round((stop.most_lost_seconds + stop.restart_seconds) / 3600, 3),
+                "usd_average": stop.usd_per_hour
+                and round((stop.lost_seconds + stop.restart_seconds) / 3600 * stop.usd_per_hour, 2),
+                "usd_most": stop.usd_per_hour
+                and round((stop.most_lost_seconds + stop.restart_seconds) / 3600 * stop.usd_per_hour, 2),
+            },
             "checkpoint_store": costs.store,
             "in_job_recovery": costs.in_job_restore is not None,
             "checkpoint_interval_steps": self.goodput.interval_steps,
@@ -177,16 +220,41 @@ def costs_of(
 
 def forecast_with(item: Plan, costs: Costs, faults: FaultModel) -> Forecast:
     gpus = item.instance_count * item.spec.gpus
-    mtbf = faults.job_mtbf_seconds(gpus)
-    billed, unbilled = restart_chain(costs.restart_kinds(), mtbf)
-    # The optimum depends on neither the restart nor the durability delay (goodput_model): one interval.
+    exposed = exposure(faults, gpus, item.checkpoint.sigterm_save_fits)
+    failure_mtbf = 1 / exposed.failure_rate
+    mtbf = 1 / exposed.lossy_rate  # between the events that lose work: an attempt
+    restarts = costs.restarts()
+    billed, unbilled = restart_chain(restarts, failure_mtbf)
+    new_job_billed, new_job_unbilled = restart_chain(restarts, failure_mtbf, new_job=True)
+    # Per attempt: each lossy event's restart (a failure's by its chain, an interruption's a new job), and
+    # the new jobs after the interruptions whose SIGTERM save kept the work (mtbf x their rate of them).
+    interrupted = (exposed.lossy_rate - exposed.failure_rate) / exposed.lossy_rate
+    billed = (1 - interrupted) * billed + interrupted * new_job_billed
+    unbilled = (1 - interrupted) * unbilled + interrupted * new_job_unbilled
+    kept = mtbf * exposed.kept_rate
+    billed += kept * (new_job_billed + costs.step + costs.save_write)
+    unbilled += kept * new_job_unbilled
+    # The optimum depends on neither the restart nor the durability delay (goodput_model): one interval,
+    # then bounded so that no stretch without a durable checkpoint outlasts the profile's bound.
     chosen = best_interval(
         costs.step, costs.save_blocking, billed, mtbf, costs.min_steps, costs.durable_after
     )
+    room = exposed.max_seconds_without_checkpoint - costs.save_blocking - costs.durable_after
+    bounded = room < chosen.interval_steps * costs.step
+    if bounded:
+        steps = max(1, math.floor(room / costs.step))
+        chosen = interval_goodput(steps, costs.step, costs.save_blocking, billed, mtbf, costs.durable_after)
     wall = interval_goodput(
         chosen.interval_steps, costs.step, costs.save_blocking, billed, mtbf, costs.durable_after, unbilled
     )
-    return Forecast(item, gpus, mtbf, costs, chosen, wall, billed)
+    throughput = item.throughput
+    stop = StopCost(
+        lost_seconds=(chosen.interval_seconds + costs.save_blocking) / 2 + costs.durable_after,
+        most_lost_seconds=chosen.interval_seconds + costs.save_blocking + costs.durable_after,
+        restart_seconds=new_job_billed,
+        usd_per_hour=throughput and throughput.usd_per_hour,
+    )
+    return Forecast(item, gpus, mtbf, costs, chosen, wall, billed, exposed, bounded, stop)
 
 
 def forecast(
@@ -281,6 +349,11 @@ def at_scales(
         scaled = forecast(scaled_plan, faults, asynchronous, store, in_job) if scaled_plan.fits else None
         if scaled:
             yield scaled
+
+
+def run_faults(profile: Profile) -> FaultModel:
+    """The profile's fault model as its runs meet it: spot reclaims on spot, a plan's end inside a plan."""
+    return profile.fault_model.for_run(profile.managed_spot, any(profile.training_plan_arns))
 
 
 def profile_store(profile: object) -> str:

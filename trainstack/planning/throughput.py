@@ -35,6 +35,7 @@ class Throughput:
     mfu: float
     hours: float | None  # for the token budget
     cost_usd: float | None  # None: no price recorded for the instance type
+    usd_per_hour: float | None = None  # the whole job's on-demand price per hour; None: unpriced
 
 
 def estimate_throughput(
@@ -55,5 +56,6 @@ def estimate_throughput(
     tokens_per_second = per_gpu * spec.gpus * instance_count
     hours = tokens / tokens_per_second / 3600 if tokens else None
     price = SAGEMAKER_TRAINING_PRICES.hourly_usd(spec.name)
-    cost = hours * price * instance_count if hours is not None and price is not None else None
-    return Throughput(tokens_per_second, mfu * efficiency, hours, cost)
+    per_hour = price * instance_count if price is not None else None
+    cost = hours * per_hour if hours is not None and per_hour is not None else None
+    return Throughput(tokens_per_second, mfu * efficiency, hours, cost, per_hour)

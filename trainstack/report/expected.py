@@ -23,6 +23,7 @@ from trainstack.planning.forecast import (
     at_interval,
     forecast,
     forecast_with,
+    run_faults,
 )
 from trainstack.planning.plans import plan
 from trainstack.planning.setups import UnplannableError, setup_for_profile
@@ -54,7 +55,8 @@ def _forecast(report: RunReport, settings: Any) -> str:
     except UnplannableError as error:
         return f"none ({error})"
     item = plan(setup, INSTANCE_TYPES[job.instance_type], job.instance_count, None)
-    result = forecast(item, profile.fault_model, asynchronous_saves(hyperparameters))
+    faults = run_faults(profile)
+    result = forecast(item, faults, asynchronous_saves(hyperparameters))
     if result is None:
         return f"none (no throughput on record for {item.spec.gpu_model})"
     final = _final_metrics(job.job)
@@ -64,14 +66,15 @@ def _forecast(report: RunReport, settings: Any) -> str:
         costs = replace(
             result.costs, step=step, save_blocking=final[PAUSE_METRIC], warmup=WARMUP_STEPS * step
         )
-        result = forecast_with(item, costs, profile.fault_model)
+        result = forecast_with(item, costs, faults)
         figures = f"the job's measured step time {step:,.3g} s and save pause {final[PAUSE_METRIC]:,.3g} s"
     given_interval = str(job.job.get("HyperParameters", {}).get(INTERVAL_HYPERPARAMETER, "")).strip('"')
     steps = int(given_interval) if given_interval.isdigit() else result.goodput.interval_steps
     expected = at_interval(result, steps)
     return (
         f"{expected.percent:.1f}% in the long run on {job.instance_count} x {job.instance_type} "
-        f"(job MTBF {result.mtbf_seconds / 3600:,.1f} h, checkpoint every {steps:,} steps, {figures}; "
+        f"(job MTBF {1 / result.exposure.failure_rate / 3600:,.1f} h, {result.mtbf_seconds / 3600:,.1f} h "
+        f"between events that lose work, checkpoint every {steps:,} steps, {figures}; "
         f"best {result.goodput.interval_steps:,} steps: {result.goodput.percent:.1f}%)"
     )
 

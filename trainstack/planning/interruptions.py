@@ -1,0 +1,88 @@
+"""What interrupts a job besides failures, and what an interruption costs (docs/plan.md, "Interruptions").
+
+A job stops for failures (trainstack.fault_model: the per-GPU MTBF) and for interruptions that are not
+failures (`fault_model.interruption_hours`: stops, queue preemption, spot reclaims, a training plan's end,
+capacity losses, deploys), each at its own rate per hour of running. An interruption that comes with
+SIGTERM keeps its work where the SIGTERM save fits (planning/checkpoints.py), else it loses the work since
+the last durable checkpoint, as a failure does; either way a new job comes back (provisioning, image,
+restore, warm-up). The interval that maximizes goodput is solved against everything that loses work, and
+bounded by `fault_model.max_hours_without_checkpoint`. Simplification: only failures interrupt a restart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainstack.fault_model import WARNED_INTERRUPTIONS, FaultModel
+
+
+@dataclass(frozen=True)
+class Exposure:
+    """A job's interruptions: rates per second of running, and which of them lose work."""
+
+    failure_rate: float  # failures (the fault model's MTBF at the job's GPUs)
+    interruptions: dict[str, float]  # counted interruptions by kind
+    lossy: tuple[str, ...]  # the kinds that lose the work since the last durable checkpoint
+    max_seconds_without_checkpoint: float
+
+    @property
+    def lossy_rate(self) -> float:
+        """Everything that loses work: failures and the interruptions that keep nothing."""
+        return self.failure_rate + sum(self.interruptions[name] for name in self.lossy)
+
+    @property
+    def kept_rate(self) -> float:
+        """Interruptions whose SIGTERM save keeps the work: they cost a new job only."""
+        return sum(rate for name, rate in self.interruptions.items() if name not in self.lossy)
+
+    def sentence(self) -> str:
+        """The counted interruptions, named, with their assumed rates and whether they lose work."""
+        if not self.interruptions:
+            return "no interruptions besides failures counted"
+        kinds = ", ".join(
+            f"{name.replace('_', ' ')} every {1 / rate / 3600:,.0f} h"
+            for name, rate in self.interruptions.items()
+        )
+        lossy = [name.replace("_", " ") for name in self.lossy]
+        losing = (
+            f"{', '.join(lossy)} lose the work since the last durable checkpoint"
+            if lossy
+            else "none loses work"
+        )
+        return f"interruptions per job (assumed rates, fault_model.interruption_hours): {kinds}; {losing}"
+
+
+def exposure(faults: FaultModel, gpus: int, sigterm_save_fits: bool | None) -> Exposure:
+    """The job's exposure; a SIGTERM save of unknown length is taken as not fitting."""
+    interruptions = faults.interruptions_per_second()
+    lossy = tuple(name for name in interruptions if name not in WARNED_INTERRUPTIONS or not sigterm_save_fits)
+    return Exposure(
+        failure_rate=1 / faults.job_mtbf_seconds(gpus),
+        interruptions=interruptions,
+        lossy=lossy,
+        max_seconds_without_checkpoint=faults.max_hours_without_checkpoint * 3600,
+    )
+
+
+@dataclass(frozen=True)
+class StopCost:
+    """What a stop whose SIGTERM save does not fit costs: the work since the last durable checkpoint (on
+    average half an interval plus the durability delay, at most a whole one plus it) and a new job's start."""
+
+    lost_seconds: float
+    most_lost_seconds: float
+    restart_seconds: float  # billed: image pull, restore, warm-up, failed tries included
+    usd_per_hour: float | None  # the whole job's on-demand price; None: unpriced
+
+    def sentence(self) -> str:
+        average = (self.lost_seconds + self.restart_seconds) / 3600
+        most = (self.most_lost_seconds + self.restart_seconds) / 3600
+        text = (
+            f"a stop, preemption or reclaim costs {average:,.2f} h of the job on average, {most:,.2f} h "
+            "at most (the training since the last durable checkpoint, then a new job's "
+            f"{self.restart_seconds:,.0f} s start)"
+        )
+        if self.usd_per_hour is None:
+            return f"{text}; no price recorded for the instance type"
+        price = self.usd_per_hour
+        return f"{text}: ${average * price:,.0f} on average, ${most * price:,.0f} at most"
