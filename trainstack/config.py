@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from trainstack.base import StrictModel, matching
+from trainstack.cost_cap import check_cost_caps
 from trainstack.encryption_settings import KMS_KEY_ARN, EncryptionSettings, check_key_region
 from trainstack.express_buckets import check_express_buckets
 from trainstack.fault_model import FaultModel, inherit_fault_model
@@ -246,6 +247,7 @@ class Settings(StrictModel):
     _auto_intervals = model_validator(mode="after")(check_auto_intervals)
     _held_out_sets = model_validator(mode="after")(check_held_out_sets)
     _teams = model_validator(mode="after")(check_teams)
+    _cost_caps = model_validator(mode="after")(check_cost_caps)
     _key_region = model_validator(mode="after")(check_key_region)
 
     @model_validator(mode="after")

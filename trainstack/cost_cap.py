@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from training_scripts.model_shapes import parameter_count
 from trainstack.planning.forecast import ASSUMED_IMAGE_PULL_SECONDS
@@ -143,3 +144,28 @@ def over_cap_message(planned: float, profile_name: str, cap: float) -> str:
         f"The run's planned cost of {usd(planned)} exceeds the max_cost_usd of {usd(cap)} of profile "
         f"{profile_name}; lower max_steps or instanceCount, or raise max_cost_usd."
     )
+
+
+def check_cost_caps(settings: Any) -> Any:
+    """Settings' after-validator: no cap below a profile's planned cost, which would refuse every run of it at
+    the input check (one sentence naming the field and both figures)."""
+    for index, profile in enumerate(settings.profiles):
+        planned = planned_cost_usd(profile, {}, None)
+        if planned is not None and profile.max_cost_usd is not None and planned > profile.max_cost_usd:
+            cap = usd(profile.max_cost_usd)
+            raise ValueError(
+                f"profiles.{index}.max_cost_usd: {cap} is below the {usd(planned)} that a run of profile "
+                f"{profile.name} is planned to cost (its max_steps on the dearest instance preference), so "
+                f"every run would be refused; raise it to at least {usd(planned)} or lower max_steps"
+            )
+    for index, team in enumerate(settings.teams):
+        for profile in (settings.profile(name) for name in team.profiles):
+            planned = planned_cost_usd(profile, {}, None)
+            if planned is not None and planned > team.max_cost_usd:
+                cap = usd(team.max_cost_usd)
+                raise ValueError(
+                    f"teams.{index}.max_cost_usd: {cap} is below the {usd(planned)} that a run of profile "
+                    f"{profile.name} is planned to cost, so team {team.name} could never run it; raise it to "
+                    f"at least {usd(planned)} or remove {profile.name} from the team's profiles"
+                )
+    return settings

@@ -16,7 +16,7 @@ TEAM = {
     "principals": ["arn:aws:iam::111111111111:role/ml-research"],
     "max_instances": 4,
     "max_runtime_hours": 72,
-    "max_cost_usd": 250,
+    "max_cost_usd": 2_500,
 }
 
 
@@ -38,8 +38,8 @@ def test_a_team_runs_its_profiles_in_its_namespace_under_its_caps_and_share():
     assert runs.limits == RunLimits(max_instance_count=4, max_runtime_hours=72, max_priority=0)
     # The team's cap applies to a profile without one, and the lower of the two otherwise ($300 in the file).
     assert {profile.name: profile.max_cost_usd for profile in runs.profiles} == {
-        "llama-7b-smp": 250,
-        "llama-1b-smddp": 250,
+        "llama-7b-smp": 2_500,
+        "llama-1b-smddp": 300,
     }
     assert runs.queue.shares == {"research": 1}
     assert shared_queue(settings).shares == {"research": 1}

@@ -4,10 +4,12 @@ refuses a cap it could not price."""
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from tests.conftest import default_config_data
+from trainstack.cli import main as trainstack
 from trainstack.config_loading import ConfigError
-from trainstack.cost_cap import planned_cost_usd
+from trainstack.cost_cap import planned_cost_usd, usd
 from trainstack.planning.setups import plan_profile
 
 
@@ -32,3 +34,44 @@ def test_a_cap_on_an_unpriced_instance_type_is_refused_in_one_sentence(make_sett
         ConfigError, match=r"max_cost_usd needs a price for every instance type .*ml\.p5e\.48xlarge"
     ):
         make_settings({"profiles": profiles})
+
+
+def test_a_cap_below_the_profiles_planned_cost_is_refused_naming_both_figures(
+    make_settings, capsys, tmp_path
+):
+    """Issue 49: `max_cost_usd: 500` on llama-7b-smp passed check-config and synth, and then every run of the
+    profile was refused at `trainstack start`."""
+    profiles = default_config_data()["profiles"]
+    profiles[0]["max_cost_usd"] = 500
+    with pytest.raises(ConfigError) as error:
+        make_settings({"profiles": profiles})
+    planned = planned_cost_usd(make_settings().profile("llama-7b-smp"), {}, None)
+    message = str(error.value)
+    assert (
+        f"profiles.0.max_cost_usd: $500.00 is below the {usd(planned)} that a run of profile llama-7b-smp"
+        in message
+    )
+    assert "\n" not in message and message.count(". ") == 0
+    path = tmp_path / "capped.yaml"
+    path.write_text(yaml.safe_dump({**default_config_data(), "profiles": profiles}))
+    assert trainstack(["check-config", str(path)]) == 1
+    assert "$500.00 is below the" in capsys.readouterr().err
+    profiles[0]["max_cost_usd"] = round(planned + 0.01, 2)  # at the plan: accepted
+    make_settings({"profiles": profiles})
+
+
+def test_a_team_cap_below_a_planned_run_of_its_profiles_is_refused(make_settings):
+    team = {
+        "name": "research",
+        "profiles": ["llama-7b-smp"],
+        "principals": ["arn:aws:iam::111111111111:role/ml-research"],
+        "max_instances": 4,
+        "max_runtime_hours": 72,
+        "max_cost_usd": 100,
+    }
+    with pytest.raises(
+        ConfigError,
+        match=r"teams\.0\.max_cost_usd: \$100\.00 is below the \$[0-9,.]+ that a run of "
+        r"profile llama-7b-smp is planned to cost, so team research could never run it",
+    ):
+        make_settings({"teams": [team]})

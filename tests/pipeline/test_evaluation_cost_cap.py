@@ -2,8 +2,9 @@
 clock (docs/registry.md, "Cost cap"): the planned cost counts the evaluation job, and an evaluation job
 billed past what the run has left is stopped, the run failing BudgetExceeded with its model kept.
 
-small-torchrun (1 x ml.g5.12xlarge, registry: auto) gets a cap of $1.00: its default run plans $0.66 of
-training and $0.40 of evaluation."""
+small-torchrun (1 x ml.g5.12xlarge, registry: auto) gets a cap of $1.00 and max_steps 1,000, which plan
+$0.33 of training and $0.40 of evaluation (config validation refuses a cap below the profile's own plan); a
+run of 2,000 steps plans $0.66 of training, under the cap alone, and the evaluation on top."""
 
 from __future__ import annotations
 
@@ -19,12 +20,15 @@ from trainstack.execution_input import InvalidInputError, validate_execution_inp
 
 CAP = 1.0
 PROFILE_INDEX = 3  # small-torchrun in config/default.yaml
+LONGER = {"max_steps": "2000"}
 
 
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory):
     """The default config with small-torchrun capped (overrides the session's `pipeline` for `registry`)."""
-    settings = settings_with({"profiles": with_profile_field(PROFILE_INDEX, max_cost_usd=CAP)})
+    hyperparameters = {"model_preset": "125m", "max_steps": "1000"}
+    profiles = with_profile_field(PROFILE_INDEX, max_cost_usd=CAP, hyperparameters=hyperparameters)
+    settings = settings_with({"profiles": profiles})
     assert settings.profiles[PROFILE_INDEX].name == REGISTRY_PROFILE
     stacks, assembly = synthesize(settings, tmp_path_factory.mktemp("capped.cdk.out"))
     return synthesized_pipeline(settings, stacks, assembly)
@@ -33,11 +37,12 @@ def pipeline(tmp_path_factory):
 def test_the_planned_cost_counts_the_evaluation_job(registry, pipeline):
     """Fails on a plan of the training alone ($0.66, under the cap)."""
     profile = pipeline.settings.profile(REGISTRY_PROFILE)
-    planned = planned_cost_usd(profile, {}, None)
+    planned = planned_cost_usd(profile, LONGER, None)
     evaluation = evaluation_cost_usd(profile)
     assert planned - evaluation < CAP < planned
     run = registry()
-    outcome = run.sm.run({"profile": REGISTRY_PROFILE, "runName": "trainstack-eplan"}, name="eplan")
+    execution_input = {"profile": REGISTRY_PROFILE, "runName": "trainstack-eplan", "hyperparameters": LONGER}
+    outcome = run.sm.run(execution_input, name="eplan")
     assert (outcome.status, outcome.error) == ("FAILED", "InvalidInput")
     assert outcome.cause == (
         f"The run's planned cost of {usd(planned)} exceeds the max_cost_usd of {usd(CAP)} of profile "
@@ -45,7 +50,9 @@ def test_the_planned_cost_counts_the_evaluation_job(registry, pipeline):
     )
     assert run.sm.fake.create_calls == 0
     with pytest.raises(InvalidInputError) as refused:
-        validate_execution_input({"profile": REGISTRY_PROFILE}, pipeline.settings, "exec-1")
+        validate_execution_input(
+            {"profile": REGISTRY_PROFILE, "hyperparameters": LONGER}, pipeline.settings, "e"
+        )
     assert str(refused.value) == outcome.cause
 
 
