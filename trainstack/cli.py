@@ -22,7 +22,7 @@ EPILOG = "`trainstack COMMAND --help` shows a command's options. Docs: README.md
 COMMANDS: dict[str, tuple[str, str]] = {
     "check-config": ("check_config", "validate a config file exactly as `make synth` does"),
     "size-fsx": ("size_fsx", "print the cheapest FSx for Lustre plan for a dataset and a read need"),
-    "plan": ("plan", "will a profile fit its GPUs, and its tokens/s, time and cost (no AWS calls)"),
+    "plan": ("plan", "will a profile fit its GPUs, its tokens/s, time, cost and goodput (reads AWS: --help)"),
     "start": ("start", "start a retraining (a pipeline execution); --wait follows it"),
     "runs": ("runs", "list recent runs: profile, status, attempt, job, instances, elapsed time"),
     "status": ("status", "print a run's status, current job and output"),

@@ -42,7 +42,7 @@ from trainstack.planning.forecast import ASSUMED_IMAGE_PULL_SECONDS
 from trainstack.planning.plans import plan
 from trainstack.planning.setups import TRAIN_DEFAULTS, UnplannableError, setup_for_profile
 from trainstack.planning.stores import NODE_BYTES_PER_SECOND
-from trainstack.prices import SAGEMAKER_TRAINING_PRICES
+from trainstack.prices import TrainingPrices, offline_training_prices
 from trainstack.profiles import Profile
 
 MAX_STEPS = "max_steps"
@@ -57,7 +57,7 @@ class StepRate:
     usd_per_instance_step: float
 
 
-def step_rates(profile: Profile) -> list[StepRate]:
+def step_rates(profile: Profile, prices: TrainingPrices) -> list[StepRate]:
     """One rate per instance preference, or none when the planner has no cost for one of them."""
     try:
         setup = setup_for_profile(profile)
@@ -66,7 +66,7 @@ def step_rates(profile: Profile) -> list[StepRate]:
     rates = []
     for preference in profile.instance_preferences:
         spec = preference.spec
-        one_step = plan(setup, spec, 1, setup.tokens_per_step(spec, 1))
+        one_step = plan(setup, spec, 1, setup.tokens_per_step(spec, 1), prices=prices)
         cost = one_step.throughput and one_step.throughput.cost_usd
         if cost is None:
             return []
@@ -78,10 +78,10 @@ def step_rates(profile: Profile) -> list[StepRate]:
 EXPORTED_BYTES_PER_PARAMETER = 2
 
 
-def evaluation_cost_usd(profile: Profile) -> float:
+def evaluation_cost_usd(profile: Profile, prices: TrainingPrices) -> float:
     """The planned cost of the evaluation job after a Completed run (module docstring): 0 without a
     `registry:` block or a plan for every preference."""
-    if profile.registry is None or not step_rates(profile):
+    if profile.registry is None or not step_rates(profile, prices):
         return 0.0
     setup = setup_for_profile(profile)
     download = parameter_count(setup.shape) * EXPORTED_BYTES_PER_PARAMETER / NODE_BYTES_PER_SECOND
@@ -91,7 +91,7 @@ def evaluation_cost_usd(profile: Profile) -> float:
         throughput = plan(setup, spec, 1, None).throughput
         one_gpu = throughput.tokens_per_second / spec.gpus
         seconds = ASSUMED_IMAGE_PULL_SECONDS + download + profile.registry.max_eval_tokens / one_gpu
-        costs.append(seconds / 3600 * SAGEMAKER_TRAINING_PRICES.hourly_usd(spec.name))
+        costs.append(seconds / 3600 * prices.hourly_usd(spec.name))
     return max(costs)
 
 
@@ -108,18 +108,18 @@ def run_steps(profile: Profile, hyperparameters: Mapping[str, str]) -> int:
 
 
 def planned_cost_usd(
-    profile: Profile, hyperparameters: Mapping[str, str], instance_count: int | None
+    profile: Profile, hyperparameters: Mapping[str, str], instance_count: int | None, prices: TrainingPrices
 ) -> float | None:
     """The run's planned cost on its dearest preference, its evaluation job's included; None when the
     planner has no figure."""
-    rates = step_rates(profile)
+    rates = step_rates(profile, prices)
     if not rates:
         return None
     steps = run_steps(profile, hyperparameters)
     training = max(
         rate.usd_per_instance_step * steps * (instance_count or rate.instance_count) for rate in rates
     )
-    return training + evaluation_cost_usd(profile)
+    return training + evaluation_cost_usd(profile, prices)
 
 
 def usd(amount: float) -> str:
@@ -128,12 +128,12 @@ def usd(amount: float) -> str:
 
 
 def cost_cap_problem(
-    profile: Profile, hyperparameters: Mapping[str, str], instance_count: int | None
+    profile: Profile, hyperparameters: Mapping[str, str], instance_count: int | None, prices: TrainingPrices
 ) -> str | None:
     """The input check's sentence when the run's planned cost exceeds the profile's max_cost_usd."""
     if profile.max_cost_usd is None:
         return None
-    planned = planned_cost_usd(profile, hyperparameters, instance_count)
+    planned = planned_cost_usd(profile, hyperparameters, instance_count, prices)
     if planned is None or planned <= profile.max_cost_usd:
         return None
     return over_cap_message(planned, profile.name, profile.max_cost_usd)
@@ -148,9 +148,22 @@ def over_cap_message(planned: float, profile_name: str, cap: float) -> str:
 
 def check_cost_caps(settings: Any) -> Any:
     """Settings' after-validator: no cap below a profile's planned cost, which would refuse every run of it at
-    the input check (one sentence naming the field and both figures)."""
+    the input check, and no cap on a type without a price in the config's region (one sentence naming the
+    field and the figures)."""
+    prices = offline_training_prices(settings.region)
     for index, profile in enumerate(settings.profiles):
-        planned = planned_cost_usd(profile, {}, None)
+        unpriced = [
+            preference.instance_type
+            for preference in profile.instance_preferences
+            if prices.hourly_usd(preference.instance_type) is None
+        ]
+        if profile.max_cost_usd is not None and unpriced:
+            raise ValueError(
+                f"profiles.{index}.max_cost_usd needs a price for every instance type and "
+                f"trainstack/prices.py has none for {', '.join(unpriced)} in {settings.region}; use priced "
+                f"types ({', '.join(prices.entries) or 'none in this region'}) or remove max_cost_usd"
+            )
+        planned = planned_cost_usd(profile, {}, None, prices)
         if planned is not None and profile.max_cost_usd is not None and planned > profile.max_cost_usd:
             cap = usd(profile.max_cost_usd)
             raise ValueError(
@@ -160,7 +173,7 @@ def check_cost_caps(settings: Any) -> Any:
             )
     for index, team in enumerate(settings.teams):
         for profile in (settings.profile(name) for name in team.profiles):
-            planned = planned_cost_usd(profile, {}, None)
+            planned = planned_cost_usd(profile, {}, None, prices)
             if planned is not None and planned > team.max_cost_usd:
                 cap = usd(team.max_cost_usd)
                 raise ValueError(

@@ -36,6 +36,7 @@ from trainstack.hyperparameter_reading import (
 from trainstack.job_request import RunRequest
 from trainstack.planning.forecast import INTERVAL_HYPERPARAMETER
 from trainstack.planning.setups import instance_count_problem
+from trainstack.prices import offline_training_prices
 from trainstack.profiles import (
     MAX_RUNTIME_HOURS_LIMIT,
     RESERVED_HYPERPARAMETERS,
@@ -62,6 +63,9 @@ class RunConfig(Protocol):
 
     @property
     def limits(self) -> RunLimits: ...
+
+    @property
+    def region(self) -> str | None: ...  # where the runs are priced (trainstack.prices)
 
     def profile(self, name: str) -> Profile: ...
 
@@ -370,7 +374,10 @@ def validate_execution_input(data: Any, settings: RunConfig, execution_name: str
             problem = profile_rule.problem(values[profile_rule.field], profile)
             if problem:
                 raise InvalidInputError(problem, profile_rule.field)
-    over_cap = cost_cap_problem(profile, values.get("hyperparameters", {}), values.get("instanceCount"))
+    prices = offline_training_prices(settings.region)  # the table the synthesized machines carry
+    over_cap = cost_cap_problem(
+        profile, values.get("hyperparameters", {}), values.get("instanceCount"), prices
+    )
     if over_cap:
         raise InvalidInputError(over_cap)
     return RunRequest(

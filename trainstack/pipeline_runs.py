@@ -20,6 +20,7 @@ class PipelineRuns:
     queue: QueueSettings
     limits: RunLimits = RunLimits()
     team: str | None = None
+    region: str | None = None  # the config's: where runs are priced (None: unpriced, no planned cost)
 
     def profile(self, name: str) -> Profile:
         for profile in self.profiles:
@@ -42,6 +43,7 @@ def team_runs(settings: Settings, team: Team) -> PipelineRuns:
         queue=settings.queue.model_copy(update={"shares": {team.share_identifier: team.weight}}),
         limits=team.limits,
         team=team.name,
+        region=settings.region,
     )
 
 
@@ -49,7 +51,7 @@ def all_pipeline_runs(settings: Settings) -> tuple[PipelineRuns, ...]:
     """One pipeline per team, or the project's one pipeline without teams."""
     if not settings.teams:
         return (
-            PipelineRuns(project=settings.project, profiles=tuple(settings.profiles), queue=settings.queue),
+            PipelineRuns(settings.project, tuple(settings.profiles), settings.queue, region=settings.region),
         )
     return tuple(team_runs(settings, team) for team in settings.teams)
 

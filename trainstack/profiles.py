@@ -17,7 +17,6 @@ from trainstack.fault_model import FaultModel
 from trainstack.in_job_restarts import MAX_RESTARTS_ENV, TORCHRUN_STRATEGIES, InJobRestartPolicy
 from trainstack.instances import INSTANCE_TYPES, InstanceType, UnknownInstanceTypeError, instance_type
 from trainstack.planning.checkpoints import MPIRUN_SIGKILL_TIMEOUT_SECONDS
-from trainstack.prices import SAGEMAKER_TRAINING_PRICES
 from trainstack.registry_settings import RegistrySettings
 from trainstack.retry_policies import FaultRetryPolicy, RetryPolicy
 from trainstack.slow_host import SlowHostPolicy
@@ -285,18 +284,7 @@ class Profile(StrictModel):
             )
         if self.training_plan_arn and self.instance_preferences[0].training_plan_arn:
             yield "training_plan_arn is set twice: keep the one on instance_preferences.0"
-        if self.max_cost_usd is not None:
-            unpriced = [
-                preference.instance_type
-                for preference in preferences
-                if SAGEMAKER_TRAINING_PRICES.hourly_usd(preference.instance_type) is None
-            ]
-            if unpriced:
-                priced = ", ".join(SAGEMAKER_TRAINING_PRICES.usd_per_instance_hour)
-                yield (
-                    "max_cost_usd needs a price for every instance type and trainstack/prices.py has none "
-                    f"for {', '.join(unpriced)}; use priced types ({priced}) or remove max_cost_usd"
-                )
+        # max_cost_usd needs a price per type in the config's region: trainstack.cost_cap.check_cost_caps.
         # Whether the model fits each type is checked once for the whole config (Settings, planning/setups).
         yield from self.placement_problems()
 

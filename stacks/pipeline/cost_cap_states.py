@@ -24,7 +24,7 @@ from stacks.pipeline.machine_kit import SAGEMAKER_ERROR, retry_poll_call
 from stacks.pipeline.pipeline_run_request import checkpoint_location_expression
 from stacks.pipeline.state_machine_facts import ERROR_BUDGET_EXCEEDED, POLL_MIN_SECONDS
 from trainstack.cost_cap import MAX_STEPS, evaluation_cost_usd, profile_steps, step_rates
-from trainstack.prices import SAGEMAKER_TRAINING_PRICES
+from trainstack.prices import offline_training_prices
 from trainstack.profiles import Profile
 
 BUDGET_EXCEEDED_STATUS = "BudgetExceeded"
@@ -37,29 +37,30 @@ def money(amount: str) -> str:
     return f'"$" & $formatNumber({amount}, "#,##0.00")'
 
 
-def profile_cost_cap(profile: Profile) -> dict[str, Any]:
-    """The profile table's `costCap` entry (only for a profile with max_cost_usd)."""
+def profile_cost_cap(profile: Profile, region: str) -> dict[str, Any]:
+    """The profile table's `costCap` entry (only for a profile with max_cost_usd), at `region`'s prices."""
     if profile.max_cost_usd is None:
         return {}
+    prices = offline_training_prices(region)
     return {
         "costCap": {
             "maxUsd": profile.max_cost_usd,
             "steps": profile_steps(profile),
             # The evaluation job's planned cost (a profile with registry:; else 0).
-            "evaluationUsd": evaluation_cost_usd(profile),
+            "evaluationUsd": evaluation_cost_usd(profile, prices),
             "rates": [
                 {
                     "instanceType": rate.instance_type,
                     "instanceCount": rate.instance_count,
                     "usdPerInstanceStep": rate.usd_per_instance_step,
                 }
-                for rate in step_rates(profile)
+                for rate in step_rates(profile, prices)
             ],
             "hourly": [
                 {
                     "instanceType": preference.instance_type,
                     "instanceCount": preference.instance_count,
-                    "usdPerInstanceHour": SAGEMAKER_TRAINING_PRICES.hourly_usd(preference.instance_type),
+                    "usdPerInstanceHour": prices.hourly_usd(preference.instance_type),
                 }
                 for preference in profile.instance_preferences
             ],

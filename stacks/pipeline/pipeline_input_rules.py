@@ -217,7 +217,7 @@ def _profile_entry(profile: Profile, resources: PipelineResources) -> dict[str, 
         **retry_settings(profile),
         "extraSeconds": extra_time_seconds(profile),
     }
-    entry.update(cost_cap_states.profile_cost_cap(profile))
+    entry.update(cost_cap_states.profile_cost_cap(profile, resources.region))
     # Where a resumeFrom is read by train.py itself (job_request.resumes_directly); absent: never.
     if direct_resume_prefixes(profile, resources):
         entry["directResumePrefixes"] = direct_resume_prefixes(profile, resources)

@@ -11,6 +11,9 @@ from trainstack.cli import main as trainstack
 from trainstack.config_loading import ConfigError
 from trainstack.cost_cap import planned_cost_usd, usd
 from trainstack.planning.setups import plan_profile
+from trainstack.prices import offline_training_prices
+
+PRICES = offline_training_prices("us-east-1")  # config/default.yaml's region
 
 
 @pytest.mark.parametrize(("hyperparameters", "count"), [({}, None), ({"max_steps": "1234"}, 8)])
@@ -22,16 +25,22 @@ def test_the_planned_cost_is_the_planners_figure_on_the_dearest_preference(setti
             preference.model_copy(update={"instance_count": count})
             for preference in profile.instance_preferences
         ]
-    planner = max(plan.throughput.cost_usd for plan in plan_profile(profile.model_copy(update=update)))
-    assert planned_cost_usd(profile, hyperparameters, count) == pytest.approx(planner, rel=1e-12)
+    planner = max(
+        plan.throughput.cost_usd for plan in plan_profile(profile.model_copy(update=update), None, PRICES)
+    )
+    assert planned_cost_usd(profile, hyperparameters, count, PRICES) == pytest.approx(planner, rel=1e-12)
 
 
 def test_a_cap_on_an_unpriced_instance_type_is_refused_in_one_sentence(make_settings):
     profiles = default_config_data()["profiles"]
-    capped = next(profile for profile in profiles if profile.get("max_cost_usd"))
+    capped = profiles[
+        0
+    ]  # llama-7b-smp: smp runs on ml.p5e.48xlarge, which trainstack/prices.py does not price
     capped["instance_preferences"] = [{"instance_type": "ml.p5e.48xlarge", "instance_count": 2}]
+    capped["max_cost_usd"] = 100_000
     with pytest.raises(
-        ConfigError, match=r"max_cost_usd needs a price for every instance type .*ml\.p5e\.48xlarge"
+        ConfigError,
+        match=r"max_cost_usd needs a price for every instance type .*ml\.p5e\.48xlarge in us-east-1",
     ):
         make_settings({"profiles": profiles})
 
@@ -45,7 +54,7 @@ def test_a_cap_below_the_profiles_planned_cost_is_refused_naming_both_figures(
     profiles[0]["max_cost_usd"] = 500
     with pytest.raises(ConfigError) as error:
         make_settings({"profiles": profiles})
-    planned = planned_cost_usd(make_settings().profile("llama-7b-smp"), {}, None)
+    planned = planned_cost_usd(make_settings().profile("llama-7b-smp"), {}, None, PRICES)
     message = str(error.value)
     assert (
         f"profiles.0.max_cost_usd: $500.00 is below the {usd(planned)} that a run of profile llama-7b-smp"

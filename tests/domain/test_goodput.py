@@ -9,13 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trainstack.prices import offline_training_prices
 from trainstack.report.collect import Attempt, RunReport, Span
 from trainstack.report.goodput import HANG, KEPT, LOST, PARTS, SAVING, STARTING, ledger_of
 from trainstack.report.progress import Pause, Progress, read_progress
 from trainstack.report.render import PART_COLOURS, render
 
 START = datetime(2026, 11, 1, 8, 0, tzinfo=UTC)
-P4D_HOURLY = 37.688  # trainstack.prices: ml.p4d.24xlarge on demand
+PRICES = offline_training_prices("us-east-1")
+P4D_HOURLY = PRICES.hourly_usd("ml.p4d.24xlarge")  # trainstack.prices: ml.p4d.24xlarge on demand
 HANG_REASON = (
     "AlgorithmError: trainstack-fault:infrastructure:hang: no optimizer step for 600 s after step 50 (rank 1)"
 )
@@ -62,7 +64,7 @@ def hang_then_resume() -> RunReport:
     )
     execution = {"executionArn": "arn:aws:states:us-east-1:1:execution:p:run", "status": "SUCCEEDED"}
     execution |= {"startDate": START, "stopDate": at(88)}
-    return RunReport("run", execution, [first, second], [Span("back-off", at(50), at(52))])
+    return RunReport("run", execution, [first, second], [Span("back-off", at(50), at(52))], prices=PRICES)
 
 
 def test_a_hang_and_a_resume_split_into_parts_that_add_up_to_the_billed_time():
@@ -86,7 +88,7 @@ def test_a_hang_and_a_resume_split_into_parts_that_add_up_to_the_billed_time():
     # Lost to failures: attempt 1's lost work and hang, and attempt 2's start, on 2 instances.
     assert ledger.lost_usd == pytest.approx(P4D_HOURLY * 2 * (210 + 1320 + 300) / 3600)
     assert ledger.summary() == (
-        "goodput: 51.3% (1:20:00 of 2:36:00 billed instance time kept); lost to failures: $38.32 "
+        "goodput: 51.3% (1:20:00 of 2:36:00 billed instance time kept); lost to failures: $25.67 "
         "(lost work 0:07:00, idle in a hang 0:44:00, restarts 0:10:00); waits 0:09:00 (not billed)"
     )
 
@@ -166,7 +168,7 @@ def test_the_page_draws_a_bar_per_attempt_in_the_parts_colours():
     assert '<svg id="goodput"' in page and "goodput: 51.3%" in page
     for part in PARTS:
         assert f'fill="{PART_COLOURS[part]}"' in page, part
-    assert "<title>idle in a hang: 0:22:00 x 2 instance(s) ($27.64)</title>" in page
+    assert "<title>idle in a hang: 0:22:00 x 2 instance(s) ($18.52)</title>" in page
 
 
 SECONDS = st.floats(min_value=-600, max_value=7200, allow_nan=False)
@@ -244,7 +246,7 @@ def test_a_training_job_batch_started_before_the_latest_is_ledgered_as_a_failed_
     first, second = direct.attempts
     second.number, second.started = 1, first.started
     second.earlier_jobs = [first]
-    queued = RunReport("run", direct.execution, [second], [], max_cost_usd=200)
+    queued = RunReport("run", direct.execution, [second], [], max_cost_usd=200, prices=PRICES)
     expected = ledger_of(hang_then_resume(), now=at(100))
     ledger = ledger_of(queued, now=at(100))
     assert [row.label for row in ledger.attempts] == ["attempt 1, Batch job 1", "attempt 1, Batch job 2"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from trainstack.prices import offline_training_prices
 from trainstack.report.collect import Attempt, RunReport, job_phases
 from trainstack.report.render import render, tensorboard_command
 
@@ -45,7 +46,9 @@ def test_sagemaker_phases_show_under_their_attempt_and_cost_follows_billable_tim
         ("Starting", at(2), at(30)),
         ("Training", at(30), at(88)),
     ]
-    assert attempt.cost_usd == 37.688 * 2 * 0.5  # trainstack.prices: ml.p4d.24xlarge on demand, 2 instances
+    prices = offline_training_prices("us-east-1")
+    hourly = prices.hourly_usd("ml.p4d.24xlarge")
+    assert attempt.cost_usd(prices) == hourly * 2 * 0.5  # on demand, 2 instances, half an hour billed
     report = RunReport(
         "trainstack-run",
         {
@@ -56,10 +59,12 @@ def test_sagemaker_phases_show_under_their_attempt_and_cost_follows_billable_tim
         },
         [attempt],
         [],
+        prices=prices,
     )
     page = render(report)
     assert "<title>Starting</title>" in page and "<title>Training</title>" in page
-    assert "$37.69" in page and "<script" not in page
+    assert f"${hourly:,.2f}" in page and "<script" not in page
+    assert f"ml.p4d.24xlarge ${hourly:,.3f}/h as of 2026-09-01" in page  # the price, its region and date
     assert "tensorboard --logdir s3://artifacts/trainstack-run/tensorboard/trainstack-run-1/" in page
 
 
@@ -70,10 +75,12 @@ def test_a_running_attempt_and_an_unpriced_type_say_what_is_unknown():
         {"executionArn": "arn:aws:states:us-east-1:1:execution:p:r", "status": "RUNNING", "startDate": START},
         [running],
         [],
+        prices=offline_training_prices("us-east-1"),
     )
     assert running.billed_seconds is None and report.cost_usd is None
     page = render(report)
     assert "unknown (an instance type has no recorded price)" in page
+    assert "no price for ml.p5e.48xlarge in us-east-1" in page
     assert "<dt>Stopped</dt><dd>running</dd>" in page
     assert "No loss values in the jobs' logs." in page
 

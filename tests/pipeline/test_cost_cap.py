@@ -15,12 +15,13 @@ from localaws.sagemaker import BILLED_TRAINING, COMPLETED, STARTING
 from tests.pipeline.test_fault_drills import NCCL
 from trainstack.cost_cap import planned_cost_usd, usd
 from trainstack.execution_input import InvalidInputError, validate_execution_input
-from trainstack.prices import SAGEMAKER_TRAINING_PRICES
+from trainstack.prices import offline_training_prices
 
 PROFILE = "llama-1b-smddp"
 WIDE = {"profile": PROFILE, "instanceCount": 42, "hyperparameters": {"max_steps": "100"}}
 # 42 x ml.p4d.24xlarge (the first preference, which the fake selects).
-HOURLY = 42 * SAGEMAKER_TRAINING_PRICES.hourly_usd("ml.p4d.24xlarge")
+PRICES = offline_training_prices("us-east-1")  # the config's region
+HOURLY = 42 * PRICES.hourly_usd("ml.p4d.24xlarge")
 
 
 def _on_virtual_time(sm):
@@ -39,7 +40,9 @@ def test_a_run_planned_above_the_cap_is_refused_before_any_job(interpreter, pipe
         "runName": "trainstack-dear",
         "hyperparameters": {"max_steps": "30000"},
     }
-    planned = planned_cost_usd(pipeline.settings.profile(PROFILE), execution_input["hyperparameters"], None)
+    planned = planned_cost_usd(
+        pipeline.settings.profile(PROFILE), execution_input["hyperparameters"], None, PRICES
+    )
     sm = interpreter()
     outcome = sm.run(execution_input)
     assert (outcome.status, outcome.error) == ("FAILED", "InvalidInput")

@@ -17,6 +17,7 @@ from tests.pipeline.test_registry import versions
 from tests.queue.test_queue_config import settings_with, with_profile_field
 from trainstack.cost_cap import evaluation_cost_usd, planned_cost_usd, usd
 from trainstack.execution_input import InvalidInputError, validate_execution_input
+from trainstack.prices import offline_training_prices
 
 CAP = 1.0
 PROFILE_INDEX = 3  # small-torchrun in config/default.yaml
@@ -37,8 +38,9 @@ def pipeline(tmp_path_factory):
 def test_the_planned_cost_counts_the_evaluation_job(registry, pipeline):
     """Fails on a plan of the training alone ($0.66, under the cap)."""
     profile = pipeline.settings.profile(REGISTRY_PROFILE)
-    planned = planned_cost_usd(profile, LONGER, None)
-    evaluation = evaluation_cost_usd(profile)
+    prices = offline_training_prices(pipeline.settings.region)
+    planned = planned_cost_usd(profile, LONGER, None, prices)
+    evaluation = evaluation_cost_usd(profile, prices)
     assert planned - evaluation < CAP < planned
     run = registry()
     execution_input = {"profile": REGISTRY_PROFILE, "runName": "trainstack-eplan", "hyperparameters": LONGER}

@@ -17,6 +17,7 @@ from sagemaker_training import environment, mapping, params
 from localaws.sagemaker import COMPLETED, STARTING, TRAINING
 from trainstack.cost_cap import over_cap_message, planned_cost_usd, run_steps
 from trainstack.execution_input import InvalidInputError, validate_execution_input
+from trainstack.prices import offline_training_prices
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "training_scripts"))  # as in /opt/ml/code
 from data import UserError  # noqa: E402
@@ -92,7 +93,11 @@ def test_every_spelling_of_a_run_over_the_cap_is_refused_before_any_job(
     assert train_py_reads({"max_steps": spelling}, tmp_path, monkeypatch) == trained
     profile = pipeline.settings.profile(PROFILE)
     over_cap = over_cap_message(
-        planned_cost_usd(profile, {"max_steps": str(STEPS)}, None), PROFILE, profile.max_cost_usd
+        planned_cost_usd(
+            profile, {"max_steps": str(STEPS)}, None, offline_training_prices(pipeline.settings.region)
+        ),
+        PROFILE,
+        profile.max_cost_usd,
     )
     cause = over_cap if spelling == str(STEPS) else MAX_STEPS_FORM
     assert_refused_before_any_job(interpreter, pipeline, {"max_steps": spelling}, cause)

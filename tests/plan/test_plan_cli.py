@@ -18,6 +18,7 @@ from trainstack.planning.setups import (
     preset_shape,
     setup_for_profile,
 )
+from trainstack.prices import offline_training_prices
 from trainstack.profiles import Profile
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "training_scripts"
@@ -55,7 +56,11 @@ def test_json_parses_and_adds_up(capsys):
     assert first["fits"] and first["tokens"] == 1e9
     # H100 does more tokens per second than A100, so the same budget takes less time.
     assert first["hours"] < second["hours"]
-    assert first["cost_usd"] == pytest.approx(first["hours"] * 113.068 * 2, rel=1e-3)
+    hourly = document["assumptions"]["prices"]["usd_per_instance_hour"]["ml.p5.48xlarge"]["usd"]
+    assert hourly == offline_training_prices("us-east-1").hourly_usd(
+        "ml.p5.48xlarge"
+    )  # no credentials: offline
+    assert first["cost_usd"] == pytest.approx(first["hours"] * hourly * 2, rel=1e-3)
 
 
 def test_a_model_too_big_for_the_type_gets_the_smallest_change_that_fits(capsys):

@@ -24,7 +24,7 @@ from tests.queue.test_queue_pipeline import (  # noqa: F401 (fifo_pipeline: a fi
 )
 from tests.queue.test_queued_cost_cap import LOST_AFTER_BILLING
 from trainstack.cli import main as trainstack
-from trainstack.prices import SAGEMAKER_TRAINING_PRICES
+from trainstack.prices import offline_training_prices
 from trainstack.report.collect import collect
 from trainstack.report.goodput import LOST, ledger_of
 from trainstack.runs import latest_execution
@@ -85,7 +85,7 @@ def test_the_report_finds_the_job_batch_started_and_how_long_the_attempt_waited(
 
 def _collect(queue, run: str):
     stepfunctions = boto3.client("stepfunctions", region_name=harness.REGION)
-    return collect(
+    report = collect(
         stepfunctions,
         boto3.client("sagemaker", region_name=harness.REGION),
         boto3.client("logs", region_name=harness.REGION),
@@ -94,13 +94,15 @@ def _collect(queue, run: str):
         boto3.client("batch", region_name=harness.REGION),
         queue.batch.queue_name,
     )
+    report.prices = offline_training_prices(harness.REGION)  # as trainstack.commands.report.collect_run
+    return report
 
 
 def _billed_usd(name: str) -> float:
     """BillableTimeInSeconds x instances x the hourly price of the type SageMaker selected."""
     job = boto3.client("sagemaker", region_name=harness.REGION).describe_training_job(TrainingJobName=name)
     resources = job["ResourceConfig"]
-    hourly = SAGEMAKER_TRAINING_PRICES.hourly_usd(resources["SelectedInstanceType"])
+    hourly = offline_training_prices(harness.REGION).hourly_usd(resources["SelectedInstanceType"])
     return job["BillableTimeInSeconds"] * resources["SelectedInstanceCount"] * hourly / 3600
 
 

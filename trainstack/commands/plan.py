@@ -36,7 +36,8 @@ from trainstack.planning.setups import (
     shape_from_config_json,
 )
 from trainstack.planning.throughput import MFU_AS_OF
-from trainstack.prices import SAGEMAKER_TRAINING_PRICES
+from trainstack.price_list import plan_prices
+from trainstack.prices import TrainingPrices
 from trainstack.profiles import Profile
 from trainstack.report.history import FailureHistory, pipeline_history
 from trainstack.runs import RunError
@@ -53,7 +54,14 @@ class _UsageError(Exception):
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     summary = "memory per GPU, fit, tokens/s, time and cost of a profile or a model on an instance type"
-    parser = subparsers.add_parser("plan", help=summary, description=summary)
+    description = (
+        f"{summary}. Reads AWS where credentials allow, read-only: the AWS Price List API for prices "
+        "(pricing:GetProducts; without credentials, trainstack's dated offline table), and with --profile "
+        "the account's Service Quotas (service-quotas:ListServiceQuotas) and the profile's training plans "
+        "(sagemaker:DescribeTrainingPlan); --from-history reads the pipeline's executions, jobs and logs. "
+        "Each read that fails is named and skipped."
+    )
+    parser = subparsers.add_parser("plan", help=summary, description=description)
     add = parser.add_argument
     # Values are checked by run() (not argparse) so every mistake gets one sentence naming the flag.
     add("--config", help="config file with the profile (default: config/default.yaml)")
@@ -89,26 +97,25 @@ def run(args: argparse.Namespace) -> int:
     except (_UsageError, plan_goodput.GoodputUsageError) as error:
         print(f"trainstack plan: {error}", file=sys.stderr)
         return 2
-    plans = [plan(setup, spec, count, tokens, write_rate) for spec, count, tokens in targets]
+    prices = plan_prices(_region(args), [spec.name for spec, _, _ in targets])
+    plans = [plan(setup, spec, count, tokens, write_rate, prices) for spec, count, tokens in targets]
     recommended = (
-        [recommend(setup, spec, count, tokens) for spec, count, tokens in targets] if args.recommend else []
+        [recommend(setup, spec, count, tokens, prices) for spec, count, tokens in targets]
+        if args.recommend
+        else []
     )
     if args.json:
         document = {"setup": as_mapping(setup), "plans": [item.as_dict() for item in plans]}
         if args.recommend:
             document["recommended"] = [item and _recommendation(item) for item in recommended]
         document["goodput"] = plan_goodput.as_dict(setup, plans, goodput, write_rate)
-        document["assumptions"] = {
-            "mfu_as_of": MFU_AS_OF.isoformat(),
-            "prices_as_of": SAGEMAKER_TRAINING_PRICES.as_of.isoformat(),
-            "prices_region": SAGEMAKER_TRAINING_PRICES.region,
-        }
+        document["assumptions"] = {"mfu_as_of": MFU_AS_OF.isoformat(), "prices": _prices_dict(prices)}
         print(json.dumps(document, indent=2))
     else:
         print(
             "\n".join(
                 [
-                    _report(setup, plans, recommended, budget),
+                    _report(setup, plans, recommended, budget, prices),
                     *plan_goodput.lines(setup, plans, goodput, write_rate),
                 ]
             )
@@ -117,6 +124,25 @@ def run(args: argparse.Namespace) -> int:
         for line in [*_quota_lines(args), *_training_plan_lines(args, profile, plans, goodput)]:
             print(line, file=sys.stderr)
     return 0 if all(item.fits for item in plans) else 1
+
+
+def _region(args: argparse.Namespace) -> str | None:
+    """The config's region: where the plan is priced."""
+    try:
+        return load_settings(args.config).region
+    except ConfigError as error:
+        raise _UsageError(f"--config: {error}".rstrip(".") + ".") from None
+
+
+def _prices_dict(prices: TrainingPrices) -> dict:
+    return {
+        "region": prices.region,
+        "origin": prices.origin,
+        "usd_per_instance_hour": {
+            name: {"usd": entry.usd_per_hour, "as_of": entry.as_of.isoformat(), "source": entry.source}
+            for name, entry in prices.entries.items()
+        },
+    }
 
 
 def _quota_lines(args: argparse.Namespace) -> list[str]:
@@ -321,7 +347,9 @@ def _tokens(text: str | None) -> float | None:
     return value
 
 
-def _report(setup: Setup, plans: list[Plan], recommended: list[Plan | None], budget: str) -> str:
+def _report(
+    setup: Setup, plans: list[Plan], recommended: list[Plan | None], budget: str, prices: TrainingPrices
+) -> str:
     lines = [
         f"model {setup.model}: seq_len {setup.seq_len}, micro_batch_size {setup.micro_batch_size}, "
         f"activation checkpointing {'on' if setup.activation_checkpointing else 'off'}, "
@@ -344,15 +372,15 @@ def _report(setup: Setup, plans: list[Plan], recommended: list[Plan | None], bud
         if item.throughput is None:
             lines.append(f"  no throughput: no peak FLOP/s or MFU recorded for {spec.gpu_model}")
         elif item.throughput.cost_usd is None and item.throughput.hours is not None:
-            lines.append(f"  no cost: no price recorded for {spec.name}")
+            lines.append(f"  no cost: no price recorded for {spec.name} in {prices.region}")
         lines.append(f"  {item.checkpoint.line()}")
         if recommended:
             best = recommended[index]
             lines.append(f"  recommended: {_recommendation_text(best)}")
     lines.append("")
     lines.append(
-        f"Assumed MFU per GPU model as of {MFU_AS_OF}; on-demand SageMaker prices in "
-        f"{SAGEMAKER_TRAINING_PRICES.region} as of {SAGEMAKER_TRAINING_PRICES.as_of}. See docs/plan.md."
+        f"Assumed MFU per GPU model as of {MFU_AS_OF}; "
+        f"{prices.sentence(item.spec.name for item in plans)}. See docs/plan.md."
     )
     return "\n".join(lines)
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from trainstack import runs
 from trainstack.commands.common import Pipeline, UsageError, add_pipeline_command, one_line_failures
+from trainstack.prices import offline_training_prices
 from trainstack.report.collect import RunReport, collect
 from trainstack.report.expected import forecast_line, interval_lines
 from trainstack.report.goodput import ledger_of
@@ -71,4 +72,6 @@ def collect_run(pipeline: Pipeline, execution: dict[str, Any]) -> RunReport:
     name = given.get("profile") if isinstance(given, dict) else None
     profiles = pipeline.runs.profiles
     report.max_cost_usd = next((p for p in profiles if p.name == name), profiles[0]).max_cost_usd
+    # The prices the pipeline's cost cap counts by (the synthesized machines carry the offline table).
+    report.prices = offline_training_prices(pipeline.region)
     return report

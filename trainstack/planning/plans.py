@@ -11,6 +11,7 @@ from trainstack.instances import InstanceType
 from trainstack.planning.checkpoints import ASSUMED_WRITE_BYTES_PER_SECOND, CheckpointPlan, plan_checkpoint
 from trainstack.planning.memory import GIB, Layout, MemoryEstimate, Workload, estimate_memory
 from trainstack.planning.throughput import Throughput, estimate_throughput
+from trainstack.prices import TrainingPrices
 
 
 @dataclass(frozen=True)
@@ -125,13 +126,15 @@ def plan(
     instance_count: int,
     tokens: float | None,
     checkpoint_write_rate: float = ASSUMED_WRITE_BYTES_PER_SECOND,
+    prices: TrainingPrices | None = None,
 ) -> Plan:
+    """The plan on `instance_count` x `spec`; its cost from `prices` (none without them)."""
     memory = _memory(setup, spec, instance_count)
     fix, fixed = None, None
     if memory.total > spec.gpu_memory_bytes:
         found = smallest_fix(setup, spec, instance_count)
         fix, fixed = found if found else (_NO_FIX, None)
-    throughput = _throughput(setup, spec, instance_count, tokens)
+    throughput = _throughput(setup, spec, instance_count, tokens, prices)
     step_seconds = (
         setup.tokens_per_step(spec, instance_count) / throughput.tokens_per_second if throughput else None
     )
@@ -193,7 +196,13 @@ def _changes(setup: Setup, spec: InstanceType, instance_count: int) -> Iterator[
     yield "shard over every GPU, checkpoint activations and micro_batch_size 1 together", widest
 
 
-def recommend(setup: Setup, spec: InstanceType, instance_count: int, tokens: float | None) -> Plan | None:
+def recommend(
+    setup: Setup,
+    spec: InstanceType,
+    instance_count: int,
+    tokens: float | None,
+    prices: TrainingPrices | None = None,
+) -> Plan | None:
     """SMP sharding and activation checkpointing for this model on this instance: of the layouts that
     fit, the fastest, then the one sharded over the fewest GPUs (sharding within a node keeps
     all-gathers off the network). The micro-batch shrinks only when nothing fits at its size. Never
@@ -217,7 +226,7 @@ def recommend(setup: Setup, spec: InstanceType, instance_count: int, tokens: flo
                 candidates.append((-round(speed), shard, candidate))
         if candidates:
             best = min(candidates, key=lambda item: item[:2])[2]
-            return plan(best, spec, instance_count, tokens)
+            return plan(best, spec, instance_count, tokens, prices=prices)
     return None
 
 
@@ -225,7 +234,13 @@ def _memory(setup: Setup, spec: InstanceType, instance_count: int) -> MemoryEsti
     return estimate_memory(setup.workload(), setup.layout(spec, instance_count))
 
 
-def _throughput(setup: Setup, spec: InstanceType, instance_count: int, tokens: float | None):
+def _throughput(
+    setup: Setup,
+    spec: InstanceType,
+    instance_count: int,
+    tokens: float | None,
+    prices: TrainingPrices | None = None,
+):
     return estimate_throughput(
         setup.shape,
         setup.seq_len,
@@ -233,6 +248,7 @@ def _throughput(setup: Setup, spec: InstanceType, instance_count: int, tokens: f
         instance_count,
         setup.activation_checkpointing,
         tokens,
+        prices,
     )
 
 

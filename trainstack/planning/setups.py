@@ -10,6 +10,7 @@ from pathlib import Path
 
 from training_scripts.model_shapes import PRESETS
 from trainstack.planning.plans import Plan, Setup, fits, plan
+from trainstack.prices import TrainingPrices
 from trainstack.profiles import Profile
 
 # train.py's defaults for the flags the planner reads (a test holds them equal to train.py's parser).
@@ -113,8 +114,11 @@ def profile_token_budget(profile: Profile, setup: Setup, instance_count: int, sp
     return steps * setup.tokens_per_step(spec, instance_count)
 
 
-def plan_profile(profile: Profile, tokens: float | None = None) -> list[Plan]:
-    """One plan per instance preference (GPU types only); tokens default to the profile's max_steps."""
+def plan_profile(
+    profile: Profile, tokens: float | None = None, prices: TrainingPrices | None = None
+) -> list[Plan]:
+    """One plan per instance preference (GPU types only); tokens default to the profile's max_steps; costs
+    from `prices` (none without them)."""
     setup = setup_for_profile(profile)
     plans = []
     for preference in profile.instance_preferences:
@@ -122,7 +126,7 @@ def plan_profile(profile: Profile, tokens: float | None = None) -> list[Plan]:
         if spec.gpus == 0:
             continue
         budget = tokens or profile_token_budget(profile, setup, preference.instance_count, spec)
-        plans.append(plan(setup, spec, preference.instance_count, budget))
+        plans.append(plan(setup, spec, preference.instance_count, budget, prices=prices))
     return plans
 
 

@@ -14,7 +14,7 @@ from datetime import date
 
 from training_scripts.model_shapes import PEAK_BF16_FLOPS, flops_per_token
 from trainstack.instances import InstanceType
-from trainstack.prices import SAGEMAKER_TRAINING_PRICES
+from trainstack.prices import TrainingPrices
 
 # Assumed model FLOPs utilization per GPU model for train.py (FSDP/SMP, bf16, SDPA), as of the date below.
 # References, all in model FLOPs (the work of one forward and backward pass, recomputation not counted):
@@ -45,8 +45,10 @@ def estimate_throughput(
     instance_count: int,
     activation_checkpointing: bool,
     tokens: float | None,
+    prices: TrainingPrices | None = None,
 ) -> Throughput | None:
-    """None for a GPU with no recorded peak FLOP/s or MFU (V100 has no bf16; CPU types have no GPU)."""
+    """None for a GPU with no recorded peak FLOP/s or MFU (V100 has no bf16; CPU types have no GPU). No
+    cost without `prices`, or for a type they do not price."""
     peak = PEAK_BF16_FLOPS.get(spec.gpu_model or "")
     mfu = ASSUMED_MFU.get(spec.gpu_model or "")
     if peak is None or mfu is None:
@@ -55,7 +57,7 @@ def estimate_throughput(
     per_gpu = mfu * efficiency * peak / flops_per_token(shape, seq_len)
     tokens_per_second = per_gpu * spec.gpus * instance_count
     hours = tokens / tokens_per_second / 3600 if tokens else None
-    price = SAGEMAKER_TRAINING_PRICES.hourly_usd(spec.name)
+    price = prices and prices.hourly_usd(spec.name)
     per_hour = price * instance_count if price is not None else None
     cost = hours * per_hour if hours is not None and per_hour is not None else None
     return Throughput(tokens_per_second, mfu * efficiency, hours, cost, per_hour)

@@ -25,7 +25,7 @@ from training_scripts.metrics import METRIC_DEFINITIONS, SLOW_HOST_LINE
 from trainstack import runs
 from trainstack.faults import CAPACITY, SPOT_CAPACITY_SECONDARY_STATUS, classify, describe
 from trainstack.job_request import CHECKPOINT_LOCAL_PATH
-from trainstack.prices import SAGEMAKER_TRAINING_PRICES
+from trainstack.prices import TrainingPrices
 from trainstack.report.progress import STEP, Progress, read_progress
 from trainstack.runs import (
     SERVICE_JOB_WAITING,
@@ -151,10 +151,9 @@ class Attempt:
         start, end = self.job.get("TrainingStartTime"), self.job.get("TrainingEndTime")
         return (end - start).total_seconds() if start and end else None
 
-    @property
-    def cost_usd(self) -> float | None:
+    def cost_usd(self, prices: TrainingPrices | None) -> float | None:
         """Instance-seconds at the on-demand list price (trainstack.prices); None where either is unknown."""
-        hourly = SAGEMAKER_TRAINING_PRICES.hourly_usd(self.instance_type or "")
+        hourly = prices and prices.hourly_usd(self.instance_type or "")
         seconds = self.billed_seconds
         if hourly is None or seconds is None:
             return None
@@ -168,6 +167,7 @@ class RunReport:
     attempts: list[Attempt]
     backoffs: list[Span]
     max_cost_usd: float | None = None  # the run's profile's cost cap (trainstack.cost_cap)
+    prices: TrainingPrices | None = None  # the pipeline's region's (None: nothing is priced)
 
     @property
     def output(self) -> dict[str, Any]:
@@ -181,7 +181,7 @@ class RunReport:
     @property
     def cost_usd(self) -> float | None:
         """The billed cost of every training job, as the pipeline's cost cap counts it."""
-        costs = [job.cost_usd for job in self.training_jobs if job.job]
+        costs = [job.cost_usd(self.prices) for job in self.training_jobs if job.job]
         return sum(costs) if costs and None not in costs else None
 
 

@@ -49,7 +49,7 @@ from fractions import Fraction
 
 from trainstack.cost_cap import usd
 from trainstack.faults import INFRASTRUCTURE, Fault, classify
-from trainstack.prices import SAGEMAKER_TRAINING_PRICES
+from trainstack.prices import TrainingPrices
 from trainstack.report.collect import Attempt, RunReport
 from trainstack.runs import hms
 
@@ -160,7 +160,7 @@ def ledger_of(report: RunReport, now: datetime) -> RunLedger:
         tried = attempt.training_jobs
         for number, job in enumerate(tried, start=1):
             batch_job = number if len(tried) > 1 else None
-            rows.append(attempt_ledger(job, followers[len(rows)], now, bool(rows), batch_job))
+            rows.append(attempt_ledger(job, followers[len(rows)], now, bool(rows), batch_job, report.prices))
     return RunLedger(
         rows,
         sum((backoff.end - backoff.start).total_seconds() for backoff in report.backoffs),
@@ -169,7 +169,12 @@ def ledger_of(report: RunReport, now: datetime) -> RunLedger:
 
 
 def attempt_ledger(
-    attempt: Attempt, following: Attempt | None, now: datetime, later: bool, batch_job: int | None
+    attempt: Attempt,
+    following: Attempt | None,
+    now: datetime,
+    later: bool,
+    batch_job: int | None,
+    prices: TrainingPrices | None = None,
 ) -> AttemptLedger:
     """One training job's row; `following`: the job after it (the next one Batch started, else the next
     attempt's first); `later`: it is not the run's first job."""
@@ -185,7 +190,7 @@ def attempt_ledger(
     return AttemptLedger(
         number=attempt.number,
         instance_count=attempt.instance_count,
-        hourly_usd=SAGEMAKER_TRAINING_PRICES.hourly_usd(attempt.instance_type or ""),
+        hourly_usd=prices and prices.hourly_usd(attempt.instance_type or ""),
         billed_ms=billed_ms,
         parts_ms=allocate(billed_ms, wall, fallback),
         waiting_seconds=(attempt.queue_wait_seconds or 0.0) + _before_billing(attempt, now),

@@ -11,7 +11,7 @@ from html import escape
 
 from trainstack import quota, runs
 from trainstack.model_versions import run_facts
-from trainstack.prices import SAGEMAKER_TRAINING_PRICES
+from trainstack.prices import TrainingPrices
 from trainstack.report.collect import Attempt, RunReport
 from trainstack.report.goodput import HANG, KEPT, LOST, PARTS, SAVING, STARTING, RunLedger, ledger_of
 from trainstack.runs import hms
@@ -80,14 +80,21 @@ def render(report: RunReport, forecast: Sequence[str] = ()) -> str:
 <h2>Throughput by step</h2>
 {_metric_chart("throughput", report.attempts, "tokens/s", [(TOKENS_PER_SECOND, "")])}
 <h2>Attempts</h2>
-{attempt_table(report.attempts)}
+{attempt_table(report.attempts, report.prices)}
 <p class="note">Cost: billable instance-seconds (BillableTimeInSeconds, else training time) at SageMaker's
-on-demand list price in {SAGEMAKER_TRAINING_PRICES.region} as of {SAGEMAKER_TRAINING_PRICES.as_of}
-({escape(SAGEMAKER_TRAINING_PRICES.source_url)}). Data: Step Functions execution histories (the pipeline and
+{escape(_prices_note(report))}. Data: Step Functions execution histories (the pipeline and
 each attempt execution), DescribeTrainingJob, and the jobs' log lines in CloudWatch Logs; in queue mode
 AWS Batch's DescribeServiceJob (Queued: time the service job waited for a place, RUNNABLE).</p>
 </body></html>
 """
+
+
+def _prices_note(report: RunReport) -> str:
+    if report.prices is None:
+        return "on-demand list price: none (no region given, nothing priced)"
+    return report.prices.sentence(
+        attempt.instance_type for attempt in report.training_jobs if attempt.instance_type
+    )
 
 
 def tensorboard_command(attempts: Sequence[Attempt]) -> str | None:
@@ -117,7 +124,7 @@ def _classification(attempt: Attempt, attempts: Sequence[Attempt]) -> str:
     return "; ".join(notes) or "-"
 
 
-def attempt_table(attempts: Sequence[Attempt]) -> str:
+def attempt_table(attempts: Sequence[Attempt], prices: TrainingPrices | None = None) -> str:
     """A row per training job: in queue mode one per job Batch started for the attempt."""
     rows = []
     jobs = [(job, _service_job_notes(a, n)) for a in attempts for n, job in enumerate(a.training_jobs, 1)]
@@ -126,7 +133,7 @@ def attempt_table(attempts: Sequence[Attempt]) -> str:
         resumed = (
             f"step {attempt.resumed_from[1]} ({attempt.resumed_checkpoint})" if attempt.resumed_from else "-"
         )
-        seconds, waited = attempt.billed_seconds, attempt.queue_wait_seconds
+        seconds, waited, cost = attempt.billed_seconds, attempt.queue_wait_seconds, attempt.cost_usd(prices)
         cells = [
             f'<span class="swatch" style="background:{attempt_colour(attempt)}"></span> {attempt.number}',
             escape(attempt.job_name + (f" ({notes})" if notes else "")),
@@ -136,7 +143,7 @@ def attempt_table(attempts: Sequence[Attempt]) -> str:
             escape(_classification(attempt, attempts)),
             escape(resumed),
             f"{seconds:,.0f} s" if seconds is not None else "-",
-            f"${attempt.cost_usd:,.2f}" if attempt.cost_usd is not None else "-",
+            f"${cost:,.2f}" if cost is not None else "-",
         ]
         rows.append("<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
     head = "".join(
