@@ -3,6 +3,7 @@ hang, then a resumed attempt) and on generated attempts."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -14,6 +15,7 @@ from trainstack.report.collect import Attempt, RunReport, Span
 from trainstack.report.goodput import HANG, KEPT, LOST, PARTS, SAVING, STARTING, ledger_of
 from trainstack.report.progress import Pause, Progress, read_progress
 from trainstack.report.render import PART_COLOURS, render
+from trainstack.runs import hms
 
 START = datetime(2026, 11, 1, 8, 0, tzinfo=UTC)
 PRICES = offline_training_prices("us-east-1")
@@ -89,7 +91,8 @@ def test_a_hang_and_a_resume_split_into_parts_that_add_up_to_the_billed_time():
     assert ledger.lost_usd == pytest.approx(P4D_HOURLY * 2 * (210 + 1320 + 300) / 3600)
     assert ledger.summary() == (
         "goodput: 51.3% (1:20:00 of 2:36:00 billed instance time kept); lost to failures: $25.67 "
-        "(lost work 0:07:00, idle in a hang 0:44:00, restarts 0:10:00); waits 0:09:00 (not billed)"
+        "(lost work 0:07:00, idle in a hang 0:44:00, restarts 0:10:00); waits 0:09:00 (not billed: "
+        "back-offs 0:02:00, queued or provisioning 0:07:00)"
     )
 
 
@@ -122,7 +125,8 @@ def test_a_running_attempt_is_billed_until_now_and_an_attempt_without_a_job_bill
     assert ledger.attempts[0].billed_ms == 10 * 60_000 and ledger.attempts[0].parts_ms[STARTING] == 120_000
     assert ledger.attempts[1].billed_ms == 0 and set(ledger.attempts[1].parts_ms.values()) == {0}
     assert ledger_of(RunReport("run", {}, [never], []), now=at(14)).summary() == (
-        "goodput: no billed time yet; waits 0:00:00 (not billed)"
+        "goodput: no billed time yet; waits 0:00:00 (not billed: back-offs 0:00:00, queued or provisioning "
+        "0:00:00)"
     )
 
 
@@ -169,6 +173,19 @@ def test_the_page_draws_a_bar_per_attempt_in_the_parts_colours():
     for part in PARTS:
         assert f'fill="{PART_COLOURS[part]}"' in page, part
     assert "<title>idle in a hang: 0:22:00 x 2 instance(s) ($18.52)</title>" in page
+
+
+def test_the_waits_per_attempt_and_the_back_offs_add_up_to_the_summarys():
+    """Issue 49: each attempt showed 0:00:00 waiting beside a summary of 1:06 (the back-offs)."""
+    report = hang_then_resume()
+    ledger = ledger_of(report, now=at(100))
+    table = render(report).split('<svg id="goodput"')[1].split("</table>")[0]
+    rows = [re.findall(r"<td>([^<]*)</td>", row) for row in table.split("<tr>")[2:]]
+    waiting = [row[len(PARTS) + 2] for row in rows]
+    assert [row[0] for row in rows] == ["1", "2", "back-offs"]
+    total = sum(int(h) * 3600 + int(m) * 60 + int(sec) for h, m, sec in (w.split(":") for w in waiting))
+    assert total == ledger.waiting_seconds == 9 * 60 and waiting[-1] == "0:02:00"
+    assert f"waits {hms(total)} (not billed: back-offs 0:02:00" in ledger.summary()
 
 
 SECONDS = st.floats(min_value=-600, max_value=7200, allow_nan=False)

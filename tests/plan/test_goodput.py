@@ -167,12 +167,29 @@ def test_the_report_shows_the_forecast_beside_the_measured_goodput(make_settings
     )
     result = forecast(item, run_faults(settings.profile("llama-7b-smp")), asynchronous=False)
     expected = at_interval(result, 500)  # the interval the job got
+    work = 20_000 * result.costs.step  # the profile's max_steps
+    this_run = 100 * work / (result.costs.restart + work / expected.kept)
     assert line.startswith(
-        f"forecast goodput: {expected.percent:.1f}% in the long run on 2 x ml.p4d.24xlarge "
-        f"(job MTBF 3,167.3 h, {result.mtbf_seconds / HOUR:,.1f} h between events that lose work, "
-        "checkpoint every 500 steps, planned step and save times; best "
+        f"forecast goodput: {this_run:.1f}% for this run's 20,000 steps on 2 x ml.p4d.24xlarge "
+        f"({work / HOUR:.1f} h of training after a first start of {result.costs.restart:,.0f} s; "
+        "checkpoint every 500 steps, planned step and save times); no long-run figure: the run trains for "
+        f"less than the {result.mtbf_seconds / HOUR:.1f} h between events that lose work; measured (ledger): "
     )
     assert line.endswith(f"; measured (ledger): {ledger.goodput_percent:.1f}%")
+    # A run long enough to meet the events that lose work gets the long-run figure beside its own.
+    report.execution["input"] = json.dumps(
+        {"profile": "llama-7b-smp", "hyperparameters": {"max_steps": "400000"}}
+    )
+    long_run = forecast_line(report, ledger, settings)
+    assert f"; in the long run {expected.percent:.1f}% (job MTBF 3,167.3 h, " in long_run
+    # A 60-step run (the demo's) is forecast as what it is: mostly its first start; no long-run figure.
+    report.execution["input"] = json.dumps(
+        {"profile": "llama-7b-smp", "hyperparameters": {"max_steps": "60"}}
+    )
+    short = forecast_line(report, ledger, settings)
+    assert "for this run's 60 steps" in short and "in the long run" not in short
+    assert float(short.split("forecast goodput: ")[1].split("%")[0]) < 50
+    report.execution["input"] = json.dumps({"profile": "llama-7b-smp"})
     report.attempts[0].job["HyperParameters"] = {"checkpoint_interval": "300"}
     report.attempts[0].job["FinalMetricDataList"] = [
         {"MetricName": "train:checkpoint_pause_seconds", "Value": 30.0},
@@ -190,9 +207,6 @@ def test_the_report_shows_the_forecast_beside_the_measured_goodput(make_settings
         {"MetricName": "train:tokens_per_second", "Value": 40_960.0},
     ]
     measured = forecast_line(report, ledger, settings)
-    assert (
-        "checkpoint every 500 steps, the job's measured step time 3.2 s and save pause 30 s; best "
-        in measured
-    )
+    assert "checkpoint every 500 steps, the job's measured step time 3.2 s and save pause 30 s)" in measured
     page = render(report, [line, *how])
     assert f'<div id="goodput-forecast"><p>{escape(line)}</p><p>{escape(how[0])}</p>' in page

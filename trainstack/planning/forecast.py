@@ -119,7 +119,7 @@ class Forecast:
             f"job MTBF {1 / self.exposure.failure_rate / 3600:,.1f} h on {self.gpus:,} GPUs, "
             f"{self.mtbf_seconds / 3600:,.1f} h between events that lose work; "
             f"checkpoint every {self.goodput.interval_steps:,} steps "
-            f"({_duration(self.goodput.interval_seconds)}{self._bound_note()}), "
+            f"({duration(self.goodput.interval_seconds)}{self._bound_note()}), "
             f"each blocking {costs.save_blocking:,.1f} s "
             f"({'async' if costs.asynchronous else 'sync'}), durable {costs.durable_after:,.0f} s later; "
             f"a new job {costs.restart:,.0f} s billed (image {costs.image_pull:,.0f}, restore "
@@ -381,7 +381,7 @@ def _rounded(parts: Mapping[str, float]) -> dict[str, float]:
     return {name: round(value, 3) for name, value in parts.items()}
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
     if seconds >= 3600:
         return f"{seconds / 3600:.1f} h"
     if seconds >= 60:

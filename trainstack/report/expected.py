@@ -2,10 +2,14 @@
 
 The forecast is planning/forecast.py's for the run's profile (with the execution's hyperparameters) on the
 instance type and count its newest job ran on, at the checkpoint interval that job was given (its
-HyperParameters, as DescribeTrainingJob returns them): the long-run expectation. Where the job reported its
-last checkpoint pause and tokens/s (FinalMetricDataList), those replace the planner's save and step times.
-A short run weighs its first start, which the long-run figure spreads over many failures, more, so it
-measures lower.
+HyperParameters, as DescribeTrainingJob returns them). Where the job reported its last checkpoint pause and
+tokens/s (FinalMetricDataList), those replace the planner's save and step times.
+
+The figure is for this run: its max_steps of training, its first start (image pull, restore, warm-up: billed,
+kept by no step), and the rest at the long-run share (saves, lost work and restarts as the model spreads them
+over many interruptions): goodput = W / (S + W / g), W the training, S the first start, g the long-run
+goodput. The long-run figure itself is shown only for a run at least as long as the time between the events
+that lose work; a shorter run (a 60-step demo) would see none of them, and its goodput is its first start's.
 """
 
 from __future__ import annotations
@@ -16,11 +20,13 @@ from typing import Any
 from training_scripts.metrics import CHECKPOINT_PAUSE_METRIC as PAUSE_METRIC
 from training_scripts.metrics import TOKENS_PER_SECOND_METRIC as SPEED_METRIC
 from training_scripts.metrics import WARMUP_STEPS
+from trainstack.cost_cap import run_steps
 from trainstack.instances import INSTANCE_TYPES
 from trainstack.planning.forecast import (
     INTERVAL_HYPERPARAMETER,
     asynchronous_saves,
     at_interval,
+    duration,
     forecast,
     forecast_with,
     run_faults,
@@ -71,11 +77,25 @@ def _forecast(report: RunReport, settings: Any) -> str:
     given_interval = str(job.job.get("HyperParameters", {}).get(INTERVAL_HYPERPARAMETER, "")).strip('"')
     steps = int(given_interval) if given_interval.isdigit() else result.goodput.interval_steps
     expected = at_interval(result, steps)
+    total_steps = run_steps(profile, given.get("hyperparameters", {}))
+    work = total_steps * result.costs.step
+    start = result.costs.restart
+    this_run = 100 * work / (start + work / expected.kept) if expected.kept else 0.0
+    text = (
+        f"{this_run:.1f}% for this run's {total_steps:,} steps on {job.instance_count} x {job.instance_type} "
+        f"({duration(work)} of training after a first start of {start:,.0f} s; checkpoint every "
+        f"{steps:,} steps, {figures})"
+    )
+    between = result.mtbf_seconds
+    if work < between:
+        return (
+            f"{text}; no long-run figure: the run trains for less than the {duration(between)} between "
+            "events that lose work"
+        )
     return (
-        f"{expected.percent:.1f}% in the long run on {job.instance_count} x {job.instance_type} "
-        f"(job MTBF {1 / result.exposure.failure_rate / 3600:,.1f} h, {result.mtbf_seconds / 3600:,.1f} h "
-        f"between events that lose work, checkpoint every {steps:,} steps, {figures}; "
-        f"best {result.goodput.interval_steps:,} steps: {result.goodput.percent:.1f}%)"
+        f"{text}; in the long run {expected.percent:.1f}% (job MTBF "
+        f"{1 / result.exposure.failure_rate / 3600:,.1f} h, {between / 3600:,.1f} h between events that lose "
+        f"work; best {result.goodput.interval_steps:,} steps: {result.goodput.percent:.1f}%)"
     )
 
 

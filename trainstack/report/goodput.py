@@ -136,7 +136,11 @@ class RunLedger:
     def summary(self) -> str:
         """One line: goodput, what failures cost, the unbilled waits."""
         goodput = self.goodput_percent
-        waits = f"waits {hms(self.waiting_seconds)} (not billed)"
+        before = self.waiting_seconds - self.backoff_seconds
+        waits = (
+            f"waits {hms(self.waiting_seconds)} (not billed: back-offs {hms(self.backoff_seconds)}, "
+            f"queued or provisioning {hms(before)})"
+        )
         if goodput is None:
             return f"goodput: no billed time yet; {waits}{self.cap_text()}"
         usd = self.lost_usd

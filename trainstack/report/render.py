@@ -325,6 +325,9 @@ def goodput_section(ledger: RunLedger) -> str:
         lost = attempt.usd(attempt.lost_to_failures_ms)
         cells += [hms(billed), hms(attempt.waiting_seconds), f"${lost:,.2f}" if lost is not None else "-"]
         rows.append("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in cells) + "</tr>")
+    # The back-offs between attempts wait too: with them the column adds up to the summary's waits.
+    backoffs = ["back-offs", *[""] * len(PARTS), "", hms(ledger.backoff_seconds), ""]
+    rows.append("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in backoffs) + "</tr>")
     legend = "".join(
         f'<span><span class="swatch" style="background:{PART_COLOURS[part]}"></span> {part}</span>'
         for part in PARTS
