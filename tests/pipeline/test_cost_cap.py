@@ -1,7 +1,7 @@
 """The cost cap (max_cost_usd) in the synthesized machines, on the virtual clock: a run planned above the
 cap never starts, a run billed past it is stopped with BudgetExceeded and leaves no job running, spend of
 ended attempts counts, and a run under the cap is not touched. The default config caps llama-1b-smddp
-at $300 (it plans $133); runs here take 42 instances and few steps so that the cap is crossed within
+at $300 (it plans $89); runs here take 63 instances and few steps so that the cap is crossed within
 minutes of billing."""
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from trainstack.execution_input import InvalidInputError, validate_execution_inp
 from trainstack.prices import offline_training_prices
 
 PROFILE = "llama-1b-smddp"
-WIDE = {"profile": PROFILE, "instanceCount": 42, "hyperparameters": {"max_steps": "100"}}
-# 42 x ml.p4d.24xlarge (the first preference, which the fake selects).
+WIDE = {"profile": PROFILE, "instanceCount": 63, "hyperparameters": {"max_steps": "100"}}
+# 63 x ml.p4d.24xlarge (the first preference, which the fake selects): ~$1,591 an hour.
 PRICES = offline_training_prices("us-east-1")  # the config's region
-HOURLY = 42 * PRICES.hourly_usd("ml.p4d.24xlarge")
+HOURLY = 63 * PRICES.hourly_usd("ml.p4d.24xlarge")
 
 
 def _on_virtual_time(sm):
@@ -38,7 +38,7 @@ def test_a_run_planned_above_the_cap_is_refused_before_any_job(interpreter, pipe
     execution_input = {
         "profile": PROFILE,
         "runName": "trainstack-dear",
-        "hyperparameters": {"max_steps": "30000"},
+        "hyperparameters": {"max_steps": "40000"},
     }
     planned = planned_cost_usd(
         pipeline.settings.profile(PROFILE), execution_input["hyperparameters"], None, PRICES
