@@ -26,6 +26,7 @@ from trainstack.execution_input import (
     validate_execution_input,
 )
 from trainstack.planning.setups import plan_lines
+from trainstack.prices import offline_training_prices
 from trainstack.runs import execution_arn_for, executions_of, next_execution_name
 from trainstack.service_quotas import quota_lines, service_quotas_client
 
@@ -85,8 +86,9 @@ def run(args: argparse.Namespace) -> int:
     execution_arn = start_run(pipeline, execution_input)
     print(execution_arn)
     profile = pipeline.runs.profile(execution_input["profile"])
+    prices = offline_training_prices(pipeline.region)  # as the pipeline's cost cap prices the run
     for line in plan_lines(
-        profile, execution_input.get("hyperparameters"), execution_input.get("instanceCount")
+        profile, execution_input.get("hyperparameters"), execution_input.get("instanceCount"), prices
     ):
         print(line, file=sys.stderr)
     quotas = service_quotas_client(pipeline.region)

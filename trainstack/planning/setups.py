@@ -160,9 +160,13 @@ def instance_count_problem(profile: Profile, count: int) -> str | None:
 
 
 def plan_lines(
-    profile: Profile, hyperparameters: Mapping[str, str] | None = None, instance_count: int | None = None
+    profile: Profile,
+    hyperparameters: Mapping[str, str] | None = None,
+    instance_count: int | None = None,
+    prices: TrainingPrices | None = None,
 ) -> list[str]:
-    """`trainstack start`'s plan lines for the run it starts: the profile with the run's overrides."""
+    """`trainstack start`'s plan lines for the run it starts: the profile with the run's overrides, priced
+    from `prices`."""
     update: dict = {}
     if hyperparameters:
         update["hyperparameters"] = {**profile.hyperparameters, **hyperparameters}
@@ -172,7 +176,7 @@ def plan_lines(
             for preference in profile.instance_preferences
         ]
     try:
-        plans = plan_profile(profile.model_copy(update=update))
+        plans = plan_profile(profile.model_copy(update=update), prices=prices)
     except UnplannableError as error:
         return [f"plan: none ({error})"]
     return [f"plan: {result.line()}" for result in plans]
