@@ -209,3 +209,16 @@ def test_fsdp2_and_smps_bf16_policies_fit_70b_where_autocast_copies_of_the_whole
     assert ddp["memory_per_gpu_gib"]["bf16_weight_copies"] == pytest.approx(128, abs=1)
     # the same bf16 gathered layers; the gradient being reduced: bf16 + its fp32 copy (FSDP2), bf16 (SMP)
     assert smp["memory_per_gpu_gib"]["working_buffers"] < fsdp["memory_per_gpu_gib"]["working_buffers"]
+
+
+def test_help_names_every_aws_read_plan_makes(capsys):
+    """Issue 49: `trainstack --help` said plan makes no AWS calls; `plan --profile` reads Service Quotas."""
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "no AWS calls" not in text
+    for read in ("pricing:GetProducts", "service-quotas:ListServiceQuotas", "sagemaker:DescribeTrainingPlan"):
+        assert read in text
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "no AWS calls" not in capsys.readouterr().out
