@@ -146,7 +146,6 @@ class Forecast:
 
     def as_dict(self) -> dict:
         costs = self.costs
-        stop = self.stop
         return {
             "gpus": self.gpus,
             "job_mtbf_hours": round(1 / self.exposure.failure_rate / 3600, 3),
@@ -157,16 +156,7 @@ class Forecast:
             "interruptions_losing_work": list(self.exposure.lossy),
             "max_hours_without_checkpoint": self.exposure.max_seconds_without_checkpoint / 3600,
             "checkpoint_interval_bounded": self.bounded,
-            "stop_cost": None
-            if self.plan.checkpoint.sigterm_save_fits
-            else {
-                "hours_average": round((stop.lost_seconds + stop.restart_seconds) / 3600, 3),
-                "hours_most": round((stop.most_lost_seconds + stop.restart_seconds) / 3600, 3),
-                "usd_average": stop.usd_per_hour
-                and round((stop.lost_seconds + stop.restart_seconds) / 3600 * stop.usd_per_hour, 2),
-                "usd_most": stop.usd_per_hour
-                and round((stop.most_lost_seconds + stop.restart_seconds) / 3600 * stop.usd_per_hour, 2),
-            },
+            "stop_cost": None if self.plan.checkpoint.sigterm_save_fits else self.stop.as_dict(),
             "checkpoint_store": costs.store,
             "in_job_recovery": costs.in_job_restore is not None,
             "checkpoint_interval_steps": self.goodput.interval_steps,
@@ -224,16 +214,9 @@ def forecast_with(item: Plan, costs: Costs, faults: FaultModel) -> Forecast:
     failure_mtbf = 1 / exposed.failure_rate
     mtbf = 1 / exposed.lossy_rate  # between the events that lose work: an attempt
     restarts = costs.restarts()
-    billed, unbilled = restart_chain(restarts, failure_mtbf)
-    new_job_billed, new_job_unbilled = restart_chain(restarts, failure_mtbf, new_job=True)
-    # Per attempt: each lossy event's restart (a failure's by its chain, an interruption's a new job), and
-    # the new jobs after the interruptions whose SIGTERM save kept the work (mtbf x their rate of them).
-    interrupted = (exposed.lossy_rate - exposed.failure_rate) / exposed.lossy_rate
-    billed = (1 - interrupted) * billed + interrupted * new_job_billed
-    unbilled = (1 - interrupted) * unbilled + interrupted * new_job_unbilled
-    kept = mtbf * exposed.kept_rate
-    billed += kept * (new_job_billed + costs.step + costs.save_write)
-    unbilled += kept * new_job_unbilled
+    # A SIGTERM save that keeps the work costs the step in progress and the save's write.
+    billed, unbilled = exposed.restart_per_attempt(restarts, costs.step + costs.save_write)
+    new_job_billed = restart_chain(restarts, failure_mtbf, new_job=True)[0]
     # The optimum depends on neither the restart nor the durability delay (goodput_model): one interval,
     # then bounded so that no stretch without a durable checkpoint outlasts the profile's bound.
     chosen = best_interval(

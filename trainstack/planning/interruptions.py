@@ -11,9 +11,11 @@ bounded by `fault_model.max_hours_without_checkpoint`. Simplification: only fail
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from trainstack.fault_model import WARNED_INTERRUPTIONS, FaultModel
+from trainstack.planning.goodput_model import Restarts, restart_chain
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,18 @@ class Exposure:
     def kept_rate(self) -> float:
         """Interruptions whose SIGTERM save keeps the work: they cost a new job only."""
         return sum(rate for name, rate in self.interruptions.items() if name not in self.lossy)
+
+    def restart_per_attempt(self, restarts: Restarts, kept_save: float) -> tuple[float, float]:
+        """(billed, unbilled) restart seconds per attempt (from a resume to the next event that loses work):
+        that event's restart (a failure's by the restart chain, an interruption's a new job), and the new jobs
+        after the interruptions in between whose SIGTERM save (`kept_save` seconds) kept the work."""
+        failure = restart_chain(restarts, 1 / self.failure_rate)
+        new_job = restart_chain(restarts, 1 / self.failure_rate, new_job=True)
+        interrupted = 1 - self.failure_rate / self.lossy_rate
+        kept = self.kept_rate / self.lossy_rate  # such interruptions per attempt
+        billed = (1 - interrupted) * failure[0] + interrupted * new_job[0] + kept * (new_job[0] + kept_save)
+        unbilled = (1 - interrupted) * failure[1] + interrupted * new_job[1] + kept * new_job[1]
+        return billed, unbilled
 
     def sentence(self) -> str:
         """The counted interruptions, named, with their assumed rates and whether they lose work."""
@@ -74,9 +88,28 @@ class StopCost:
     restart_seconds: float  # billed: image pull, restore, warm-up, failed tries included
     usd_per_hour: float | None  # the whole job's on-demand price; None: unpriced
 
+    @property
+    def hours(self) -> tuple[float, float]:
+        """(average, most) hours of the job a stop costs."""
+        return (
+            (self.lost_seconds + self.restart_seconds) / 3600,
+            (self.most_lost_seconds + self.restart_seconds) / 3600,
+        )
+
+    def as_dict(self) -> dict:
+        average, most = self.hours
+        price = self.usd_per_hour
+        return {
+            "hours_average": round(average, 3),
+            "hours_most": round(most, 3),
+            "usd_average": price and round(average * price, 2),
+            "usd_most": price and round(most * price, 2),
+        }
+
     def sentence(self) -> str:
-        average = (self.lost_seconds + self.restart_seconds) / 3600
-        most = (self.most_lost_seconds + self.restart_seconds) / 3600
+        if not math.isfinite(self.restart_seconds):
+            return "a stop, preemption or reclaim ends the run: a new job never comes back"
+        average, most = self.hours
         text = (
             f"a stop, preemption or reclaim costs {average:,.2f} h of the job on average, {most:,.2f} h "
             "at most (the training since the last durable checkpoint, then a new job's "
