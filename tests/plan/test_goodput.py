@@ -76,7 +76,7 @@ def test_auto_reaches_the_request_as_the_first_preferences_interval(make_setting
     steps = auto_interval(profile)
     assert base_request(profile, S3_RESOURCES)["HyperParameters"]["checkpoint_interval"] == str(steps)
     # A shorter MTBF checkpoints more often.
-    fragile = profile.model_copy(update={"fault_model": FaultModel(gpu_mtbf_hours=500)})
+    fragile = profile.model_copy(update={"fault_model": FaultModel(gpu_mtbf_hours=50)})
     assert 0 < auto_interval(fragile) < steps
 
 

@@ -22,6 +22,7 @@ from trainstack.commands import plan_goodput
 from trainstack.commands.common import Pipeline
 from trainstack.config_loading import ConfigError, load_settings
 from trainstack.instances import INSTANCE_TYPES, InstanceType
+from trainstack.planning.auto_interval import auto_interval, is_auto
 from trainstack.planning.checkpoints import ASSUMED_WRITE_BYTES_PER_SECOND, GB
 from trainstack.planning.memory import GIB
 from trainstack.planning.plan_window import PlanWindow, read_window, window_line
@@ -109,6 +110,8 @@ def run(args: argparse.Namespace) -> int:
         if args.recommend:
             document["recommended"] = [item and _recommendation(item) for item in recommended]
         document["goodput"] = plan_goodput.as_dict(setup, plans, goodput, write_rate)
+        if profile and is_auto(profile) and not args.instance_type:
+            document["goodput"]["auto_interval_steps"] = auto_interval(profile)
         document["assumptions"] = {"mfu_as_of": MFU_AS_OF.isoformat(), "prices": _prices_dict(prices)}
         print(json.dumps(document, indent=2))
     else:
@@ -117,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
                 [
                     _report(setup, plans, recommended, budget, prices),
                     *plan_goodput.lines(setup, plans, goodput, write_rate),
+                    *_auto_lines(profile, args),
                 ]
             )
         )
@@ -124,6 +128,19 @@ def run(args: argparse.Namespace) -> int:
         for line in [*_quota_lines(args), *_training_plan_lines(args, profile, plans, goodput)]:
             print(line, file=sys.stderr)
     return 0 if all(item.fits for item in plans) else 1
+
+
+def _auto_lines(profile: Profile | None, args: argparse.Namespace) -> list[str]:
+    """What `checkpoint_interval: auto` resolves to: one number of steps for every preference."""
+    if profile is None or not is_auto(profile) or args.instance_type:
+        return []
+    steps = auto_interval(profile)
+    return [
+        f"  checkpoint_interval: auto resolves to {steps:,} steps: the first preference's optimum, capped "
+        "so that no preference trains longer than fault_model.max_hours_without_checkpoint without a durable "
+        "checkpoint (the request names one interval whatever type SageMaker picks; the pipeline re-solves it "
+        "after each attempt for the type the job got)"
+    ]
 
 
 def _region(args: argparse.Namespace) -> str | None:

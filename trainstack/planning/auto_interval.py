@@ -3,7 +3,10 @@ expected goodput of the profile's first instance preference (planning/forecast.p
 request is built (trainstack.job_request.base_request), so the synthesized request carries a number.
 
 The first preference is the one SageMaker launches on when it has capacity; a run that lands on another
-type, or overrides instanceCount, keeps this interval (`trainstack plan` shows each preference's own).
+type, or overrides instanceCount, keeps this interval (`trainstack plan` shows each preference's own), so it
+is capped by every preference's bound (fault_model.max_hours_without_checkpoint): on a slower fallback type
+the same steps take longer. After an attempt the pipeline re-solves it for the type the job got
+(stacks/pipeline/checkpoint_interval.py).
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ def auto_interval(profile: Profile) -> int:
             f"{profile.instance_preferences[0].instance_type} (no GPU throughput on record); "
             "give a whole number of steps"
         )
-    return forecasts[0].goodput.interval_steps
+    return min([forecasts[0].goodput.interval_steps, *(item.most_steps for item in forecasts if item)])
 
 
 def resolved_hyperparameters(profile: Profile) -> dict[str, str]:

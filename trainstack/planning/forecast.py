@@ -127,6 +127,16 @@ class Forecast:
             f"provisioning{in_job}{self._no_way_back()}"
         )
 
+    @property
+    def most_steps(self) -> int:
+        """The most steps between saves that fault_model.max_hours_without_checkpoint allows here."""
+        room = (
+            self.exposure.max_seconds_without_checkpoint - self.costs.save_blocking - self.costs.durable_after
+        )
+        return (
+            max(1, math.floor(room / self.costs.step)) if math.isfinite(room) else self.goodput.interval_steps
+        )
+
     def _no_way_back(self) -> str:
         if math.isfinite(self.restart_seconds):
             return ""
