@@ -78,6 +78,16 @@ class TrainingPrices:
         entry = self.entries.get(instance_type)
         return entry and entry.usd_per_hour
 
+    def as_dict(self) -> dict:
+        return {
+            "region": self.region,
+            "origin": self.origin,
+            "usd_per_instance_hour": {
+                name: {"usd": entry.usd_per_hour, "as_of": entry.as_of.isoformat(), "source": entry.source}
+                for name, entry in self.entries.items()
+            },
+        }
+
     def sentence(self, instance_types: Iterable[str] = ()) -> str:
         """Where the prices of `instance_types` come from, each with its date; the unpriced named."""
         names = list(dict.fromkeys(instance_types)) or sorted(self.entries)

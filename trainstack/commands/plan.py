@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
         document["goodput"] = plan_goodput.as_dict(setup, plans, goodput, write_rate)
         if profile and is_auto(profile) and not args.instance_type:
             document["goodput"]["auto_interval_steps"] = auto_interval(profile)
-        document["assumptions"] = {"mfu_as_of": MFU_AS_OF.isoformat(), "prices": _prices_dict(prices)}
+        document["assumptions"] = {"mfu_as_of": MFU_AS_OF.isoformat(), "prices": prices.as_dict()}
         print(json.dumps(document, indent=2))
     else:
         print(
@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
                 [
                     _report(setup, plans, recommended, budget, prices),
                     *plan_goodput.lines(setup, plans, goodput, write_rate),
-                    *_auto_lines(profile, args),
+                    *([] if args.instance_type else plan_goodput.auto_lines(profile)),
                 ]
             )
         )
@@ -130,36 +130,12 @@ def run(args: argparse.Namespace) -> int:
     return 0 if all(item.fits for item in plans) else 1
 
 
-def _auto_lines(profile: Profile | None, args: argparse.Namespace) -> list[str]:
-    """What `checkpoint_interval: auto` resolves to: one number of steps for every preference."""
-    if profile is None or not is_auto(profile) or args.instance_type:
-        return []
-    steps = auto_interval(profile)
-    return [
-        f"  checkpoint_interval: auto resolves to {steps:,} steps: the first preference's optimum, capped "
-        "so that no preference trains longer than fault_model.max_hours_without_checkpoint without a durable "
-        "checkpoint (the request names one interval whatever type SageMaker picks; the pipeline re-solves it "
-        "after each attempt for the type the job got)"
-    ]
-
-
 def _region(args: argparse.Namespace) -> str | None:
     """The config's region: where the plan is priced."""
     try:
         return load_settings(args.config).region
     except ConfigError as error:
         raise _UsageError(f"--config: {error}".rstrip(".") + ".") from None
-
-
-def _prices_dict(prices: TrainingPrices) -> dict:
-    return {
-        "region": prices.region,
-        "origin": prices.origin,
-        "usd_per_instance_hour": {
-            name: {"usd": entry.usd_per_hour, "as_of": entry.as_of.isoformat(), "source": entry.source}
-            for name, entry in prices.entries.items()
-        },
-    }
 
 
 def _quota_lines(args: argparse.Namespace) -> list[str]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from trainstack.checkpoint_stores import CHECKPOINT_STORES, DEFAULT_CHECKPOINT_STORE
 from trainstack.fault_model import FaultModel
+from trainstack.planning.auto_interval import auto_interval, is_auto
 from trainstack.planning.forecast import (
     DEFAULT_GOAL_PERCENT,
     SCALES,
@@ -135,6 +136,18 @@ def _positive_number(text: str, flag: str) -> float:
     if not (value > 0 and math.isfinite(value)):
         raise GoodputUsageError(f"{flag} must be a positive number, got '{text}'.")
     return value
+
+
+def auto_lines(profile) -> list[str]:
+    """What `checkpoint_interval: auto` resolves to: one number of steps for every preference."""
+    if profile is None or not is_auto(profile):
+        return []
+    return [
+        f"  checkpoint_interval: auto resolves to {auto_interval(profile):,} steps: the first preference's "
+        "optimum, capped so that no preference trains longer than fault_model.max_hours_without_checkpoint "
+        "without a durable checkpoint (the request names one interval whatever type SageMaker picks; the "
+        "pipeline re-solves it after each attempt for the type the job got)"
+    ]
 
 
 def forecasts(plans: list[Plan], goodput: GoodputInputs) -> list[Forecast | None]:
