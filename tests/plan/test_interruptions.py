@@ -34,7 +34,7 @@ def test_the_shipped_7b_profile_checkpoints_at_least_hourly_and_says_what_a_stop
     assert trainstack([*PLAN, "llama-7b-smp"]) == 0
     out = capsys.readouterr().out
     assert (
-        "interruptions per job (assumed rates, fault_model.interruption_hours): stop every 168 h, queue "
+        "interruptions per job (fault_model.interruption_hours, defaults assumed): stop every 168 h, queue "
         "preemption every 168 h, capacity loss every 720 h" in out
     )
     assert "bounded by fault_model.max_hours_without_checkpoint 1 h" in out

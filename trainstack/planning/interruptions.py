@@ -63,7 +63,7 @@ class Exposure:
             if lossy
             else "none loses work"
         )
-        return f"interruptions per job (assumed rates, fault_model.interruption_hours): {kinds}; {losing}"
+        return f"interruptions per job (fault_model.interruption_hours, defaults assumed): {kinds}; {losing}"
 
 
 def exposure(faults: FaultModel, gpus: int, sigterm_save_fits: bool | None) -> Exposure:
