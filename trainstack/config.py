@@ -247,7 +247,6 @@ class Settings(StrictModel):
     _auto_intervals = model_validator(mode="after")(check_auto_intervals)
     _held_out_sets = model_validator(mode="after")(check_held_out_sets)
     _teams = model_validator(mode="after")(check_teams)
-    _cost_caps = model_validator(mode="after")(check_cost_caps)
     _key_region = model_validator(mode="after")(check_key_region)
 
     @model_validator(mode="after")
@@ -296,6 +295,9 @@ class Settings(StrictModel):
             for problem in fit_problems(profile):
                 raise ValueError(f"profiles.{index}: {problem}")
         return self
+
+    # After the region and the models are known good: caps are priced in the region (trainstack.cost_cap).
+    _cost_caps = model_validator(mode="after")(check_cost_caps)
 
     @model_validator(mode="after")
     def _queue_fits(self) -> Settings:

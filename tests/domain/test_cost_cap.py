@@ -84,3 +84,13 @@ def test_a_team_cap_below_a_planned_run_of_its_profiles_is_refused(make_settings
         r"profile llama-7b-smp is planned to cost, so team research could never run it",
     ):
         make_settings({"teams": [team]})
+
+
+def test_a_cap_in_a_region_without_prices_is_refused_never_priced_as_us_east_1(make_settings):
+    """Before: every region was priced with us-east-1's figures."""
+    with pytest.raises(ConfigError) as error:
+        make_settings({"region": "eu-west-1", "availability_zone": "eu-west-1b"})
+    assert (
+        "profiles.1.max_cost_usd needs a price for every instance type and trainstack/prices.py has none for "
+        "ml.p4d.24xlarge, ml.p4de.24xlarge in eu-west-1; use priced types (none in this region)"
+    ) in str(error.value)
