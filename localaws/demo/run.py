@@ -232,7 +232,7 @@ def run_pipeline(args, settings, pipeline, training: LocalTraining, run_name: st
         mock_aws(config={"stepfunctions": {"execute_state_machine": True}}),
         local_stepfunctions(ScaledClock(args.speedup)) as clock,
         pytest.MonkeyPatch.context() as monkeypatch,
-        serving(training, monkeypatch, clock.time) as sagemaker,
+        serving(training, monkeypatch) as sagemaker,
     ):
         for child, child_definition in pipeline.children.items():
             boto3.client("stepfunctions").create_state_machine(

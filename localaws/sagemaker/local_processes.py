@@ -41,8 +41,7 @@ import subprocess
 import sys
 import tarfile
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -137,9 +136,6 @@ class LocalTraining:
     hang_hyperparameters: dict[str, str] = field(default_factory=dict)
     logs: Any = None  # a CloudWatch Logs client: each job's log goes there as it ends
     runs: list[LocalRun] = field(default_factory=list)
-    # The clock the jobs' times are read on: the emulator's, so that a job's billed time and the executions'
-    # timestamps are one clock (on AWS both are the wall clock; the demo's executions run --speedup faster).
-    clock: Callable[[], float] = time.time
 
     def local_path(self, s3_uri: str) -> Path:
         return self.root / "s3" / s3_uri.removeprefix("s3://")
@@ -232,7 +228,7 @@ class LocalTraining:
                     self.logs, job.name, datetime.fromtimestamp(job.created, UTC), run.log_path
                 )
         finally:
-            run.ended = datetime.fromtimestamp(self.clock(), UTC)
+            run.ended = datetime.now(UTC)
 
     def _upload_model(self, job: TrainingJob, run: LocalRun) -> None:
         model = self.local_path(model_uri(job.request))
@@ -291,19 +287,14 @@ def _signal_group(process: subprocess.Popen, signum: int) -> None:
 
 
 @contextmanager
-def serving(
-    training: LocalTraining, monkeypatch, clock: Callable[[], float] | None = None
-) -> Iterator[FakeSageMaker]:
+def serving(training: LocalTraining, monkeypatch) -> Iterator[FakeSageMaker]:
     """A FakeSageMaker running its jobs as `training`'s processes, behind moto (inside mock_aws), its jobs'
-    logs put into moto's CloudWatch Logs; whatever still runs is stopped on the way out. Job times (created,
-    billed, ended) on `clock` when given: the emulator's."""
+    logs put into moto's CloudWatch Logs; whatever still runs is stopped on the way out."""
     import boto3
 
     from localaws.sagemaker.routes import install_fake_sagemaker
 
     sagemaker = FakeSageMaker(behaviour=training)
-    if clock is not None:
-        sagemaker.now = training.clock = clock
     training.logs = boto3.client("logs")
     install_fake_sagemaker(sagemaker, monkeypatch)
     with local_logs.stream_prefix_filter():
