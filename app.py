@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """CDK entry point: load the config (-c config=FILE, default config/default.yaml), build the stacks."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import aws_cdk as cdk
 from trainstack.config_loading import ConfigError, load_settings
 from trainstack.fsx_sizing import quota_warning, summary
 from trainstack.governance_costs import cost_summary
+from trainstack.idle_cost import idle_cost_of_templates
 
 
 def main() -> None:
@@ -32,6 +34,10 @@ def main() -> None:
     build_app(app, settings)
     assembly = app.synth()
     remove_other_templates(Path(assembly.directory), {stack.template_file for stack in assembly.stacks})
+    # Counted from the templates just written, so it follows the config exactly (trainstack/idle_cost.py).
+    templates = [json.loads(Path(stack.template_full_path).read_text()) for stack in assembly.stacks]
+    for line in idle_cost_of_templates(templates, settings.region).render():
+        print(f"trainstack: {line}", file=sys.stderr)
 
 
 def remove_other_templates(outdir: Path, current: set[str]) -> None:
