@@ -1,0 +1,211 @@
+"""`make teardown` in moto: stacks deleted pipelines -> queue -> image -> storage -> network, the retained
+resources listed with what they keep costing, and nothing retained deleted unless the operator names it.
+
+moto's CloudFormation honours DeletionPolicy: Retain (the bucket, table, repository, log group stay) but
+creates no AWS::FSx::FileSystem and no AWS::SageMaker::ModelPackageGroup (it warns and leaves the physical id
+empty): the retained file system is made with moto's FSx API and added to the storage stack's retained
+resources by FakeFileSystemTeardown below, and model package groups are not exercised here."""
+
+from __future__ import annotations
+
+import json
+
+import boto3
+import pytest
+
+from tests.conftest import REPO_ROOT
+from trainstack.config_loading import load_settings
+from trainstack.teardown import FILE_SYSTEM, Retained, Teardown, TeardownError, deployment_stacks
+
+REGION = "us-east-1"
+TEAMS = load_settings(str(REPO_ROOT / "config/examples/teams.yaml"))
+RETAIN = {"DeletionPolicy": "Retain", "UpdateReplacePolicy": "Retain"}
+TABLE = {
+    "BillingMode": "PAY_PER_REQUEST",
+    "AttributeDefinitions": [{"AttributeName": "name", "AttributeType": "S"}],
+    "KeySchema": [{"AttributeName": "name", "KeyType": "HASH"}],
+}
+# The retained resources of each of teams.yaml's stacks (their types as synthesized), with moto-creatable
+# stand-ins for the rest of each stack.
+TEMPLATES = {
+    "trainstack-network": {
+        "Vpc": {"Type": "AWS::EC2::VPC", "Properties": {"CidrBlock": "10.20.0.0/16"}},
+        "FlowLogGroup": {"Type": "AWS::Logs::LogGroup", **RETAIN},
+    },
+    "trainstack-storage": {
+        "DatasetBucket": {"Type": "AWS::S3::Bucket", **RETAIN},
+        "Scratch": {"Type": "AWS::SQS::Queue"},
+    },
+    "trainstack-image": {
+        "Repository": {
+            "Type": "AWS::ECR::Repository",
+            **RETAIN,
+            "Properties": {"RepositoryName": "trainstack-training"},
+        },
+    },
+    "trainstack-queue": {
+        "RunNames": {
+            "Type": "AWS::DynamoDB::Table",
+            **RETAIN,
+            "Properties": {"TableName": "run-names", **TABLE},
+        },
+    },
+    "trainstack-research-pipeline": {"Topic": {"Type": "AWS::SNS::Topic"}},
+    "trainstack-search-pipeline": {"Topic": {"Type": "AWS::SNS::Topic"}},
+}
+
+
+class FakeFileSystemTeardown(Teardown):
+    """Teardown whose storage stack also retains `file_system_id` (moto's CloudFormation makes none)."""
+
+    file_system_id = ""
+
+    def retained_resources(self, stack: str) -> list[Retained]:
+        found = super().retained_resources(stack)
+        if stack == "trainstack-storage":
+            found.append(Retained(stack, FILE_SYSTEM, self.file_system_id))
+        return found
+
+
+@pytest.fixture
+def deployment(aws):
+    """teams.yaml's six stacks in moto, a 1,200 GiB PERSISTENT_2 file system, an object in the bucket."""
+    cloudformation = boto3.client("cloudformation", region_name=REGION)
+    for stack, resources in TEMPLATES.items():
+        cloudformation.create_stack(StackName=stack, TemplateBody=json.dumps({"Resources": resources}))
+    file_system = boto3.client("fsx", region_name=REGION).create_file_system(
+        FileSystemType="LUSTRE",
+        StorageCapacity=1200,
+        SubnetIds=["subnet-0123456789abcdef0"],
+        LustreConfiguration={"DeploymentType": "PERSISTENT_2", "PerUnitStorageThroughput": 1000},
+    )["FileSystem"]["FileSystemId"]
+    FakeFileSystemTeardown.file_system_id = file_system
+    [bucket] = [b["Name"] for b in boto3.client("s3", region_name=REGION).list_buckets()["Buckets"]]
+    boto3.client("s3", region_name=REGION).put_object(Bucket=bucket, Key="datasets/a.bin", Body=b"x")
+    return cloudformation, file_system, bucket
+
+
+def run_teardown(**kwargs):
+    said: list[str] = []
+    answers = iter(kwargs.pop("answers", []))
+    FakeFileSystemTeardown(
+        boto3.Session(), TEAMS, say=said.append, confirm=lambda _: next(answers), sleep=lambda _: None
+    ).run(**kwargs)
+    return said
+
+
+def remaining_stacks(cloudformation) -> list[str]:
+    return sorted(
+        summary["StackName"]
+        for summary in cloudformation.list_stacks()["StackSummaries"]
+        if summary["StackStatus"] != "DELETE_COMPLETE"
+    )
+
+
+def test_the_order_pipelines_queue_image_storage_network():
+    assert deployment_stacks(TEAMS) == [
+        "trainstack-research-pipeline",
+        "trainstack-search-pipeline",
+        "trainstack-pipeline",  # a single-team pipeline left from before teams:
+        "trainstack-queue",
+        "trainstack-image",
+        "trainstack-storage",
+        "trainstack-network",
+    ]
+
+
+def test_the_retained_file_system_keeps_the_network_and_everything_retained_is_listed_with_its_cost(
+    deployment,
+):
+    cloudformation, file_system, bucket = deployment
+    said = run_teardown(answers=["trainstack"])
+    deleted = [line.removeprefix("deleted ") for line in said if line.startswith("deleted ")]
+    assert deleted == [
+        "trainstack-research-pipeline",
+        "trainstack-search-pipeline",
+        "trainstack-queue",
+        "trainstack-image",
+        "trainstack-storage",
+    ]
+    assert remaining_stacks(cloudformation) == ["trainstack-network"]
+    assert "kept trainstack-network: a retained file system is still in its subnet (above)" in said
+    retained = said[
+        said.index(
+            "retained (delete one with --delete-retained ID; export a file system with --export ID):"
+        ) :
+    ]
+    assert f"  AWS::FSx::FileSystem {file_system} (from trainstack-storage): $720.00/month" in retained
+    assert (
+        f"  AWS::S3::Bucket {bucket} (from trainstack-storage): what it stores, $0.023/GB-month (S3 Standard)"
+        in retained
+    )
+    assert (
+        "  AWS::ECR::Repository trainstack-training (from trainstack-image): its images, $0.10/GB-month"
+        in retained
+    )
+    assert (
+        "  AWS::DynamoDB::Table run-names (from trainstack-queue): what it stores, $0.25/GB-month" in retained
+    )
+    # Nothing retained was deleted: the operator named nothing.
+    assert boto3.client("s3", region_name=REGION).list_objects_v2(Bucket=bucket)["KeyCount"] == 1
+    assert boto3.client("fsx", region_name=REGION).describe_file_systems()["FileSystems"]
+
+
+def test_a_named_file_system_goes_first_then_the_network_and_the_named_bucket_after_confirmation(deployment):
+    cloudformation, file_system, bucket = deployment
+    said = run_teardown(delete=[file_system, bucket], answers=["trainstack", file_system, bucket])
+    assert remaining_stacks(cloudformation) == []
+    assert said.index(f"deleting {FILE_SYSTEM} {file_system} (from trainstack-storage)") < said.index(
+        "deleting trainstack-network"
+    )
+    assert not boto3.client("fsx", region_name=REGION).describe_file_systems()["FileSystems"]
+    assert bucket not in [b["Name"] for b in boto3.client("s3", region_name=REGION).list_buckets()["Buckets"]]
+    # The flow-log group of the network stack, the repository and the table stay, listed.
+    flow_logs = [line for line in said if line.startswith("  AWS::Logs::LogGroup ")]
+    assert len(flow_logs) == 1 and flow_logs[0].endswith(
+        "(from trainstack-network): what it stores, $0.03/GB-month"
+    )
+
+
+def test_an_unconfirmed_retained_resource_is_kept(deployment):
+    _, _, bucket = deployment
+    said = run_teardown(delete=[bucket], answers=["trainstack", "no"])
+    assert f"kept AWS::S3::Bucket {bucket} (from trainstack-storage): not confirmed" in said
+    assert boto3.client("s3", region_name=REGION).list_objects_v2(Bucket=bucket)["KeyCount"] == 1
+
+
+def test_a_name_that_is_not_retained_or_a_non_file_system_export_changes_nothing(deployment):
+    cloudformation, _, bucket = deployment
+    with pytest.raises(TeardownError, match="--delete-retained my-bucket names no retained resource"):
+        run_teardown(delete=["my-bucket"], answers=["trainstack"])
+    with pytest.raises(TeardownError, match=f"--export {bucket}: only a file system can be exported"):
+        run_teardown(export=[bucket], answers=["trainstack"])
+    with pytest.raises(TeardownError, match="teardown not confirmed: nothing was deleted"):
+        run_teardown(answers=["yes"])
+    assert len(remaining_stacks(cloudformation)) == len(TEMPLATES)
+
+
+def test_runs_in_flight_stop_the_teardown_before_any_deletion(deployment):
+    cloudformation, _, _ = deployment
+    stepfunctions = boto3.client("stepfunctions", region_name=REGION)
+    machine = stepfunctions.create_state_machine(
+        name="trainstack-research-pipeline",
+        definition=json.dumps(
+            {"StartAt": "Wait", "States": {"Wait": {"Type": "Wait", "Seconds": 3600, "End": True}}}
+        ),
+        roleArn="arn:aws:iam::123456789012:role/sfn",
+    )["stateMachineArn"]
+    stepfunctions.start_execution(stateMachineArn=machine, name="run-1")
+    cloudformation.delete_stack(StackName="trainstack-research-pipeline")
+    cloudformation.create_stack(
+        StackName="trainstack-research-pipeline",
+        TemplateBody=json.dumps(
+            {
+                "Resources": TEMPLATES["trainstack-research-pipeline"],
+                "Outputs": {"StateMachineArn": {"Value": machine}},
+            }
+        ),
+    )
+    with pytest.raises(TeardownError, match=r"trainstack-research-pipeline has runs in flight \(run-1\)"):
+        run_teardown(answers=["trainstack"])
+    assert len(remaining_stacks(cloudformation)) == len(TEMPLATES)
