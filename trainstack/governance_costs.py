@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from trainstack.config import Settings
 from trainstack.governance import CONTROL_TOWER
 from trainstack.idle_cost import rate
+from trainstack.idle_resources import control_tower_endpoint, control_tower_log_keys
 from trainstack.infra_prices import INFRA_PRICES, InfraPriceTable
-from trainstack.pipeline_runs import all_pipeline_runs
 from trainstack.prices import HOURS_PER_MONTH
 
 
@@ -29,17 +29,15 @@ def governed_fixed_costs(settings: Settings, prices: InfraPriceTable | None = No
     """The fixed monthly charges control-tower adds to `settings`' app (compared with compliance: none), at
     `prices` (default: the config Region's; cost_summary checks that the Region is priced)."""
     prices = prices or INFRA_PRICES[settings.region]
-    log_keys = [
-        settings.network.existing is None,  # network: VPC flow logs
-        settings.image.uri is None,  # image: the image-copy function's logs
-        *[True for _ in all_pipeline_runs(settings)],  # each pipeline: state-machine logs
-    ]
     items = [
         CostItem("KMS key for the buckets", 1, prices.kms_key_month),
-        CostItem("KMS keys for log groups (one per stack with logs)", sum(log_keys), prices.kms_key_month),
+        CostItem(
+            "KMS keys for log groups (one per stack with logs)",
+            control_tower_log_keys(settings),
+            prices.kms_key_month,
+        ),
     ]
-    if settings.network.existing is None and settings.network.egress == "endpoints":
-        # The default security group's CDK handler runs in the VPC and calls the EC2 API.
+    if control_tower_endpoint(settings):
         endpoint_month = round(prices.interface_endpoint_az_hour * HOURS_PER_MONTH, 2)
         items.append(CostItem("EC2 interface endpoint", 1, endpoint_month))
     return items

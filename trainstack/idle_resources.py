@@ -29,7 +29,7 @@ def billed_resources(settings: Settings) -> BilledResources:
     endpoints = 0
     if network.egress == "endpoints":
         mlflow = any(profile.mlflow_tracking_server_arn for profile in settings.profiles)
-        endpoints = BASE_INTERFACE_ENDPOINTS + (governed and created_vpc) + mlflow
+        endpoints = BASE_INTERFACE_ENDPOINTS + (governed and control_tower_endpoint(settings)) + mlflow
     nat = int(network.egress == "nat" and created_vpc)
     plan = settings.fsx_plan
     file_systems = (
@@ -53,12 +53,21 @@ def billed_resources(settings: Settings) -> BilledResources:
 
 
 def _kms_keys(settings: Settings, governed: bool, pipelines: int) -> int:
-    """Each pipeline's notification topic key; control-tower's bucket key and one log-group key per stack
-    with log groups (the created VPC's flow logs, the built image's copy function, each pipeline); the
-    run-data key that `encryption.customer_managed_key` creates (control-tower uses the bucket key)."""
-    keys = pipelines
+    """Each pipeline's notification topic key; control-tower's keys; the run-data key that
+    `encryption.customer_managed_key` creates (under control-tower the bucket key serves instead)."""
     if governed:
-        keys += 1 + (settings.network.existing is None) + (settings.image.uri is None) + pipelines
-    elif settings.encryption.customer_managed_key:
-        keys += 1
-    return keys
+        return pipelines + 1 + control_tower_log_keys(settings)
+    return pipelines + settings.encryption.customer_managed_key
+
+
+def control_tower_log_keys(settings: Settings) -> int:
+    """compliance: control-tower encrypts every log group with a key of its stack's own: the created VPC's
+    flow logs, the built image's copy function, each pipeline (stacks/governed_account.py)."""
+    created_vpc = settings.network.existing is None
+    return created_vpc + (settings.image.uri is None) + len(all_pipeline_runs(settings))
+
+
+def control_tower_endpoint(settings: Settings) -> bool:
+    """compliance: control-tower runs CDK's default-security-group handler in a created VPC: with egress
+    "endpoints" it reaches the EC2 API through one more interface endpoint."""
+    return settings.network.existing is None and settings.network.egress == "endpoints"

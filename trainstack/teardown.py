@@ -237,23 +237,19 @@ class Teardown:
             self.say("nothing retained")
             return
         self.say("retained (delete one with --delete-retained ID; export a file system with --export ID):")
-        for item in kept:
-            self.say(f"  {item}: {self.monthly_cost(item)}")
+        costs = [self.monthly_cost(item) for item in kept]
+        for item, (_, words) in zip(kept, costs, strict=True):
+            self.say(f"  {item}: {words}")
+        fixed = [usd for usd, _ in costs]
+        total = f"${sum(fixed):,.2f}/month" if None not in fixed else "not known (an item is not priced)"
+        self.say(f"the retained resources keep costing {total}, plus what they store")
 
-    def monthly_cost(self, item: Retained) -> str:
-        """What a retained resource keeps costing, at the Region's prices (trainstack/infra_prices.py)."""
+    def monthly_cost(self, item: Retained) -> tuple[float | None, str]:
+        """What a retained resource keeps costing, at the Region's prices (trainstack/infra_prices.py): its
+        fixed monthly charge (0 where it bills only by what it stores; None: not priced) and in words."""
         prices = INFRA_PRICES.get(self.settings.region)
         if prices is None:
-            return f"not priced ({self.settings.region} has no prices in trainstack)"
-        by_use = {
-            "AWS::S3::Bucket": f"what it stores, {rate(prices.s3_standard_gb_month)}/GB-month (S3 Standard)",
-            "AWS::S3Express::DirectoryBucket": "what it stores, at S3 Express One Zone's rate",
-            "AWS::Logs::LogGroup": f"what it stores, {rate(prices.logs_storage_gb_month)}/GB-month",
-            "AWS::ECR::Repository": f"its images, {rate(prices.ecr_storage_gb_month)}/GB-month",
-            "AWS::DynamoDB::Table": f"what it stores, {rate(prices.dynamodb_storage_gb_month)}/GB-month",
-            "AWS::KMS::Key": f"{rate(prices.kms_key_month)}/month until deleted",
-            "AWS::SageMaker::ModelPackageGroup": "nothing (model packages are free; artifacts are in S3)",
-        }
+            return None, f"not priced ({self.settings.region} has no prices in trainstack)"
         if item.resource_type == FILE_SYSTEM:
             described = self._file_system(self.client("fsx"), item.physical_id) or {}
             lustre = described.get("LustreConfiguration", {})
@@ -263,8 +259,20 @@ class Teardown:
                 described.get("StorageCapacity", 0),
             )
             monthly = file_system_monthly_usd(size, prices)
-            return f"${monthly:,.2f}/month" if monthly is not None else "not priced"
-        return by_use.get(item.resource_type, "not priced")
+            return monthly, f"${monthly:,.2f}/month" if monthly is not None else "not priced"
+        if item.resource_type == "AWS::KMS::Key":
+            return prices.kms_key_month, f"{rate(prices.kms_key_month)}/month until deleted"
+        by_use = {
+            "AWS::S3::Bucket": f"what it stores, {rate(prices.s3_standard_gb_month)}/GB-month (S3 Standard)",
+            "AWS::S3Express::DirectoryBucket": "what it stores, at S3 Express One Zone's rate",
+            "AWS::Logs::LogGroup": f"what it stores, {rate(prices.logs_storage_gb_month)}/GB-month",
+            "AWS::ECR::Repository": f"its images, {rate(prices.ecr_storage_gb_month)}/GB-month",
+            "AWS::DynamoDB::Table": f"what it stores, {rate(prices.dynamodb_storage_gb_month)}/GB-month",
+            "AWS::SageMaker::ModelPackageGroup": "nothing (model packages are free; artifacts are in S3)",
+        }
+        if item.resource_type in by_use:
+            return 0.0, by_use[item.resource_type]
+        return None, "not priced"
 
     def _delete_retained(self, item: Retained) -> None:
         name, kind = item.physical_id, item.resource_type

@@ -55,6 +55,30 @@ TEMPLATES = {
 }
 
 
+class FsxWithExportTasks:
+    """moto's FSx plus the data repository task calls it lacks. As the FSx API reference describes them,
+    CreateDataRepositoryTask answers the task with its TaskId and DescribeDataRepositoryTasks its Lifecycle
+    (PENDING, EXECUTING, then SUCCEEDED, FAILED or CANCELED, with FailureDetails.Message on failure); the
+    sequence of lifecycles each test gives is assumed."""
+
+    def __init__(self, fsx, lifecycles: list[str]) -> None:
+        self._fsx, self._lifecycles, self.requests = fsx, iter(lifecycles), []
+
+    def __getattr__(self, name: str):
+        return getattr(self._fsx, name)
+
+    def create_data_repository_task(self, **request):
+        self.requests.append(request)
+        return {"DataRepositoryTask": {"TaskId": "task-0123456789abcdef0", "Lifecycle": "PENDING"}}
+
+    def describe_data_repository_tasks(self, TaskIds):  # noqa: N803 (botocore's parameter name)
+        lifecycle = next(self._lifecycles)
+        task = {"TaskId": TaskIds[0], "Lifecycle": lifecycle}
+        if lifecycle == "FAILED":
+            task["FailureDetails"] = {"Message": "the linked bucket refused the export"}
+        return {"DataRepositoryTasks": [task]}
+
+
 class FakeFileSystemTeardown(Teardown):
     """Teardown whose storage stack also retains `file_system_id` (moto's CloudFormation makes none)."""
 
@@ -85,13 +109,19 @@ def deployment(aws):
     return cloudformation, file_system, bucket
 
 
-def run_teardown(**kwargs):
+def run_teardown(fsx_lifecycles: list[str] | None = None, **kwargs):
     said: list[str] = []
     answers = iter(kwargs.pop("answers", []))
-    FakeFileSystemTeardown(
+    teardown = FakeFileSystemTeardown(
         boto3.Session(), TEAMS, say=said.append, confirm=lambda _: next(answers), sleep=lambda _: None
-    ).run(**kwargs)
-    return said
+    )
+    if fsx_lifecycles is not None:
+        fsx = FsxWithExportTasks(teardown.client("fsx"), fsx_lifecycles)
+        moto_client = teardown.client
+        teardown.client = lambda service: fsx if service == "fsx" else moto_client(service)
+        kwargs.setdefault("assume_yes", True)
+    teardown.run(**kwargs)
+    return said, (fsx.requests if fsx_lifecycles is not None else None)
 
 
 def remaining_stacks(cloudformation) -> list[str]:
@@ -118,7 +148,7 @@ def test_the_retained_file_system_keeps_the_network_and_everything_retained_is_l
     deployment,
 ):
     cloudformation, file_system, bucket = deployment
-    said = run_teardown(answers=["trainstack"])
+    said, _ = run_teardown(answers=["trainstack"])
     deleted = [line.removeprefix("deleted ") for line in said if line.startswith("deleted ")]
     assert deleted == [
         "trainstack-research-pipeline",
@@ -146,6 +176,8 @@ def test_the_retained_file_system_keeps_the_network_and_everything_retained_is_l
     assert (
         "  AWS::DynamoDB::Table run-names (from trainstack-queue): what it stores, $0.25/GB-month" in retained
     )
+    # Fixed: the file system; the rest bills by what it stores.
+    assert said[-1] == "the retained resources keep costing $720.00/month, plus what they store"
     # Nothing retained was deleted: the operator named nothing.
     assert boto3.client("s3", region_name=REGION).list_objects_v2(Bucket=bucket)["KeyCount"] == 1
     assert boto3.client("fsx", region_name=REGION).describe_file_systems()["FileSystems"]
@@ -153,7 +185,7 @@ def test_the_retained_file_system_keeps_the_network_and_everything_retained_is_l
 
 def test_a_named_file_system_goes_first_then_the_network_and_the_named_bucket_after_confirmation(deployment):
     cloudformation, file_system, bucket = deployment
-    said = run_teardown(delete=[file_system, bucket], answers=["trainstack", file_system, bucket])
+    said, _ = run_teardown(delete=[file_system, bucket], answers=["trainstack", file_system, bucket])
     assert remaining_stacks(cloudformation) == []
     assert said.index(f"deleting {FILE_SYSTEM} {file_system} (from trainstack-storage)") < said.index(
         "deleting trainstack-network"
@@ -167,9 +199,33 @@ def test_a_named_file_system_goes_first_then_the_network_and_the_named_bucket_af
     )
 
 
+def test_an_exported_file_system_is_exported_before_it_is_deleted(deployment):
+    cloudformation, file_system, _ = deployment
+    said, requests = run_teardown(
+        fsx_lifecycles=["EXECUTING", "SUCCEEDED"], export=[file_system], delete=[file_system]
+    )
+    assert requests == [
+        {"Type": "EXPORT_TO_REPOSITORY", "FileSystemId": file_system, "Report": {"Enabled": False}}
+    ]
+    assert said.index(f"exported {file_system}") < said.index(
+        f"deleting {FILE_SYSTEM} {file_system} (from trainstack-storage)"
+    )
+    assert remaining_stacks(cloudformation) == []
+
+
+def test_a_failed_export_keeps_the_file_system_and_the_network(deployment):
+    cloudformation, file_system, _ = deployment
+    with pytest.raises(
+        TeardownError, match=f"the export of {file_system} did not finish \\(the linked bucket"
+    ):
+        run_teardown(fsx_lifecycles=["FAILED"], export=[file_system], delete=[file_system])
+    assert remaining_stacks(cloudformation) == ["trainstack-network"]
+    assert boto3.client("fsx", region_name=REGION).describe_file_systems()["FileSystems"]
+
+
 def test_an_unconfirmed_retained_resource_is_kept(deployment):
     _, _, bucket = deployment
-    said = run_teardown(delete=[bucket], answers=["trainstack", "no"])
+    said, _ = run_teardown(delete=[bucket], answers=["trainstack", "no"])
     assert f"kept AWS::S3::Bucket {bucket} (from trainstack-storage): not confirmed" in said
     assert boto3.client("s3", region_name=REGION).list_objects_v2(Bucket=bucket)["KeyCount"] == 1
 
