@@ -106,14 +106,24 @@ def count_in_templates(templates: Iterable[Mapping[str, Any]]) -> BilledResource
             kind, properties = body["Type"], body.get("Properties", {})
             if kind in BY_USE_TYPES or kind in FREE_TYPES or kind.startswith("Custom::"):
                 continue  # custom resources: a Lambda-backed handler, run at deploy time only
-            if kind == "AWS::EC2::VPCEndpoint":
-                if properties.get("VpcEndpointType", "Gateway") == "Interface":
-                    add("interface_endpoint_azs", len(properties["SubnetIds"]))
+            endpoint_type = properties.get("VpcEndpointType", "Gateway")  # CloudFormation's default
+            if kind == "AWS::EC2::VPCEndpoint" and endpoint_type == "Gateway":
+                continue  # S3 and DynamoDB gateway endpoints are free
+            if (
+                kind == "AWS::EC2::VPCEndpoint"
+                and endpoint_type == "Interface"
+                and isinstance(properties.get("SubnetIds"), list)
+            ):
+                add("interface_endpoint_azs", len(properties["SubnetIds"]))
             elif kind == "AWS::EC2::NatGateway":
                 add("nat_gateways")
             elif kind == "AWS::EC2::EIP":
                 add("public_ipv4_addresses")
-            elif kind == "AWS::FSx::FileSystem" and isinstance(properties.get("StorageCapacity"), int):
+            elif (
+                kind == "AWS::FSx::FileSystem"
+                and properties.get("FileSystemType") == "LUSTRE"
+                and isinstance(properties.get("StorageCapacity"), int)
+            ):
                 lustre = properties.get("LustreConfiguration", {})
                 counts["file_systems"].append(
                     FileSystemSize(
@@ -124,7 +134,7 @@ def count_in_templates(templates: Iterable[Mapping[str, Any]]) -> BilledResource
                 )
             elif kind == "AWS::CloudWatch::Dashboard":
                 add("dashboards")
-            elif kind == "AWS::CloudWatch::Alarm" and _standard_resolution(properties):
+            elif kind == "AWS::CloudWatch::Alarm" and _standard_metric_alarm(properties):
                 add("alarm_metrics", _alarm_metrics(properties))
             elif kind == "AWS::KMS::Key":
                 add("kms_keys")
@@ -146,13 +156,17 @@ def _alarm_metrics(properties: Mapping[str, Any]) -> int:
     return sum(1 for query in properties["Metrics"] if "MetricStat" in query)
 
 
-def _standard_resolution(properties: Mapping[str, Any]) -> bool:
+def _standard_metric_alarm(properties: Mapping[str, Any]) -> bool:
+    """An alarm on plain metrics or metric math at standard resolution: high-resolution and anomaly
+    detection alarms bill at other rates, which are not priced here."""
+    queries = properties.get("Metrics", [])
     periods = [properties.get("Period", HIGH_RESOLUTION_SECONDS)] + [
         query["MetricStat"].get("Period", HIGH_RESOLUTION_SECONDS)
-        for query in properties.get("Metrics", [])
+        for query in queries
         if "MetricStat" in query
     ]
-    return all(period >= HIGH_RESOLUTION_SECONDS for period in periods)
+    anomaly = any("ANOMALY_DETECTION" in str(query.get("Expression", "")) for query in queries)
+    return not anomaly and all(period >= HIGH_RESOLUTION_SECONDS for period in periods)
 
 
 @dataclass(frozen=True)

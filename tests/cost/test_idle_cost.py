@@ -166,9 +166,10 @@ def test_a_resource_type_without_a_rule_makes_the_total_unknown():
             "Db": {"Type": "AWS::RDS::DBInstance", "Properties": {}},
             "Table": {"Type": "AWS::DynamoDB::Table", "Properties": {"BillingMode": "PROVISIONED"}},
             "Key": {"Type": "AWS::KMS::Key", "Properties": {}},
+            "Fast": {"Type": "AWS::CloudWatch::Alarm", "Properties": {"MetricName": "x", "Period": 10}},
         }
     }
     cost = idle_cost_of_templates([template], "us-east-1")
     assert cost.total_usd is None
-    unpriced = "AWS::DynamoDB::Table, AWS::RDS::DBInstance"
+    unpriced = "AWS::CloudWatch::Alarm, AWS::DynamoDB::Table, AWS::RDS::DBInstance"
     assert f"  resources of types trainstack does not price: {unpriced}: not priced" in cost.render()
