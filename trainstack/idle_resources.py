@@ -1,8 +1,9 @@
 """The billed resources of a config's deployment, read from the validated config instead of the templates:
 what `trainstack check-config` prices, since synthesizing takes tens of seconds and the CLI may run
 without the CDK installed. tests/cost/ holds this equal to trainstack.idle_cost.count_in_templates of the
-synthesized app for every config in config/ and config/examples/, and for the variants that change a
-count (NAT egress, an existing VPC, control-tower, a customer managed key, no file system)."""
+synthesized app for every config in config/ and config/examples/ and a variant (NAT egress, queue mode
+without teams, a customer managed key, no file system); tests/infra/test_governed.py for control-tower
+with a created VPC and with an existing one."""
 
 from __future__ import annotations
 
