@@ -19,7 +19,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_VERSION_CHECK := 1
 export PATH := $(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
 
-.PHONY: synth demo demo-fault demo-queue demo-trigger deploy teardown test lint local-train clean
+.PHONY: synth demo demo-fault demo-queue demo-trigger deploy test lint local-train clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -77,12 +77,6 @@ demo-trigger: $(DEV_DEPS) $(CDK)
 deploy: synth
 	cdk deploy --all --no-notices -c config=$(CONFIG)
 
-# Needs AWS credentials. Deletes the config's stacks (pipelines, queue, image, storage, network), lists what
-# CloudFormation retains and what it keeps costing; deletes or exports a retained resource only when named:
-# make teardown CONFIG=... TEARDOWN_ARGS="--export fs-... --delete-retained fs-..." (docs/teardown.md).
-teardown: $(SYNTH_DEPS)
-	python -m trainstack.teardown --config $(CONFIG) $(TEARDOWN_ARGS)
-
 # The run report's browser test (tests/demo/test_demo.py) loads the page in Debian's Chromium. Where
 # apt-get cannot install it (not root, not Debian) that test fails and says so; it never skips.
 CHROMIUM := /usr/bin/chromium
@@ -118,6 +112,13 @@ $(CHECKOV): requirements-checkov.txt
 
 local-train: $(DEV_DEPS)
 	bash training_scripts/local_train.sh
+
+# Needs AWS credentials. Deletes the config's stacks (pipelines, queue, image, storage, network), lists what
+# CloudFormation retains and what it keeps costing; deletes or exports a retained resource only when named:
+# make teardown CONFIG=... TEARDOWN_ARGS="--export fs-... --delete-retained fs-..." (docs/teardown.md).
+.PHONY: teardown
+teardown: $(SYNTH_DEPS)
+	python -m trainstack.teardown --config $(CONFIG) $(TEARDOWN_ARGS)
 
 clean:
 	rm -rf cdk.out local-run demo-run demo-fault-run demo-queue-run demo-trigger-run .pytest_cache .hypothesis

@@ -10,7 +10,6 @@ import aws_cdk as cdk
 from trainstack.config_loading import ConfigError, load_settings
 from trainstack.fsx_sizing import quota_warning, summary
 from trainstack.governance_costs import cost_summary
-from trainstack.idle_cost import idle_cost_of_templates
 
 
 def main() -> None:
@@ -30,6 +29,7 @@ def main() -> None:
     print(f"trainstack: {cost_summary(settings)}", file=sys.stderr)
     # Imported once the config is valid: a bad config fails before the stack modules load (seconds).
     from stacks.app_builder import build_app
+    from trainstack.idle_cost import idle_cost_of_templates
 
     build_app(app, settings)
     assembly = app.synth()

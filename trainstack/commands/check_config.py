@@ -52,6 +52,6 @@ def run(args: argparse.Namespace) -> int:
     ]
     for warning in filter(None, warnings):
         print(f"warning: {warning}", file=sys.stderr)
-    print(cost_summary(settings))
     print("\n".join(idle_cost(billed_resources(settings), settings.region).render()))
+    print(cost_summary(settings))
     return 0
