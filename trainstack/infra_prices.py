@@ -1,10 +1,11 @@
 """Dated list prices of what a deployment keeps running while no training runs, per AWS Region.
 
-One table per Region, in USD, from the AWS pricing pages named on each field. They were recorded on the
-date below and could not be re-checked from the build machines (no internet): a Region missing here is
-not priced (the idle cost says so instead of showing another Region's figure), and a price missing in a
-Region's table (None) is not priced there either. FSx for Lustre prices live in trainstack/prices.py
-(FSX_LUSTRE_PRICES, us-east-1); a Region without such a table prints its file system as not priced.
+One table per Region, in USD, from the AWS pricing page named above each group of fields. They were
+recorded on the date below and could not be re-checked from the build machines (no internet): a Region
+missing here is not priced (the idle cost says so instead of showing another Region's figure), and a
+price missing in a Region's table (None) is not priced there either. FSx for Lustre prices live in
+trainstack/prices.py (FSX_LUSTRE_PRICES, us-east-1); a Region without such a table prints its file system
+as not priced.
 
 Free while idle, so not priced here (each service's pricing page): Step Functions (per state
 transition), AWS Batch (no charge of its own), EventBridge rules on AWS service events and schedules,
@@ -22,40 +23,35 @@ from trainstack.prices import FSX_LUSTRE_PRICES, FsxLustrePriceTable
 
 PRICES_AS_OF = date(2026, 12, 5)
 
-PRICE_PAGES = MappingProxyType(
-    {
-        "interface endpoints": "https://aws.amazon.com/privatelink/pricing/",
-        "NAT gateways, public IPv4 addresses": "https://aws.amazon.com/vpc/pricing/",
-        "FSx for Lustre": FSX_LUSTRE_PRICES.source_url,
-        "CloudWatch dashboards, alarms, logs": "https://aws.amazon.com/cloudwatch/pricing/",
-        "KMS keys": "https://aws.amazon.com/kms/pricing/",
-        "Secrets Manager": "https://aws.amazon.com/secrets-manager/pricing/",
-        "DynamoDB": "https://aws.amazon.com/dynamodb/pricing/on-demand/",
-        "S3": "https://aws.amazon.com/s3/pricing/",
-        "ECR": "https://aws.amazon.com/ecr/pricing/",
-    }
-)
-
 
 @dataclass(frozen=True)
 class InfraPriceTable:
     region: str
-    interface_endpoint_az_hour: float  # one interface endpoint in one AZ (PrivateLink)
+    # https://aws.amazon.com/privatelink/pricing/
+    interface_endpoint_az_hour: float  # one interface endpoint in one AZ
     interface_endpoint_gb: float  # data processed, first PB a month
+    # https://aws.amazon.com/vpc/pricing/
     nat_gateway_hour: float
     nat_gateway_gb: float  # data processed
     public_ipv4_hour: float  # every public IPv4 address, the NAT gateway's included (since 2024-02-01)
-    dashboard_month: float  # CloudWatch dashboard (the free tier's 3 are per account: not subtracted)
+    # https://aws.amazon.com/cloudwatch/pricing/
+    dashboard_month: float  # the free tier's 3 dashboards are per account: not subtracted
     alarm_metric_month: float  # standard resolution; a metric math alarm counts each metric it reads
     logs_ingestion_gb: float
     logs_storage_gb_month: float
-    kms_key_month: float  # customer managed key, rotation's first two rotations included
+    # https://aws.amazon.com/kms/pricing/
+    kms_key_month: float  # customer managed key; automatic rotation's first two rotations included
     kms_requests_per_10k: float
+    # https://aws.amazon.com/secrets-manager/pricing/
     secret_month: float
+    # https://aws.amazon.com/dynamodb/pricing/on-demand/
     dynamodb_storage_gb_month: float  # on-demand tables bill storage and requests only
+    # https://aws.amazon.com/s3/pricing/
     s3_standard_gb_month: float  # first 50 TB
+    # https://aws.amazon.com/ecr/pricing/
     ecr_storage_gb_month: float
-    fsx_lustre: FsxLustrePriceTable | None  # None: FSx for Lustre not priced in this Region
+    # trainstack/prices.py (https://aws.amazon.com/fsx/lustre/pricing/); None: not priced in this Region
+    fsx_lustre: FsxLustrePriceTable | None
 
     @property
     def as_of(self) -> date:
