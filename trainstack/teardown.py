@@ -26,6 +26,19 @@ from trainstack.pipeline_runs import all_pipeline_runs
 
 RETAIN_POLICIES = frozenset({"Retain", "RetainExceptOnCreate"})
 FILE_SYSTEM = "AWS::FSx::FileSystem"
+# What the stacks retain, and teardown can delete on request (_delete_retained).
+DELETABLE_TYPES = frozenset(
+    {
+        "AWS::S3::Bucket",
+        "AWS::S3Express::DirectoryBucket",
+        "AWS::Logs::LogGroup",
+        "AWS::ECR::Repository",
+        "AWS::DynamoDB::Table",
+        "AWS::KMS::Key",
+        "AWS::SageMaker::ModelPackageGroup",
+        FILE_SYSTEM,
+    }
+)
 STATE_MACHINE_ARN_OUTPUT = "StateMachineArn"  # stacks/pipeline/pipeline_stack.py's output
 EXPORT_TASK_SECONDS = 6 * 3600  # an export of a large file system takes hours
 POLL_SECONDS = 30
@@ -122,6 +135,12 @@ class Teardown:
                 raise TeardownError(
                     f"{flag} {name} names no retained resource of this deployment; its retained resources: "
                     f"{', '.join(sorted(known)) or 'none'}"
+                )
+        for name in sorted(delete):
+            if known[name].resource_type not in DELETABLE_TYPES:
+                raise TeardownError(
+                    f"--delete-retained {name}: teardown cannot delete a {known[name].resource_type}; "
+                    "delete it in the console after the teardown"
                 )
         for name in sorted(export):
             if known[name].resource_type != FILE_SYSTEM:
@@ -294,8 +313,6 @@ class Teardown:
             self._delete_model_package_group(name)
         elif kind == FILE_SYSTEM:
             self.client("fsx").delete_file_system(FileSystemId=name)
-        else:
-            raise TeardownError(f"teardown cannot delete {kind} {name}: delete it in the console")
 
     def _empty_versioned_bucket(self, bucket: str) -> None:
         s3 = self.client("s3")

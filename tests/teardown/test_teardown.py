@@ -9,13 +9,22 @@ resources by FakeFileSystemTeardown below, and model package groups are not exer
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import boto3
 import pytest
 
 from tests.conftest import REPO_ROOT
 from trainstack.config_loading import load_settings
-from trainstack.teardown import FILE_SYSTEM, Retained, Teardown, TeardownError, deployment_stacks
+from trainstack.teardown import (
+    DELETABLE_TYPES,
+    FILE_SYSTEM,
+    RETAIN_POLICIES,
+    Retained,
+    Teardown,
+    TeardownError,
+    deployment_stacks,
+)
 
 REGION = "us-east-1"
 TEAMS = load_settings(str(REPO_ROOT / "config/examples/teams.yaml"))
@@ -142,6 +151,60 @@ def test_the_order_pipelines_queue_image_storage_network():
         "trainstack-storage",
         "trainstack-network",
     ]
+
+
+def stacks_each_uses(assembly) -> dict[str, set[str]]:
+    """Per synthesized stack, the stacks it uses: CDK's deploy dependencies (manifest) and the producers of
+    its cross-stack references (Fn::GetStackOutput)."""
+
+    def referenced(value) -> set[str]:
+        if isinstance(value, dict):
+            found = {value["Fn::GetStackOutput"]["StackName"]} if "Fn::GetStackOutput" in value else set()
+            return found.union(*(referenced(item) for item in value.values()))
+        if isinstance(value, list):
+            return set().union(*(referenced(item) for item in value))
+        return set()
+
+    return {
+        stack.stack_name: {dependency.stack_name for dependency in stack.dependencies if is_stack(dependency)}
+        | referenced(template_of(stack))
+        for stack in assembly.stacks
+    }
+
+
+def is_stack(artifact) -> bool:
+    from aws_cdk import cx_api
+
+    return isinstance(artifact, cx_api.CloudFormationStackArtifact)
+
+
+def template_of(stack) -> dict:
+    return json.loads(Path(stack.template_full_path).read_text())
+
+
+@pytest.mark.parametrize("synthesized", ["default_app", "teams_app"])
+def test_the_order_deletes_each_synthesized_stack_before_every_stack_it_uses(synthesized, request):
+    """On the real templates: a stack goes before the stacks it takes values from, and every stack the
+    config synthesizes is in the order; every resource they retain is one teardown can price and delete."""
+    settings, _, assembly = request.getfixturevalue(synthesized)
+    order = deployment_stacks(settings)
+    uses = stacks_each_uses(assembly)
+    assert set(uses) <= set(order)
+    assert uses[f"{settings.project}-storage"] == {f"{settings.project}-network"}
+    for stack, used in uses.items():
+        for producer in used:
+            assert order.index(stack) < order.index(producer), (stack, producer)
+    retained_types = {
+        body["Type"]
+        for stack in assembly.stacks
+        for body in template_of(stack)["Resources"].values()
+        if body.get("DeletionPolicy") in RETAIN_POLICIES
+    }
+    assert FILE_SYSTEM in retained_types and retained_types <= DELETABLE_TYPES
+    teardown = Teardown(boto3.Session(region_name=REGION), settings)
+    for kind in retained_types - {FILE_SYSTEM}:  # a file system's cost: the moto tests below
+        fixed, words = teardown.monthly_cost(Retained("stack", kind, "id"))
+        assert fixed is not None and words != "not priced", kind
 
 
 def test_the_retained_file_system_keeps_the_network_and_everything_retained_is_listed_with_its_cost(
