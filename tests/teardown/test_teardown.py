@@ -34,8 +34,8 @@ TABLE = {
     "AttributeDefinitions": [{"AttributeName": "name", "AttributeType": "S"}],
     "KeySchema": [{"AttributeName": "name", "KeyType": "HASH"}],
 }
-# teams.yaml's six stacks, each with one resource of a type that stack retains as synthesized (the ones
-# moto's CloudFormation creates: not the directory buckets or model package groups) and stand-ins for the rest.
+# teams.yaml's six stacks, each with one resource of a type that stack retains as synthesized (those moto's
+# CloudFormation creates: not the directory buckets or model package groups) and stand-ins for the rest.
 TEMPLATES = {
     "trainstack-network": {
         "Vpc": {"Type": "AWS::EC2::VPC", "Properties": {"CidrBlock": "10.20.0.0/16"}},
