@@ -36,6 +36,8 @@ DELETABLE_TYPES = frozenset(
         "AWS::DynamoDB::Table",
         "AWS::KMS::Key",
         "AWS::SageMaker::ModelPackageGroup",
+        "AWS::StepFunctions::StateMachineVersion",
+        "AWS::StepFunctions::StateMachineAlias",
         FILE_SYSTEM,
     }
 )
@@ -288,6 +290,8 @@ class Teardown:
             "AWS::ECR::Repository": f"its images, {rate(prices.ecr_storage_gb_month)}/GB-month",
             "AWS::DynamoDB::Table": f"what it stores, {rate(prices.dynamodb_storage_gb_month)}/GB-month",
             "AWS::SageMaker::ModelPackageGroup": "nothing (model packages are free; artifacts are in S3)",
+            "AWS::StepFunctions::StateMachineVersion": "nothing",
+            "AWS::StepFunctions::StateMachineAlias": "nothing",
         }
         if item.resource_type in by_use:
             return 0.0, by_use[item.resource_type]
@@ -311,6 +315,10 @@ class Teardown:
             self.client("kms").schedule_key_deletion(KeyId=name, PendingWindowInDays=30)
         elif kind == "AWS::SageMaker::ModelPackageGroup":
             self._delete_model_package_group(name)
+        elif kind == "AWS::StepFunctions::StateMachineVersion":
+            self.client("stepfunctions").delete_state_machine_version(stateMachineVersionArn=name)
+        elif kind == "AWS::StepFunctions::StateMachineAlias":
+            self.client("stepfunctions").delete_state_machine_alias(stateMachineAliasArn=name)
         elif kind == FILE_SYSTEM:
             self.client("fsx").delete_file_system(FileSystemId=name)
 
