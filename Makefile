@@ -113,5 +113,12 @@ $(CHECKOV): requirements-checkov.txt
 local-train: $(DEV_DEPS)
 	bash training_scripts/local_train.sh
 
+# Needs AWS credentials. Deletes the config's stacks (pipelines, queue, image, storage, network), lists what
+# CloudFormation retains and what it keeps costing; deletes or exports a retained resource only when named:
+# make teardown CONFIG=... TEARDOWN_ARGS="--export fs-... --delete-retained fs-..." (docs/teardown.md).
+.PHONY: teardown
+teardown: $(SYNTH_DEPS)
+	python -m trainstack.teardown --config $(CONFIG) $(TEARDOWN_ARGS)
+
 clean:
 	rm -rf cdk.out local-run demo-run demo-fault-run demo-queue-run demo-trigger-run .pytest_cache .hypothesis

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """CDK entry point: load the config (-c config=FILE, default config/default.yaml), build the stacks."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -28,10 +29,15 @@ def main() -> None:
     print(f"trainstack: {cost_summary(settings)}", file=sys.stderr)
     # Imported once the config is valid: a bad config fails before the stack modules load (seconds).
     from stacks.app_builder import build_app
+    from trainstack.idle_cost import idle_cost_of_templates
 
     build_app(app, settings)
     assembly = app.synth()
     remove_other_templates(Path(assembly.directory), {stack.template_file for stack in assembly.stacks})
+    # Counted from the templates just written, so it follows the config exactly (trainstack/idle_cost.py).
+    templates = [json.loads(Path(stack.template_full_path).read_text()) for stack in assembly.stacks]
+    for line in idle_cost_of_templates(templates, settings.region).render():
+        print(f"trainstack: {line}", file=sys.stderr)
 
 
 def remove_other_templates(outdir: Path, current: set[str]) -> None:

@@ -10,13 +10,15 @@ from trainstack.config_loading import ConfigError, load_settings
 from trainstack.dataset_events import existing_bucket_warning
 from trainstack.fsx_sizing import quota_warning, summary
 from trainstack.governance_costs import cost_summary
+from trainstack.idle_cost import idle_cost
+from trainstack.idle_resources import billed_resources
 from trainstack.teams import namespace
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     description = (
         "validate a config file exactly as `make synth` does; print its FSx plan and monthly cost, and what "
-        "compliance: control-tower costs"
+        "compliance: control-tower costs, and the deployment's idle monthly cost in its Region"
     )
     parser = subparsers.add_parser("check-config", help=description, description=description)
     parser.add_argument(
@@ -50,5 +52,6 @@ def run(args: argparse.Namespace) -> int:
     ]
     for warning in filter(None, warnings):
         print(f"warning: {warning}", file=sys.stderr)
+    print("\n".join(idle_cost(billed_resources(settings), settings.region).render()))
     print(cost_summary(settings))
     return 0
