@@ -88,6 +88,7 @@ class StorageStack(cdk.Stack):
         encryption: EncryptionSettings,
         express: ExpressBuckets | None = None,  # the s3-express store's directory buckets
         dataset_events: bool = False,  # retrain_on_new_data listens to the dataset bucket's events
+        object_lock_in_place: bool = False,  # migrations.object_lock_in_place: see _bucket
         **kwargs,
     ) -> None:
         super().__init__(
@@ -97,6 +98,7 @@ class StorageStack(cdk.Stack):
             **kwargs,
         )
         self._governed = governed
+        self._object_lock_in_place = object_lock_in_place
         self.fsx_plan = fsx_plan
         self.encryption_key = self._bucket_key(project, dataset) if governed else None
         self.run_data_key = self._run_data_key(project, encryption)
@@ -224,12 +226,22 @@ class StorageStack(cdk.Stack):
             enforce_ssl=True,
             minimum_tls_version=1.2,
             versioned=True,
-            object_lock_enabled=True if self._governed else None,
+            object_lock_enabled=True if self._governed and not self._object_lock_in_place else None,
             removal_policy=cdk.RemovalPolicy.RETAIN,
             server_access_logs_bucket=self.access_log_bucket,
             server_access_logs_prefix=f"{construct_id}/",
             lifecycle_rules=rules,
         )
+        if self._governed and self._object_lock_in_place:
+            # A bucket created without Object Lock gets it in place: the top-level ObjectLockEnabled, which
+            # CT.S3.PR.9 reads, causes a replacement (a new, empty bucket: the resource specification the CDK
+            # CLI ships), while ObjectLockConfiguration changes with no interruption (CloudFormation,
+            # AWS::S3::Bucket ObjectLockConfiguration) and S3 enables Object Lock on an existing versioned
+            # bucket (S3 User Guide, "Enable Object Lock on an existing S3 bucket"). No default retention.
+            cfn_bucket: s3.CfnBucket = bucket.node.default_child
+            cfn_bucket.object_lock_configuration = s3.CfnBucket.ObjectLockConfigurationProperty(
+                object_lock_enabled="Enabled"
+            )
         if self._governed or events:
             # Events to EventBridge (CT.S3.PR.4; retrain_on_new_data) as the bucket's own property, set
             # when the bucket is created and the same in every config after. S3 has no call that turns
