@@ -112,6 +112,7 @@ def image_stack(app: cdk.App, settings: Settings, network: NetworkStack | None, 
         project=settings.project,
         image=settings.image,
         handlers_network=network if governed(settings) else None,
+        keep_repository=settings.migrations.keep_image_repository,
         **kwargs,
     )
 

@@ -12,6 +12,12 @@ template depends on are written down here, once, and stay:
 - `keep_model_package_groups`: model package groups (retained, named `<namespace>-<profile>`, holding the
   registered versions) that stay in the template although no profile registers into them now, so that a
   registry block added again finds its group with every version it had.
+- `keep_trigger_table`: retrain_on_new_data was on once. Its state table (retained, named
+  `<project>-retrain-triggers`, holding the last dataset hash each profile trained on) stays while the
+  trigger is off, so that turning it on again finds it (and retrains on no data it trained on before).
+- `keep_image_repository`: the image was built once (the `<project>-training` ECR repository, retained, holds
+  the images past jobs ran). With `image.uri` set the repository stays in the template, so that building
+  the image again finds it.
 - `object_lock_in_place`: the buckets were created without Object Lock (`compliance: none`), and
   `compliance: control-tower` turns it on through their ObjectLockConfiguration, which S3 and
   CloudFormation change in place (S3 User Guide, "Enable Object Lock on an existing S3 bucket";
@@ -41,6 +47,8 @@ class MigrationSettings(StrictModel):
         ]
     ] = []
     object_lock_in_place: bool = False
+    keep_image_repository: bool = False
+    keep_trigger_table: bool = False
 
 
 def kept_groups_of(kept: list[str], namespace: str, namespaces: list[str]) -> list[str]:
@@ -59,6 +67,11 @@ def check_migrations(settings) -> object:
     from trainstack.teams import namespace
 
     namespaces = [namespace(settings.project, team.name) for team in settings.teams] or [settings.project]
+    if settings.teams and settings.migrations.keep_trigger_table:
+        raise ValueError(
+            "migrations.keep_trigger_table: retrain_on_new_data is not available with teams, nor is its "
+            "table; remove the entry (the table stays in the account, retained)"
+        )
     for group in settings.migrations.keep_model_package_groups:
         if not any(group.startswith(f"{each}-") for each in namespaces):
             raise ValueError(

@@ -24,8 +24,10 @@ class PipelineRuns:
     # Model package groups of this namespace that stay in the template without a registry profile
     # (migrations.keep_model_package_groups).
     kept_groups: tuple[str, ...] = ()
-    # Without teams: the run-names table stays while queue mode is off (migrations.keep_run_names_table).
+    # Without teams: the run-names table stays while queue mode is off (migrations.keep_run_names_table), the
+    # trigger's state table while retrain_on_new_data is off (migrations.keep_trigger_table).
     keep_run_names_table: bool = False
+    keep_trigger_table: bool = False
     # teams[].inherits_single_team_runs: the pre-teams namespace (the project) whose runs this team may resume
     # and whose model versions are its registry baseline, and the other teams' namespaces, which stay theirs.
     inherited: str | None = None
@@ -87,6 +89,7 @@ def all_pipeline_runs(settings: Settings) -> tuple[PipelineRuns, ...]:
                 queue=settings.queue,
                 kept_groups=tuple(settings.migrations.keep_model_package_groups),
                 keep_run_names_table=settings.migrations.keep_run_names_table,
+                keep_trigger_table=settings.migrations.keep_trigger_table,
             ),
         )
     return tuple(team_runs(settings, team) for team in settings.teams)

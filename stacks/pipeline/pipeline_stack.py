@@ -22,7 +22,7 @@ from stacks.pipeline.pipeline_resources import pipeline_resources, team_dataset
 from stacks.pipeline.queue.training_queue import TrainingQueue, training_queue
 from stacks.pipeline.team_access import TeamAccess
 from stacks.pipeline.training_state_machine import TrainingStateMachine
-from stacks.pipeline.trigger.retrain_trigger import RetrainTrigger
+from stacks.pipeline.trigger.retrain_trigger import TRIGGER_ID, RetrainTrigger, trigger_state_table
 from stacks.run_data_key import encrypt_log_groups, grant_training_jobs
 from stacks.storage.storage_stack import StorageStack
 from stacks.validation import acknowledge
@@ -100,10 +100,12 @@ class PipelineStack(cdk.Stack):
             )
         if storage.run_data_key is not None:
             encrypt_log_groups(self, storage.run_data_key)
+        if trigger is None and runs.keep_trigger_table:
+            trigger_state_table(Construct(self, TRIGGER_ID), project)
         if trigger is not None:
             self.trigger = RetrainTrigger(
                 self,
-                "RetrainTrigger",
+                TRIGGER_ID,
                 project=project,
                 trigger=trigger,
                 storage=storage,
