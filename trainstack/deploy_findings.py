@@ -235,7 +235,7 @@ class _Review:
             stack,
             None,
             f"{stack} is no longer in the app: `cdk deploy --all` leaves the stack deployed as it was, still "
-            f"running and billing, with nothing updating it ({len(resources)} resources{held}).",
+            f"running and billing, with nothing updating it ({len(resources)} resource(s){held}).",
         )
 
 
