@@ -96,6 +96,7 @@ def storage_stack(app: cdk.App, settings: Settings, network: NetworkStack, **kwa
         fsx_plan=settings.fsx_plan,
         access_logs_bucket=settings.access_logs_bucket,
         dataset_events=settings.retrain_on_new_data is not None,
+        fsx_checkpoints=any(profile.checkpoint_store == "fsx" for profile in settings.profiles),
         encryption=settings.encryption,
         express=express_buckets(settings),
         object_lock_in_place=settings.migrations.object_lock_in_place,
