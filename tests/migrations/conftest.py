@@ -62,9 +62,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
 
 
 def config_data(name: str) -> dict[str, Any]:
-    data = deep_merge(default_config_data(), CONFIGS[name])
+    data = copy.deepcopy(deep_merge(default_config_data(), CONFIGS[name]))  # the caller's to change
     if name == "registry-removed-kept":
-        data = copy.deepcopy(data)
         next(p for p in data["profiles"] if p["name"] == REGISTRY_PROFILE).pop("registry")
     return data
 
