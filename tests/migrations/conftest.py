@@ -53,6 +53,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "image": {"uri": IMAGE_URI},
         "migrations": {"keep_trigger_table": True, "keep_image_repository": True},
     },
+    "teams": teams(inherit="research"),
     "teams-queue": {
         **QUEUE_ON,
         **teams(inherit="research"),
