@@ -5,16 +5,19 @@ before with no name conflict and no stateful resource replaced or removed, read 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import jsonata
 
 from stacks.pipeline.pipeline_input_rules import check_input_expression, profile_table
+from stacks.pipeline.request_guard import allowed_requests, request_problem
 from tests.domain.conftest import S3_RESOURCES
 from tests.migrations.conftest import REGISTRY_PROFILE, app_templates, settings_of
 from trainstack.deploy_findings import findings
 from trainstack.execution_input import InvalidInputError, validate_execution_input
-from trainstack.pipeline_runs import all_pipeline_runs, pre_teams_stack_note
+from trainstack.job_request import RunRequest, build_create_training_job_request
+from trainstack.pipeline_runs import all_pipeline_runs, pre_teams_stack_note, runs_for
 from trainstack.queue_settings import queue_job_prefix, training_queue_name
 
 App = dict[str, dict[str, Any]]
@@ -165,3 +168,25 @@ def _resume_problem(runs, uri: str) -> str | None:
         cli = str(error)
     assert (problem is None) == (cli is None), (problem, cli)
     return problem
+
+
+def test_the_inheriting_teams_jobs_may_read_the_old_runs_and_no_other_teams():
+    """The attempt machine's request check (its definition's) on the requests the pipeline builds."""
+    research = runs_for(settings_of("teams-queue"), "research")
+    resources = replace(
+        S3_RESOURCES, job_name_prefix="trainstack-research-", dataset_prefix="datasets/research/"
+    )
+    allowed, profile = allowed_requests(research, resources), research.profile(REGISTRY_PROFILE)
+    check = jsonata.Jsonata(request_problem(allowed, "$request"))
+
+    def problem(resume_from: str) -> str | None:
+        run = RunRequest(profile=profile.name, run_name="trainstack-research-r1", resume_from=resume_from)
+        request = build_create_training_job_request(profile, resources, run, 1, "arn:x")
+        return check.evaluate(None, {"request": request})
+
+    assert problem(f"s3://{resources.checkpoint_bucket}/trainstack-{REGISTRY_PROFILE}-1/") is None
+    assert problem(f"s3://{resources.artifact_bucket}/trainstack-research-r0/") is None
+    assert problem(f"s3://{resources.checkpoint_bucket}/trainstack-search-r1/") == (
+        "InputDataConfig and HyperParameters.resume_from must not lie under another team's runs: "
+        f"s3://{resources.checkpoint_bucket}/trainstack-search-, s3://{resources.artifact_bucket}/trainstack-search-."
+    )
