@@ -138,7 +138,8 @@ def pre_teams_stack_note(settings: Settings) -> str | None:
         f"{stack}, the pipeline from before teams:, is no longer part of this app; it stays deployed and its "
         "runs finish there; once `aws stepfunctions list-executions --status-filter RUNNING "
         f"--state-machine-arn <its StateMachineArn output>` lists none, `aws cloudformation delete-stack "
-        f"--stack-name {stack}` deletes it (keeping its model package groups, run-names table and log groups)"
+        f"--stack-name {stack}` deletes it, keeping its model package groups and run-names table (its state "
+        "machines' log groups go with it)"
     )
 
 
