@@ -18,7 +18,7 @@ kept when the stack is deleted (its versions are the registry's record).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import aws_cdk as cdk
@@ -99,30 +99,12 @@ class ModelRegistration(Construct):
         self.table_resources = with_placeholders(resources)
         self.table = registry_table(project, profiles, self.table_resources)
         self.state_machine: sfn.StateMachine | None = None
-        # The profiles' groups, and those kept without a registry profile (migrations:
-        # keep_model_package_groups) in the same place: a registry block added again finds its versions.
-        groups = {group.removeprefix(f"{project}-"): group for group in runs.kept_groups}
-        groups.update({name: entry["group"] for name, entry in self.table.items()})
-        self.groups = {name: self._group(name, group) for name, group in groups.items()}
+        self.groups = self._groups(runs.kept_groups)
         if not self.table:
             return  # no profile has a registry: block: no machine, no grants
         stack = cdk.Stack.of(self)
-        self.package_arns = [
-            stack.format_arn(service="sagemaker", resource="model-package", resource_name=f"{group}/*")
-            for group in (group_name(project, name) for name in self.table)
-        ]
-        # teams[].inherits_single_team_runs: the pre-teams group of each profile is read for the baseline too.
-        self.inherited_arns = []
-        if runs.inherited:
-            for name, entry in self.table.items():
-                entry["inheritedGroup"] = group_name(runs.inherited, name)
-                self.inherited_arns.append(
-                    stack.format_arn(
-                        service="sagemaker",
-                        resource="model-package",
-                        resource_name=f"{entry['inheritedGroup']}/*",
-                    )
-                )
+        self.package_arns = self._package_arns(group_name(project, name) for name in self.table)
+        self.inherited_arns = self._inherit_groups(runs.inherited)
         # The manifests list the dataset bucket: named in the definition by its ${DatasetBucket} placeholder
         # (CDK refuses it as a bucket name: DatasetManifest reads only these two attributes), granted by ARN.
         self.dataset_bucket = _DatasetBucket(
@@ -166,6 +148,29 @@ class ModelRegistration(Construct):
         grant_publish(self.state_machine.role, project)
         self._grant_evaluation_sets(sagemaker_role, profiles)
         self._acknowledge()
+
+    def _groups(self, kept: Sequence[str]) -> dict[str, sagemaker.CfnModelPackageGroup]:
+        """The profiles' groups, and those kept without a registry profile (migrations:
+        keep_model_package_groups) in the same place: a registry block added again finds its versions."""
+        groups = {group.removeprefix(f"{self.project}-"): group for group in kept}
+        groups.update({name: entry["group"] for name, entry in self.table.items()})
+        return {name: self._group(name, group) for name, group in groups.items()}
+
+    def _package_arns(self, groups: Iterable[str]) -> list[str]:
+        stack = cdk.Stack.of(self)
+        return [
+            stack.format_arn(service="sagemaker", resource="model-package", resource_name=f"{group}/*")
+            for group in groups
+        ]
+
+    def _inherit_groups(self, inherited: str | None) -> list[str]:
+        """teams[].inherits_single_team_runs: each profile's pre-teams group, read for the baseline after the
+        team's own (its table entry's `inheritedGroup`); the ARNs of their versions."""
+        if inherited is None:
+            return []
+        for name, entry in self.table.items():
+            entry["inheritedGroup"] = group_name(inherited, name)
+        return self._package_arns(entry["inheritedGroup"] for entry in self.table.values())
 
     def _group(self, profile: str, name: str) -> sagemaker.CfnModelPackageGroup:
         """The group `name` of `profile`'s versions, kept when the stack is deleted (its versions are the

@@ -147,19 +147,7 @@ def _register(
         task.add_catch(
             release, errors=["States.ALL"], outputs={}, assign={"failure": expression("$states.errorOutput")}
         )
-    more_pages = sfn.Choice.jsonata(scope, "HasMoreApprovedVersions").when(
-        sfn.Condition.jsonata(expression("$nextToken ? true : false")), list_page
-    )
-    if inherited_arns:
-        # The team's own group read, the pre-teams group of the profile next (inherits_single_team_runs).
-        inherited_group = sfn.Pass.jsonata(
-            scope, "ReadInheritedGroup", assign={"listGroup": expression("$settings.inheritedGroup")}
-        )
-        more_pages.when(
-            sfn.Condition.jsonata(expression("$not($listGroup) and $exists($settings.inheritedGroup)")),
-            inherited_group.next(list_page),
-        )
-    more_pages.otherwise(create_package)
+    more_pages = _more_pages(scope, list_page, create_package, inherited=bool(inherited_arns))
     acquire.next(list_page).next(describe_page).next(more_pages)
     create_package.next(gate).next(release)
     done = sfn.Succeed.jsonata(
@@ -174,6 +162,25 @@ def _register(
     publish.add_catch(done, errors=["States.ALL"], outputs={})
     publish.next(done)
     return _image_digest(scope, repository_arn, acquire)
+
+
+def _more_pages(
+    scope: Construct, list_page: sfn.IChainable, done: sfn.IChainable, *, inherited: bool
+) -> sfn.Choice:
+    """After a page of Approved versions: the next page, then (`inherited`: teams[].inherits_single_team_runs)
+    the pre-teams group of the profile, from its first page, then `done`."""
+    more_pages = sfn.Choice.jsonata(scope, "HasMoreApprovedVersions").when(
+        sfn.Condition.jsonata(expression("$nextToken ? true : false")), list_page
+    )
+    if inherited:
+        inherited_group = sfn.Pass.jsonata(
+            scope, "ReadInheritedGroup", assign={"listGroup": expression("$settings.inheritedGroup")}
+        )
+        more_pages.when(
+            sfn.Condition.jsonata(expression("$not($listGroup) and $exists($settings.inheritedGroup)")),
+            inherited_group.next(list_page),
+        )
+    return more_pages.otherwise(done)
 
 
 def _describe_approved_versions(scope: Construct, package_arns: list[str]) -> sfn.Map:
