@@ -4,8 +4,12 @@ nested properties that only the CDK CLI's specification marks as replacing, and 
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
+import boto3
+
+from trainstack.app_templates import read_deployed
 from trainstack.deploy_changes import REPLACED, UPDATED, resource_changes, strip_build_noise
 from trainstack.deploy_findings import findings, refusal, refused
 
@@ -240,3 +244,14 @@ def test_the_guard_lets_through_only_what_is_named():
     assert refusal(found).endswith(
         f"make deploy ALLOW_REPLACE={names} (trainstack check-config --allow {names})."
     )
+
+
+def test_the_deployed_templates_are_read_per_stack_with_those_the_app_no_longer_has(aws):
+    """make deploy's source: CloudFormation's GetTemplate (Original) for the app's stacks and any other stack
+    the project's app names so (a pipeline left out when teams came); other stacks are not read."""
+    cloudformation = boto3.client("cloudformation")
+    topic = {"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}}
+    for stack in ("trainstack-storage", "trainstack-pipeline", "other-pipeline", "trainstack-notes"):
+        cloudformation.create_stack(StackName=stack, TemplateBody=json.dumps(topic))
+    deployed = read_deployed({"trainstack-storage"}, "trainstack", cloudformation.meta.region_name)
+    assert deployed == {"trainstack-storage": topic, "trainstack-pipeline": topic}
