@@ -69,17 +69,21 @@ def read_deployed(stack_names: set[str], project: str, region: str) -> App:
     """The templates CloudFormation holds (as deployed: `TemplateStage=Original`) for `stack_names` and for
     every other live stack named as the app of `project` names its stacks (one the app no longer has)."""
     import boto3  # the AWS commands' dependency, imported only here (trainstack/cli.py)
+    from botocore.exceptions import BotoCoreError, ClientError
 
     cloudformation = boto3.client("cloudformation", region_name=region)
     ours = re.compile(STACK_NAME.format(project=re.escape(project)))
-    live = {
-        summary["StackName"]
-        for page in cloudformation.get_paginator("list_stacks").paginate()
-        for summary in page["StackSummaries"]
-        if summary["StackStatus"] != "DELETE_COMPLETE"
-    }
-    app: App = {}
-    for stack in sorted(name for name in live if name in stack_names or ours.fullmatch(name)):
-        body = cloudformation.get_template(StackName=stack, TemplateStage="Original")["TemplateBody"]
-        app[stack] = strip_build_noise(json.loads(body) if isinstance(body, str) else body)
+    try:
+        live = {
+            summary["StackName"]
+            for page in cloudformation.get_paginator("list_stacks").paginate()
+            for summary in page["StackSummaries"]
+            if summary["StackStatus"] != "DELETE_COMPLETE"
+        }
+        app: App = {}
+        for stack in sorted(name for name in live if name in stack_names or ours.fullmatch(name)):
+            body = cloudformation.get_template(StackName=stack, TemplateStage="Original")["TemplateBody"]
+            app[stack] = strip_build_noise(json.loads(body) if isinstance(body, str) else body)
+    except (BotoCoreError, ClientError) as error:
+        raise TemplatesUnavailable(f"reading the deployed stacks in {region} failed: {error}") from None
     return app

@@ -45,14 +45,19 @@ class Verdict:
         return self.spec is not None or self.registry
 
     @property
-    def disagreement(self) -> str | None:
-        """The sentence part naming the sources that disagree, or None when they agree."""
-        if bool(self.spec) == self.registry:
-            return None
-        says_replace, says_update = (SPEC_NAME, REGISTRY_NAME) if self.spec else (REGISTRY_NAME, SPEC_NAME)
-        return (
-            f"{says_replace} says replacement, {says_update} says update in place: treated as a replacement"
-        )
+    def note(self) -> str | None:
+        """What a finding adds about the sources: where they disagree, or a conditional replacement."""
+        if bool(self.spec) != self.registry:
+            says_replace, says_update = (
+                (SPEC_NAME, REGISTRY_NAME) if self.spec else (REGISTRY_NAME, SPEC_NAME)
+            )
+            return (
+                f"{says_replace} says replacement, {says_update} says update in place: treated as a "
+                "replacement"
+            )
+        if self.spec == "maybe":
+            return f"{SPEC_NAME} says the replacement is conditional: treated as a replacement"
+        return None
 
 
 def _repository_root() -> Path:

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 from typing import Any
 
 import boto3
 
 from trainstack.app_templates import read_deployed
+from trainstack.cli import main
 from trainstack.deploy_changes import REPLACED, UPDATED, resource_changes, strip_build_noise
 from trainstack.deploy_findings import findings, refusal, refused
 
@@ -255,3 +257,24 @@ def test_the_deployed_templates_are_read_per_stack_with_those_the_app_no_longer_
         cloudformation.create_stack(StackName=stack, TemplateBody=json.dumps(topic))
     deployed = read_deployed({"trainstack-storage"}, "trainstack", cloudformation.meta.region_name)
     assert deployed == {"trainstack-storage": topic, "trainstack-pipeline": topic}
+
+
+def test_check_config_against_the_deployed_stacks_names_a_stack_the_app_left(aws, capsys):
+    """make deploy's command: NEW's templates from a directory, OLD from CloudFormation (moto)."""
+    release = Path(__file__).resolve().parent / "releases" / "19fc479" / "default"
+    topic = {"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}}
+    boto3.client("cloudformation").create_stack(StackName="trainstack-queue", TemplateBody=json.dumps(topic))
+    command = [
+        "check-config",
+        str(release / "config.yaml"),
+        "--templates",
+        str(release),
+        "--against-deployed",
+    ]
+    assert main(command) == 1
+    out, err = capsys.readouterr()
+    assert "finding: trainstack-queue is no longer in the app" in out
+    assert err.strip().endswith(
+        "make deploy ALLOW_REPLACE=trainstack-queue (trainstack check-config --allow trainstack-queue)."
+    )
+    assert main([*command, "--allow", "trainstack-queue"]) == 0
