@@ -97,11 +97,12 @@ class ReplacementRules:
 
     def name_properties(self, resource_type: str) -> tuple[str, ...]:
         """Properties that give a resource its physical name: `<Type>Name` (BucketName, TableName) or a
-        writable primary identifier (LogGroupName, RepositoryName)."""
+        primary identifier named so (a bucket policy's identifier, Bucket, names another resource)."""
         entity = self._resources.get(resource_type)
         if entity is None:
             return ()
-        candidates = [f"{entity['name']}Name", *entity.get("primaryIdentifier", [])]
+        identifiers = [name for name in entity.get("primaryIdentifier", []) if name.endswith("Name")]
+        candidates = [f"{entity['name']}Name", *identifiers]
         return tuple(dict.fromkeys(name for name in candidates if name in entity["properties"]))
 
     def nested_properties(self, property_type: dict[str, Any]) -> dict[str, _Property] | None:

@@ -278,3 +278,18 @@ def test_check_config_against_the_deployed_stacks_names_a_stack_the_app_left(aws
         "make deploy ALLOW_REPLACE=trainstack-queue (trainstack check-config --allow trainstack-queue)."
     )
     assert main([*command, "--allow", "trainstack-queue"]) == 0
+
+
+def test_a_policy_of_a_replaced_bucket_follows_it_without_a_name_finding():
+    """A bucket policy's identifier is its bucket, not a name of its own: replaced with it, no finding."""
+    old, new = app(), app()
+    policy = {"Type": "AWS::S3::BucketPolicy", "Properties": {"Bucket": {"Ref": "DatasetBucket9BE8B15B"}}}
+    old["storage"]["Resources"]["DatasetBucketPolicy"] = copy.deepcopy(policy)
+    new["storage"]["Resources"]["DatasetBucketPolicy"] = copy.deepcopy(policy)
+    new["storage"]["Resources"]["DatasetBucket9BE8B15B"]["Properties"]["ObjectLockEnabled"] = True
+    changes = {change.logical_id: change.action for change in resource_changes(old, new)}
+    assert changes["DatasetBucketPolicy"] == REPLACED
+    assert {finding.logical_id for finding in findings(old, new)} == {
+        "DatasetBucket9BE8B15B",
+        "DatasetAssociation",
+    }
