@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import subprocess
 import tempfile
 from pathlib import Path
@@ -59,20 +60,30 @@ def synthesize(config: Path) -> App:
         return read_directory(Path(outdir))
 
 
+# The stacks an app of `project` names (stacks/app_builder.py): network, storage, image, queue, and one
+# pipeline, or one per team (`<project>-<team>-pipeline`).
+STACK_NAME = r"{project}-(network|storage|image|queue|pipeline|[a-z0-9-]+-pipeline)"
+
+
 def read_deployed(stack_names: set[str], project: str, region: str) -> App:
-    """The templates CloudFormation holds for `stack_names` and for every other live stack named
-    `<project>-...` (one the app no longer has), as deployed (`TemplateStage=Original`)."""
+    """The templates CloudFormation holds (as deployed: `TemplateStage=Original`) for `stack_names` and for
+    every other live stack named as the app of `project` names its stacks (one the app no longer has)."""
     import boto3  # the AWS commands' dependency, imported only here (trainstack/cli.py)
+    from botocore.exceptions import BotoCoreError, ClientError
 
     cloudformation = boto3.client("cloudformation", region_name=region)
-    live = {
-        summary["StackName"]
-        for page in cloudformation.get_paginator("list_stacks").paginate()
-        for summary in page["StackSummaries"]
-        if summary["StackStatus"] != "DELETE_COMPLETE"
-    }
-    app: App = {}
-    for stack in sorted(name for name in live if name in stack_names or name.startswith(f"{project}-")):
-        body = cloudformation.get_template(StackName=stack, TemplateStage="Original")["TemplateBody"]
-        app[stack] = strip_build_noise(json.loads(body) if isinstance(body, str) else body)
+    ours = re.compile(STACK_NAME.format(project=re.escape(project)))
+    try:
+        live = {
+            summary["StackName"]
+            for page in cloudformation.get_paginator("list_stacks").paginate()
+            for summary in page["StackSummaries"]
+            if summary["StackStatus"] != "DELETE_COMPLETE"
+        }
+        app: App = {}
+        for stack in sorted(name for name in live if name in stack_names or ours.fullmatch(name)):
+            body = cloudformation.get_template(StackName=stack, TemplateStage="Original")["TemplateBody"]
+            app[stack] = strip_build_noise(json.loads(body) if isinstance(body, str) else body)
+    except (BotoCoreError, ClientError) as error:
+        raise TemplatesUnavailable(f"reading the deployed stacks in {region} failed: {error}") from None
     return app

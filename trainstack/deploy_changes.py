@@ -50,7 +50,7 @@ def canonical(value: Any) -> str:
 
 @dataclass(frozen=True)
 class ResourceChange:
-    """One resource's fate; `causes` names the properties that replace it, with the sources' disagreement."""
+    """One resource's fate; `causes` names the properties that replace it, with what the sources say."""
 
     stack: str
     logical_id: str
@@ -130,7 +130,7 @@ class _Comparison:
             verdict = self.rules.verdict(resource_type, (*path, name), spec_value)
             where = ".".join(part for part in (*path, name) if not part.isdigit())
             if verdict.replaces:
-                causes.append(f"{where} ({verdict.disagreement})" if verdict.disagreement else where)
+                causes.append(f"{where} ({verdict.note})" if verdict.note else where)
             elif known is not None:
                 causes += self._walk_value(stack, resource_type, (*path, name), known.type, before, after)
         return causes

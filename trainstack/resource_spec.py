@@ -45,14 +45,19 @@ class Verdict:
         return self.spec is not None or self.registry
 
     @property
-    def disagreement(self) -> str | None:
-        """The sentence part naming the sources that disagree, or None when they agree."""
-        if bool(self.spec) == self.registry:
-            return None
-        says_replace, says_update = (SPEC_NAME, REGISTRY_NAME) if self.spec else (REGISTRY_NAME, SPEC_NAME)
-        return (
-            f"{says_replace} says replacement, {says_update} says update in place: treated as a replacement"
-        )
+    def note(self) -> str | None:
+        """What a finding adds about the sources: where they disagree, or a conditional replacement."""
+        if bool(self.spec) != self.registry:
+            says_replace, says_update = (
+                (SPEC_NAME, REGISTRY_NAME) if self.spec else (REGISTRY_NAME, SPEC_NAME)
+            )
+            return (
+                f"{says_replace} says replacement, {says_update} says update in place: treated as a "
+                "replacement"
+            )
+        if self.spec == "maybe":
+            return f"{SPEC_NAME} says the replacement is conditional: treated as a replacement"
+        return None
 
 
 def _repository_root() -> Path:
@@ -92,11 +97,12 @@ class ReplacementRules:
 
     def name_properties(self, resource_type: str) -> tuple[str, ...]:
         """Properties that give a resource its physical name: `<Type>Name` (BucketName, TableName) or a
-        writable primary identifier (LogGroupName, RepositoryName)."""
+        primary identifier named so (a bucket policy's identifier, Bucket, names another resource)."""
         entity = self._resources.get(resource_type)
         if entity is None:
             return ()
-        candidates = [f"{entity['name']}Name", *entity.get("primaryIdentifier", [])]
+        identifiers = [name for name in entity.get("primaryIdentifier", []) if name.endswith("Name")]
+        candidates = [f"{entity['name']}Name", *identifiers]
         return tuple(dict.fromkeys(name for name in candidates if name in entity["properties"]))
 
     def nested_properties(self, property_type: dict[str, Any]) -> dict[str, _Property] | None:

@@ -8,7 +8,7 @@ so that an upgrade replaces no file system and no association (docs/upgrading.md
 - With the fsx store: the dataset at `/dataset`, the checkpoints at `/checkpoints`. `/` allows one
   association only, so turning the store on replaces the dataset's association, which CloudFormation creates
   before it deletes the old one at `/`: `trainstack check-config --against` names it, and
-  docs/infrastructure.md gives the one step before such a deploy.
+  docs/infrastructure.md gives the steps before such a deploy.
 
 - Dataset: `s3://<datasets>/<dataset.prefix>`, metadata imported on creation and new, changed and deleted
   objects imported automatically; nothing exported (training never writes the dataset).
@@ -76,8 +76,8 @@ class Link:
 
 
 def link_layout(deployment_type: str, *, fsx_checkpoints: bool, reported_imports: bool) -> str:
-    """ "import-path" (SCRATCH_2 linked by ImportPath), "root" (one association at /) or "two" (/dataset and
-    /checkpoints): see the module docstring."""
+    """The file system's links: "import-path" (SCRATCH_2 by ImportPath), "root" (one association at /) or
+    "two" (/dataset and /checkpoints); the module docstring says when."""
     if fsx_checkpoints:
         return "two"
     return "import-path" if deployment_type == "SCRATCH_2" and not reported_imports else "root"

@@ -4,8 +4,14 @@ nested properties that only the CDK CLI's specification marks as replacing, and 
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 from typing import Any
 
+import boto3
+
+from trainstack.app_templates import read_deployed
+from trainstack.cli import main
 from trainstack.deploy_changes import REPLACED, UPDATED, resource_changes, strip_build_noise
 from trainstack.deploy_findings import findings, refusal, refused
 
@@ -240,3 +246,50 @@ def test_the_guard_lets_through_only_what_is_named():
     assert refusal(found).endswith(
         f"make deploy ALLOW_REPLACE={names} (trainstack check-config --allow {names})."
     )
+
+
+def test_the_deployed_templates_are_read_per_stack_with_those_the_app_no_longer_has(aws):
+    """make deploy's source: CloudFormation's GetTemplate (Original) for the app's stacks and any other stack
+    the project's app names so (a pipeline left out when teams came); other stacks are not read."""
+    cloudformation = boto3.client("cloudformation")
+    topic = {"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}}
+    for stack in ("trainstack-storage", "trainstack-pipeline", "other-pipeline", "trainstack-notes"):
+        cloudformation.create_stack(StackName=stack, TemplateBody=json.dumps(topic))
+    deployed = read_deployed({"trainstack-storage"}, "trainstack", cloudformation.meta.region_name)
+    assert deployed == {"trainstack-storage": topic, "trainstack-pipeline": topic}
+
+
+def test_check_config_against_the_deployed_stacks_names_a_stack_the_app_left(aws, capsys):
+    """make deploy's command: NEW's templates from a directory, OLD from CloudFormation (moto)."""
+    release = Path(__file__).resolve().parent / "releases" / "19fc479" / "default"
+    topic = {"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}}
+    boto3.client("cloudformation").create_stack(StackName="trainstack-queue", TemplateBody=json.dumps(topic))
+    command = [
+        "check-config",
+        str(release / "config.yaml"),
+        "--templates",
+        str(release),
+        "--against-deployed",
+    ]
+    assert main(command) == 1
+    out, err = capsys.readouterr()
+    assert "finding: trainstack-queue is no longer in the app" in out
+    assert err.strip().endswith(
+        "make deploy ALLOW_REPLACE=trainstack-queue (trainstack check-config --allow trainstack-queue)."
+    )
+    assert main([*command, "--allow", "trainstack-queue"]) == 0
+
+
+def test_a_policy_of_a_replaced_bucket_follows_it_without_a_name_finding():
+    """A bucket policy's identifier is its bucket, not a name of its own: replaced with it, no finding."""
+    old, new = app(), app()
+    policy = {"Type": "AWS::S3::BucketPolicy", "Properties": {"Bucket": {"Ref": "DatasetBucket9BE8B15B"}}}
+    old["storage"]["Resources"]["DatasetBucketPolicy"] = copy.deepcopy(policy)
+    new["storage"]["Resources"]["DatasetBucketPolicy"] = copy.deepcopy(policy)
+    new["storage"]["Resources"]["DatasetBucket9BE8B15B"]["Properties"]["ObjectLockEnabled"] = True
+    changes = {change.logical_id: change.action for change in resource_changes(old, new)}
+    assert changes["DatasetBucketPolicy"] == REPLACED
+    assert {finding.logical_id for finding in findings(old, new)} == {
+        "DatasetBucket9BE8B15B",
+        "DatasetAssociation",
+    }
