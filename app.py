@@ -10,6 +10,7 @@ import aws_cdk as cdk
 from trainstack.config_loading import ConfigError, load_settings
 from trainstack.fsx_sizing import quota_warning, summary
 from trainstack.governance_costs import cost_summary
+from trainstack.pipeline_runs import pre_teams_stack_note
 
 
 def main() -> None:
@@ -27,6 +28,8 @@ def main() -> None:
         if warning:
             print(f"trainstack: warning: {warning}", file=sys.stderr)
     print(f"trainstack: {cost_summary(settings)}", file=sys.stderr)
+    if note := pre_teams_stack_note(settings):
+        print(f"trainstack: {note}", file=sys.stderr)
     # Imported once the config is valid: a bad config fails before the stack modules load (seconds).
     from stacks.app_builder import build_app
     from trainstack.idle_cost import idle_cost_of_templates
