@@ -59,6 +59,7 @@ class ResourceChange:
     causes: tuple[str, ...] = ()
     old: Template | None = None  # the resource's template entry before (None when added)
     new: Template | None = None  # and after (None when removed)
+    reads_changed_outputs: tuple[str, ...] = ()  # "<stack>.<output>" of other stacks this deploy changes
 
 
 def _references(value: Any) -> tuple[set[str], set[Address]]:
@@ -211,10 +212,16 @@ def resource_changes(old: App, new: App, rules: ReplacementRules | None = None) 
             if was is None or now is None:
                 action = ADDED if was is None else REMOVED
                 changes.append(ResourceChange(stack, logical_id, resource_type, action, old=was, new=now))
-            elif causes := comparison.replacement_causes(stack, was, now):
-                changes.append(ResourceChange(stack, logical_id, resource_type, REPLACED, causes, was, now))
             elif comparison.differs(stack, was, now):
-                changes.append(ResourceChange(stack, logical_id, resource_type, UPDATED, old=was, new=now))
+                causes = comparison.replacement_causes(stack, was, now)
+                action = REPLACED if causes else UPDATED
+                _, outputs = _references(now)
+                read = tuple(
+                    sorted(f"{owner}.{name}" for owner, name in outputs & comparison.changed_outputs)
+                )
+                changes.append(
+                    ResourceChange(stack, logical_id, resource_type, action, causes, was, now, read)
+                )
     return changes
 
 

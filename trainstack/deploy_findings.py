@@ -7,7 +7,9 @@ A finding is one of:
   or replaced in place (CloudFormation cannot replace a custom-named resource);
 - a data repository association created while another one on the same file system conflicts with it
   (trainstack/association_rules.py): CloudFormation creates new resources before it deletes old ones;
-- a stack that is no longer in the app: `cdk deploy --all` leaves it deployed, untouched.
+- a stack that is no longer in the app: `cdk deploy --all` leaves it deployed, untouched;
+- a stack whose template text stays the same while an output of another stack it reads changes: the CDK
+  CLI skips deploying an unchanged template, so the stack keeps the old value.
 """
 
 from __future__ import annotations
@@ -128,6 +130,35 @@ class _Review:
                 found += self._name_taken(change)
         found += self._association_conflicts()
         found += [self._stack_left(stack) for stack in sorted(set(self.old) - set(self.new))]
+        found += self._skipped_stacks()
+        return found
+
+    def _skipped_stacks(self) -> list[Finding]:
+        """Stacks whose template text stays the same while they read another stack's output that changes
+        (weak cross-stack references, Fn::GetStackOutput): the CDK CLI skips deploying an unchanged
+        template, so they keep the old value (a replaced file system's old id)."""
+        found = []
+        for stack in sorted(set(self.old) & set(self.new)):
+            if canonical(self.old[stack]) != canonical(self.new[stack]):
+                continue
+            outputs = sorted(
+                {
+                    read
+                    for change in self.changes
+                    if change.stack == stack
+                    for read in change.reads_changed_outputs
+                }
+            )
+            if outputs:
+                found.append(
+                    Finding(
+                        stack,
+                        None,
+                        f"{stack} reads {', '.join(outputs)}, which this deploy changes, but its own "
+                        "template stays the same: `cdk deploy` skips an unchanged stack, so it keeps the old "
+                        f"values until `cdk deploy --force {stack}` deploys it again.",
+                    )
+                )
         return found
 
     def _replaced(self, change: ResourceChange) -> list[Finding]:

@@ -119,7 +119,9 @@ def test_where_the_two_sources_disagree_the_change_is_a_replacement_that_names_b
 def test_a_replaced_subnet_replaces_the_file_system_in_another_stack_through_its_output():
     new = app()
     new["net"]["Resources"]["Subnet"]["Properties"]["AvailabilityZone"] = "us-east-1b"
-    _, sentence = sentences(app(), new)
+    _, sentence, skipped = sentences(app(), new)
+    # The storage template's text is the same: the CDK CLI would not even deploy it.
+    assert skipped.startswith("storage reads net.SubnetId, which this deploy changes")
     assert sentence.startswith(
         "storage FileSystem (AWS::FSx::FileSystem) would be REPLACED by the change to SubnetIds"
     )
@@ -293,3 +295,26 @@ def test_a_policy_of_a_replaced_bucket_follows_it_without_a_name_finding():
         "DatasetBucket9BE8B15B",
         "DatasetAssociation",
     }
+
+
+def test_a_stack_reading_a_replaced_file_systems_id_through_an_unchanged_template_is_named():
+    """Weak cross-stack references: the pipeline's template text stays the same when the file system it
+    reads is replaced, and the CDK CLI skips deploying an unchanged template."""
+    old, new = app(), app()
+    for template in (old, new):
+        template["storage"]["Outputs"] = {"FileSystemId": {"Value": {"Ref": "FileSystem"}}}
+        reads = {"Fn::GetStackOutput": {"StackName": "storage", "OutputName": "FileSystemId"}}
+        machine = {
+            "Type": "AWS::StepFunctions::StateMachine",
+            "Properties": {"DefinitionSubstitutions": {"Fs": reads}},
+        }
+        template["pipeline"] = {"Resources": {"Pipeline": machine}}
+    new["storage"]["Resources"]["FileSystem"]["Properties"]["LustreConfiguration"]["DeploymentType"] = (
+        "SCRATCH_2"
+    )
+    skipped = [finding for finding in findings(old, new) if finding.stack == "pipeline"]
+    assert [finding.sentence for finding in skipped] == [
+        "pipeline reads storage.FileSystemId, which this deploy changes, but its own template stays the "
+        "same: `cdk deploy` skips an unchanged stack, so it keeps the old values until `cdk deploy --force "
+        "pipeline` deploys it again."
+    ]
