@@ -85,11 +85,22 @@ def _fate(resource: Template, policy: str) -> str:
     return "is deleted after a snapshot" if kept == "Snapshot" else "is DELETED"
 
 
+# Names unique only within a parent (IAM: an inline policy's name within each role, user or group it is
+# attached to; CloudWatch Logs: a metric filter's name within its log group): the parent is part of the name.
+PARENT_PROPERTIES = {
+    "AWS::IAM::Policy": ("Roles", "Users", "Groups"),
+    "AWS::Logs::MetricFilter": ("LogGroupName",),
+}
+
+
 def _fixed_name(rules: ReplacementRules, resource: Template) -> str | None:
     """The physical name a template gives a resource (canonical JSON), or None if CloudFormation names it."""
     properties = resource.get("Properties", {})
     for name_property in rules.name_properties(resource["Type"]):
         if name_property in properties:
+            parents = [properties.get(parent) for parent in PARENT_PROPERTIES.get(resource["Type"], ())]
+            if any(parents):
+                return canonical(properties[name_property]) + " in " + canonical(parents)
             return canonical(properties[name_property])
     return None
 

@@ -25,22 +25,10 @@ PIPELINE = "trainstack-pipeline"
 GROUP = f"trainstack-{REGISTRY_PROFILE}"
 
 
-# Names unique only within their parent (an inline policy's within its role, a metric filter's within its log
-# group): a new stack's own role or log group never meets the old stack's.
-PARENT_SCOPED_NAMES = ("AWS::IAM::Policy", "AWS::Logs::MetricFilter")
-
-
 def found(old: App, new: App) -> list[tuple[str, str | None]]:
     """(stack, short name) of each finding of deploying `new` over `old`."""
-    types = {
-        (stack, logical_id): resource["Type"]
-        for stack, template in new.items()
-        for logical_id, resource in template["Resources"].items()
-    }
     return sorted(
-        (finding.stack, finding.short_name if finding.logical_id else None)
-        for finding in findings(old, new)
-        if types.get((finding.stack, finding.logical_id)) not in PARENT_SCOPED_NAMES
+        (finding.stack, finding.short_name if finding.logical_id else None) for finding in findings(old, new)
     )
 
 

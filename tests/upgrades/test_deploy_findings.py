@@ -185,6 +185,19 @@ def test_a_fixed_name_created_again_in_another_stack_fails_on_the_name():
     assert left.startswith("pipeline is no longer in the app")
 
 
+def test_names_unique_within_their_parent_conflict_only_on_the_same_parent():
+    """An inline policy's name is unique per role (IAM), a metric filter's per log group (CloudWatch Logs): a new
+    stack's policy on its own role takes no name from the old stack's role."""
+
+    def policy(role: str) -> dict[str, Any]:
+        return {"Type": "AWS::IAM::Policy", "Properties": {"PolicyName": "Default", "Roles": [role]}}
+
+    old = {"pipeline": {"Resources": {"Policy": policy("trainstack-pipeline")}}}
+    assert sentences(old, {**old, "team": {"Resources": {"Policy": policy("trainstack-team")}}}) == []
+    taken = sentences(old, {**old, "team": {"Resources": {"Policy": policy("trainstack-pipeline")}}})
+    assert len(taken) == 1 and "would be created with the fixed name" in taken[0]
+
+
 def test_associations_that_would_exist_together_during_the_update_are_refused():
     """The releases' dataset association at / and today's /dataset + /checkpoints: created before the old one
     is deleted, both new ones conflict with it (DESIGN: CreateDataRepositoryAssociation)."""
