@@ -100,6 +100,7 @@ def storage_stack(app: cdk.App, settings: Settings, network: NetworkStack, **kwa
         encryption=settings.encryption,
         express=express_buckets(settings),
         object_lock_in_place=settings.migrations.object_lock_in_place,
+        keep_split_fsx_links=settings.migrations.keep_split_fsx_links,
         network=network,
         **kwargs,
     )

@@ -203,7 +203,7 @@ class _Review:
         fate = _fate(change.old, "DeletionPolicy")
         target = self._moved_to(change)
         if target is None:
-            sentence = f"{_label(change)} would be REMOVED: it {fate}, with {data}."
+            sentence = f"{_label(change)} would be REMOVED: it {fate}, with {data}." + _kept_links_hint(change)
         else:
             name = _fixed_name(self.rules, change.old)
             creation = (
@@ -287,6 +287,22 @@ class _Unchanged:
 
 
 _UNCHANGED = _Unchanged()
+
+
+# Where release 0.5.0 linked every file system (the dataset at /dataset, the checkpoints at /checkpoints).
+SPLIT_LINK_PATHS = ("/dataset", "/checkpoints")
+
+
+def _kept_links_hint(change: ResourceChange) -> str:
+    """How a deployment keeps the links release 0.5.0 made, where the deploy would remove one of them."""
+    if change.resource_type != ASSOCIATION:
+        return ""
+    if change.old.get("Properties", {}).get("FileSystemPath") not in SPLIT_LINK_PATHS:
+        return ""
+    return (
+        " A deployment linked by release 0.5.0 keeps its links with `migrations: {keep_split_fsx_links: true}` "
+        "in its config (docs/upgrading.md)."
+    )
 
 
 def _association_finding(stack: str, logical_id: str, reason: str) -> Finding:

@@ -18,6 +18,13 @@ template depends on are written down here, once, and stay:
 - `keep_image_repository`: the image was built once (the `<project>-training` ECR repository, retained, holds
   the images past jobs ran). With `image.uri` set the repository stays in the template, so that building
   the image again finds it.
+- `keep_split_fsx_links`: the file system was linked by release 0.5.0, which put the dataset's data
+  repository association at `/dataset` and a checkpoint association at `/checkpoints`, without the fsx
+  checkpoint store too. Those two links stay (same logical ids, paths and S3 locations): the one association
+  at `/` of every other release cannot be created while they exist (CreateDataRepositoryAssociation: `/`
+  allows one association only; CloudFormation creates before it deletes), and a SCRATCH_2 file system would
+  be replaced to get its ImportPath back. docs/upgrading.md says when to set it; `make deploy` refuses the
+  upgrade of such a deployment without it.
 - `object_lock_in_place`: the buckets were created without Object Lock (`compliance: none`), and
   `compliance: control-tower` turns it on through their ObjectLockConfiguration, which S3 and
   CloudFormation change in place (S3 User Guide, "Enable Object Lock on an existing S3 bucket";
@@ -47,6 +54,7 @@ class MigrationSettings(StrictModel):
         ]
     ] = []
     object_lock_in_place: bool = False
+    keep_split_fsx_links: bool = False
     keep_image_repository: bool = False
     keep_trigger_table: bool = False
 

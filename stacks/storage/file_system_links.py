@@ -5,7 +5,8 @@ so that an upgrade replaces no file system and no association (docs/upgrading.md
 - Without the fsx store: the dataset at `/` by the association `DatasetAssociation` (its logical id since
   the first release), or on SCRATCH_2, unless retrain_on_new_data imports with a report, by the file
   system's own ImportPath (LustreConfiguration ImportPath and AutoImportPolicy NEW_CHANGED_DELETED).
-- With the fsx store: the dataset at `/dataset`, the checkpoints at `/checkpoints`. `/` allows one
+- With the fsx store, or where release 0.5.0 built the links (`migrations.keep_split_fsx_links`: it linked
+  every file system so): the dataset at `/dataset`, the checkpoints at `/checkpoints`. `/` allows one
   association only, so turning the store on replaces the dataset's association, which CloudFormation creates
   before it deletes the old one at `/`: `trainstack check-config --against` names it, and
   docs/infrastructure.md gives the steps before such a deploy.
@@ -75,10 +76,12 @@ class Link:
         return Association(self.construct_id, self.file_system_path, self.data_repository_path)
 
 
-def link_layout(deployment_type: str, *, fsx_checkpoints: bool, reported_imports: bool) -> str:
+def link_layout(
+    deployment_type: str, *, fsx_checkpoints: bool, reported_imports: bool, keep_split_links: bool = False
+) -> str:
     """The file system's links: "import-path" (SCRATCH_2 by ImportPath), "root" (one association at /) or
     "two" (/dataset and /checkpoints); the module docstring says when."""
-    if fsx_checkpoints:
+    if fsx_checkpoints or keep_split_links:
         return "two"
     return "import-path" if deployment_type == "SCRATCH_2" and not reported_imports else "root"
 

@@ -84,6 +84,7 @@ class StorageStack(cdk.Stack):
         express: ExpressBuckets | None = None,  # the s3-express store's directory buckets
         dataset_events: bool = False,  # retrain_on_new_data listens to the dataset bucket's events
         object_lock_in_place: bool = False,  # migrations.object_lock_in_place: see _bucket
+        keep_split_fsx_links: bool = False,  # migrations.keep_split_fsx_links: see link_layout
         fsx_checkpoints: bool = False,  # a profile checkpoints to the file system (checkpoint_store fsx)
         **kwargs,
     ) -> None:
@@ -141,6 +142,7 @@ class StorageStack(cdk.Stack):
                 self.fsx_plan.deployment_type,
                 fsx_checkpoints=fsx_checkpoints,
                 reported_imports=dataset_events,
+                keep_split_links=keep_split_fsx_links,
             )
             self._file_system(self.fsx_plan, network, checkpoint_key=run_bucket_key, layout=layout)
         self._outputs()

@@ -1,7 +1,10 @@
 """Upgrades from every kept release deploy cleanly (docs/upgrading.md): today's app, synthesized with the same
 config, deployed over each release kept under tests/upgrades/releases replaces or removes no stateful
 resource, creates no fixed-name resource again and links no conflicting data repository association.
-tests/upgrades/test_deploy_review.py shows the same review failing on a deliberate file system replacement."""
+A release whose upgrade needs a config line (docs/upgrading.md names each) keeps it beside its templates, in
+upgrade.yaml ({config name: lines to add}): the test adds exactly those lines, and shows the upgrade failing
+without them. tests/upgrades/test_deploy_review.py shows the review failing on a deliberate file system
+replacement."""
 
 from __future__ import annotations
 
@@ -9,10 +12,11 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
-from tests.conftest import REPO_ROOT, synthesize
+from tests.conftest import NO_ENV, REPO_ROOT, deep_merge, synthesize
 from trainstack.app_templates import read_directory
-from trainstack.config_loading import load_settings
+from trainstack.config_loading import load_settings, parse_settings
 from trainstack.deploy_findings import findings
 
 RELEASES = Path(__file__).resolve().parent / "releases"
@@ -29,17 +33,30 @@ def todays_config(name: str) -> Path:
     return REPO_ROOT / "config" / ("default.yaml" if name == "default" else f"examples/{name}.yaml")
 
 
-@pytest.fixture(scope="module")
-def todays_app(default_app, tmp_path_factory):
-    """Today's templates per kept config name, each config synthesized once (the default's by the session)."""
-    apps = {"default": read_directory(Path(default_app[2].directory))}
+def upgrade_lines(release: str, config: str) -> dict:
+    """The config lines docs/upgrading.md says an upgrade from `release` with `config` needs ({} if none)."""
+    notes = RELEASES / release / "upgrade.yaml"
+    return (yaml.safe_load(notes.read_text()) or {}).get(config, {}) if notes.exists() else {}
 
-    def app(name: str):
-        if name not in apps:
+
+@pytest.fixture(scope="module")
+def todays_app(default_app, teams_app, tmp_path_factory):
+    """Today's templates per kept config name and added lines, each synthesized once (the default's and the
+    teams example's as the session does)."""
+    apps = {
+        ("default", "{}"): read_directory(Path(default_app[2].directory)),
+        ("teams", "{}"): read_directory(Path(teams_app[2].directory)),
+    }
+
+    def app(name: str, lines: dict):
+        key = (name, json.dumps(lines, sort_keys=True))
+        if key not in apps:
             outdir = tmp_path_factory.mktemp(f"{name}.cdk.out")
-            synthesize(load_settings(todays_config(name)), outdir)
-            apps[name] = read_directory(outdir)
-        return apps[name]
+            data = yaml.safe_load(todays_config(name).read_text())
+            settings = parse_settings(deep_merge(data, lines), NO_ENV, source=f"{name} + {lines}")
+            synthesize(settings, outdir)
+            apps[key] = read_directory(outdir)
+        return apps[key]
 
     return app
 
@@ -54,8 +71,19 @@ def test_the_four_landed_releases_are_kept_for_each_config_they_had():
 
 @pytest.mark.parametrize(("release", "config"), KEPT, ids=[f"{r}-{c}" for r, c in KEPT])
 def test_upgrading_a_kept_release_loses_nothing_and_fails_on_nothing(release, config, todays_app):
-    found = findings(read_directory(RELEASES / release / config), todays_app(config))
+    today = todays_app(config, upgrade_lines(release, config))
+    found = findings(read_directory(RELEASES / release / config), today)
     assert [finding.sentence for finding in found] == []
+
+
+def test_release_0_5_0s_split_links_without_the_documented_line_fail_and_the_review_names_the_line(todays_app):
+    """Release 0.5.0 (7fc7aa9) linked the dataset at /dataset and the checkpoints at /checkpoints: without
+    `migrations.keep_split_fsx_links`, today's association at / conflicts with them, and the review says so."""
+    assert upgrade_lines("7fc7aa9", "default") == {"migrations": {"keep_split_fsx_links": True}}
+    found = findings(read_directory(RELEASES / "7fc7aa9" / "default"), todays_app("default", {}))
+    sentences = " ".join(finding.sentence for finding in found)
+    assert "a file system path of / allows one data repository association only" in sentences
+    assert "`migrations: {keep_split_fsx_links: true}`" in sentences
 
 
 @pytest.mark.parametrize("release", sorted({release for release, _ in KEPT}))
