@@ -203,7 +203,8 @@ class _Review:
         fate = _fate(change.old, "DeletionPolicy")
         target = self._moved_to(change)
         if target is None:
-            sentence = f"{_label(change)} would be REMOVED: it {fate}, with {data}." + _kept_links_hint(change)
+            sentence = f"{_label(change)} would be REMOVED: it {fate}, with {data}."
+            sentence += _kept_links_hint(change)
         else:
             name = _fixed_name(self.rules, change.old)
             creation = (
@@ -300,8 +301,8 @@ def _kept_links_hint(change: ResourceChange) -> str:
     if change.old.get("Properties", {}).get("FileSystemPath") not in SPLIT_LINK_PATHS:
         return ""
     return (
-        " A deployment linked by release 0.5.0 keeps its links with `migrations: {keep_split_fsx_links: true}` "
-        "in its config (docs/upgrading.md)."
+        " A deployment linked by release 0.5.0 keeps its links with "
+        "`migrations: {keep_split_fsx_links: true}` in its config (docs/upgrading.md)."
     )
 
 

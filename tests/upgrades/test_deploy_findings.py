@@ -186,8 +186,8 @@ def test_a_fixed_name_created_again_in_another_stack_fails_on_the_name():
 
 
 def test_names_unique_within_their_parent_conflict_only_on_the_same_parent():
-    """An inline policy's name is unique per role (IAM), a metric filter's per log group (CloudWatch Logs): a new
-    stack's policy on its own role takes no name from the old stack's role."""
+    """An inline policy's name is unique per role (IAM), a metric filter's per log group (CloudWatch Logs): a
+    new stack's policy on its own role takes no name from the old stack's role."""
 
     def policy(role: str) -> dict[str, Any]:
         return {"Type": "AWS::IAM::Policy", "Properties": {"PolicyName": "Default", "Roles": [role]}}

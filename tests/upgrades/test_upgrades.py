@@ -76,9 +76,9 @@ def test_upgrading_a_kept_release_loses_nothing_and_fails_on_nothing(release, co
     assert [finding.sentence for finding in found] == []
 
 
-def test_release_0_5_0s_split_links_without_the_documented_line_fail_and_the_review_names_the_line(todays_app):
+def test_0_5_0s_split_links_without_the_documented_line_fail_and_the_review_names_it(todays_app):
     """Release 0.5.0 (7fc7aa9) linked the dataset at /dataset and the checkpoints at /checkpoints: without
-    `migrations.keep_split_fsx_links`, today's association at / conflicts with them, and the review says so."""
+    `migrations.keep_split_fsx_links`, today's association at / conflicts with them; the review says so."""
     assert upgrade_lines("7fc7aa9", "default") == {"migrations": {"keep_split_fsx_links": True}}
     found = findings(read_directory(RELEASES / "7fc7aa9" / "default"), todays_app("default", {}))
     sentences = " ".join(finding.sentence for finding in found)
