@@ -1,13 +1,17 @@
 """Races between threads of the emulator, forced: an ending child execution read by its parent's `.sync:2`
-poll, a stopped parent's child, and the SteppedClock's settling while many `.sync` tasks wait."""
+poll, a stopped parent's child, the SteppedClock's settling while many `.sync` tasks wait, and a local
+training job described while its supervisor records its end."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from contextlib import ExitStack
+from datetime import UTC, datetime
 
 import boto3
 import pytest
@@ -17,6 +21,8 @@ from moto.stepfunctions.parser.backend.execution import Execution
 from moto.stepfunctions.responses import StepFunctionResponse
 
 from localaws.emulator import SteppedClock, VirtualClock, local_stepfunctions
+from localaws.sagemaker.local_processes import LocalRun
+from localaws.sagemaker.training_jobs import TrainingJob
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
@@ -230,3 +236,29 @@ def test_settle_gives_up_only_after_its_timeout_without_any_change(monkeypatch):
     assert not worker.is_alive()
     with pytest.raises(TimeoutError, match="nothing changed for 0.5 real seconds"):
         clock.settle()  # the one execution works and nothing changes
+
+
+class EndedWhileAnswering(LocalRun):
+    """A local job whose supervisor records the end between two reads of it by DescribeTrainingJob."""
+
+    _reads = 0
+
+    @property
+    def ended(self):
+        self._reads += 1
+        return None if self._reads == 1 else datetime(2026, 12, 5, tzinfo=UTC)
+
+    @ended.setter
+    def ended(self, value) -> None:
+        """Set by the dataclass' __init__ only."""
+
+
+def test_a_local_job_is_never_described_completed_without_its_end_time(tmp_path):
+    (tmp_path / "output").mkdir()
+    (tmp_path / "output" / "success").touch()
+    process = subprocess.Popen([sys.executable, "-c", ""])
+    process.wait()
+    run = EndedWhileAnswering(tmp_path, tmp_path / "checkpoints", process, tmp_path / "log", False)
+    job = TrainingJob({"TrainingJobName": "local-1"}, created=0.0)
+    phase = run.phase(job)
+    assert phase.status != "Completed" or "TrainingEndTime" in phase.fields, phase
