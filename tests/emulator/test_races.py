@@ -173,9 +173,18 @@ def test_a_stopped_parent_stops_the_child_it_waits_for():
         assert ended(child_execution)["status"] == "ABORTED"
 
 
-def test_the_stepped_clock_moves_while_many_parents_wait_on_children():
-    """Twenty parents, each waiting on a child that waits an hour: all are blocked (the parents on their
-    children), so the clock moves to the children's end and every parent ends."""
+def test_the_stepped_clock_moves_while_many_parents_wait_on_children(monkeypatch):
+    """Twenty parents, each waiting on a child that waits an hour: once settled, no parent polls (each
+    sleeps until an execution ends), so all are blocked and the clock moves to the children's end, and
+    every parent ends."""
+    describes = []
+    describe = StepFunctionResponse.describe_execution
+
+    def counted(response):
+        describes.append(response._get_param("executionArn"))
+        return describe(response)
+
+    monkeypatch.setattr(StepFunctionResponse, "describe_execution", counted)
     clock = SteppedClock()
     with emulating(clock):
         child = machine(
@@ -206,6 +215,10 @@ def test_the_stepped_clock_moves_while_many_parents_wait_on_children():
         ]
         runs = [start(parent, "run") for parent in parents]
         started = clock.time()
+        clock.settle()
+        polled = len(describes)
+        time.sleep(0.2)  # real time: a parent polling every 5 ms would look ~40 times meanwhile
+        assert len(describes) == polled
 
         def all_ended() -> bool:
             return all(client.describe_execution(executionArn=run)["status"] != "RUNNING" for run in runs)
