@@ -265,10 +265,34 @@ def run_all(world: World, runs: list[Run]) -> dict[Run, dict[str, Any]]:
     return ends
 
 
+def attempts_of(team: str, execution_arn: str) -> list[dict[str, Any]]:
+    """The attempt executions a pipeline execution started (their input names their parent: the
+    attempt task associates them with it, AWS_STEP_FUNCTIONS_STARTED_BY_EXECUTION_ID), described."""
+    client = boto3.client("stepfunctions", region_name=harness.REGION)
+    machine = f"{pipeline_arn(team)}-attempt"
+    listed = [
+        item["executionArn"]
+        for page in client.get_paginator("list_executions").paginate(stateMachineArn=machine)
+        for item in page["executions"]
+    ]
+    return [
+        attempt
+        for attempt in map(described, listed)
+        if json.loads(attempt["input"]).get("AWS_STEP_FUNCTIONS_STARTED_BY_EXECUTION_ID") == execution_arn
+    ]
+
+
 def unexpected_ends(ends: dict[Run, dict[str, Any]]) -> list[str]:
     """Each run that did not end as its scenario says (of a duplicate pair: exactly one runs, the other is
-    refused InvalidInput before any job)."""
-    wrong = []
+    refused InvalidInput before any job); a stopped run's attempt ends ABORTED with it, as on AWS
+    (docs/emulator.md, "Races")."""
+    wrong = [
+        f"{run.name}: attempt {attempt['name']} ended {attempt['status']}, not ABORTED with its run"
+        for run in ends
+        if run.scenario.stopped
+        for attempt in attempts_of(run.team, ends[run]["executionArn"])
+        if attempt["status"] != "ABORTED"
+    ]
     by_name: dict[str, list[Run]] = {}
     for run in ends:
         by_name.setdefault(run.name, []).append(run)
