@@ -10,7 +10,8 @@ What it changes inside moto, for the duration of the `with` block:
   timestamps, Wait states, Retry intervals and the state machine's TimeoutSeconds follow the clock.
 - Errors: aws-sdk task errors are named as AWS names them (errors.py), with SageMaker registered.
 - Child executions (states:startExecution, .sync:2): cased as on AWS, and a refused start named
-  `StepFunctions.<Code>` as AWS documents it (nested_executions.py).
+  `StepFunctions.<Code>` as AWS documents it (nested_executions.py); executions of a version listed and
+  described as the state machine's (versions.py).
 - aws-sdk task arguments and results use PascalCase member names, as on AWS ("even if the native
   service API is in camelCase": Step Functions' own API, ECS, ...), converted with moto's
   LocalStack helpers along the operation's shapes in botocore's model.
@@ -35,7 +36,7 @@ from unittest import mock
 
 import botocore.session
 
-from localaws.emulator import limits, nested_executions
+from localaws.emulator import limits, nested_executions, versions
 from localaws.emulator.clock import Clock, VirtualClock
 from localaws.emulator.errors import SERVICE_ERROR_NAMES, aws_sdk_error_name
 from localaws.emulator.functions import jsonata_evaluator
@@ -108,7 +109,7 @@ def _patches(clock: Clock, quiet: bool) -> list[Any]:
         mock.patch.object(aws_sdk.StateTaskServiceAwsSdk, "_normalise_response", _response_in_pascal_names),
         mock.patch.object(AmazonStateLanguageParser, "parse", _parse_once(AmazonStateLanguageParser.parse)),
     ]
-    patches += nested_executions.patches() + clock.patches()
+    patches += nested_executions.patches() + versions.patches() + clock.patches()
     clock_datetime = _datetime_module_on(clock)
     patches += [
         mock.patch.object(importlib.import_module(name), "datetime", clock_datetime)

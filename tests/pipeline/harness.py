@@ -127,8 +127,12 @@ class Outcome:
 
 
 def create_state_machine(definition: str, name: str = "trainstack-pipeline") -> str:
+    """Create the machine and publish its version 1, which the parents' definitions name (a first deploy:
+    stacks/pipeline/pinned_start.py)."""
     client = boto3.client("stepfunctions", region_name=REGION)
-    return client.create_state_machine(name=name, definition=definition, roleArn=ROLE_ARN)["stateMachineArn"]
+    return client.create_state_machine(name=name, definition=definition, roleArn=ROLE_ARN, publish=True)[
+        "stateMachineArn"
+    ]
 
 
 def start(state_machine_arn: str, execution_input: Any, name: str = "exec-1") -> str:
