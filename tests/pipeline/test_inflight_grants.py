@@ -17,6 +17,22 @@ from tests.infra.templates import resources
 
 RELEASES = Path(__file__).parents[1] / "upgrades" / "releases"
 PIPELINE_TEMPLATE = Path("default", "trainstack-pipeline.template.json.gz")
+# Actions the previous release's definitions call that this release dropped on purpose, by release and
+# machine. Release 19fc479's registration machine ran its evaluation jobs and listed the dataset itself;
+# keeping those grants would let every registration machine create training jobs past the attempt
+# machine's conditions (tests/iam/test_denied_calls.py, test_team_isolation.py). 19fc479 starts its inner
+# machines by plain ARN, so its runs in flight are drained before that upgrade anyway (docs/pipeline.md).
+DROPPED = {
+    "19fc479": {
+        "trainstack-pipeline-registration": [
+            "iam:passrole",
+            "s3:listbucket",
+            "sagemaker:addtags",
+            "sagemaker:createtrainingjob",
+            "sagemaker:describetrainingjob",
+        ]
+    }
+}
 
 
 def previous_release() -> tuple[str, dict[str, Any]]:
@@ -64,7 +80,9 @@ def missing_actions(previous: dict[str, set[str]], current: dict[str, set[str]])
 def test_every_role_still_allows_what_the_previous_release_calls(pipeline):
     release, template = previous_release()
     missing = missing_actions(allowed_actions(template), allowed_actions(pipeline.template))
-    assert missing and not any(missing.values()), (
+    assert missing, "no machine of the previous release is in this one"
+    missing = {machine: actions for machine, actions in missing.items() if actions}
+    assert missing == DROPPED.get(release, {}), (
         f"release {release}'s runs in flight would be denied: {missing}"
     )
 

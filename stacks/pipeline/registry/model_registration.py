@@ -35,10 +35,8 @@ from stacks.pipeline.attempt.queued_training_attempt import queue_attempt_fields
 from stacks.pipeline.attempt_metrics import grant_publish, metrics_namespace
 from stacks.pipeline.jsonata_text import expression, literal
 from stacks.pipeline.logged_state_machine import logged_state_machine
-from stacks.pipeline.machine_kit import training_job_arn
 from stacks.pipeline.pinned_start import PinnedStartExecution
 from stacks.pipeline.quota_waits import request_without_skipped
-from stacks.pipeline.registry.carried_grants import carry_registration_grants
 from stacks.pipeline.registry.evaluation_request import (
     registry_table,
 )
@@ -157,12 +155,6 @@ class ModelRegistration(Construct):
             name: resource_value(resources, path) for name, path in substitution_names(resources).items()
         }
         self._grant()
-        carry_registration_grants(
-            self.state_machine.role,
-            job_arn=training_job_arn(self, f"{project}-*"),
-            sagemaker_role=sagemaker_role,
-            dataset_bucket_arn=self.dataset_bucket.bucket_arn,
-        )
         grant_publish(self.state_machine.role, project)
         self._grant_evaluation_sets(sagemaker_role, profiles)
         self._acknowledge()
