@@ -6,7 +6,7 @@ DescribeExecution, GetExecutionHistory and ListExecutions (which look executions
 name) never find it: a `.sync:2` parent polling a child started by version ARN would fail. On AWS an
 execution of a version is one of the state machine's executions: its ARN carries the state machine's name and
 no version ("Associating executions with a version or alias", Step Functions developer guide), ListExecutions
-of the state machine's ARN lists it, and execution names are unique per state machine. Here a version shares
+of the state machine's ARN lists it (a version ARN narrows the list to that version: ListExecutions API reference), and execution names are unique per state machine. Here a version shares
 its state machine's list of executions.
 
 `deploy_state_machines` is what CloudFormation does to a template's machines, on a first deploy or an
