@@ -1,13 +1,14 @@
 """State machine versions as AWS keeps their executions, and a deploy of new definitions over running ones.
 
-moto publishes versions (CreateStateMachine/UpdateStateMachine `publish`) and starts executions of a version
-ARN on the version's definition, but files each such execution under the version object, where
+moto publishes versions (CreateStateMachine/UpdateStateMachine `publish`) and starts executions of a
+version ARN on the version's definition, but files each such execution under the version object, where
 DescribeExecution, GetExecutionHistory and ListExecutions (which look executions up by the state machine's
 name) never find it: a `.sync:2` parent polling a child started by version ARN would fail. On AWS an
-execution of a version is one of the state machine's executions: its ARN carries the state machine's name and
-no version ("Associating executions with a version or alias", Step Functions developer guide), ListExecutions
-of the state machine's ARN lists it (a version ARN narrows the list to that version: ListExecutions API reference), and execution names are unique per state machine. Here a version shares
-its state machine's list of executions.
+execution of a version is one of the state machine's executions: its ARN carries the state machine's name
+and no version ("Associating executions with a version or alias", Step Functions developer guide),
+ListExecutions of the state machine's ARN lists it (a version ARN narrows the list to that version:
+ListExecutions API reference), and execution names are unique per state machine. Here a version shares its
+state machine's list of executions (and its name check).
 
 `deploy_state_machines` is what CloudFormation does to a template's machines, on a first deploy or an
 update: each machine created or its definition replaced (UpdateStateMachine), and for a machine with an
