@@ -179,7 +179,8 @@ class ImageSettings(StrictModel):
             "111111111111.dkr.ecr.us-east-1.amazonaws.com/trainstack:v1",
         ),
     ] = None
-    keep_images: Annotated[int, Field(ge=1, le=1000)] = 10
+    # At least 2: runs in flight keep running the image of the release they started on (docs/pipeline.md).
+    keep_images: Annotated[int, Field(ge=2, le=1000)] = 10
     # Digest of AWS's SMP base image in the deploy region (AWS publishes none; see docs/container.md).
     base_digest: Annotated[
         str | None, matching(r"^sha256:[0-9a-f]{64}$", "an image digest: sha256: and 64 hex digits")

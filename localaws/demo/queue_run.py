@@ -124,7 +124,9 @@ def run_queue(args, settings, pipeline, training: LocalTraining):
         create_tables(json.loads(pipeline.template_path.read_text()), settings.region)  # the run-name table
         stepfunctions = boto3.client("stepfunctions")
         for child, child_definition in pipeline.children.items():
-            stepfunctions.create_state_machine(name=child, definition=child_definition, roleArn=role)
+            stepfunctions.create_state_machine(
+                name=child, definition=child_definition, roleArn=role, publish=True
+            )
         arn = stepfunctions.create_state_machine(
             name=pipeline.name, definition=pipeline.definition, roleArn=role
         )["stateMachineArn"]

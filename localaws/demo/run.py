@@ -239,6 +239,7 @@ def run_pipeline(args, settings, pipeline, training: LocalTraining, run_name: st
                 name=child,
                 definition=child_definition,
                 roleArn=f"arn:aws:iam::123456789012:role/{settings.project}-pipeline",
+                publish=True,
             )
         state_machine_arn = boto3.client("stepfunctions").create_state_machine(
             name=pipeline.name,

@@ -3,8 +3,9 @@
 CloudFormation fills the definition's `${Name}` placeholders (DefinitionSubstitutions) at deploy
 time with the role, image, buckets, subnets and file system; locally they get stand-in values of
 the same shape, chosen by the placeholder's name. References CloudFormation resolves (Fn::Join of the
-partition and of the ARNs of the state machines the pipeline starts, such as its attempt machine)
-become the values they have in moto; those machines come along in `children`.
+partition and of the ARNs of the state machines the pipeline starts, such as its attempt machine, or of
+their published versions) become the values they have in moto; those machines come along in `children`,
+to be created with their version 1 published.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from localaws.emulator.versions import referenced_machine_arn
 from trainstack.queue_settings import training_queue_name
 
 ACCOUNT = "123456789012"  # moto's default account
@@ -30,7 +32,8 @@ class SynthesizedPipeline:
     definition: str  # placeholders filled
     substitutions: dict[str, str]  # placeholder -> the local value it got
     # State machines the pipeline starts, and those they start (StateMachineName -> definition), the
-    # deepest first: create them in this order, before the pipeline.
+    # deepest first: create them in this order, before the pipeline, each with `publish` (the parents name
+    # version 1).
     children: dict[str, str]
 
     @property
@@ -57,6 +60,9 @@ def load_pipeline(cdk_out: Path, project: str, region: str, name: str | None = N
     resources = template["Resources"]
     referenced: list[str] = []
 
+    def machine_arn(machine_name: str) -> str:
+        return f"arn:aws:states:{region}:{ACCOUNT}:stateMachine:{machine_name}"
+
     def value_of(part: Any) -> str:
         if isinstance(part, str):
             return part
@@ -64,11 +70,11 @@ def load_pipeline(cdk_out: Path, project: str, region: str, name: str | None = N
             return "aws"
         if part.get("Fn::GetAtt", [None, None])[1] == "JobQueueArn":  # queue mode's job queue
             return f"arn:aws:batch:{region}:{ACCOUNT}:job-queue/{training_queue_name(project)}"
-        machine = resources.get(part.get("Ref", ""), {})
-        if machine.get("Type") != "AWS::StepFunctions::StateMachine":
+        arn = referenced_machine_arn(resources, part.get("Ref", ""), machine_arn)
+        if arn is None:
             raise SynthesizedPipelineError(f"{template_path}: the definition of {name} refers to {part}")
-        referenced.append(machine["Properties"]["StateMachineName"])
-        return f"arn:aws:states:{region}:{ACCOUNT}:stateMachine:{referenced[-1]}"
+        referenced.append(arn.split(":")[6])
+        return arn
 
     def text_of(definition: Any) -> str:
         return (

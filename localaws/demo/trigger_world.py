@@ -119,9 +119,10 @@ def trigger_world(
         _create_resources(machines)
         client = boto3.client("stepfunctions", region_name=REGION)
         arns = {
-            name: client.create_state_machine(name=name, definition=definition, roleArn=ROLE_ARN)[
-                "stateMachineArn"
-            ]
+            # Published: the parents' definitions name version 1 of their children.
+            name: client.create_state_machine(
+                name=name, definition=definition, roleArn=ROLE_ARN, publish=True
+            )["stateMachineArn"]
             for name, definition in machines.definitions.items()
         }
         events = boto3.client("events", region_name=REGION)

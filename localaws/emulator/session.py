@@ -14,6 +14,7 @@ What it changes inside moto, for the duration of the `with` block:
   (nested_executions.py).
 - Ends: an ending execution's output, error and cause are written before its status, so no reader sees
   an end without them (execution_ends.py).
+- Versions: executions of a version listed and described as the state machine's (versions.py).
 - aws-sdk task arguments and results use PascalCase member names, as on AWS ("even if the native
   service API is in camelCase": Step Functions' own API, ECS, ...), converted with moto's
   LocalStack helpers along the operation's shapes in botocore's model.
@@ -38,7 +39,7 @@ from unittest import mock
 
 import botocore.session
 
-from localaws.emulator import execution_ends, limits, nested_executions
+from localaws.emulator import execution_ends, limits, nested_executions, versions
 from localaws.emulator.clock import Clock, VirtualClock
 from localaws.emulator.errors import SERVICE_ERROR_NAMES, aws_sdk_error_name
 from localaws.emulator.functions import jsonata_evaluator
@@ -111,7 +112,7 @@ def _patches(clock: Clock, quiet: bool) -> list[Any]:
         mock.patch.object(aws_sdk.StateTaskServiceAwsSdk, "_normalise_response", _response_in_pascal_names),
         mock.patch.object(AmazonStateLanguageParser, "parse", _parse_once(AmazonStateLanguageParser.parse)),
     ]
-    patches += nested_executions.patches() + execution_ends.patches() + clock.patches()
+    patches += nested_executions.patches() + execution_ends.patches() + versions.patches() + clock.patches()
     clock_datetime = _datetime_module_on(clock)
     patches += [
         mock.patch.object(importlib.import_module(name), "datetime", clock_datetime)

@@ -76,6 +76,11 @@ class ImageStack(cdk.Stack):
             repository_name=f"{project}-training",
             image_scan_on_push=True,
             image_tag_mutability=ecr.TagMutability.IMMUTABLE,
+            # A run in flight keeps starting jobs on the image of the release it started on, which a later
+            # deploy's image pushes down the list: it survives keep_images - 1 rebuilds during its life
+            # (docs/pipeline.md, "What a deploy does to runs in flight"). A count, not an age: ECR expires an
+            # image by one rule at most and cannot combine the two, and an age rule would also expire the
+            # image new runs use once nothing has been rebuilt for that long.
             lifecycle_rules=[
                 ecr.LifecycleRule(
                     description=f"Keep the {image.keep_images} most recent images",

@@ -147,7 +147,10 @@ class CallCatalog(TrainingJobCalls, TriggerCalls, RegistryCalls):
         integration = state["Resource"].removeprefix("arn:aws:states:::")
         arguments = state.get("Arguments", {})
         if integration.startswith("states:startExecution.sync"):
-            target = arguments["StateMachineArn"]
+            # A version or alias ARN (`...:stateMachine:<name>:<qualifier>`) is authorized as the state
+            # machine's own ARN (Step Functions developer guide, "Authorization for versions and
+            # aliases"), and its executions are the machine's (`execution:<name>:<id>`).
+            target = ":".join(arguments["StateMachineArn"].split(":")[:7])
             execution = target.replace(":stateMachine:", ":execution:") + f":{ATTEMPT_EXECUTION}"
             rule = self.arn("events", f"rule/{SYNC_RULE}")
             return [

@@ -160,6 +160,11 @@ class DeployedApp:
             "AWS::StepFunctions::StateMachine": lambda: (
                 arn % ("states", "stateMachine:" + self._name(stack, name, "StateMachineName"))
             ),
+            # Ref of a version: its ARN, `<state machine ARN>:<number>` (template reference); 1 when first
+            # deployed.
+            "AWS::StepFunctions::StateMachineVersion": lambda: (
+                self.resolve(self.resource(stack, name)["Properties"]["StateMachineArn"], stack) + ":1"
+            ),
             "AWS::ECR::Repository": lambda: self._name(stack, name, "RepositoryName").lower(),
             "AWS::Logs::LogGroup": lambda: self._name(stack, name, "LogGroupName"),
             "AWS::Lambda::Function": lambda: self._name(stack, name, "FunctionName"),

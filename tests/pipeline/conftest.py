@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +12,7 @@ import pytest
 
 from localaws.demo import registry_run
 from localaws.emulator import VirtualClock
+from localaws.emulator.versions import referenced_machine_arn
 from localaws.sagemaker import (
     COMPLETED,
     STARTING,
@@ -61,26 +62,32 @@ def state_machine_arn(name: str) -> str:
     return f"arn:aws:states:{harness.REGION}:{harness.ACCOUNT}:stateMachine:{name}"
 
 
-def filled_definition(properties: dict[str, Any], template: dict[str, Any]) -> str:
+def filled_definition(
+    properties: dict[str, Any],
+    template: dict[str, Any],
+    values: Callable[[str], str] = fake_value,
+    versions: Mapping[str, str] | None = None,
+) -> str:
     """The DefinitionString as CloudFormation would deploy it, with fake values substituted: Fn::Join
-    parts joined (the partition, other state machines' ARNs by name) and DefinitionSubstitutions filled."""
+    parts joined (the partition, other state machines' ARNs by name, their published versions' ARNs:
+    `versions` by logical id, else version 1) and DefinitionSubstitutions filled from `values`."""
     text = properties["DefinitionString"]
     if isinstance(text, dict):
-        text = "".join(_reference_value(part, template) for part in text["Fn::Join"][1])
+        text = "".join(_reference_value(part, template, versions) for part in text["Fn::Join"][1])
     for name in properties.get("DefinitionSubstitutions", {}):
-        text = text.replace("${" + name + "}", fake_value(name))
+        text = text.replace("${" + name + "}", values(name))
     assert "${" not in text, "a placeholder has no DefinitionSubstitutions entry"
     return text
 
 
-def _reference_value(part: Any, template: dict[str, Any]) -> str:
+def _reference_value(part: Any, template: dict[str, Any], versions: Mapping[str, str] | None) -> str:
     if isinstance(part, str):
         return part
     if part == {"Ref": "AWS::Partition"}:
         return "aws"
-    machine = template["Resources"][part["Ref"]]
-    assert machine["Type"] == "AWS::StepFunctions::StateMachine", part
-    return state_machine_arn(machine["Properties"]["StateMachineName"])
+    arn = referenced_machine_arn(template["Resources"], part["Ref"], state_machine_arn, versions)
+    assert arn is not None, part
+    return arn
 
 
 @dataclass(frozen=True)
@@ -158,10 +165,11 @@ class Interpreter:
 
 @pytest.fixture
 def interpreter(pipeline, monkeypatch) -> Iterator[Callable[..., Interpreter]]:
-    """interpreter(job_scripts=..., create_errors=...) -> Interpreter inside one mock_aws session."""
+    """interpreter(job_scripts=..., create_errors=...) -> Interpreter inside one mock_aws session;
+    `registration_definition` deploys another registration machine than the synthesized one."""
     contexts = []
 
-    def start(**fake_fields: Any) -> Interpreter:
+    def start(registration_definition: str | None = None, **fake_fields: Any) -> Interpreter:
         fake = scripted_sagemaker(**fake_fields)
         context = harness.pipeline_environment(fake, monkeypatch)
         clock = context.__enter__()
@@ -177,7 +185,8 @@ def interpreter(pipeline, monkeypatch) -> Iterator[Callable[..., Interpreter]]:
             pipeline_arn=harness.create_state_machine(pipeline.training_definition, "trainstack-pipeline"),
             cleanup_arn=harness.create_state_machine(pipeline.cleanup_definition, "trainstack-job-cleanup"),
             registration_arn=harness.create_state_machine(
-                pipeline.registration_definition, "trainstack-pipeline-registration"
+                registration_definition or pipeline.registration_definition,
+                "trainstack-pipeline-registration",
             ),
         )
 
@@ -199,15 +208,11 @@ def registry(interpreter, pipeline):
     are scripted_sagemaker's fields."""
 
     def start(table: dict[str, str] | None = None, **fake):
-        sm = interpreter(job_scripts=[[STARTING, TRAINING, COMPLETED]], **fake)
-        if table:
-            definition = pipeline.registration_definition
-            for old, new in table.items():
-                assert old in definition
-                definition = definition.replace(old, new)
-            boto3.client("stepfunctions").update_state_machine(
-                stateMachineArn=sm.registration_arn, definition=definition
-            )
+        definition = pipeline.registration_definition
+        for old, new in (table or {}).items():
+            assert old in definition
+            definition = definition.replace(old, new)
+        sm = interpreter(definition, job_scripts=[[STARTING, TRAINING, COMPLETED]], **fake)
         # The stack's group.
         boto3.client("sagemaker").create_model_package_group(ModelPackageGroupName=REGISTRY_GROUP)
 

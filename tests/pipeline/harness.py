@@ -70,7 +70,10 @@ def refuse_start_executions(monkeypatch, state_machine_arn: str, times: int) -> 
     start_execution = StepFunctionResponse.start_execution
 
     def refusing_start_execution(self) -> ActionResult:
-        if self._get_param("stateMachineArn") == refusals.state_machine_arn and refusals.left > 0:
+        arn = self._get_param("stateMachineArn")
+        # The machine itself or a version of it (`<ARN>:<version>`: parents start their children so).
+        targeted = arn == refusals.state_machine_arn or arn.startswith(refusals.state_machine_arn + ":")
+        if targeted and refusals.left > 0:
             refusals.left -= 1
             refusals.refused += 1
             raise service_error(*refusals.error)
@@ -127,8 +130,12 @@ class Outcome:
 
 
 def create_state_machine(definition: str, name: str = "trainstack-pipeline") -> str:
+    """Create the machine and publish its version 1, which the parents' definitions name (a first deploy:
+    stacks/pipeline/pinned_start.py)."""
     client = boto3.client("stepfunctions", region_name=REGION)
-    return client.create_state_machine(name=name, definition=definition, roleArn=ROLE_ARN)["stateMachineArn"]
+    return client.create_state_machine(name=name, definition=definition, roleArn=ROLE_ARN, publish=True)[
+        "stateMachineArn"
+    ]
 
 
 def start(state_machine_arn: str, execution_input: Any, name: str = "exec-1") -> str:

@@ -19,6 +19,7 @@ from localaws.demo.synthesized import create_tables
 from localaws.emulator.batch_jobs import TRAINING_JOB_NAMES
 from localaws.emulator.batch_routes import install_fake_batch
 from localaws.emulator.fake_batch import FakeBatch
+from localaws.emulator.versions import referenced_machine_arn
 from localaws.sagemaker import (
     CAPACITY_FAILURE,
     COMPLETED,
@@ -64,7 +65,9 @@ def _value(part: Any, template: dict[str, Any]) -> str:
         return QUEUE_ARN
     if "Fn::GetStackOutput" in part:
         return QUEUE_ARN  # with teams the job queue is the queue stack's, the one other stack's value
-    return state_machine_arn(template["Resources"][part["Ref"]]["Properties"]["StateMachineName"])
+    arn = referenced_machine_arn(template["Resources"], part["Ref"], state_machine_arn)
+    assert arn is not None, part
+    return arn
 
 
 @dataclass(frozen=True)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import aws_cdk as cdk
 from aws_cdk import aws_stepfunctions as sfn
-from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from stacks.pipeline.jsonata_text import expression
+from stacks.pipeline.pinned_start import PinnedStartExecution
 
 # A StartExecution of the attempt child that AWS refuses because too many executions are open (the
 # account's open-execution quota, or StartExecution's API quota). The name is the one AWS's developer
@@ -30,17 +30,17 @@ def start_attempt(
     scope: Construct,
     construct_id: str,
     *,
-    attempt_machine: sfn.IStateMachine,
+    attempt_machine: sfn.StateMachine,
     name: str,
     attempt_input: dict[str, str],
     assign: dict[str, str],
     comment: str,
     outputs: dict | str | None = None,
-) -> tasks.StepFunctionsStartExecution:
-    """A task that runs `attempt_machine` with `attempt_input` (JSONata fields) under the execution name
-    `name` (a JSONata expression), its output read by `assign` from `$states.result.Output`; the state's own
-    output is `outputs` (nothing by default)."""
-    start = tasks.StepFunctionsStartExecution.jsonata(
+) -> PinnedStartExecution:
+    """A task that runs `attempt_machine` (the version its release published: pinned_start.py) with
+    `attempt_input` (JSONata fields) under the execution name `name` (a JSONata expression), its output read
+    by `assign` from `$states.result.Output`; the state's own output is `outputs` (nothing by default)."""
+    start = PinnedStartExecution(
         scope,
         construct_id,
         comment=comment,

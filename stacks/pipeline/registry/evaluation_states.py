@@ -65,7 +65,7 @@ def _capacity_like(queued: bool) -> str:
 def evaluation_states(
     scope: Construct,
     *,
-    attempt_machine: sfn.IStateMachine,
+    attempt_machine: sfn.StateMachine,
     request: str,
     queued: bool,
     completed: sfn.IChainable,

@@ -29,13 +29,13 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sagemaker as sagemaker
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_stepfunctions as sfn
-from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from stacks.pipeline.attempt.queued_training_attempt import queue_attempt_fields
 from stacks.pipeline.attempt_metrics import grant_publish, metrics_namespace
 from stacks.pipeline.jsonata_text import expression, literal
 from stacks.pipeline.logged_state_machine import logged_state_machine
+from stacks.pipeline.pinned_start import PinnedStartExecution
 from stacks.pipeline.quota_waits import request_without_skipped
 from stacks.pipeline.registry.evaluation_request import (
     registry_table,
@@ -86,7 +86,7 @@ class ModelRegistration(Construct):
         resources: PipelineResources,
         sagemaker_role: iam.IRole,
         *,
-        attempt_machine: sfn.IStateMachine,
+        attempt_machine: sfn.StateMachine,
         queued: bool,
     ) -> None:
         """attempt_machine: the pipeline's, which runs each evaluation job (`queued`: through Batch)."""
@@ -190,7 +190,7 @@ class ModelRegistration(Construct):
         unregistered = sfn.Pass.jsonata(scope, "NotRegistered", assign={"registered": expression("null")})
         if self.state_machine is None:
             return unregistered.next(succeeded)
-        register = tasks.StepFunctionsStartExecution.jsonata(
+        register = PinnedStartExecution(
             scope,
             "EvaluateAndRegister",
             comment="Evaluate the model, register it as a version of the profile's group and gate it.",

@@ -46,7 +46,7 @@ def registration_chain(
     dataset_prefix: str,
     package_arns: list[str],
     inherited_arns: list[str],
-    attempt_machine: sfn.IStateMachine,
+    attempt_machine: sfn.StateMachine,
     queued: bool,
     repository_arn: str,
     allowed: dict[str, Any],
