@@ -93,15 +93,18 @@ PARENT_PROPERTIES = {
 }
 
 
-def _fixed_name(rules: ReplacementRules, resource: Template) -> str | None:
-    """The physical name a template gives a resource (canonical JSON), or None if CloudFormation names it."""
+def _fixed_name(rules: ReplacementRules, resource: Template, stack: str) -> str | None:
+    """The physical name a template gives a resource (canonical JSON), or None if CloudFormation names it.
+    A name unique within a parent carries the parent; a parent given by reference is its stack's own."""
     properties = resource.get("Properties", {})
     for name_property in rules.name_properties(resource["Type"]):
         if name_property in properties:
+            name = canonical(properties[name_property])
             parents = [properties.get(parent) for parent in PARENT_PROPERTIES.get(resource["Type"], ())]
-            if any(parents):
-                return canonical(properties[name_property]) + " in " + canonical(parents)
-            return canonical(properties[name_property])
+            if not any(parents):
+                return name
+            referenced = "{" in canonical(parents)
+            return f"{name} in {stack + ' ' if referenced else ''}{canonical(parents)}"
     return None
 
 
@@ -119,7 +122,7 @@ class _Review:
             (resource["Type"], name): (stack, logical_id)
             for stack, template in old.items()
             for logical_id, resource in template["Resources"].items()
-            if (name := _fixed_name(rules, resource)) is not None
+            if (name := _fixed_name(rules, resource, stack)) is not None
         }
 
     def findings(self) -> list[Finding]:
@@ -174,8 +177,8 @@ class _Review:
 
     def _replaced(self, change: ResourceChange) -> list[Finding]:
         causes = ", ".join(change.causes)
-        name = _fixed_name(self.rules, change.new)
-        if name is not None and name == _fixed_name(self.rules, change.old):
+        name = _fixed_name(self.rules, change.new, change.stack)
+        if name is not None and name == _fixed_name(self.rules, change.old, change.stack):
             return [
                 Finding(
                     change.stack,
@@ -206,7 +209,7 @@ class _Review:
             sentence = f"{_label(change)} would be REMOVED: it {fate}, with {data}."
             sentence += _kept_links_hint(change)
         else:
-            name = _fixed_name(self.rules, change.old)
+            name = _fixed_name(self.rules, change.old, change.stack)
             creation = (
                 f"creating it fails because the old one still holds the name {_shown(name)}"
                 if name is not None
@@ -220,18 +223,18 @@ class _Review:
 
     def _moved_to(self, removed: ResourceChange) -> tuple[str, str] | None:
         """An added resource of the same type with the same fixed name, or else the same properties."""
-        name = _fixed_name(self.rules, removed.old)
+        name = _fixed_name(self.rules, removed.old, removed.stack)
         for change in self.changes:
             if change.action != ADDED or change.resource_type != removed.resource_type:
                 continue
-            if (name is not None and name == _fixed_name(self.rules, change.new)) or canonical(
+            if (name is not None and name == _fixed_name(self.rules, change.new, change.stack)) or canonical(
                 removed.old.get("Properties")
             ) == canonical(change.new.get("Properties")):
                 return change.stack, change.logical_id
         return None
 
     def _name_taken(self, change: ResourceChange) -> list[Finding]:
-        name = _fixed_name(self.rules, change.new)
+        name = _fixed_name(self.rules, change.new, change.stack)
         holder = self.old_names.get((change.resource_type, name)) if name is not None else None
         if holder is None:
             return []

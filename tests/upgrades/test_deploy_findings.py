@@ -196,6 +196,13 @@ def test_names_unique_within_their_parent_conflict_only_on_the_same_parent():
     assert sentences(old, {**old, "team": {"Resources": {"Policy": policy("trainstack-team")}}}) == []
     taken = sentences(old, {**old, "team": {"Resources": {"Policy": policy("trainstack-pipeline")}}})
     assert len(taken) == 1 and "would be created with the fixed name" in taken[0]
+    # A role by reference is the stack's own: the same logical id in another stack is another role.
+    by_reference = {
+        "Type": "AWS::IAM::Policy",
+        "Properties": {"PolicyName": "Default", "Roles": [{"Ref": "R"}]},
+    }
+    old = {"pipeline": {"Resources": {"Policy": by_reference}}}
+    assert sentences(old, {**old, "team": {"Resources": {"Policy": copy.deepcopy(by_reference)}}}) == []
 
 
 def test_associations_that_would_exist_together_during_the_update_are_refused():
