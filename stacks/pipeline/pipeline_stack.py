@@ -85,6 +85,7 @@ class PipelineStack(cdk.Stack):
             runs=runs,
             resources=self.resources,
             sagemaker_role=self.sagemaker_role,
+            image_repository_arn=image.repository.repository_arn,
             queue=self.queue,
         )
         self.state_machine = self.training.state_machine

@@ -88,8 +88,11 @@ class ModelRegistration(Construct):
         *,
         attempt_machine: sfn.IStateMachine,
         queued: bool,
+        image_repository_arn: str,
     ) -> None:
-        """attempt_machine: the pipeline's, which runs each evaluation job (`queued`: through Batch)."""
+        """attempt_machine: the pipeline's, which runs each evaluation job (`queued`: through Batch).
+        image_repository_arn: the image stack's repository, whose tag the version's digest is resolved in
+        (one for the deployment: with teams it is not named after the team's namespace)."""
         super().__init__(scope, construct_id)
         self.runs, self.queued = runs, queued
         project, profiles = runs.project, runs.profiles
@@ -139,9 +142,7 @@ class ModelRegistration(Construct):
                 package_arns=self.package_arns,
                 attempt_machine=attempt_machine,
                 queued=queued,
-                repository_arn=stack.format_arn(
-                    service="ecr", resource="repository", resource_name=f"{project}-training"
-                ),
+                repository_arn=image_repository_arn,
                 allowed=allowed_requests(runs, self.table_resources, self.registered_profiles),
                 leases=lease_table(self, project),
             ),
