@@ -26,6 +26,8 @@ from trainstack.profiles import Profile
 from trainstack.teams import RunLimits
 
 DESCRIBE_BATCH_JOBS = "DescribeBatchTrainingJobs"
+# IAM wildcards for a path with a `.` or `..` segment or an empty one (`*` matches any characters, `/` too).
+UNNORMALIZED_PATHS = ["*/.", "*/./*", "*/..", "*/../*", "*//*"]
 JOB_NAMES_REASON = (
     "Jobs are named per run and attempt at run time; the project prefix is the narrowest fixed scope."
 )
@@ -64,6 +66,9 @@ def create_job_conditions(
                 path for each in directories if each is not None for path in (each, f"{each}/*")
             ]
         }
+        # `<own directory>/*` also matches `<own directory>/../<other team>`: no `.`, `..` or empty
+        # segment (the machines' check refuses the same: request_guard.NOT_NORMALIZED).
+        conditions["StringNotLikeIfExists"] = {"sagemaker:FileSystemDirectoryPath": UNNORMALIZED_PATHS}
     return conditions
 
 

@@ -40,6 +40,11 @@ from trainstack.teams import MAX_INSTANCE_COUNT
 ERROR_REQUEST_REFUSED = "RequestRefused"
 # A location in a directory bucket (S3 user guide, "Directory bucket naming rules": names end `--x-s3`).
 DIRECTORY_BUCKET_URI = r"^s3://[^/]+--x-s3/"
+# A location (after its `s3://`) with a `.` or `..` segment or an empty one (`//`) is not normalized: how
+# SageMaker and Lustre resolve `<own directory>/../<other team>` is not documented, so no prefix comparison
+# can vouch for it and the check refuses it.
+S3_SCHEME = r"^s3://"
+NOT_NORMALIZED = r"(^|/)\.\.?(/|$)|//"
 
 
 def largest_count(profile: Profile, queue_max: int | None, max_count: int = MAX_INSTANCE_COUNT) -> int:
@@ -159,6 +164,22 @@ _HELPERS = (
     "$count($filter($a, function($x) { $x in $b })) = $count($a) and "
     "$count($filter($b, function($x) { $x in $a })) = $count($b) }; "
     '$list := function($values) { $join([$values], ", ") }; '
+    f'$normalized := function($path) {{ $not($type($path) = "string") or $not($contains('
+    f'$replace($path, {regex_literal(S3_SCHEME)}, ""), {regex_literal(NOT_NORMALIZED)})) }}; '
+)
+# Every location a request names (S3 URIs, the ones train.py reads itself, file system directories), by
+# the field that names it: each must be normalized before its prefix means anything.
+_LOCATIONS = (
+    '[{"field": "CheckpointConfig.S3Uri", "path": $r.CheckpointConfig.S3Uri}, '
+    '{"field": "OutputDataConfig.S3OutputPath", "path": $r.OutputDataConfig.S3OutputPath}, '
+    '{"field": "TensorBoardOutputConfig.S3OutputPath", "path": $r.TensorBoardOutputConfig.S3OutputPath}, '
+    + ", ".join(
+        f'{{"field": "HyperParameters.{name}", "path": $lookup($r.HyperParameters, {literal(name)})}}'
+        for name in ("checkpoint_dir", RESUME_FROM_HYPERPARAMETER)
+    )
+    + ', $map([$r.InputDataConfig], function($c) { {"field": "InputDataConfig (channel " & $c.ChannelName '
+    '& ")", "path": $exists($c.DataSource.S3DataSource) ? $c.DataSource.S3DataSource.S3Uri : '
+    "$c.DataSource.FileSystemDataSource.DirectoryPath} })]"
 )
 
 
@@ -229,6 +250,11 @@ def _location_rules(named: bool) -> list[tuple[str, str]]:
     fsx_channel = "$exists($c.DataSource.FileSystemDataSource)"
     fsx = "$c.DataSource.FileSystemDataSource"
     return [
+        (
+            "$count($unnormalized) > 0",
+            '$unnormalized[0].field & " must be a normalized location, with no . or .. segment and no //; it '
+            'is " & $unnormalized[0].path & "."',
+        ),
         (
             f"{unnamed}$not($under($r.TrainingJobName, [$g.jobNamePrefix]))",
             '"TrainingJobName must start with " & $g.jobNamePrefix & "."',
@@ -322,6 +348,7 @@ def request_problem(table: dict[str, Any], request: str, *, named: bool = True) 
         '$unknownFields := $type($r) = "object" ? '
         "$filter($keys($r), function($k) { $not($k in $g.fields) }) : []; "
         f"$types := {types}; $overCounts := [{over}]; "
+        f"$unnormalized := [$filter({_LOCATIONS}, function($l) {{ $not($normalized($l.path)) }})]; "
         f"{_chain(_request_rules(named))})"
     )
 

@@ -1,0 +1,110 @@
+"""Two teams of one deployment (config/examples/teams.yaml), second read, in the emulator: team research's
+attempt machine, started directly with a request of research's own making, cannot reach team search's
+directories through a location that is not normalized (`<own directory>/../search`, `.`, `//`): each is
+refused (RequestRefused) before any job, while the same request at research's own directory is submitted.
+
+Both teams' pipelines are the synthesized definitions of their own stacks, as in test_team_isolation.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from localaws.sagemaker import COMPLETED, STARTING, TRAINING
+from tests.pipeline import harness
+from tests.pipeline.conftest import FAKE_VALUES, state_machine_arn
+from tests.teams import test_team_isolation as isolation
+from tests.teams.test_team_isolation import B_RUN, CHECKPOINTS, checkpoint_directory, research_request
+
+# The two-team world of the isolation scenarios (its module fixtures, on the session's teams app).
+definitions, world = isolation.definitions, isolation.world
+FAR = 10**13
+
+
+def start_attempt(request: dict[str, Any], name: str) -> harness.Outcome:
+    """research's attempt machine, started directly as someone granted StartExecution on it would."""
+    return harness.run(
+        state_machine_arn("trainstack-research-pipeline-attempt"),
+        {
+            "request": request,
+            "runName": "trainstack-research-direct",
+            "stopAtMillis": FAR,
+            "timeLimitSeconds": FAR,
+            "throttles": 0,
+            "share": "research",
+        },
+        name,
+    )
+
+
+def with_checkpoint_channel(request: dict[str, Any], directory: str) -> dict[str, Any]:
+    """The fsx store's rw channel at `directory`."""
+    source = {
+        "FileSystemId": FAKE_VALUES["FileSystemId"],
+        "FileSystemType": "FSxLustre",
+        "DirectoryPath": directory,
+        "FileSystemAccessMode": "rw",
+    }
+    channel = {
+        "ChannelName": "checkpoints",
+        "DataSource": {"FileSystemDataSource": source},
+        "InputMode": "File",
+    }
+    request["InputDataConfig"].append(channel)
+    return request
+
+
+def at_dataset_directory(path: str):
+    def edit(request: dict[str, Any]) -> None:
+        for channel in request["InputDataConfig"]:
+            if "FileSystemDataSource" in channel["DataSource"]:
+                channel["DataSource"]["FileSystemDataSource"]["DirectoryPath"] = path
+
+    return edit
+
+
+def at_checkpoint_uri(uri: str):
+    def edit(request: dict[str, Any]) -> None:
+        request["CheckpointConfig"]["S3Uri"] = uri
+
+    return edit
+
+
+def test_a_location_that_is_not_normalized_is_refused_before_any_job(world, teams_app):
+    own = checkpoint_directory("research")
+    [dataset] = [
+        channel["DataSource"]["FileSystemDataSource"]["DirectoryPath"]
+        for channel in research_request(teams_app)["InputDataConfig"]
+        if "FileSystemDataSource" in channel["DataSource"]
+    ]
+    checkpoints = "InputDataConfig (channel checkpoints)"
+    # (the field the cause names, the location, the edit of research's own request)
+    attacks = [
+        *(
+            (checkpoints, path, lambda request, path=path: with_checkpoint_channel(request, path))
+            for path in (f"{own}/../search", f"{own}/./x", f"{own}//x", f"{own}/..")
+        ),
+        (
+            "InputDataConfig (channel train)",
+            f"{dataset}/../search",
+            at_dataset_directory(f"{dataset}/../search"),
+        ),
+    ]
+    s3_attack = f"s3://{CHECKPOINTS}/trainstack-research-direct/../{B_RUN}/"
+    attacks.append(("CheckpointConfig.S3Uri", s3_attack, at_checkpoint_uri(s3_attack)))
+    for index, (field, path, edit) in enumerate(attacks):
+        outcome = start_attempt(research_request(teams_app, edit), f"dots-{index}")
+        assert (outcome.status, outcome.error) == ("FAILED", "RequestRefused"), (path, outcome.cause)
+        assert outcome.cause == (
+            f"{field} must be a normalized location, with no . or .. segment and no //; it is {path}."
+        )
+    assert world.submitted_by("research") == []
+
+
+def test_the_same_request_at_the_teams_own_directory_is_submitted(world, teams_app):
+    world.sagemaker.behaviour.script([[STARTING, TRAINING, COMPLETED]])
+    request = with_checkpoint_channel(research_request(teams_app), checkpoint_directory("research") + "/")
+    outcome = start_attempt(request, "own")
+    assert outcome.error != "RequestRefused", outcome.cause
+    [call] = world.submitted_by("research")
+    assert checkpoint_directory("research") in call["serviceRequestPayload"]
