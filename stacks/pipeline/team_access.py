@@ -11,6 +11,8 @@ team follow, stop and report its runs and approve or reject versions of its own 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_stepfunctions as sfn
@@ -31,8 +33,11 @@ class TeamAccess(Construct):
         project: str,
         pipeline: sfn.StateMachine,
         stack: cdk.Stack,
+        guarded_tag_keys: Sequence[str] = (),
     ) -> None:
-        """`project` is the team's namespace (`<project>-<team>`): every name of its pipeline starts so."""
+        """`project` is the team's namespace (`<project>-<team>`): every name of its pipeline starts so.
+        `guarded_tag_keys`: the principal tag keys any team of the deployment is authorized by, which no
+        holder of this policy may set or remove."""
         super().__init__(scope, construct_id)
         statements = _statements(project, pipeline, stack)
         if team.principal_tag is not None:
@@ -40,6 +45,8 @@ class TeamAccess(Construct):
                 statement.add_condition(
                     "StringEquals", {f"aws:PrincipalTag/{team.principal_tag.key}": team.principal_tag.value}
                 )
+        if guarded_tag_keys:
+            statements.append(_no_tag_changes(guarded_tag_keys))
         self.policy = iam.ManagedPolicy(
             self,
             "StartPolicy",
@@ -62,7 +69,7 @@ class TeamAccess(Construct):
             "ListModelPackages supports no resource types."
         )
         for statement in statements:
-            for resource in statement.resources:
+            for resource in statement.resources if statement.effect == iam.Effect.ALLOW else ():
                 if "*" in resource:
                     finding = flatten_reference(stack.resolve(resource))
                     acknowledge(self.policy, f"AwsSolutions-IAM5[Resource::{finding}]", reason)
@@ -72,6 +79,20 @@ class TeamAccess(Construct):
             value=self.policy.managed_policy_arn,
             description=f"Attach to whoever may start team {team.name}'s runs",
         )
+
+
+def _no_tag_changes(keys: Sequence[str]) -> iam.PolicyStatement:
+    """A tag that authorizes must be one its holder cannot set: aws:PrincipalTag also reads session tags
+    (sts:TagSession at AssumeRole, overriding the role's own) and tags a member puts on their own role or
+    user. StartExecution carries no tags, so the key is guarded where it is set. Tag keys are
+    case-insensitive in IAM, hence IgnoreCase."""
+    return iam.PolicyStatement(
+        sid="NoTeamTagChanges",
+        effect=iam.Effect.DENY,
+        actions=["sts:TagSession", "iam:TagRole", "iam:TagUser", "iam:UntagRole", "iam:UntagUser"],
+        resources=["*"],
+        conditions={"ForAnyValue:StringEqualsIgnoreCase": {"aws:TagKeys": sorted(set(keys))}},
+    )
 
 
 def _statements(project: str, pipeline: sfn.StateMachine, stack: cdk.Stack) -> list[iam.PolicyStatement]:

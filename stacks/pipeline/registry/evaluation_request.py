@@ -38,7 +38,7 @@ from trainstack.registry import (
 EVALUATION_JOB_NAME = (
     f'($s := "{EVALUATION_JOB_SUFFIX}" & ($attempt > 1 ? $string($attempt) : ""); $n := $run.runName; '
     f"$length($n) + $length($s) <= {JOB_NAME_MAX_LENGTH} ? $n & $s : "
-    f"$substring($n, 0, {JOB_NAME_MAX_LENGTH - 1 - RUN_HASH_LENGTH} - $length($s)) & \"-\" & "
+    f'$substring($n, 0, {JOB_NAME_MAX_LENGTH - 1 - RUN_HASH_LENGTH} - $length($s)) & "-" & '
     f'$substring($hash($n, "SHA-256"), 0, {RUN_HASH_LENGTH}) & $s)'
 )
 # Request members of the run that the evaluation job leaves out: it writes no checkpoints and no
