@@ -8,8 +8,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from stacks.pipeline.attempt_grants import create_job_conditions
+from stacks.pipeline.state_machine_facts import substitution_names, with_values
 from tests.iam.calls import Call
+from tests.iam.deployed import Role
 from tests.iam.test_team_isolation import TeamsDeployment, decisions, teams
+from tests.pipeline.conftest import fake_value
+from trainstack.pipeline_runs import runs_for
 
 __all__ = ["teams"]  # the module fixture, shared with test_team_isolation.py
 
@@ -83,3 +88,54 @@ def test_no_member_can_give_themselves_the_other_teams_tag(teams):
         for team in members
         for what in ("session tag", "on its role", "on a user", "off its role", "off a user")
     ]
+
+
+def test_the_create_grant_of_a_direct_mode_team_matches_no_path_out_of_its_own_directories(teams_app):
+    """Direct mode (in queue mode Batch creates the job, and SubmitServiceJob has no file system key): the
+    CreateTrainingJob conditions research's attempt machine gets (attempt_grants.create_job_conditions)
+    match `<own directory>/*`, which `<own directory>/../search` matched too."""
+    settings, stacks, _ = teams_app
+    stack = stacks.pipelines[0]
+    # Its deploy-time values as the emulator's tests fill them (one fake per substitution), the file
+    # system's mount name resolved in research's directories.
+    values = {name: fake_value(name) for name in substitution_names(stack.resources)}
+    values["FileSystemDirectoryPath"] = "/abcdefgh/dataset/research"
+    values["CheckpointDirectoryPath"] = "/abcdefgh/checkpoints/research"
+    resources = with_values(stack.resources, values)
+    runs = runs_for(settings, "research")
+    own = [resources.file_system_directory_path, resources.checkpoint_file_system_path]
+    assert resources.job_name_prefix == "trainstack-research-" and all(own)
+    job = f"arn:aws:sagemaker:{settings.region}:{settings.account}:training-job/trainstack-research-r1-1"
+    statement = {
+        "Effect": "Allow",
+        "Action": "sagemaker:CreateTrainingJob",
+        "Resource": job,
+        "Condition": create_job_conditions(resources, runs.profiles, runs.limits),
+    }
+    machine = Role(
+        "trainstack-research-pipeline",
+        "AttemptStateMachineRole",
+        f"arn:aws:iam::{settings.account}:role/research-attempt",
+        "states.amazonaws.com",
+        [{"name": "create", "policy": {"Version": "2012-10-17", "Statement": [statement]}}],
+    )
+    request = {
+        "sagemaker:VpcSubnets": list(resources.subnet_ids),
+        "sagemaker:VpcSecurityGroupIds": list(resources.security_group_ids),
+        "sagemaker:InstanceTypes": ["ml.g5.12xlarge"],
+        "sagemaker:MaxRuntimeInSeconds": "3600",
+        "sagemaker:FileSystemId": resources.file_system_id,
+    }
+    paths = [*own, f"{own[1]}/step-100", f"{own[0]}/../search", f"{own[1]}/../search", f"{own[1]}/./x"]
+    paths += [f"{own[1]}//x", f"{own[1]}/..", f"{own[1]}/."]
+    calls = [
+        Call(
+            path,
+            machine,
+            "sagemaker:CreateTrainingJob",
+            job,
+            {**request, "sagemaker:FileSystemDirectoryPath": path},
+        )
+        for path in paths
+    ]
+    assert [caller for caller, ok in decisions(calls).items() if ok] == paths[:3]
