@@ -7,11 +7,13 @@ be allowed."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from stacks.pipeline.attempt_grants import create_job_conditions
 from stacks.pipeline.state_machine_facts import substitution_names, with_values
 from tests.iam.calls import Call
 from tests.iam.deployed import Role
+from tests.iam.simulator import simulate
 from tests.iam.test_team_isolation import TeamsDeployment, decisions, teams
 from tests.pipeline.conftest import fake_value
 from trainstack.pipeline_runs import runs_for
@@ -139,3 +141,41 @@ def test_the_create_grant_of_a_direct_mode_team_matches_no_path_out_of_its_own_d
         for path in paths
     ]
     assert [caller for caller, ok in decisions(calls).items() if ok] == paths[:3]
+
+
+def topic_publishers(teams: TeamsDeployment, team: str) -> tuple[dict[str, Any], list[str]]:
+    """The team's notification topic policy, and the ARNs of the team's rules that target the topic."""
+    stack = f"trainstack-{team}-pipeline"
+    [(_, _, properties)] = [e for e in teams.app.resources_of_type("AWS::SNS::TopicPolicy") if e[0] == stack]
+    [topic] = teams.app.resolve(properties["Topics"], stack)
+    rules = [
+        teams.app.resolve({"Fn::GetAtt": [logical_id, "Arn"]}, stack)
+        for rule_stack, logical_id, rule in teams.app.resources_of_type("AWS::Events::Rule")
+        if rule_stack == stack
+        and topic in [teams.app.resolve(target["Arn"], stack) for target in rule.get("Targets", [])]
+    ]
+    return {"topic": topic, "policy": teams.app.resolve(properties["PolicyDocument"], stack)}, rules
+
+
+def test_only_the_teams_own_rules_publish_its_notifications(teams):
+    """events.amazonaws.com may publish to research's topic for research's rules only (aws:SourceArn): any
+    other rule of the account, search's included, could otherwise send research's notifications."""
+    research, research_rules = topic_publishers(teams, "research")
+    _, search_rules = topic_publishers(teams, "search")
+    # The run's end, and the model versions' changes (research's profiles have a registry).
+    assert len(research_rules) == 2 and len(search_rules) == 2
+    events = Role("", "EventBridge", "events.amazonaws.com", "events.amazonaws.com")
+    anyone = f"arn:aws:events:{teams.region}:{teams.account}:rule/someone-elses"
+    calls = [
+        Call(
+            source,
+            events,
+            "sns:Publish",
+            research["topic"],
+            {"aws:SourceArn": source, "aws:SourceAccount": teams.account},
+            resource_policy=research["policy"],
+        )
+        for source in [*research_rules, *search_rules, anyone]
+    ]
+    answers, _ = simulate(calls, account=teams.account)
+    assert [answer.call.caller for answer in answers if answer.allowed] == research_rules

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_events as events
-from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sagemaker as sagemaker
 from aws_cdk import aws_sns as sns
@@ -36,6 +35,7 @@ from stacks.pipeline.attempt.queued_training_attempt import queue_attempt_fields
 from stacks.pipeline.attempt_metrics import grant_publish, metrics_namespace
 from stacks.pipeline.jsonata_text import expression, literal
 from stacks.pipeline.logged_state_machine import logged_state_machine
+from stacks.pipeline.pipeline_notifications import PublishFromRule
 from stacks.pipeline.quota_waits import request_without_skipped
 from stacks.pipeline.registry.evaluation_request import (
     registry_table,
@@ -246,9 +246,9 @@ class ModelRegistration(Construct):
         )
         detail = events.EventField.from_path
         rule.add_target(
-            targets.SnsTopic(
+            PublishFromRule(
                 topic,
-                message=events.RuleTargetInput.from_text(
+                events.RuleTargetInput.from_text(
                     f"Model package {detail('$.detail.ModelPackageArn')} is now "
                     f"{detail('$.detail.ModelApprovalStatus')}: {detail('$.detail.ApprovalDescription')}"
                 ),
