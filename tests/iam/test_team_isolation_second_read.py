@@ -14,7 +14,7 @@ from stacks.pipeline.state_machine_facts import substitution_names, with_values
 from tests.iam.calls import Call
 from tests.iam.deployed import Role
 from tests.iam.simulator import simulate
-from tests.iam.test_team_isolation import TeamsDeployment, decisions, teams
+from tests.iam.test_team_isolation import SECURE, TeamsDeployment, decisions, teams
 from tests.pipeline.conftest import fake_value
 from trainstack.pipeline_runs import runs_for
 
@@ -179,3 +179,29 @@ def test_only_the_teams_own_rules_publish_its_notifications(teams):
     ]
     answers, _ = simulate(calls, account=teams.account)
     assert [answer.call.caller for answer in answers if answer.allowed] == research_rules
+
+
+def test_a_teams_manifest_machine_lists_only_its_own_dataset_and_the_evaluation_sets(teams):
+    """The registration's manifests list research's dataset prefix and the profiles' evaluation sets; the
+    role of research's `dataset-manifest` machine may list no other prefix (search's, the whole bucket)."""
+    lister = teams.role("research", "DatasetManifestListing")
+    bucket = f"arn:aws:s3:::{teams.substitutions('research')['DatasetBucket']}"
+    prefixes = {
+        "datasets/research/": True,
+        "evaluation/small/": True,
+        "datasets/search/": False,
+        "datasets/": False,
+        "": False,
+        None: False,
+    }
+    calls = [
+        Call(
+            repr(prefix),
+            lister,
+            "s3:ListBucket",
+            bucket,
+            {**SECURE, **({} if prefix is None else {"s3:prefix": prefix})},
+        )
+        for prefix in prefixes
+    ]
+    assert decisions(calls) == {repr(prefix): allowed for prefix, allowed in prefixes.items()}
