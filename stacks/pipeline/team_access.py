@@ -20,6 +20,7 @@ from constructs import Construct
 
 from stacks.validation import acknowledge
 from stacks.wildcard_acknowledgments import flatten_reference
+from trainstack.job_request import NAMESPACE_TAG
 from trainstack.teams import Team
 
 
@@ -158,3 +159,34 @@ def _statements(project: str, pipeline: sfn.StateMachine, stack: cdk.Stack) -> l
         ),
     ]
     return statements
+
+
+def only_own_service_jobs(role: iam.IRole, service_job_arn: str, namespace: str) -> None:
+    """`role` terminates only service jobs tagged with its pipeline's namespace: the shared queue holds every
+    team's jobs, and the machines' own logic alone kept them to their own. Batch's `service-job` resource
+    type takes aws:ResourceTag (Service Authorization Reference, AWS Batch); a job without the tag is
+    refused too."""
+    role.add_to_principal_policy(
+        iam.PolicyStatement(
+            sid="OnlyOwnServiceJobs",
+            effect=iam.Effect.DENY,
+            actions=["batch:TerminateServiceJob"],
+            resources=[service_job_arn],
+            conditions={"StringNotEquals": {f"aws:ResourceTag/{NAMESPACE_TAG}": namespace}},
+        )
+    )
+
+
+def only_own_run_names(role: iam.IRole, table_arn: str, namespace: str) -> None:
+    """`role` claims and reads only run names of its own namespace in the shared run-name table: its
+    partition key is the run name, and dynamodb:LeadingKeys holds it (DynamoDB developer guide, "Using IAM
+    policy conditions for fine-grained access control")."""
+    role.add_to_principal_policy(
+        iam.PolicyStatement(
+            sid="OnlyOwnRunNames",
+            effect=iam.Effect.DENY,
+            actions=["dynamodb:PutItem", "dynamodb:GetItem"],
+            resources=[table_arn],
+            conditions={"ForAnyValue:StringNotLike": {"dynamodb:LeadingKeys": [f"{namespace}-*"]}},
+        )
+    )

@@ -205,3 +205,38 @@ def test_a_teams_manifest_machine_lists_only_its_own_dataset_and_the_evaluation_
         for prefix in prefixes
     ]
     assert decisions(calls) == {repr(prefix): allowed for prefix, allowed in prefixes.items()}
+
+
+def test_a_teams_machines_terminate_only_its_own_service_jobs_and_claim_only_its_own_run_names(teams):
+    """The queue and its run-name table are shared: research's attempt, queue cleanup and sweeper machines
+    may terminate only service jobs tagged with research's namespace, and its attempt machine claims only
+    run names of research's."""
+    service_job = f"arn:aws:batch:{teams.region}:{teams.account}:service-job/5c7b2a90"
+    # The queue stack's run-name table (queue/run_names.py), shared by both teams.
+    [(_, _, table)] = [
+        entry
+        for entry in teams.app.resources_of_type("AWS::DynamoDB::Table")
+        if entry[0] == "trainstack-queue"
+    ]
+    names = f"arn:aws:dynamodb:{teams.region}:{teams.account}:table/{table['TableName']}"
+    calls = []
+    for machine in ("TrainingAttemptStateMachineRole", "QueueCleanupRole", "QueueCleanupSweeperRole"):
+        role = teams.role("research", machine)
+        for owner in ("research", "search", None):
+            tag = {} if owner is None else {"aws:ResourceTag/trainstack:namespace": f"trainstack-{owner}"}
+            calls.append(
+                Call(f"{machine} terminates {owner}'s", role, "batch:TerminateServiceJob", service_job, tag)
+            )
+    attempt = teams.role("research", "TrainingAttemptStateMachineRole")
+    for owner in ("research", "search"):
+        for action in ("dynamodb:PutItem", "dynamodb:GetItem"):
+            keys = {"dynamodb:LeadingKeys": [f"trainstack-{owner}-nightly"]}
+            calls.append(Call(f"{action} {owner}'s name", attempt, action, names, keys))
+    allowed = decisions(calls)
+    assert [caller for caller, ok in allowed.items() if ok] == [
+        "TrainingAttemptStateMachineRole terminates research's",
+        "QueueCleanupRole terminates research's",
+        "QueueCleanupSweeperRole terminates research's",
+        "dynamodb:PutItem research's name",
+        "dynamodb:GetItem research's name",
+    ]
