@@ -111,9 +111,10 @@ class ManifestListing(Construct):
     def __init__(self, scope: Construct, construct_id: str, project: str, bucket_arn: str) -> None:
         super().__init__(scope, construct_id)
         self._buckets = [bucket_arn]
-        # By bucket: the prefixes its callers list, and the statement that refuses any other.
-        self._prefixes: dict[str, set[str]] = {}
-        self._other_prefixes: dict[str, iam.PolicyStatement] = {}
+        # The prefixes the callers list (of the dataset bucket, which callers may name by different
+        # references), and the statement that refuses any other on every bucket listed.
+        self._prefixes: set[str] = set()
+        self._other_prefixes = iam.PolicyStatement(effect=iam.Effect.DENY, actions=["s3:ListBucket"])
         begin = sfn.Pass.jsonata(
             self,
             "Begin",
@@ -180,16 +181,15 @@ class ManifestListing(Construct):
             self.state_machine.add_to_role_policy(
                 iam.PolicyStatement(actions=["s3:ListBucket"], resources=[bucket_arn])
             )
-        if bucket_arn not in self._other_prefixes:
-            self._other_prefixes[bucket_arn] = iam.PolicyStatement(
-                effect=iam.Effect.DENY, actions=["s3:ListBucket"], resources=[bucket_arn]
-            )
-            self.state_machine.add_to_role_policy(self._other_prefixes[bucket_arn])
-        listed = self._prefixes.setdefault(bucket_arn, set())
-        listed.update(prefixes)
+        first = not self._other_prefixes.resources
+        if bucket_arn not in self._other_prefixes.resources:
+            self._other_prefixes.add_resources(bucket_arn)
+        if first:
+            self.state_machine.add_to_role_policy(self._other_prefixes)
+        self._prefixes.update(prefixes)
         # Absent s3:prefix (a listing of the whole bucket) matches StringNotLike too: refused.
-        self._other_prefixes[bucket_arn].add_condition(
-            "StringNotLike", {"s3:prefix": [f"{prefix}*" for prefix in sorted(listed)]}
+        self._other_prefixes.add_condition(
+            "StringNotLike", {"s3:prefix": [f"{prefix}*" for prefix in sorted(self._prefixes)]}
         )
 
     def _page(self, state_id: str, token: dict[str, str]) -> _Page:

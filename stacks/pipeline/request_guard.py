@@ -23,6 +23,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from stacks.pipeline.jsonata_text import expression, literal
+from trainstack.execution_input import NOT_NORMALIZED, S3_SCHEME
 from trainstack.job_request import (
     RESUME_FROM_HYPERPARAMETER,
     PipelineResources,
@@ -40,11 +41,6 @@ from trainstack.teams import MAX_INSTANCE_COUNT
 ERROR_REQUEST_REFUSED = "RequestRefused"
 # A location in a directory bucket (S3 user guide, "Directory bucket naming rules": names end `--x-s3`).
 DIRECTORY_BUCKET_URI = r"^s3://[^/]+--x-s3/"
-# A location (after its `s3://`) with a `.` or `..` segment or an empty one (`//`) is not normalized: how
-# SageMaker and Lustre resolve `<own directory>/../<other team>` is not documented, so no prefix comparison
-# can vouch for it and the check refuses it.
-S3_SCHEME = r"^s3://"
-NOT_NORMALIZED = r"(^|/)\.\.?(/|$)|//"
 
 
 def largest_count(profile: Profile, queue_max: int | None, max_count: int = MAX_INSTANCE_COUNT) -> int:

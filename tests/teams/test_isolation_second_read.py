@@ -14,7 +14,13 @@ from localaws.sagemaker import COMPLETED, STARTING, TRAINING
 from tests.pipeline import harness
 from tests.pipeline.conftest import FAKE_VALUES, state_machine_arn
 from tests.teams import test_team_isolation as isolation
-from tests.teams.test_team_isolation import B_RUN, CHECKPOINTS, checkpoint_directory, research_request
+from tests.teams.test_team_isolation import (
+    B_RUN,
+    CHECKPOINTS,
+    checkpoint_directory,
+    pipeline_of,
+    research_request,
+)
 
 # The two-team world of the isolation scenarios (its module fixtures, on the session's teams app).
 definitions, world = isolation.definitions, isolation.world
@@ -108,3 +114,13 @@ def test_the_same_request_at_the_teams_own_directory_is_submitted(world, teams_a
     assert outcome.error != "RequestRefused", outcome.cause
     [call] = world.submitted_by("research")
     assert checkpoint_directory("research") in call["serviceRequestPayload"]
+
+
+def test_a_resume_from_through_dots_into_the_other_teams_run_is_invalid_input(world):
+    """The pipeline's own input rule refuses it first, in the sentence of the field (not the attempt
+    machine's RequestRefused)."""
+    uri = f"s3://{CHECKPOINTS}/trainstack-research-r0/../{B_RUN}/"
+    outcome = harness.run(pipeline_of("research"), {"resumeFrom": uri}, "dots-resume")
+    assert (outcome.status, outcome.error) == ("FAILED", "InvalidInput"), outcome.cause
+    assert outcome.cause == "resumeFrom must be a normalized S3 URI, with no . or .. segment and no //."
+    assert world.submitted_by("research") == []
