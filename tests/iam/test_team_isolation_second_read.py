@@ -99,14 +99,13 @@ def test_the_create_grant_of_a_direct_mode_team_matches_no_path_out_of_its_own_d
     settings, stacks, _ = teams_app
     stack = stacks.pipelines[0]
     # Its deploy-time values as the emulator's tests fill them (one fake per substitution), the file
-    # system's mount name resolved in research's directories.
+    # system's mount name resolved in research's dataset directory (no profile is on the fsx store).
     values = {name: fake_value(name) for name in substitution_names(stack.resources)}
-    values["FileSystemDirectoryPath"] = "/abcdefgh/dataset/research"
-    values["CheckpointDirectoryPath"] = "/abcdefgh/checkpoints/research"
+    values["FileSystemDirectoryPath"] = own = "/abcdefgh/dataset/research"
     resources = with_values(stack.resources, values)
     runs = runs_for(settings, "research")
-    own = [resources.file_system_directory_path, resources.checkpoint_file_system_path]
-    assert resources.job_name_prefix == "trainstack-research-" and all(own)
+    assert resources.job_name_prefix == "trainstack-research-"
+    assert resources.file_system_directory_path == own
     job = f"arn:aws:sagemaker:{settings.region}:{settings.account}:training-job/trainstack-research-r1-1"
     statement = {
         "Effect": "Allow",
@@ -128,8 +127,8 @@ def test_the_create_grant_of_a_direct_mode_team_matches_no_path_out_of_its_own_d
         "sagemaker:MaxRuntimeInSeconds": "3600",
         "sagemaker:FileSystemId": resources.file_system_id,
     }
-    paths = [*own, f"{own[1]}/step-100", f"{own[0]}/../search", f"{own[1]}/../search", f"{own[1]}/./x"]
-    paths += [f"{own[1]}//x", f"{own[1]}/..", f"{own[1]}/."]
+    paths = [own, f"{own}/", f"{own}/shard-a", f"{own}/../search", f"{own}/./x", f"{own}//x"]
+    paths += [f"{own}/..", f"{own}/.", f"{own}/shard-a/../../search"]
     calls = [
         Call(
             path,

@@ -77,25 +77,28 @@ def at_checkpoint_uri(uri: str):
 
 
 def test_a_location_that_is_not_normalized_is_refused_before_any_job(world, teams_app):
-    own = checkpoint_directory("research")
-    [dataset] = [
-        channel["DataSource"]["FileSystemDataSource"]["DirectoryPath"]
-        for channel in research_request(teams_app)["InputDataConfig"]
-        if "FileSystemDataSource" in channel["DataSource"]
-    ]
-    checkpoints = "InputDataConfig (channel checkpoints)"
+    dataset = research_dataset_directory(teams_app)
+    train = "InputDataConfig (channel train)"
     # (the field the cause names, the location, the edit of research's own request)
     attacks = [
-        *(
-            (checkpoints, path, lambda request, path=path: with_checkpoint_channel(request, path))
-            for path in (f"{own}/../search", f"{own}/./x", f"{own}//x", f"{own}/..")
-        ),
-        (
-            "InputDataConfig (channel train)",
+        (train, path, at_dataset_directory(path))
+        for path in (
             f"{dataset}/../search",
-            at_dataset_directory(f"{dataset}/../search"),
-        ),
+            f"{dataset}/./x",
+            f"{dataset}//x",
+            f"{dataset}/..",
+            f"{dataset}/.",
+        )
     ]
+    # A checkpoint channel on the file system (the fsx store's) is refused the same way, first.
+    own = checkpoint_directory("research")
+    attacks.append(
+        (
+            "InputDataConfig (channel checkpoints)",
+            f"{own}/../search",
+            lambda request: with_checkpoint_channel(request, f"{own}/../search"),
+        )
+    )
     s3_attack = f"s3://{CHECKPOINTS}/trainstack-research-direct/../{B_RUN}/"
     attacks.append(("CheckpointConfig.S3Uri", s3_attack, at_checkpoint_uri(s3_attack)))
     for index, (field, path, edit) in enumerate(attacks):
@@ -107,13 +110,22 @@ def test_a_location_that_is_not_normalized_is_refused_before_any_job(world, team
     assert world.submitted_by("research") == []
 
 
-def test_the_same_request_at_the_teams_own_directory_is_submitted(world, teams_app):
+def research_dataset_directory(teams_app) -> str:
+    [directory] = [
+        channel["DataSource"]["FileSystemDataSource"]["DirectoryPath"]
+        for channel in research_request(teams_app)["InputDataConfig"]
+        if "FileSystemDataSource" in channel["DataSource"]
+    ]
+    return directory
+
+
+def test_the_same_request_below_the_teams_own_directory_is_submitted(world, teams_app):
     world.sagemaker.behaviour.script([[STARTING, TRAINING, COMPLETED]])
-    request = with_checkpoint_channel(research_request(teams_app), checkpoint_directory("research") + "/")
-    outcome = start_attempt(request, "own")
+    below = f"{research_dataset_directory(teams_app)}/shard-a"
+    outcome = start_attempt(research_request(teams_app, at_dataset_directory(below)), "own")
     assert outcome.error != "RequestRefused", outcome.cause
     [call] = world.submitted_by("research")
-    assert checkpoint_directory("research") in call["serviceRequestPayload"]
+    assert below in call["serviceRequestPayload"]
 
 
 def test_a_resume_from_through_dots_into_the_other_teams_run_is_invalid_input(world):
