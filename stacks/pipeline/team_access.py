@@ -162,17 +162,19 @@ def _statements(project: str, pipeline: sfn.StateMachine, stack: cdk.Stack) -> l
 
 
 def only_own_service_jobs(role: iam.IRole, service_job_arn: str, namespace: str) -> None:
-    """`role` terminates only service jobs tagged with its pipeline's namespace: the shared queue holds every
-    team's jobs, and the machines' own logic alone kept them to their own. Batch's `service-job` resource
-    type takes aws:ResourceTag (Service Authorization Reference, AWS Batch); a job without the tag is
-    refused too."""
+    """`role` terminates no service job tagged with another namespace: the shared queue holds every team's
+    jobs, and the machines' own logic alone kept them to their own. Batch's `service-job` resource type
+    takes aws:ResourceTag (Service Authorization Reference, AWS Batch). Every pipeline job carries the tag
+    since release 0.5.0, before teams; a job without it (queued by an earlier release and still in flight
+    at the upgrade) stays terminable, so that its run's time limit and cost cap still hold."""
+    tag = f"aws:ResourceTag/{NAMESPACE_TAG}"
     role.add_to_principal_policy(
         iam.PolicyStatement(
             sid="OnlyOwnServiceJobs",
             effect=iam.Effect.DENY,
             actions=["batch:TerminateServiceJob"],
             resources=[service_job_arn],
-            conditions={"StringNotEquals": {f"aws:ResourceTag/{NAMESPACE_TAG}": namespace}},
+            conditions={"StringNotEquals": {tag: namespace}, "Null": {tag: "false"}},
         )
     )
 
