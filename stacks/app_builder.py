@@ -17,6 +17,7 @@ from stacks.storage.storage_stack import StorageStack
 from trainstack.config import Settings
 from trainstack.express_buckets import express_buckets
 from trainstack.pipeline_runs import all_pipeline_runs, existing_run_names, queue_namespace, shared_queue
+from trainstack.teams import authorizing_tag_keys
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,7 @@ def pipeline_stacks(
             image=image,
             team=teams.get(runs.team) if runs.team else None,
             queue=queue.queue if queue else None,
+            guarded_tag_keys=authorizing_tag_keys(settings.teams),
             **kwargs,
         )
         for runs in all_pipeline_runs(settings)

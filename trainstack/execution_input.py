@@ -75,6 +75,11 @@ QUEUE_FIELDS = ("priority", "share")
 MIN_RUNTIME_HOURS = 0.01
 RUN_NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$"
 S3_URI_PATTERN = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$"
+# A location (after its `s3://`) with a `.` or `..` segment or an empty one (`//`) is not normalized: how
+# SageMaker, S3 clients and Lustre resolve `<own run>/../<another team's run>` is not documented, so no prefix
+# comparison can vouch for it. The input rules and the inner machines' request check refuse it.
+S3_SCHEME = r"^s3://"
+NOT_NORMALIZED = r"(^|/)\.\.?(/|$)|//"
 HYPERPARAMETER_NAME_MAX_LENGTH = 256
 # The execution's ARN becomes the value of the jobs' trainstack:execution tag, and SageMaker tag values
 # must match [\p{L}\p{Z}\p{N}_.:/=+\-@]* (SageMaker API reference, Tag). Step Functions also allows
@@ -257,6 +262,12 @@ INPUT_RULES: tuple[InputRule, ...] = (
         "s3-uri",
         "resumeFrom must be an S3 URI such as s3://bucket/run-name/.",
         lambda value, _: isinstance(value, str) and re.match(S3_URI_PATTERN, value) is not None,
+    ),
+    InputRule(
+        "resumeFrom",
+        "normalized",
+        "resumeFrom must be a normalized S3 URI, with no . or .. segment and no //.",
+        lambda value, _: re.search(NOT_NORMALIZED, re.sub(S3_SCHEME, "", str(value))) is None,
     ),
     # A run may resume only from its own namespace's runs. The state machine also checks the bucket (one of
     # the deployment's checkpoint and artifact buckets, whose names the CLI does not know), and the

@@ -21,10 +21,13 @@ from trainstack.retry_policies import MAX_ATTEMPTS_LIMIT, MAX_FAULT_RETRIES
 METADATA_MAX_ENTRIES = 50
 METADATA_KEY_MAX_LENGTH = 128
 METADATA_VALUE_MAX_LENGTH = 256
-# Job names allow 63 characters (CreateTrainingJob TrainingJobName): the run name is cut to leave room for
-# the suffix: `-eval` for a run's first evaluation job, `-eval<n>` for its n-th (a retry).
+# Job names allow 63 characters (CreateTrainingJob TrainingJobName). A run's evaluation jobs are named
+# `<run>-eval` (the first) and `<run>-eval<n>` (the n-th, a retry); where that is longer, the run name is cut
+# and the first RUN_HASH_LENGTH hex digits of its SHA-256 go before the suffix, so that two long run names
+# that differ only past the cut still name different jobs.
 JOB_NAME_MAX_LENGTH = 63
 EVALUATION_JOB_SUFFIX = "-eval"
+RUN_HASH_LENGTH = 8
 # The most evaluation jobs one run can try: every capacity attempt, infrastructure and unknown retry a profile
 # may allow (trainstack.retry_policies, trainstack.faults).
 EVALUATION_JOBS_LIMIT = MAX_ATTEMPTS_LIMIT + MAX_FAULT_RETRIES + UNKNOWN_RETRIES
@@ -73,7 +76,10 @@ def lease_table_name(project: str) -> str:
 def evaluation_job_name(run_name: str, number: int = 1) -> str:
     """The run's `number`-th evaluation job (as the registration machine names it: evaluation_request.py)."""
     suffix = EVALUATION_JOB_SUFFIX + (str(number) if number > 1 else "")
-    return run_name[: JOB_NAME_MAX_LENGTH - len(suffix)] + suffix
+    if len(run_name) + len(suffix) <= JOB_NAME_MAX_LENGTH:
+        return run_name + suffix
+    digest = hashlib.sha256(run_name.encode()).hexdigest()[:RUN_HASH_LENGTH]
+    return f"{run_name[: JOB_NAME_MAX_LENGTH - len(suffix) - 1 - RUN_HASH_LENGTH]}-{digest}{suffix}"
 
 
 def is_evaluation_job(name: str) -> bool:

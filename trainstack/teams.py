@@ -9,6 +9,7 @@ whose namespace is the project: everything is named as it always was.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -109,12 +110,28 @@ def namespace(project: str, team: str | None) -> str:
     return f"{project}-{team}" if team else project
 
 
+def authorizing_tag_keys(teams: Sequence[Team]) -> list[str]:
+    """The principal tag keys the teams' start policies authorize by: no member of any team may set them."""
+    return sorted({team.principal_tag.key for team in teams if team.principal_tag is not None})
+
+
 def check_teams(settings: Any) -> Any:
     """Settings' after-validator: every team runs only profiles it can run under its caps, in names that fit,
-    with a share and a name of its own (one sentence naming the field if not)."""
+    with a share, a name and identities of its own (one sentence naming the field if not)."""
     for field, values in (
         ("name", [team.name for team in settings.teams]),
         ("share", [team.share_identifier for team in settings.teams]),
+        # One identity in two teams would start, stop and approve both teams' runs.
+        ("principals", [arn for team in settings.teams for arn in set(team.principals)]),
+        (
+            "principal_tag",
+            # IAM tag keys are case-insensitive: `Team` and `team` are one key.
+            [
+                f"{team.principal_tag.key.lower()}={team.principal_tag.value}"
+                for team in settings.teams
+                if team.principal_tag is not None
+            ],
+        ),
     ):
         if repeated := sorted({value for value in values if values.count(value) > 1}):
             raise ValueError(f"teams: each team needs its own {field}; repeated: {', '.join(repeated)}")

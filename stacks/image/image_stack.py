@@ -33,7 +33,7 @@ class ImageStack(cdk.Stack):
     """`image_uri` goes into CreateTrainingJob; `repository` lets the pipeline grant its role pull access."""
 
     image_uri: str
-    repository: ecr.IRepository | None
+    repository: ecr.IRepository  # built here, or a reference to the configured image's
 
     def __init__(
         self,

@@ -17,6 +17,7 @@ from aws_cdk import aws_stepfunctions as sfn
 
 from stacks.pipeline.queue.training_queue import TrainingQueue
 from stacks.pipeline.request_guard import longest_runtime_seconds
+from stacks.pipeline.team_access import only_own_run_names, only_own_service_jobs
 from stacks.run_data_key import require_run_data_key
 from stacks.validation import acknowledge
 from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements
@@ -26,6 +27,8 @@ from trainstack.profiles import Profile
 from trainstack.teams import RunLimits
 
 DESCRIBE_BATCH_JOBS = "DescribeBatchTrainingJobs"
+# IAM wildcards for a path with a `.` or `..` segment or an empty one (`*` matches any characters, `/` too).
+UNNORMALIZED_PATHS = ["*/.", "*/./*", "*/..", "*/../*", "*//*"]
 JOB_NAMES_REASON = (
     "Jobs are named per run and attempt at run time; the project prefix is the narrowest fixed scope."
 )
@@ -64,6 +67,9 @@ def create_job_conditions(
                 path for each in directories if each is not None for path in (each, f"{each}/*")
             ]
         }
+        # `<own directory>/*` also matches `<own directory>/../<other team>`: no `.`, `..` or empty
+        # segment (the machines' check refuses the same: request_guard.NOT_NORMALIZED).
+        conditions["StringNotLikeIfExists"] = {"sagemaker:FileSystemDirectoryPath": UNNORMALIZED_PATHS}
     return conditions
 
 
@@ -98,6 +104,9 @@ def grant_attempt_role(
     if queue is not None:
         # The pipeline's own shares (with teams, the team's) and priority bound.
         queue.grant_submit(attempt_machine.role, list(runs.queue.shares), runs.limits.max_priority)
+        # The queue and its run-name table are shared by every team: only the pipeline's own jobs and names.
+        only_own_service_jobs(attempt_machine.role, queue.service_job_arn, runs.project)
+        only_own_run_names(attempt_machine.role, queue.run_names.arn, runs.project)
     else:
         conditions = create_job_conditions(resources, runs.profiles, runs.limits)
         for statement in create_job_statements(job_arn, conditions, sid="CreateOwnTrainingJobs"):

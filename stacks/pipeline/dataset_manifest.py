@@ -2,7 +2,7 @@
 of any size up to a documented bound.
 
     manifest = DatasetManifest(self, "Manifest", project=project, bucket=dataset_bucket,
-                               prefix=literal("datasets/a/"))
+                               prefix=literal("datasets/a/"), listed_prefixes=["datasets/a/"])
     chain = before.next(manifest).next(after)       # after reads $datasetManifest
 
 It assigns `$datasetManifest = {"hash", "objects", "bytes"}`: the chained hash trainstack.manifest defines
@@ -25,6 +25,8 @@ and cause and not the `States.TaskFailed` that wraps them.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_stepfunctions as sfn
@@ -58,15 +60,18 @@ class DatasetManifest(sfn.StateMachineFragment):
         project: str,
         bucket: s3.IBucket,
         prefix: str,
+        listed_prefixes: Sequence[str],
         bucket_name: str | None = None,
         before_each_listing: sfn.TaskStateBase | None = None,
     ) -> None:
-        """`bucket_name`: what the child's input names instead of bucket.bucket_name (e.g. a `${Name}`
+        """`listed_prefixes`: every value `prefix` can take; IAM lets the child list no other (with teams,
+        no other team's dataset).
+        `bucket_name`: what the child's input names instead of bucket.bucket_name (e.g. a `${Name}`
         placeholder that the caller's DefinitionSubstitutions fill); IAM always grants on `bucket`.
         `before_each_listing`: a state run before each child execution (the trigger renews its lease
         there); its errors are the caller's to catch."""
         super().__init__(scope, construct_id)
-        listing = manifest_listing.manifest_listing(scope, project, bucket.bucket_arn)
+        listing = manifest_listing.manifest_listing(scope, project, bucket.bucket_arn, listed_prefixes)
         start = sfn.Pass.jsonata(
             self,
             f"{construct_id}Start",

@@ -31,6 +31,7 @@ execution with that error; the caller sees the child's error and cause (dataset_
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import aws_cdk as cdk
@@ -92,13 +93,15 @@ def page_manifest(before: str) -> str:
     )
 
 
-def manifest_listing(scope: Construct, project: str, bucket_arn: str) -> ManifestListing:
-    """The stack's child machine (made by its first user), allowed to list `bucket_arn`."""
+def manifest_listing(
+    scope: Construct, project: str, bucket_arn: str, prefixes: Sequence[str]
+) -> ManifestListing:
+    """The stack's child machine (made by its first user), allowed to list `prefixes` of `bucket_arn`."""
     stack = cdk.Stack.of(scope)
     found = stack.node.try_find_child(_CONSTRUCT_ID)
     if not isinstance(found, ManifestListing):
-        return ManifestListing(stack, _CONSTRUCT_ID, project, bucket_arn)
-    found.allow_listing(bucket_arn)
+        found = ManifestListing(stack, _CONSTRUCT_ID, project, bucket_arn)
+    found.allow_listing(bucket_arn, prefixes)
     return found
 
 
@@ -108,6 +111,10 @@ class ManifestListing(Construct):
     def __init__(self, scope: Construct, construct_id: str, project: str, bucket_arn: str) -> None:
         super().__init__(scope, construct_id)
         self._buckets = [bucket_arn]
+        # The prefixes the callers list (of the dataset bucket, which callers may name by different
+        # references), and the statement that refuses any other on every bucket listed.
+        self._prefixes: set[str] = set()
+        self._other_prefixes = iam.PolicyStatement(effect=iam.Effect.DENY, actions=["s3:ListBucket"])
         begin = sfn.Pass.jsonata(
             self,
             "Begin",
@@ -165,13 +172,25 @@ class ManifestListing(Construct):
             "resource-level permissions.",
         )
 
-    def allow_listing(self, bucket_arn: str) -> None:
-        """ListObjectsV2 of `bucket_arn` too: the grants name exactly the callers' buckets."""
+    def allow_listing(self, bucket_arn: str, prefixes: Sequence[str]) -> None:
+        """ListObjectsV2 of `prefixes` of `bucket_arn` too: the grants name exactly the callers' buckets,
+        and a Deny refuses any other prefix (with teams, another team's dataset; the list tasks' own grant
+        carries no condition)."""
         if bucket_arn not in self._buckets:
             self._buckets.append(bucket_arn)
             self.state_machine.add_to_role_policy(
                 iam.PolicyStatement(actions=["s3:ListBucket"], resources=[bucket_arn])
             )
+        first = not self._other_prefixes.resources
+        if bucket_arn not in self._other_prefixes.resources:
+            self._other_prefixes.add_resources(bucket_arn)
+        if first:
+            self.state_machine.add_to_role_policy(self._other_prefixes)
+        self._prefixes.update(prefixes)
+        # Absent s3:prefix (a listing of the whole bucket) matches StringNotLike too: refused.
+        self._other_prefixes.add_condition(
+            "StringNotLike", {"s3:prefix": [f"{prefix}*" for prefix in sorted(self._prefixes)]}
+        )
 
     def _page(self, state_id: str, token: dict[str, str]) -> _Page:
         """A page of PAGE_SIZE, listed again from the same token as a narrow one when its result is too

@@ -20,9 +20,11 @@ from trainstack.execution_input import (
     HYPERPARAMETER_NAME_MAX_LENGTH,
     HYPERPARAMETER_VALUE_MAX_LENGTH,
     MIN_RUNTIME_HOURS,
+    NOT_NORMALIZED,
     PROFILE_RULES,
     RUN_NAME_MAX_LENGTH,
     RUN_NAME_PATTERN,
+    S3_SCHEME,
     S3_URI_PATTERN,
     UNSAFE_EXECUTION_NAME_CHARACTER,
     RunConfig,
@@ -110,6 +112,9 @@ def _conditions(settings: RunConfig) -> dict[tuple[str, str], str]:
             "resumeFrom",
             "s3-uri",
         ): f'$type($v) = "string" ? $contains($v, {regex_literal(S3_URI_PATTERN)}) : false',
+        ("resumeFrom", "normalized"): (
+            f'$not($contains($replace($v, {regex_literal(S3_SCHEME)}, ""), {regex_literal(NOT_NORMALIZED)}))'
+        ),
         ("resumeFrom", "own-runs"): _under(run_prefixes) + _inherited_runs(settings),
         ("instanceCount", "within-queue"): f"$v <= {settings.queue.max_instances}",
         ("priority", "integer-0-9999"): (

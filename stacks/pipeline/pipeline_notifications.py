@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import aws_cdk as cdk
+import jsii
 from aws_cdk import aws_events as events
-from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
@@ -18,6 +18,28 @@ from constructs import Construct
 from stacks.pipeline.machine_kit import execution_status_pattern
 
 FINISHED = ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED")
+
+
+@jsii.implements(events.IRuleTarget)
+class PublishFromRule:
+    """An EventBridge rule's target: `message` published to `topic`, which lets events.amazonaws.com publish
+    only for the rules bound to it (aws:SourceArn: EventBridge User Guide, "Using resource-based policies
+    for Amazon EventBridge", Amazon SNS permissions). targets.SnsTopic lets any rule of the account publish,
+    so any rule could send a team's notifications."""
+
+    def __init__(self, topic: sns.ITopic, message: events.RuleTargetInput) -> None:
+        self.topic, self.message = topic, message
+
+    def bind(self, rule: events.IRule, _id: str | None = None) -> events.RuleTargetConfig:
+        self.topic.add_to_resource_policy(
+            iam.PolicyStatement(
+                actions=["sns:Publish"],
+                principals=[iam.ServicePrincipal("events.amazonaws.com")],
+                resources=[self.topic.topic_arn],
+                conditions={"ArnEquals": {"aws:SourceArn": rule.rule_arn}},
+            )
+        )
+        return events.RuleTargetConfig(arn=self.topic.topic_arn, input=self.message)
 
 
 class PipelineNotifications(Construct):
@@ -58,9 +80,9 @@ class PipelineNotifications(Construct):
             event_pattern=execution_status_pattern(pipeline, FINISHED),
         )
         self.rule.add_target(
-            targets.SnsTopic(
+            PublishFromRule(
                 self.topic,
-                message=events.RuleTargetInput.from_text(
+                events.RuleTargetInput.from_text(
                     f"{project} training pipeline execution {detail('$.detail.name')} "
                     f"{detail('$.detail.status')}. Error: {detail('$.detail.error')}. "
                     f"Cause: {detail('$.detail.cause')}. Output: {detail('$.detail.output')}. "

@@ -55,6 +55,7 @@ class PipelineStack(cdk.Stack):
         trigger: RetrainOnNewData | None = None,
         team: Team | None = None,
         queue: TrainingQueue | None = None,
+        guarded_tag_keys: Sequence[str] = (),
         **kwargs,
     ) -> None:
         """One pipeline: the project's, or with teams one team's (`team`; `runs` namespaced
@@ -88,6 +89,7 @@ class PipelineStack(cdk.Stack):
             runs=runs,
             resources=self.resources,
             sagemaker_role=self.sagemaker_role,
+            image_repository_arn=image.repository.repository_arn,
             queue=self.queue,
         )
         self.state_machine = self.training.state_machine
@@ -96,7 +98,13 @@ class PipelineStack(cdk.Stack):
         self._schedules(project, runs.profiles)
         if team is not None:
             self.team_access = TeamAccess(
-                self, "TeamAccess", team=team, project=project, pipeline=self.state_machine, stack=self
+                self,
+                "TeamAccess",
+                team=team,
+                project=project,
+                pipeline=self.state_machine,
+                stack=self,
+                guarded_tag_keys=guarded_tag_keys,
             )
         if storage.run_data_key is not None:
             encrypt_log_groups(self, storage.run_data_key)

@@ -23,6 +23,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from stacks.pipeline.jsonata_text import expression, literal
+from trainstack.execution_input import NOT_NORMALIZED, S3_SCHEME
 from trainstack.job_request import (
     RESUME_FROM_HYPERPARAMETER,
     PipelineResources,
@@ -174,6 +175,22 @@ _HELPERS = (
     "$count($filter($a, function($x) { $x in $b })) = $count($a) and "
     "$count($filter($b, function($x) { $x in $a })) = $count($b) }; "
     '$list := function($values) { $join([$values], ", ") }; '
+    f'$normalized := function($path) {{ $not($type($path) = "string") or $not($contains('
+    f'$replace($path, {regex_literal(S3_SCHEME)}, ""), {regex_literal(NOT_NORMALIZED)})) }}; '
+)
+# Every location a request names (S3 URIs, the ones train.py reads itself, file system directories), by
+# the field that names it: each must be normalized before its prefix means anything.
+_LOCATIONS = (
+    '[{"field": "CheckpointConfig.S3Uri", "path": $r.CheckpointConfig.S3Uri}, '
+    '{"field": "OutputDataConfig.S3OutputPath", "path": $r.OutputDataConfig.S3OutputPath}, '
+    '{"field": "TensorBoardOutputConfig.S3OutputPath", "path": $r.TensorBoardOutputConfig.S3OutputPath}, '
+    + ", ".join(
+        f'{{"field": "HyperParameters.{name}", "path": $lookup($r.HyperParameters, {literal(name)})}}'
+        for name in ("checkpoint_dir", RESUME_FROM_HYPERPARAMETER)
+    )
+    + ', $map([$r.InputDataConfig], function($c) { {"field": "InputDataConfig (channel " & $c.ChannelName '
+    '& ")", "path": $exists($c.DataSource.S3DataSource) ? $c.DataSource.S3DataSource.S3Uri : '
+    "$c.DataSource.FileSystemDataSource.DirectoryPath} })]"
 )
 
 
@@ -259,6 +276,11 @@ def _location_rules(named: bool) -> list[tuple[str, str]]:
     fsx_channel = "$exists($c.DataSource.FileSystemDataSource)"
     fsx = "$c.DataSource.FileSystemDataSource"
     return [
+        (
+            "$count($unnormalized) > 0",
+            '$unnormalized[0].field & " must be a normalized location, with no . or .. segment and no //; it '
+            'is " & $unnormalized[0].path & "."',
+        ),
         (
             f"{unnamed}$not($under($r.TrainingJobName, [$g.jobNamePrefix]))",
             '"TrainingJobName must start with " & $g.jobNamePrefix & "."',
@@ -352,6 +374,7 @@ def request_problem(table: dict[str, Any], request: str, *, named: bool = True) 
         '$unknownFields := $type($r) = "object" ? '
         "$filter($keys($r), function($k) { $not($k in $g.fields) }) : []; "
         f"$types := {types}; $overCounts := [{over}]; "
+        f"$unnormalized := [$filter({_LOCATIONS}, function($l) {{ $not($normalized($l.path)) }})]; "
         f"{_chain(_request_rules(named, bool(table.get('foreignRuns'))))})"
     )
 

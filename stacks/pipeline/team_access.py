@@ -11,6 +11,8 @@ team follow, stop and report its runs and approve or reject versions of its own 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_stepfunctions as sfn
@@ -18,6 +20,7 @@ from constructs import Construct
 
 from stacks.validation import acknowledge
 from stacks.wildcard_acknowledgments import flatten_reference
+from trainstack.job_request import NAMESPACE_TAG
 from trainstack.teams import Team
 
 
@@ -31,8 +34,11 @@ class TeamAccess(Construct):
         project: str,
         pipeline: sfn.StateMachine,
         stack: cdk.Stack,
+        guarded_tag_keys: Sequence[str] = (),
     ) -> None:
-        """`project` is the team's namespace (`<project>-<team>`): every name of its pipeline starts so."""
+        """`project` is the team's namespace (`<project>-<team>`): every name of its pipeline starts so.
+        `guarded_tag_keys`: the principal tag keys any team of the deployment is authorized by, which no
+        holder of this policy may set or remove."""
         super().__init__(scope, construct_id)
         statements = _statements(project, pipeline, stack)
         if team.principal_tag is not None:
@@ -40,6 +46,8 @@ class TeamAccess(Construct):
                 statement.add_condition(
                     "StringEquals", {f"aws:PrincipalTag/{team.principal_tag.key}": team.principal_tag.value}
                 )
+        if guarded_tag_keys:
+            statements.append(_no_tag_changes(guarded_tag_keys))
         self.policy = iam.ManagedPolicy(
             self,
             "StartPolicy",
@@ -62,7 +70,7 @@ class TeamAccess(Construct):
             "ListModelPackages supports no resource types."
         )
         for statement in statements:
-            for resource in statement.resources:
+            for resource in statement.resources if statement.effect == iam.Effect.ALLOW else ():
                 if "*" in resource:
                     finding = flatten_reference(stack.resolve(resource))
                     acknowledge(self.policy, f"AwsSolutions-IAM5[Resource::{finding}]", reason)
@@ -72,6 +80,20 @@ class TeamAccess(Construct):
             value=self.policy.managed_policy_arn,
             description=f"Attach to whoever may start team {team.name}'s runs",
         )
+
+
+def _no_tag_changes(keys: Sequence[str]) -> iam.PolicyStatement:
+    """A tag that authorizes must be one its holder cannot set: aws:PrincipalTag also reads session tags
+    (sts:TagSession at AssumeRole, overriding the role's own) and tags a member puts on their own role or
+    user. StartExecution carries no tags, so the key is guarded where it is set. Tag keys are
+    case-insensitive in IAM, hence IgnoreCase."""
+    return iam.PolicyStatement(
+        sid="NoTeamTagChanges",
+        effect=iam.Effect.DENY,
+        actions=["sts:TagSession", "iam:TagRole", "iam:TagUser", "iam:UntagRole", "iam:UntagUser"],
+        resources=["*"],
+        conditions={"ForAnyValue:StringEqualsIgnoreCase": {"aws:TagKeys": sorted(set(keys))}},
+    )
 
 
 def _statements(project: str, pipeline: sfn.StateMachine, stack: cdk.Stack) -> list[iam.PolicyStatement]:
@@ -137,3 +159,36 @@ def _statements(project: str, pipeline: sfn.StateMachine, stack: cdk.Stack) -> l
         ),
     ]
     return statements
+
+
+def only_own_service_jobs(role: iam.IRole, service_job_arn: str, namespace: str) -> None:
+    """`role` terminates no service job tagged with another namespace: the shared queue holds every team's
+    jobs, and the machines' own logic alone kept them to their own. Batch's `service-job` resource type
+    takes aws:ResourceTag (Service Authorization Reference, AWS Batch). Every pipeline job carries the tag
+    since release 0.5.0, before teams; a job without it (queued by an earlier release and still in flight
+    at the upgrade) stays terminable, so that its run's time limit and cost cap still hold."""
+    tag = f"aws:ResourceTag/{NAMESPACE_TAG}"
+    role.add_to_principal_policy(
+        iam.PolicyStatement(
+            sid="OnlyOwnServiceJobs",
+            effect=iam.Effect.DENY,
+            actions=["batch:TerminateServiceJob"],
+            resources=[service_job_arn],
+            conditions={"StringNotEquals": {tag: namespace}, "Null": {tag: "false"}},
+        )
+    )
+
+
+def only_own_run_names(role: iam.IRole, table_arn: str, namespace: str) -> None:
+    """`role` claims and reads only run names of its own namespace in the shared run-name table: its
+    partition key is the run name, and dynamodb:LeadingKeys holds it (DynamoDB developer guide, "Using IAM
+    policy conditions for fine-grained access control")."""
+    role.add_to_principal_policy(
+        iam.PolicyStatement(
+            sid="OnlyOwnRunNames",
+            effect=iam.Effect.DENY,
+            actions=["dynamodb:PutItem", "dynamodb:GetItem"],
+            resources=[table_arn],
+            conditions={"ForAnyValue:StringNotLike": {"dynamodb:LeadingKeys": [f"{namespace}-*"]}},
+        )
+    )

@@ -84,6 +84,7 @@ class TrainingStateMachine(Construct):
         runs: PipelineRuns,
         resources: PipelineResources,
         sagemaker_role: iam.IRole,
+        image_repository_arn: str,
         queue: TrainingQueue | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -110,6 +111,7 @@ class TrainingStateMachine(Construct):
             sagemaker_role,
             attempt_machine=self.attempt_machine,
             queued=queue is not None,
+            image_repository_arn=image_repository_arn,
         )
         chain = self._pipeline(runs, placeholders)
         self.state_machine, self.log_group = logged_state_machine(

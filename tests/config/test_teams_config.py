@@ -93,6 +93,22 @@ def test_teams_bring_their_own_shares_and_names():
     )
 
 
+def test_no_identity_belongs_to_two_teams():
+    """One principal, or one principal tag (its key in any case), in two teams would start, stop and approve
+    both teams' runs: check-config refuses it in one sentence."""
+    other = {**TEAM, "name": "search"}
+    assert (
+        "teams: each team needs its own principals; repeated: arn:aws:iam::111111111111:role/ml-research"
+    ) in config_error({"teams": [TEAM, other]})
+    tagged = {**TEAM, "principals": [], "principal_tag": {"key": "trainstack-team", "value": "search"}}
+    same_tag = {**other, "principals": [], "principal_tag": {"key": "Trainstack-Team", "value": "search"}}
+    assert ("teams: each team needs its own principal_tag; repeated: trainstack-team=search") in config_error(
+        {"teams": [tagged, same_tag]}
+    )
+    own_tag = {**same_tag, "principal_tag": {"key": "trainstack-team", "value": "research"}}
+    assert len(settings_with({"teams": [tagged, own_tag]}).teams) == 2
+
+
 def test_a_command_names_its_team_when_the_config_has_teams():
     settings = settings_with({"teams": [TEAM]})
     with pytest.raises(ValueError, match="--team is missing: name one of research"):

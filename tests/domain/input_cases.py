@@ -102,6 +102,11 @@ MALFORMED_INPUTS: list[tuple[str, Any, str]] = [
     ("resume-not-s3", {"resumeFrom": "https://example.com/ckpt"}, "resumeFrom must be an S3 URI"),
     ("resume-not-string", {"resumeFrom": 5}, "resumeFrom must be an S3 URI"),
     (
+        "resume-not-normalized",
+        {"resumeFrom": "s3://trainstack-checkpoints/trainstack-r0/../trainstack-search-nightly/"},
+        "resumeFrom must be a normalized S3 URI, with no . or .. segment and no //.",
+    ),
+    (
         "spot-runtime-over-wait",
         {"profile": "small-torchrun", "maxRuntimeHours": 9},
         "maxRuntimeHours must be at most 8 for profile small-torchrun.",

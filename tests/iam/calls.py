@@ -16,6 +16,7 @@ from tests.iam.deployed import DeployedApp, Role
 from tests.iam.registry_calls import RegistryCalls
 from tests.iam.training_job_calls import ECR_PULL_ACTIONS, TrainingJobCalls
 from tests.iam.trigger_calls import TriggerCalls
+from trainstack.job_request import NAMESPACE_TAG
 from trainstack.queue_settings import BATCH_TRAINING_JOB_PREFIX, service_job_name, training_queue_name
 from trainstack.registry import EVALUATION_JOBS_LIMIT, evaluation_job_name, is_evaluation_job
 
@@ -309,7 +310,9 @@ class CallCatalog(TrainingJobCalls, TriggerCalls, RegistryCalls):
         return self.arn("batch", f"job-queue/{properties['JobQueueName']}")
 
     def _dynamodb_putItem(self, arguments):  # noqa: N802 (the queued attempt's run-name claim)
-        return [(None, self.arn("dynamodb", f"table/{arguments['TableName']}"), {})]
+        # The item's partition key is the run name (queue/run_names.py).
+        keys = {"dynamodb:LeadingKeys": [self.run_name]}
+        return [(None, self.arn("dynamodb", f"table/{arguments['TableName']}"), keys)]
 
     def _batch_describeServiceJob(self, arguments):  # noqa: N802
         return [(None, "*", {})]  # the action supports no resource type (Service Authorization Reference)
@@ -318,7 +321,9 @@ class CallCatalog(TrainingJobCalls, TriggerCalls, RegistryCalls):
         return [(None, "*", {})]
 
     def _batch_terminateServiceJob(self, arguments):  # noqa: N802
-        return [(None, self.arn("batch", f"service-job/{self.argument(arguments, 'JobId')}"), {})]
+        # The pipeline's service jobs carry its namespace tag (job_request.tags, submitted as the job's tags).
+        tagged = {f"aws:ResourceTag/{NAMESPACE_TAG}": self.project}
+        return [(None, self.arn("batch", f"service-job/{self.argument(arguments, 'JobId')}"), tagged)]
 
     def training_job_calls(self) -> Iterator[Call]:
         resources = self.resources()

@@ -213,6 +213,7 @@ class DeployedApp:
             ("AWS::FSx::FileSystem", "LustreMountName"): lambda: "abcdefgh",
             ("AWS::Batch::JobQueue", "JobQueueArn"): lambda: ref,
             ("AWS::DynamoDB::Table", "Arn"): lambda: region_arn % ("dynamodb", f"table/{ref}"),
+            ("AWS::Events::Rule", "Arn"): lambda: region_arn % ("events", f"rule/{ref}"),
         }
         if (kind, attribute) in attributes:
             return attributes[(kind, attribute)]()

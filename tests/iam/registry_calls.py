@@ -57,9 +57,15 @@ class RegistryCalls:
         return [(None, self.arn("ecr", f"repository/{self.project}-training"), {})]
 
     def _s3_listObjectsV2(self, arguments):  # noqa: N802
+        """The dataset manifest's child machine lists what its callers name: the registration the dataset
+        prefix and the profiles' evaluation sets, the retrain trigger its prefix."""
         bucket = self.arn("s3", self.argument(arguments, "Bucket"), region=False)
-        prefixes = [self.resources().dataset_prefix]
-        prefixes += [profile.registry.evaluation_prefix for profile in self.registered_profiles()]
+        prefixes = []
+        if self.registered_profiles():
+            prefixes.append(self.resources().dataset_prefix)
+            prefixes += [profile.registry.evaluation_prefix for profile in self.registered_profiles()]
+        if self.settings.retrain_on_new_data is not None:
+            prefixes.append(self.settings.retrain_on_new_data.prefix)
         return [("s3:ListBucket", bucket, {**SECURE, "s3:prefix": prefix}) for prefix in prefixes]
 
     def evaluation_job_calls(self) -> Iterator[tuple[str, str, str, dict[str, Any]]]:

@@ -32,10 +32,6 @@ class TriggerCalls:
     def _dynamodb_getItem(self, arguments):  # noqa: N802
         return [(None, self.arn("dynamodb", f"table/{arguments['TableName']}"), {})]
 
-    def _s3_listObjectsV2(self, arguments):  # noqa: N802
-        # ListObjectsV2 is authorized as s3:ListBucket on the bucket (Service Authorization Reference, S3).
-        return [("s3:ListBucket", self.arn("s3", self.argument(arguments, "Bucket"), region=False), {})]
-
     def _fsx_createDataRepositoryTask(self, arguments):  # noqa: N802
         file_system = self.arn("fsx", f"file-system/{arguments['FileSystemId']}")
         return [(None, file_system, {}), (None, self.arn("fsx", f"task/{IMPORT_TASK_ID}"), {})]

@@ -31,6 +31,7 @@ def manifest_definitions(bucket: str) -> dict[str, str]:
         project=PROJECT,
         bucket=s3.Bucket.from_bucket_name(stack, "Datasets", bucket),
         prefix="$states.input.prefix",
+        listed_prefixes=[""],  # the tests' prefixes, any (IAM is not emulated)
     )
     caught = sfn.Succeed.jsonata(stack, "Caught", outputs=expression('{"caught": $failure}'))
     manifest.add_catch(caught, assign={"failure": expression("$states.errorOutput")})

@@ -273,15 +273,22 @@ def test_a_changed_added_or_removed_object_changes_the_hash_and_order_does_not()
 
 def test_the_child_machine_lists_only_the_dataset_bucket_and_is_valid_for_aws_tools(pipeline):
     """The synthesized child machine: s3:ListBucket on exactly the bucket its callers list (the registration's
-    dataset bucket), nothing else but logs and tracing; asl-validator and AWS's language service accept it."""
+    dataset bucket) and, by a Deny, only the prefixes they list; nothing else but logs and tracing;
+    asl-validator and AWS's language service accept it."""
     from tests.pipeline.test_pipeline_template import actions, aws_validation, policy_statements
 
     statements = policy_statements(pipeline.template, "DatasetManifestListingStateMachineRole")
-    (listing,) = [statement for statement in statements if "s3:ListBucket" in actions(statement)]
-    assert actions(listing) == ["s3:ListBucket"]
+    listings = [statement for statement in statements if "s3:ListBucket" in actions(statement)]
+    (listing,) = [statement for statement in listings if statement["Effect"] == "Allow"]
+    (other_prefixes,) = [statement for statement in listings if statement["Effect"] == "Deny"]
+    assert actions(listing) == actions(other_prefixes) == ["s3:ListBucket"]
     assert "trainstack-storage" in json.dumps(listing["Resource"]) and "*" not in json.dumps(
         listing["Resource"]
     )
-    others = [statement for statement in statements if statement is not listing]
+    # The dataset prefix and the profile's evaluation set (config/default.yaml); absent s3:prefix is denied.
+    assert other_prefixes["Condition"] == {
+        "StringNotLike": {"s3:prefix": ["datasets/*", "evaluation/small/*"]}
+    }
+    others = [statement for statement in statements if statement not in listings]
     assert all(action.startswith(("logs:", "xray:")) for s in others for action in actions(s))
     assert aws_validation([pipeline.manifest_definition]) == [{"aslValidator": [], "languageService": []}]

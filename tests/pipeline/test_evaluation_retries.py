@@ -194,14 +194,23 @@ def test_no_capacity_until_the_retry_deadline_ends_evaluation_failed(registry):
     assert versions() == []
 
 
-@pytest.mark.parametrize("run_name", ["trainstack-n1", "trainstack-" + "x" * (RUN_NAME_MAX_LENGTH - 11)])
-def test_evaluation_job_names_are_sagemakers_valid_unique_names_as_trainstack_registry_writes_them(run_name):
+def evaluation_job_names(run_name: str, numbers) -> list[str]:
+    """The names the registration machine gives the run's evaluation jobs (its JSONata, evaluated)."""
     evaluate = jsonata_evaluator(VirtualClock())
-    numbers = (1, 2, 9, 10, 99, 100, EVALUATION_JOBS_LIMIT)
-    names = [
+    return [
         evaluate(f'($run := {{"runName": "{run_name}"}}; $attempt := {number}; {EVALUATION_JOB_NAME})')
         for number in numbers
     ]
+
+
+# A short name, one whose later evaluation jobs no longer fit beside it (56 characters), the longest.
+@pytest.mark.parametrize(
+    "run_name",
+    ["trainstack-n1", "trainstack-" + "x" * 45, "trainstack-" + "x" * (RUN_NAME_MAX_LENGTH - 11)],
+)
+def test_evaluation_job_names_are_sagemakers_valid_unique_names_as_trainstack_registry_writes_them(run_name):
+    numbers = (1, 2, 9, 10, 99, 100, EVALUATION_JOBS_LIMIT)
+    names = evaluation_job_names(run_name, numbers)
     assert names == [evaluation_job_name(run_name, number) for number in numbers]
     assert len(set(names)) == len(names)
     training_jobs = [f"{run_name}-{attempt}" for attempt in (1, 2, MAX_ATTEMPTS_LIMIT)]
@@ -209,3 +218,17 @@ def test_evaluation_job_names_are_sagemakers_valid_unique_names_as_trainstack_re
         assert len(name) <= 63 and JOB_NAME_PATTERN.fullmatch(name), name
         assert is_evaluation_job(name) and name not in training_jobs
     assert not any(is_evaluation_job(name) for name in training_jobs)
+
+
+def test_two_longest_run_names_that_differ_in_their_last_character_name_different_evaluation_jobs():
+    """Run names of 59 characters: cut to fit the suffix, they would name one job, and the second run's
+    evaluation would fail with ResourceInUse."""
+    first = "trainstack-search-" + "x" * (RUN_NAME_MAX_LENGTH - 19) + "a"
+    second = first[:-1] + "b"
+    assert len(first) == RUN_NAME_MAX_LENGTH
+    numbers = (1, 2, EVALUATION_JOBS_LIMIT)
+    names = {run: evaluation_job_names(run, numbers) for run in (first, second)}
+    assert set(names[first]).isdisjoint(names[second]), names
+    for run, found in names.items():
+        assert found == [evaluation_job_name(run, number) for number in numbers]
+        assert all(name.startswith("trainstack-search-") and len(name) <= 63 for name in found)

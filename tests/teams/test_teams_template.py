@@ -80,13 +80,25 @@ def test_the_start_policy_goes_to_the_teams_principals_or_requires_its_tag(teams
         template_of(teams_app, "trainstack-research-pipeline"), "AWS::IAM::ManagedPolicy"
     ).values()
     assert research["Properties"]["Roles"] == ["ml-research"]
-    assert all(
-        "Condition" not in statement for statement in research["Properties"]["PolicyDocument"]["Statement"]
-    )
+    allows, denies = split_by_effect(research)
+    assert all("Condition" not in statement for statement in allows)
     [search] = resources(
         template_of(teams_app, "trainstack-search-pipeline"), "AWS::IAM::ManagedPolicy"
     ).values()
     assert "Roles" not in search["Properties"]
-    assert {
-        str(statement["Condition"]) for statement in search["Properties"]["PolicyDocument"]["Statement"]
-    } == {str({"StringEquals": {"aws:PrincipalTag/trainstack-team": "search"}})}
+    search_allows, search_denies = split_by_effect(search)
+    assert {str(statement["Condition"]) for statement in search_allows} == {
+        str({"StringEquals": {"aws:PrincipalTag/trainstack-team": "search"}})
+    }
+    # Both teams' policies keep their holders from setting the key (tests/iam: the simulated attempts).
+    guard = {"ForAnyValue:StringEqualsIgnoreCase": {"aws:TagKeys": ["trainstack-team"]}}
+    assert (
+        [statement["Condition"] for statement in denies]
+        == [statement["Condition"] for statement in search_denies]
+        == [guard]
+    )
+
+
+def split_by_effect(policy: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    statements = policy["Properties"]["PolicyDocument"]["Statement"]
+    return [s for s in statements if s["Effect"] == "Allow"], [s for s in statements if s["Effect"] == "Deny"]

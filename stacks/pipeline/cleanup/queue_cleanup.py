@@ -45,6 +45,7 @@ from stacks.pipeline.machine_kit import (
     start_when_execution_ended,
 )
 from stacks.pipeline.queue.training_queue import TrainingQueue, run_job_prefix_of
+from stacks.pipeline.team_access import only_own_service_jobs
 from stacks.validation import acknowledge
 from trainstack.job_request import EXECUTION_TAG, NAMESPACE_TAG
 
@@ -317,6 +318,8 @@ class QueueCleanup(Construct):
             done=sfn.Succeed.jsonata(self, "Swept"),
         )
         self.sweeper = self._machine(f"{project}-queue-sweeper", "Sweeper", first, queue)
+        for machine in (self.state_machine, self.sweeper):
+            only_own_service_jobs(machine.role, queue.service_job_arn, project)
         self.schedule = start_every_sweep(
             self,
             self.sweeper,

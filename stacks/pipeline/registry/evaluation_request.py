@@ -27,6 +27,7 @@ from trainstack.registry import (
     EVALUATION_JOB_SUFFIX,
     EVALUATION_PROGRAM,
     JOB_NAME_MAX_LENGTH,
+    RUN_HASH_LENGTH,
     code_repository,
     code_version,
     config_hash,
@@ -35,8 +36,10 @@ from trainstack.registry import (
 
 # The $attempt-th evaluation job of the run, as trainstack.registry.evaluation_job_name names it.
 EVALUATION_JOB_NAME = (
-    f'($s := "{EVALUATION_JOB_SUFFIX}" & ($attempt > 1 ? $string($attempt) : ""); '
-    f"$substring($run.runName, 0, {JOB_NAME_MAX_LENGTH} - $length($s)) & $s)"
+    f'($s := "{EVALUATION_JOB_SUFFIX}" & ($attempt > 1 ? $string($attempt) : ""); $n := $run.runName; '
+    f"$length($n) + $length($s) <= {JOB_NAME_MAX_LENGTH} ? $n & $s : "
+    f'$substring($n, 0, {JOB_NAME_MAX_LENGTH - 1 - RUN_HASH_LENGTH} - $length($s)) & "-" & '
+    f'$substring($hash($n, "SHA-256"), 0, {RUN_HASH_LENGTH}) & $s)'
 )
 # Request members of the run that the evaluation job leaves out: it writes no checkpoints and no
 # TensorBoard events, and it reads its own channels.

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_events as events
-from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sagemaker as sagemaker
 from aws_cdk import aws_sns as sns
@@ -36,6 +35,7 @@ from stacks.pipeline.attempt_metrics import grant_publish, metrics_namespace
 from stacks.pipeline.jsonata_text import expression, literal
 from stacks.pipeline.logged_state_machine import logged_state_machine
 from stacks.pipeline.pinned_start import PinnedStartExecution
+from stacks.pipeline.pipeline_notifications import PublishFromRule
 from stacks.pipeline.quota_waits import request_without_skipped
 from stacks.pipeline.registry.evaluation_request import (
     registry_table,
@@ -88,8 +88,11 @@ class ModelRegistration(Construct):
         *,
         attempt_machine: sfn.StateMachine,
         queued: bool,
+        image_repository_arn: str,
     ) -> None:
-        """attempt_machine: the pipeline's, which runs each evaluation job (`queued`: through Batch)."""
+        """attempt_machine: the pipeline's, which runs each evaluation job (`queued`: through Batch).
+        image_repository_arn: the image stack's repository, whose tag the version's digest is resolved in
+        (one for the deployment: with teams it is not named after the team's namespace)."""
         super().__init__(scope, construct_id)
         self.runs, self.queued = runs, queued
         project, profiles = runs.project, runs.profiles
@@ -102,7 +105,6 @@ class ModelRegistration(Construct):
         self.groups = self._groups(runs.kept_groups)
         if not self.table:
             return  # no profile has a registry: block: no machine, no grants
-        stack = cdk.Stack.of(self)
         self.package_arns = self._package_arns(group_name(project, name) for name in self.table)
         self.inherited_arns = self._inherit_groups(runs.inherited)
         # The manifests list the dataset bucket: named in the definition by its ${DatasetBucket} placeholder
@@ -129,9 +131,7 @@ class ModelRegistration(Construct):
                 inherited_arns=self.inherited_arns,
                 attempt_machine=attempt_machine,
                 queued=queued,
-                repository_arn=stack.format_arn(
-                    service="ecr", resource="repository", resource_name=f"{project}-training"
-                ),
+                repository_arn=image_repository_arn,
                 allowed=allowed_requests(runs, self.table_resources, self.registered_profiles),
                 leases=lease_table(self, project),
             ),
@@ -270,9 +270,9 @@ class ModelRegistration(Construct):
         )
         detail = events.EventField.from_path
         rule.add_target(
-            targets.SnsTopic(
+            PublishFromRule(
                 topic,
-                message=events.RuleTargetInput.from_text(
+                events.RuleTargetInput.from_text(
                     f"Model package {detail('$.detail.ModelPackageArn')} is now "
                     f"{detail('$.detail.ModelApprovalStatus')}: {detail('$.detail.ApprovalDescription')}"
                 ),

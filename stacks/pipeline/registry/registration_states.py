@@ -82,7 +82,9 @@ def registration_chain(
         queued=queued,
         completed=register,
     )
-    prepare.next(_manifests(scope, project, dataset_bucket, dataset_prefix, failed)).next(evaluate)
+    evaluation_prefixes = sorted({entry["evaluationPrefix"] for entry in table.values()})
+    manifests = _manifests(scope, project, dataset_bucket, dataset_prefix, evaluation_prefixes, failed)
+    prepare.next(manifests).next(evaluate)
     return refuse_unless_allowed(scope, registration_problem(allowed), prepare)
 
 
@@ -214,13 +216,23 @@ def _describe_approved_versions(scope: Construct, package_arns: list[str]) -> sf
 
 
 def _manifests(
-    scope: Construct, project: str, dataset_bucket: Any, dataset_prefix: str, failed: sfn.IChainable
+    scope: Construct,
+    project: str,
+    dataset_bucket: Any,
+    dataset_prefix: str,
+    evaluation_prefixes: list[str],
+    failed: sfn.IChainable,
 ) -> sfn.IChainable:
     """The training set's and the evaluation set's manifests (trainstack.manifest), as the run registers:
     $trainingSetManifest and $datasetManifest. A listing that fails (an S3 error, `DatasetTooLarge`) ends
     in `failed` with that error, before any evaluation job."""
     train_manifest = DatasetManifest(
-        scope, "TrainingSetManifest", project=project, bucket=dataset_bucket, prefix=literal(dataset_prefix)
+        scope,
+        "TrainingSetManifest",
+        project=project,
+        bucket=dataset_bucket,
+        prefix=literal(dataset_prefix),
+        listed_prefixes=[dataset_prefix],
     )
     keep_train = sfn.Pass.jsonata(
         scope,
@@ -233,6 +245,7 @@ def _manifests(
         project=project,
         bucket=dataset_bucket,
         prefix="$settings.evaluationPrefix",
+        listed_prefixes=evaluation_prefixes,
     )
     for manifest in (train_manifest, eval_manifest):
         manifest.add_catch(failed, assign={"failure": expression("$states.errorOutput")})

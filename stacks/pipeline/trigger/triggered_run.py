@@ -154,6 +154,7 @@ class TriggeredRun:
             bucket=dataset_bucket,
             bucket_name=dataset_bucket_name,
             prefix=literal(self.trigger.prefix),
+            listed_prefixes=[self.trigger.prefix],
             before_each_listing=renew,
         )
         listing_failed = failure(
