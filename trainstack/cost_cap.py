@@ -66,6 +66,8 @@ def step_rates(profile: Profile, prices: TrainingPrices) -> list[StepRate]:
     rates = []
     for preference in profile.instance_preferences:
         spec = preference.spec
+        if spec.gpus == 0:  # the planner models GPU training only: a CPU type has no planned step cost
+            return []
         one_step = plan(setup, spec, 1, setup.tokens_per_step(spec, 1), prices=prices)
         cost = one_step.throughput and one_step.throughput.cost_usd
         if cost is None:

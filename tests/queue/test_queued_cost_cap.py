@@ -1,7 +1,7 @@
 """The cost cap (max_cost_usd) in queue mode, on the virtual clock: the queued attempt terminates the service
 job of a run billed past the cap (which stops the training job Batch started), the run ends with
 BudgetExceeded naming its checkpoint prefix and no job is left running; a run under the cap is not
-touched. The default config caps llama-1b-smddp at $300; runs here take 42 instances (a queue of 42) so
+touched. The default config caps llama-1b-smddp at $300; runs here take 63 instances (a queue of 63) so
 that the cap is crossed within minutes of billing, as in tests/pipeline/test_cost_cap.py."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from tests.pipeline.test_scenarios import assigned
 from tests.queue.conftest import service_job
 from tests.queue.test_queue_pipeline import queue_for, queued_pipeline
 
-WIDE_QUEUE = {"enabled": True, "max_instances": 42, "capacity_wait_hours": 1}
+WIDE_QUEUE = {"enabled": True, "max_instances": 63, "capacity_wait_hours": 1}
 
 
 @pytest.fixture(scope="module")
