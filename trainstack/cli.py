@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from importlib.metadata import PackageNotFoundError, version
 
 DESCRIPTION = (
     "Retrain large PyTorch models on Amazon SageMaker through the trainstack pipeline: check the "
@@ -52,9 +53,18 @@ def _overview() -> argparse.ArgumentParser:
         help="one of: " + ", ".join(COMMANDS),
     )
     parser.add_argument("arguments", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    parser.add_argument("--version", action="version", version=f"trainstack {_version()}")
     commands = "\n".join(f"  {name:<14}{summary}" for name, (_, summary) in COMMANDS.items())
     parser.description = f"{DESCRIPTION}\n\ncommands:\n{commands}"
     return parser
+
+
+def _version() -> str:
+    """The installed release (pyproject.toml's version; CHANGELOG.md and the tag v<version> name it)."""
+    try:
+        return version("trainstack")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
 
 
 def build_parser(command: str) -> argparse.ArgumentParser:
