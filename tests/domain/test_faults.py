@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from localaws.emulator import VirtualClock
-from localaws.emulator.functions import jsonata_evaluator
+from localaws.emulator.jsonata_engine import jsonata_evaluator
 from trainstack.faults import FAULT_PATTERNS, TOKEN_PATTERN, Fault, classify, describe, fault_expression
 
 REASONS = [

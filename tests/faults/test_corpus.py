@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from localaws.emulator import VirtualClock
-from localaws.emulator.functions import jsonata_evaluator
+from localaws.emulator.jsonata_engine import jsonata_evaluator
 from tests.faults.corpus import CLASSES, load
 from trainstack.faults import CAPACITY, FAULT_PATTERNS, capacity_expression, classify, fault_expression
 
