@@ -1,6 +1,6 @@
 """trainstack.faults beyond the table's rows (those are tested on real texts in tests/faults): train.py's
 token decides over the table, in Python and in the JSONata the attempt machines run (through the emulator's
-evaluator, jsonata-python); a missing reason is unknown; docs/faults.md lists every row."""
+evaluator, jsonata 2.0.6); a missing reason is unknown; docs/faults.md lists every row."""
 
 from __future__ import annotations
 

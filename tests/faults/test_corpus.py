@@ -1,6 +1,6 @@
 """The fault table against real failure texts (failure_texts.yaml, issue 29): every text is classified by
 trainstack.faults in Python and by the JSONata the attempt machines run (through the emulator's evaluator,
-jsonata-python), and both give its true class. train.py's own classifier is tested on the same texts in
+jsonata 2.0.6), and both give its true class. train.py's own classifier is tested on the same texts in
 tests/training/test_fault_token.py."""
 
 from __future__ import annotations
