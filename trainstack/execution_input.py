@@ -69,6 +69,8 @@ class RunConfig(Protocol):
 FIELDS = ("profile", "runName", "hyperparameters", "instanceCount", "maxRuntimeHours", "resumeFrom")
 QUEUE_FIELDS = ("priority", "share")
 MIN_RUNTIME_HOURS = 0.01
+# Both matched whole (re.fullmatch), as the pipeline's JSONata reads them (JavaScript's `$` matches no
+# final newline).
 RUN_NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$"
 S3_URI_PATTERN = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$"
 HYPERPARAMETER_NAME_MAX_LENGTH = 256
@@ -120,7 +122,7 @@ def _hyperparameters(check: Callable[[str, Any], bool]) -> Callable[[Any, RunCon
 
 
 def _is_job_name_part(value: str) -> bool:
-    return len(value) <= RUN_NAME_MAX_LENGTH and re.match(RUN_NAME_PATTERN, value) is not None
+    return len(value) <= RUN_NAME_MAX_LENGTH and re.fullmatch(RUN_NAME_PATTERN, value) is not None
 
 
 # A profile's `checkpoint_interval: auto` is resolved at synth, never per run.
@@ -242,7 +244,7 @@ INPUT_RULES: tuple[InputRule, ...] = (
         "resumeFrom",
         "s3-uri",
         "resumeFrom must be an S3 URI such as s3://bucket/run-name/.",
-        lambda value, _: isinstance(value, str) and re.match(S3_URI_PATTERN, value) is not None,
+        lambda value, _: isinstance(value, str) and re.fullmatch(S3_URI_PATTERN, value) is not None,
     ),
     # A run may resume only from its own namespace's runs. The state machine also checks the bucket (one of
     # the deployment's checkpoint and artifact buckets, whose names the CLI does not know), and the
