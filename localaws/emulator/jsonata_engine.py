@@ -93,6 +93,8 @@ class _NodeProcess:
         node = shutil.which("node")
         if node is None:
             raise JsonataEngineError("the JSONata engine needs Node.js (`node` on PATH) and `npm ci` run")
+        if self._stderr is not None:
+            self._stderr.close()
         self._stderr = tempfile.TemporaryFile()
         self._process = subprocess.Popen(
             [node, str(NODE_SCRIPT)],
