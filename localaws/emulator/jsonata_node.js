@@ -13,6 +13,13 @@ const crypto = require("crypto");
 const readline = require("readline");
 const jsonata = require("jsonata");
 
+const AWS_JSONATA_VERSION = "2.0.6";
+const installed = require("jsonata/package.json").version;
+if (installed !== AWS_JSONATA_VERSION) {
+  process.stderr.write(`jsonata ${installed} is installed where Step Functions runs ${AWS_JSONATA_VERSION}: run npm ci\n`);
+  process.exit(1);
+}
+
 const HASH_ALGORITHMS = { "MD5": "md5", "SHA-1": "sha1", "SHA-256": "sha256", "SHA-384": "sha384", "SHA-512": "sha512" };
 // States.ArrayRange's limit, which $range keeps.
 const MAX_RANGE_ITEMS = 1000;
