@@ -19,7 +19,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_VERSION_CHECK := 1
 export PATH := $(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
 
-.PHONY: synth demo demo-fault demo-queue demo-trigger deploy test lint local-train clean
+.PHONY: synth demo demo-fault demo-queue demo-trigger diff deploy test lint local-train clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -73,8 +73,23 @@ demo-queue: $(DEV_DEPS) $(CDK)
 demo-trigger: $(DEV_DEPS) $(CDK)
 	python -m localaws.demo.trigger_run --config $(CONFIG)
 
+# The deploy review (docs/upgrading.md) reads the CloudFormation specification the CDK CLI ships and
+# cfn-lint's registry schemas.
+DEPLOY_DEPS := $(VENV)/.deploy-deps
+$(DEPLOY_DEPS): $(SYNTH_DEPS) requirements-deploy.txt
+	$(BIN)/pip install -q -r requirements-deploy.txt
+	touch $@
+
+# Review a deploy first: what it would replace, delete or fail on against the deployed stacks, then `cdk diff`.
+diff: synth $(DEPLOY_DEPS)
+	-trainstack check-config $(CONFIG) --templates cdk.out --against-deployed --allow "$(ALLOW_REPLACE)"
+	cdk diff --all --no-notices -c config=$(CONFIG)
+
 # Needs AWS credentials (and Docker, to build the image); `cdk bootstrap` once per account/region first.
-deploy: synth
+# Refuses a deploy that would replace or delete a stateful resource, or fail on a name or path conflict,
+# unless each finding is named: make deploy ALLOW_REPLACE=FileSystem,DatasetBucket (docs/upgrading.md).
+deploy: synth $(DEPLOY_DEPS)
+	trainstack check-config $(CONFIG) --templates cdk.out --against-deployed --allow "$(ALLOW_REPLACE)"
 	cdk deploy --all --no-notices -c config=$(CONFIG)
 
 # The run report's browser test (tests/demo/test_demo.py) loads the page in Debian's Chromium. Where
@@ -112,6 +127,13 @@ $(CHECKOV): requirements-checkov.txt
 
 local-train: $(DEV_DEPS)
 	bash training_scripts/local_train.sh
+
+# Needs AWS credentials. Deletes the config's stacks (pipelines, queue, image, storage, network), lists what
+# CloudFormation retains and what it keeps costing; deletes or exports a retained resource only when named:
+# make teardown CONFIG=... TEARDOWN_ARGS="--export fs-... --delete-retained fs-..." (docs/teardown.md).
+.PHONY: teardown
+teardown: $(SYNTH_DEPS)
+	python -m trainstack.teardown --config $(CONFIG) $(TEARDOWN_ARGS)
 
 clean:
 	rm -rf cdk.out local-run demo-run demo-fault-run demo-queue-run demo-trigger-run .pytest_cache .hypothesis

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """CDK entry point: load the config (-c config=FILE, default config/default.yaml), build the stacks."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import aws_cdk as cdk
 from trainstack.config_loading import ConfigError, load_settings
 from trainstack.fsx_sizing import quota_warning, summary
 from trainstack.governance_costs import cost_summary
+from trainstack.pipeline_runs import pre_teams_stack_note
 
 
 def main() -> None:
@@ -26,12 +28,19 @@ def main() -> None:
         if warning:
             print(f"trainstack: warning: {warning}", file=sys.stderr)
     print(f"trainstack: {cost_summary(settings)}", file=sys.stderr)
+    if note := pre_teams_stack_note(settings):
+        print(f"trainstack: {note}", file=sys.stderr)
     # Imported once the config is valid: a bad config fails before the stack modules load (seconds).
     from stacks.app_builder import build_app
+    from trainstack.idle_cost import idle_cost_of_templates
 
     build_app(app, settings)
     assembly = app.synth()
     remove_other_templates(Path(assembly.directory), {stack.template_file for stack in assembly.stacks})
+    # Counted from the templates just written, so it follows the config exactly (trainstack/idle_cost.py).
+    templates = [json.loads(Path(stack.template_full_path).read_text()) for stack in assembly.stacks]
+    for line in idle_cost_of_templates(templates, settings.region).render():
+        print(f"trainstack: {line}", file=sys.stderr)
 
 
 def remove_other_templates(outdir: Path, current: set[str]) -> None:

@@ -8,7 +8,7 @@ import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
 from stacks.checkov_skips import skip_project_wide_checks
-from stacks.governed_account import apply_governance, governed, synthesizer
+from stacks.governed_account import apply_governance, governed, governed_rules_waived, synthesizer
 from stacks.image.image_stack import ImageStack
 from stacks.network.network_stack import NetworkStack
 from stacks.pipeline.pipeline_stack import PipelineStack
@@ -16,7 +16,7 @@ from stacks.pipeline.queue.queue_stack import QueueStack
 from stacks.storage.storage_stack import StorageStack
 from trainstack.config import Settings
 from trainstack.express_buckets import express_buckets
-from trainstack.pipeline_runs import all_pipeline_runs, shared_queue
+from trainstack.pipeline_runs import all_pipeline_runs, existing_run_names, queue_namespace, shared_queue
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ def build_app(app: cdk.App, settings: Settings, *, nag: bool = True) -> Trainsta
         # binary): a template that Control Tower's hooks would block fails synth, naming the rule.
         from cdklabs.cdk_validator_cfnguard import CfnGuardValidator
 
-        cdk.Validations.of(app).add_plugins(CfnGuardValidator())
+        cdk.Validations.of(app).add_plugins(CfnGuardValidator(disabled_rules=governed_rules_waived(settings)))
     return stacks
 
 
@@ -96,8 +96,11 @@ def storage_stack(app: cdk.App, settings: Settings, network: NetworkStack, **kwa
         fsx_plan=settings.fsx_plan,
         access_logs_bucket=settings.access_logs_bucket,
         dataset_events=settings.retrain_on_new_data is not None,
+        fsx_checkpoints=any(profile.checkpoint_store == "fsx" for profile in settings.profiles),
         encryption=settings.encryption,
         express=express_buckets(settings),
+        object_lock_in_place=settings.migrations.object_lock_in_place,
+        keep_split_fsx_links=settings.migrations.keep_split_fsx_links,
         network=network,
         **kwargs,
     )
@@ -111,16 +114,25 @@ def image_stack(app: cdk.App, settings: Settings, network: NetworkStack | None, 
         project=settings.project,
         image=settings.image,
         handlers_network=network if governed(settings) else None,
+        keep_repository=settings.migrations.keep_image_repository,
         **kwargs,
     )
 
 
 def queue_stack(app: cdk.App, settings: Settings, **kwargs) -> QueueStack | None:
     """With teams in queue mode, the one queue they share; without teams the pipeline stack holds it."""
-    if not (settings.teams and settings.queue.enabled):
+    # With queue mode off, it stays for a kept run-names table of its own (migrations.keep_run_names_table).
+    kept_table = settings.migrations.keep_run_names_table and existing_run_names(settings) is None
+    if not (settings.teams and (settings.queue.enabled or kept_table)):
         return None
     return QueueStack(
-        app, f"{settings.project}-queue", project=settings.project, queue=shared_queue(settings), **kwargs
+        app,
+        f"{settings.project}-queue",
+        project=queue_namespace(settings),
+        queue=shared_queue(settings),
+        keep_run_names_table=settings.migrations.keep_run_names_table,
+        existing_run_names=existing_run_names(settings),
+        **kwargs,
     )
 
 

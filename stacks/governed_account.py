@@ -42,6 +42,16 @@ def governed(settings: Settings) -> bool:
     return settings.compliance == CONTROL_TOWER
 
 
+# CT.S3.PR.9 reads the top-level ObjectLockEnabled, which CloudFormation sets only on a new bucket: a bucket
+# given Object Lock in place (migrations.object_lock_in_place) has it through ObjectLockConfiguration.
+OBJECT_LOCK_RULE = "ct-s3-pr-9"
+
+
+def governed_rules_waived(settings: Settings) -> list[str]:
+    """The Control Tower rules synth does not check for this config (README, "Migrations")."""
+    return [OBJECT_LOCK_RULE] if settings.migrations.object_lock_in_place else []
+
+
 def synthesizer(bootstrap_qualifier: str | None) -> cdk.IStackSynthesizer | None:
     """The stack synthesizer for the configured bootstrap qualifier (None: CDK's default bootstrap)."""
     if bootstrap_qualifier is None:

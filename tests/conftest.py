@@ -28,6 +28,7 @@ LONGEST_FILES = (
     "tests/demo/test_demo.py",  # 276 s
     "tests/training/test_init_from.py",  # 243 s (FSDP2: .venv); 31 s in .venv-image
     "tests/demo/test_fault_demo.py",  # 232 s
+    "tests/teams/test_many_runs.py",  # 175 s (both modes, with the direct-mode synth), 2026-12-05
     "tests/training/test_smp.py",  # 112 s (.venv-image)
     "tests/demo/test_trigger_demo.py",  # 103 s
     "tests/demo/test_queue_demo.py",  # 102 s

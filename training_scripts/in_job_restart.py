@@ -31,6 +31,7 @@ import fcntl
 import logging
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from distributed import Runtime, agree
@@ -51,9 +52,21 @@ class Round:
     previous_reason: str | None  # the failure line of the round before (None: it wrote none)
     declined: str | None  # the line an earlier round refused with, if one did
 
+    @property
+    def previous_fault(self) -> str:
+        """What ended the round before, in words."""
+        return self.previous_reason or "a worker ended without a reason (a crash)"
+
 
 def restart_round() -> int:
     return int(os.environ.get(ROUND_ENV, "0"))
+
+
+def round_record(number: int, kind: str) -> Path | None:
+    """$SM_OUTPUT_DIR/restarts/round-<number>.<kind>: what round `number` leaves for the rounds after it
+    (its failure line, its MLflow run); None in a local run."""
+    failure = failure_file()
+    return failure.parent / RECORD_DIR / f"round-{number}.{kind}" if failure is not None else None
 
 
 def begin_round() -> Round | None:
@@ -61,14 +74,13 @@ def begin_round() -> Round | None:
     number = restart_round()
     if number == 0:
         return None
-    failure = failure_file()
-    if failure is None:  # a local run: no failure file, nothing recorded
+    failure, aside = failure_file(), round_record(number - 1, "failure")
+    if failure is None or aside is None:  # a local run: no failure file, nothing recorded
         return Round(number, None, None)
-    record = failure.parent / RECORD_DIR
+    record = aside.parent
     record.mkdir(parents=True, exist_ok=True)
     with (record / ".lock").open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # the node's ranks arrive together; one moves the file
-        aside = record / f"round-{number - 1}.failure"
         if not aside.exists():
             if failure.exists():
                 failure.rename(aside)
@@ -128,7 +140,7 @@ def refused_restart(runtime: Runtime, current: Round | None) -> int | None:
                 "In-job restart %d: the workers were restarted inside the same job after %s; training "
                 "resumes from the newest complete checkpoint.",
                 current.number,
-                current.previous_reason or "a worker ended without a reason (a crash)",
+                current.previous_fault,
             )
         return None
     return decline(refusal, echo=runtime.is_main)

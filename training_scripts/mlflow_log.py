@@ -8,6 +8,12 @@ SageMaker sets in the container and sagemaker-training's environment.py reads), 
 is its own MLflow run. CreateTrainingJob's MlflowConfig is not used: AWS documents it for serverless
 model customization jobs only (docs/training.md, "MLflow").
 
+A round of the job ended by an in-job restart (in_job_restart.py) is killed where it stands, its MLflow
+run left RUNNING. The next round ends it: rank 0 reads the run's id from the record the killed round left
+($SM_OUTPUT_DIR/restarts/round-<N>.mlflow-run) and marks it FAILED, with the fault's line as its
+`trainstack.failure` tag (MLflow runs have no field for why they ended). The calls are the ones a run
+already makes (LogBatch for the tag, UpdateRun for the status): the job role's grant stays as it is.
+
 The client is optional (container/requirements.txt installs `mlflow-skinny` and `sagemaker-mlflow`):
 where it is missing, or the variable is unset, training goes on without MLflow and says so once. A
 local run may point MLFLOW_TRACKING_URI at a directory (MLflow's file store), as the tests do.
@@ -18,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("train")
@@ -25,13 +32,18 @@ log = logging.getLogger("train")
 MLFLOW_TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
 MLFLOW_EXPERIMENT_ENV = "MLFLOW_EXPERIMENT_NAME"
 JOB_NAME_ENV = "TRAINING_JOB_NAME"
+RUN_RECORD = "mlflow-run"  # a round's record (in_job_restart.round_record) holding its MLflow run's id
+FAILURE_TAG = "trainstack.failure"
+TAG_VALUE_LIMIT = 5000  # characters of a tag value MLflow's stores accept (the lowest, older servers')
 
 
 class MlflowLog:
     """One MLflow run of this job; does nothing on other ranks or without a tracking URI."""
 
-    def __init__(self, is_main: bool, parameters: Mapping[str, Any]):
+    def __init__(self, is_main: bool, parameters: Mapping[str, Any], run_record: Path | None = None):
+        """`run_record`: where this round leaves its run's id, for the round after it."""
         self._mlflow = None
+        self._run_record = run_record
         uri = os.environ.get(MLFLOW_TRACKING_URI_ENV)
         if not is_main or not uri:
             return
@@ -53,7 +65,10 @@ class MlflowLog:
     def _start(self, uri: str, experiment: str, parameters: Mapping[str, Any]) -> None:
         self._mlflow.set_tracking_uri(uri)
         self._mlflow.set_experiment(experiment)
-        self._mlflow.start_run(run_name=os.environ.get(JOB_NAME_ENV))
+        run = self._mlflow.start_run(run_name=os.environ.get(JOB_NAME_ENV))
+        if self._run_record is not None:
+            self._run_record.parent.mkdir(parents=True, exist_ok=True)
+            self._run_record.write_text(run.info.run_id)
         # MLflow keeps parameter values as text of at most 6,000 characters.
         self._mlflow.log_params({name: str(value)[:6000] for name, value in parameters.items()})
 
@@ -80,3 +95,26 @@ class MlflowLog:
         if self._mlflow is not None:
             self._guarded(self._mlflow.end_run)
             self._mlflow = None
+
+
+def end_interrupted_run(run_record: Path | None, fault: str) -> None:
+    """In a restarted round, on rank 0: the run of the round before (its id in `run_record`) ends FAILED
+    with `fault`, the line that ended it (module docstring). Nothing without a record or a client; a
+    failing call is one warning, never the training's end."""
+    uri = os.environ.get(MLFLOW_TRACKING_URI_ENV)
+    if run_record is None or not uri or not run_record.exists():
+        return
+    try:
+        from mlflow.entities import RunTag
+        from mlflow.tracking import MlflowClient
+    except ImportError:
+        return  # MlflowLog says so once
+    run_id = run_record.read_text().strip()
+    try:
+        client = MlflowClient(uri)
+        client.log_batch(run_id, tags=[RunTag(FAILURE_TAG, fault[:TAG_VALUE_LIMIT])])
+        client.set_terminated(run_id, status="FAILED")
+    except Exception as error:  # MLflow's, HTTP and credential errors alike
+        log.warning("The MLflow run %s of the interrupted round stays RUNNING: %s", run_id, error)
+        return
+    log.info("MLflow run %s of the interrupted round ended FAILED: %s", run_id, fault)

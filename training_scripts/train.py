@@ -35,9 +35,9 @@ from distributed import (
 )
 from faults import EXIT_INFRASTRUCTURE, EXIT_USER_ERROR, NonFiniteError, classify, report
 from flags import parse_args, resume_source
-from in_job_restart import begin_round, decline, refused_restart
+from in_job_restart import begin_round, decline, refused_restart, restart_round, round_record
 from metrics import StepTimer, configure_logging, format_train_line, format_val_line, throughput
-from mlflow_log import MlflowLog
+from mlflow_log import RUN_RECORD, MlflowLog, end_interrupted_run
 from model import model_config
 from model_shapes import flops_per_token, peak_bf16_flops
 from optimizer import parameter_groups
@@ -258,7 +258,7 @@ class Trainer:
             )
         self.scalars = Scalars(
             args.tensorboard_dir if self.runtime.is_main else None,
-            MlflowLog(self.runtime.is_main, vars(args)),
+            MlflowLog(self.runtime.is_main, vars(args), round_record(restart_round(), RUN_RECORD)),
         )
         self.model.train()
         window, window_steps = torch.zeros(2), 0
@@ -353,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     restarted = begin_round()  # first: nothing this round reports may be set aside (in_job_restart.py)
     rank = int(os.environ.get("RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
     configure_logging(rank)
+    if restarted and rank == 0:  # the killed round's MLflow run ends FAILED, whether this round trains or not
+        end_interrupted_run(round_record(restarted.number - 1, RUN_RECORD), restarted.previous_fault)
     if restarted and restarted.declined:  # an earlier round refused the restart: no collective, no training
         return decline(restarted.declined, echo=rank == 0)
     try:  # flags are checked alike on every rank: rank 0 reports

@@ -21,6 +21,7 @@ from trainstack.express_buckets import check_express_buckets
 from trainstack.fault_model import FaultModel, inherit_fault_model
 from trainstack.fsx_sizing import FsxPlan, FsxSettings, plan_for
 from trainstack.governance import BOOTSTRAP_QUALIFIER, CONTROL_TOWER, Compliance, IamSettings
+from trainstack.migration_settings import MigrationSettings, check_migrations
 from trainstack.planning.auto_interval import check_auto_intervals
 from trainstack.planning.setups import fit_problems
 from trainstack.profiles import Profile
@@ -241,12 +242,15 @@ class Settings(StrictModel):
             "an S3 bucket name: 3 to 63 lowercase letters, digits, dots or hyphens",
         ),
     ] = None
+    # What this deployment keeps from its earlier configs (trainstack/migration_settings.py).
+    migrations: MigrationSettings = MigrationSettings()
 
     _fault_models = model_validator(mode="before")(classmethod(inherit_fault_model))
     _auto_intervals = model_validator(mode="after")(check_auto_intervals)
     _held_out_sets = model_validator(mode="after")(check_held_out_sets)
     _teams = model_validator(mode="after")(check_teams)
     _key_region = model_validator(mode="after")(check_key_region)
+    _migrations = model_validator(mode="after")(check_migrations)
 
     @model_validator(mode="after")
     def _placement(self) -> Settings:

@@ -140,6 +140,16 @@ def _count_rule(name: str) -> InputRule:
     )
 
 
+def _resumable(settings: RunConfig, key: str) -> bool:
+    """The key is in the namespace's runs, or in the pre-teams runs a team inherited (`inherited_prefixes`
+    of trainstack.pipeline_runs.PipelineRuns, less the other teams' `foreign_prefixes`)."""
+    inherited = getattr(settings, "inherited_prefixes", ())
+    foreign = getattr(settings, "foreign_prefixes", ())
+    return key.startswith(f"{settings.project}-") or (
+        key.startswith(tuple(inherited)) and not key.startswith(tuple(foreign))
+    )
+
+
 def _key_of(uri: str) -> str:
     """The object key (prefix) of s3://bucket/key."""
     return uri.split("/", 3)[3] if uri.count("/") >= 3 else ""
@@ -253,7 +263,7 @@ INPUT_RULES: tuple[InputRule, ...] = (
         "resumeFrom",
         "own-runs",
         "resumeFrom must lie in a run of {prefix}: s3://<checkpoint or artifact bucket>/{prefix}-<run>/...",
-        lambda value, settings: _key_of(value).startswith(f"{settings.project}-"),
+        lambda value, settings: _resumable(settings, _key_of(value)),
     ),
     InputRule(
         "instanceCount",

@@ -1,5 +1,6 @@
 """What `compliance: control-tower` costs on top of `none` for a given app (README, "Deploying into a
-governed account"; `make synth` and `check-config` print cost_summary's line)."""
+governed account"; `make synth` and `check-config` print cost_summary's line), at the config Region's
+dated prices (trainstack/infra_prices.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ from dataclasses import dataclass
 
 from trainstack.config import Settings
 from trainstack.governance import CONTROL_TOWER
-from trainstack.prices import GOVERNANCE_PRICES
+from trainstack.idle_cost import rate
+from trainstack.idle_resources import control_tower_endpoint, control_tower_log_keys
+from trainstack.infra_prices import INFRA_PRICES, InfraPriceTable
+from trainstack.prices import HOURS_PER_MONTH
 
 
 @dataclass(frozen=True)
@@ -21,33 +25,35 @@ class CostItem:
         return round(self.count * self.monthly_usd, 2)
 
 
-def governed_fixed_costs(settings: Settings) -> list[CostItem]:
-    """The fixed monthly charges control-tower adds to `settings`' app (compared with compliance: none)."""
-    prices = GOVERNANCE_PRICES
-    log_keys = [
-        settings.network.existing is None,  # network: VPC flow logs
-        settings.image.uri is None,  # image: the image-copy function's logs
-        True,  # pipeline: state-machine logs
-    ]
+def governed_fixed_costs(settings: Settings, prices: InfraPriceTable | None = None) -> list[CostItem]:
+    """The fixed monthly charges control-tower adds to `settings`' app (compared with compliance: none), at
+    `prices` (default: the config Region's; cost_summary checks that the Region is priced)."""
+    prices = prices or INFRA_PRICES[settings.region]
     items = [
         CostItem("KMS key for the buckets", 1, prices.kms_key_month),
-        CostItem("KMS keys for log groups (one per stack with logs)", sum(log_keys), prices.kms_key_month),
+        CostItem(
+            "KMS keys for log groups (one per stack with logs)",
+            control_tower_log_keys(settings),
+            prices.kms_key_month,
+        ),
     ]
-    if settings.network.existing is None and settings.network.egress == "endpoints":
-        # The default security group's CDK handler runs in the VPC and calls the EC2 API.
-        items.append(CostItem("EC2 interface endpoint", 1, prices.interface_endpoint_month))
+    if control_tower_endpoint(settings):
+        endpoint_month = round(prices.interface_endpoint_az_hour * HOURS_PER_MONTH, 2)
+        items.append(CostItem("EC2 interface endpoint", 1, endpoint_month))
     return items
 
 
 def cost_summary(settings: Settings) -> str:
     """One line for `make synth`: what control-tower adds (or would add) per month, and what grows by use."""
-    prices = GOVERNANCE_PRICES
-    items = governed_fixed_costs(settings)
+    prices = INFRA_PRICES.get(settings.region)
+    if prices is None:
+        return f"compliance: {settings.compliance}; what control-tower costs: {settings.region} is not priced"
+    items = governed_fixed_costs(settings, prices)
     total = sum(item.total_usd for item in items)
     parts = ", ".join(f"{item.count} x {item.what} ${item.monthly_usd:.2f}" for item in items if item.count)
     by_use = (
-        f"plus by use: log storage kept 365 days ${prices.logs_storage_gb_month}/GB-month, "
-        f"KMS requests ${prices.kms_requests_per_10k}/10,000"
+        f"plus by use: log storage kept 365 days {rate(prices.logs_storage_gb_month)}/GB-month, "
+        f"KMS requests {rate(prices.kms_requests_per_10k)}/10,000"
     )
     if settings.compliance == CONTROL_TOWER:
         head = f"compliance: control-tower adds ${total:.2f}/month over none"

@@ -87,40 +87,6 @@ SAGEMAKER_TRAINING_PRICES = TrainingPriceTable(
 )
 
 
-@dataclass(frozen=True)
-class GovernancePriceTable:
-    """What compliance: control-tower adds: customer managed KMS keys and an interface endpoint, fixed per
-    month; log storage, object versions and KMS requests, by use."""
-
-    region: str
-    as_of: date
-    source_urls: tuple[str, ...]
-    kms_key_month: float  # one customer managed key (key rotation adds nothing for the first rotation)
-    kms_requests_per_10k: float
-    interface_endpoint_hour: float  # one VPC interface endpoint in one AZ
-    logs_storage_gb_month: float  # CloudWatch Logs archived storage
-    s3_standard_gb_month: float  # S3 Standard (noncurrent checkpoint versions)
-
-    @property
-    def interface_endpoint_month(self) -> float:
-        return round(self.interface_endpoint_hour * HOURS_PER_MONTH, 2)
-
-
 HOURS_PER_MONTH = 730  # AWS pricing pages' month
-# US East (N. Virginia) list prices from the pages below, as recorded on the date below (not re-checked from
-# the build machines, which have no internet).
-GOVERNANCE_PRICES = GovernancePriceTable(
-    region="us-east-1",
-    as_of=date(2026, 12, 1),
-    source_urls=(
-        "https://aws.amazon.com/kms/pricing/",
-        "https://aws.amazon.com/privatelink/pricing/",
-        "https://aws.amazon.com/cloudwatch/pricing/",
-        "https://aws.amazon.com/s3/pricing/",
-    ),
-    kms_key_month=1.00,
-    kms_requests_per_10k=0.03,
-    interface_endpoint_hour=0.01,
-    logs_storage_gb_month=0.03,
-    s3_standard_gb_month=0.023,
-)
+# The infrastructure a deployment keeps running (endpoints, NAT, dashboards, alarms, keys...), per Region:
+# trainstack/infra_prices.py.

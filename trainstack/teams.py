@@ -82,6 +82,9 @@ class Team(StrictModel):
     ] = None
     weight: Annotated[int, Field(ge=1, le=1000)] = 1
     max_priority: Annotated[int, Field(ge=0, le=MAX_PRIORITY)] = 0
+    # The deployment had no teams before: this team may resume the runs started then (`<project>-*` outside
+    # every team's namespace) and registers against their model versions (docs/teams.md, "Migrations").
+    inherits_single_team_runs: bool = False
 
     @model_validator(mode="after")
     def _someone_may_start(self) -> Team:
@@ -115,6 +118,8 @@ def check_teams(settings: Any) -> Any:
     ):
         if repeated := sorted({value for value in values if values.count(value) > 1}):
             raise ValueError(f"teams: each team needs its own {field}; repeated: {', '.join(repeated)}")
+    if len(heirs := [team.name for team in settings.teams if team.inherits_single_team_runs]) > 1:
+        raise ValueError(f"teams: only one team may set inherits_single_team_runs; set by {', '.join(heirs)}")
     if settings.teams and settings.queue.shares:
         raise ValueError("queue.shares: with teams, each team's share and weight come from teams; remove it")
     if settings.teams and settings.retrain_on_new_data is not None:

@@ -8,12 +8,14 @@ import os
 from pathlib import Path
 
 from localaws.sagemaker.local_processes import ALLOW_FILE_STORE
+from training_scripts.mlflow_log import FAILURE_TAG
 from training_scripts.tensorboard_scalars import TRAIN_LOSS, VALIDATION_LOSS
 
 
 def run_lines(store: Path, experiment: str) -> list[str]:
     """One line per MLflow run of `experiment` in `store`, oldest first: the job it is named after, its
-    status, the steps it logged a train loss at and the last one, and its last validation loss."""
+    status, the steps it logged a train loss at and the last one, its last validation loss, and for a round
+    ended by an in-job restart the fault token of the line that ended it."""
     os.environ.update(ALLOW_FILE_STORE)  # read at each call to the file store
     from mlflow.tracking import MlflowClient
 
@@ -30,5 +32,7 @@ def run_lines(store: Path, experiment: str) -> list[str]:
             line += f" (the last {history[-1].value:.4f})"
         if VALIDATION_LOSS in run.data.metrics:
             line += f", {VALIDATION_LOSS} {run.data.metrics[VALIDATION_LOSS]:.4f}"
+        if FAILURE_TAG in run.data.tags:
+            line += f"; ended by {run.data.tags[FAILURE_TAG].split(' ', 1)[0]}"
         lines.append(line)
     return lines

@@ -157,12 +157,13 @@ class SteppedClock(Clock):
     guessed from real time: every execution started (moto's ExecutionWorker.start, `patches()`) is
     running until its thread ends, and the emulator is settled when each running execution is blocked on
     this clock (a Wait or Retry interval not yet due) or on a child execution still running (a `.sync`
-    task's poll), and no deadline that has passed is still unhandled. A slow service call, a long
-    JSONata evaluation or a loaded machine only make settling take longer: clock time never moves while
-    a state is still working.
+    task's poll, which sleeps until some execution ends or its own execution stops), and no deadline
+    that has passed is still unhandled. A slow service call, a long JSONata evaluation or a loaded
+    machine only make settling take longer: clock time never moves while a state is still working.
     """
 
-    # Real seconds without any change after which settle() gives up (a hung thread, not a slow one).
+    # Real seconds without any change after which settle() gives up (a hung thread, not a slow one): the
+    # timer starts again at every change (an execution starting, ending, blocking or unblocking).
     STUCK_AFTER = 120.0
 
     def __init__(self, start: datetime | None = None) -> None:
@@ -173,6 +174,9 @@ class SteppedClock(Clock):
         self._waits: dict[int, _Blocked] = {}  # by thread: what it is blocked on
         self._ended = 0  # executions ended so far: a child poll started before one ended must look again
         self._polled_at: dict[int, int] = {}  # by thread: self._ended when its last child poll began
+        # by thread: running() of the execution whose `.sync` task polls a child
+        self._polling: dict[int, Callable[[], bool]] = {}
+        self._changes = 0  # every change settle() waits on, counted: its STUCK_AFTER timer restarts at each
 
     def time(self) -> float:
         return self._now
@@ -183,7 +187,7 @@ class SteppedClock(Clock):
             for blocked in self._waits.values():
                 if blocked.end is not None and blocked.end <= self._now:
                     blocked.due.set()
-            self._changed.notify_all()
+            self._note_change()
 
     def _pass(self, seconds: float, interrupted: threading.Event, running: Callable[[], bool]) -> None:
         with self._lock:
@@ -191,6 +195,7 @@ class SteppedClock(Clock):
             if blocked.end <= self._now:
                 return
             self._waits[threading.get_ident()] = blocked
+            self._note_change()
         try:
             while running() and not blocked.due.wait(_POLL_SECONDS):
                 pass
@@ -198,31 +203,67 @@ class SteppedClock(Clock):
             self._unblock()
 
     def child_poll_sleep(self, seconds: float) -> None:
-        """A `.sync` task between two looks at its child: blocked while no execution has ended since it
-        last looked (an execution that ends wakes it at once)."""
+        """A `states:startExecution` `.sync` task between two looks at its child: blocked until an
+        execution ends (at once if one ended since its last look began) or its own execution stops
+        running. Any other service's `.sync` poll sleeps `seconds` of real time, counted as working."""
         me = threading.get_ident()
+        running = self._polling.get(me)
+        if running is None:
+            time.sleep(seconds)
+            return
         with self._lock:
             looked_at = self._polled_at.get(me)
             self._polled_at[me] = self._ended
             if looked_at != self._ended:
                 return  # an execution ended since the last look began (or this is the first): look again
-            blocked = _Blocked(None, lambda: True)
+            blocked = _Blocked(None, running)
             self._waits[me] = blocked
+            self._note_change()
         try:
-            blocked.due.wait(seconds)
+            while running() and not blocked.due.wait(_POLL_SECONDS):
+                pass
         finally:
             self._unblock()
             with self._lock:
                 self._polled_at[me] = self._ended
 
+    def _following_children(self, eval_sync):
+        """moto's `.sync` loop with its execution's running() known to child_poll_sleep."""
+        from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
+            state_task_service_sfn,
+        )
+
+        clock = self
+
+        def eval_sync_following(task, env, *args, **kwargs):
+            if not isinstance(task, state_task_service_sfn.StateTaskServiceSfn):
+                return eval_sync(task, env, *args, **kwargs)
+            me = threading.get_ident()
+            with clock._lock:
+                clock._polling[me] = env.is_running
+            try:
+                return eval_sync(task, env, *args, **kwargs)
+            finally:
+                with clock._lock:
+                    clock._polling.pop(me, None)
+                    clock._polled_at.pop(me, None)
+
+        return eval_sync_following
+
+    def _note_change(self) -> None:
+        """Called holding the lock."""
+        self._changes += 1
+        self._changed.notify_all()
+
     def _unblock(self) -> None:
         with self._lock:
             self._waits.pop(threading.get_ident(), None)
-            self._changed.notify_all()
+            self._note_change()
 
     def execution_started(self) -> None:
         with self._lock:
             self._running += 1
+            self._note_change()
 
     def execution_ended(self) -> None:
         with self._lock:
@@ -231,7 +272,7 @@ class SteppedClock(Clock):
             for blocked in self._waits.values():
                 if blocked.end is None:
                     blocked.due.set()
-            self._changed.notify_all()
+            self._note_change()
 
     def _settled(self) -> bool:
         blocked = sum(1 for item in self._waits.values() if not item.due.is_set() and item.running())
@@ -240,11 +281,16 @@ class SteppedClock(Clock):
 
     def settle(self) -> None:
         """Return once every running execution is blocked on the clock or on a child (class docstring)."""
-        give_up = time.monotonic() + self.STUCK_AFTER
         with self._lock:
+            seen = self._changes
+            give_up = time.monotonic() + self.STUCK_AFTER
             while not self._settled():
-                if time.monotonic() > give_up:
-                    raise TimeoutError(f"the emulator did not settle within {self.STUCK_AFTER} real seconds")
+                if self._changes != seen:
+                    seen, give_up = self._changes, time.monotonic() + self.STUCK_AFTER
+                elif time.monotonic() > give_up:
+                    raise TimeoutError(
+                        f"the emulator did not settle: nothing changed for {self.STUCK_AFTER} real seconds"
+                    )
                 # Also re-checks executions stopped meanwhile (their running() turns false unannounced).
                 self._changed.wait(_POLL_SECONDS)
 
@@ -293,11 +339,13 @@ class SteppedClock(Clock):
             TMP_THREADS.append(thread)
             thread.start()
 
+        callback = state_task_service_callback.StateTaskServiceCallback
         return [
             mock.patch.object(ExecutionWorker, "start", start),
             mock.patch.object(
                 state_task_service_callback, "time", types.SimpleNamespace(sleep=self.child_poll_sleep)
             ),
+            mock.patch.object(callback, "_eval_sync", self._following_children(callback._eval_sync)),
         ]
 
 

@@ -9,8 +9,11 @@ What it changes inside moto, for the duration of the `with` block:
 - Time: $now()/$millis(), execution start times (`$states.context.Execution.StartTime`), history
   timestamps, Wait states, Retry intervals and the state machine's TimeoutSeconds follow the clock.
 - Errors: aws-sdk task errors are named as AWS names them (errors.py), with SageMaker registered.
-- Child executions (states:startExecution, .sync:2): cased as on AWS, and a refused start named
-  `StepFunctions.<Code>` as AWS documents it (nested_executions.py).
+- Child executions (states:startExecution, .sync:2): cased as on AWS, a refused start named
+  `StepFunctions.<Code>` as AWS documents it, stopped with a parent that stops waiting for them
+  (nested_executions.py).
+- Ends: an ending execution's output, error and cause are written before its status, so no reader sees
+  an end without them (execution_ends.py).
 - aws-sdk task arguments and results use PascalCase member names, as on AWS ("even if the native
   service API is in camelCase": Step Functions' own API, ECS, ...), converted with moto's
   LocalStack helpers along the operation's shapes in botocore's model.
@@ -34,7 +37,7 @@ from unittest import mock
 
 import botocore.session
 
-from localaws.emulator import jsonata_states, limits, nested_executions
+from localaws.emulator import execution_ends, jsonata_states, limits, nested_executions
 from localaws.emulator.clock import Clock, VirtualClock
 from localaws.emulator.errors import SERVICE_ERROR_NAMES, aws_sdk_error_name
 from localaws.emulator.timestamps import write_aws_timestamps
@@ -93,7 +96,8 @@ def _patches(clock: Clock, quiet: bool) -> list[Any]:
         mock.patch.object(aws_sdk.StateTaskServiceAwsSdk, "_normalise_response", _response_in_pascal_names),
         mock.patch.object(AmazonStateLanguageParser, "parse", _parse_once(AmazonStateLanguageParser.parse)),
     ]
-    patches += jsonata_states.patches(clock) + nested_executions.patches() + clock.patches()
+    patches += jsonata_states.patches(clock) + nested_executions.patches() + execution_ends.patches()
+    patches += clock.patches()
     clock_datetime = _datetime_module_on(clock)
     patches += [
         mock.patch.object(importlib.import_module(name), "datetime", clock_datetime)

@@ -74,9 +74,10 @@ class LocalRun:
     ended: datetime | None = None
 
     def phase(self, job: TrainingJob) -> Phase:
-        times = {"TrainingStartTime": job.created} | (
-            {"TrainingEndTime": self.ended.timestamp()} if self.ended else {}
-        )
+        # Read once: the supervisor thread sets it meanwhile, and an answer Completed without its
+        # TrainingEndTime would be a status read before its fields.
+        ended = self.ended
+        times = {"TrainingStartTime": job.created} | ({"TrainingEndTime": ended.timestamp()} if ended else {})
         fields = times | {
             key: job.request[key]
             for key in ("HyperParameters", "AlgorithmSpecification", "RoleArn", "OutputDataConfig")
@@ -90,7 +91,7 @@ class LocalRun:
         if code is None:
             secondary = "Stopping" if job.stop_requested else "Training"
             return Phase("InProgress", secondary, fields=fields, instances_selected=True)
-        if self.ended is None:  # SageMaker reports the end once the model and the logs are delivered
+        if ended is None:  # SageMaker reports the end once the model and the logs are delivered
             return Phase("InProgress", "Uploading", fields=fields, instances_selected=True)
         status, reason = self.outcome(job, code)
         if status == "Completed":

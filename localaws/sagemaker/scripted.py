@@ -49,7 +49,7 @@ def evaluated(loss: float) -> list[Phase]:
     return [TRAINING, Phase("Completed", "Completed", fields={"FinalMetricDataList": metrics})]
 
 
-def _evaluates(job: TrainingJob) -> bool:
+def evaluates(job: TrainingJob) -> bool:
     """An evaluation job: named so by the registration machine, or (in queue mode, where Batch names the
     training job `AWSBatch...`) running evaluate.py (its sagemaker_program hyperparameter, JSON-encoded)."""
     program = job.request.get("HyperParameters", {}).get("sagemaker_program", "")
@@ -85,9 +85,9 @@ class ScriptedJobs:
     evaluation_create_errors: list[tuple[str, str]] = field(default_factory=list)
 
     def start(self, job: TrainingJob) -> ScriptedRun:
-        if self.evaluation_create_errors and _evaluates(job):
+        if self.evaluation_create_errors and evaluates(job):
             raise service_error(*self.evaluation_create_errors.pop(0))
-        if self.evaluation_scripts is not None and _evaluates(job):
+        if self.evaluation_scripts is not None and evaluates(job):
             index = min(self.evaluations_started - self.evaluation_offset, len(self.evaluation_scripts) - 1)
             self.evaluations_started += 1
             return ScriptedRun(list(self.evaluation_scripts[index]))

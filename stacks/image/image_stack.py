@@ -43,15 +43,20 @@ class ImageStack(cdk.Stack):
         project: str,
         image: ImageSettings,
         handlers_network: NetworkStack | None = None,
+        keep_repository: bool = False,
         **kwargs,
     ) -> None:
         """`handlers_network`: where the image copy runs, with compliance: control-tower (CT.LAMBDA.PR.3);
-        None runs it outside any VPC."""
+        None runs it outside any VPC. `keep_repository` (migrations.keep_image_repository): with `image.uri`,
+        the repository built images went to stays (retained and named `<project>-training`, it could not be
+        created again once the config builds the image anew)."""
         super().__init__(scope, construct_id, description="trainstack training image (ECR)", **kwargs)
         self._network = handlers_network
         if image.uri:
             self.image_uri = image.uri
             self.repository = _existing_repository(self, image.uri)
+            if keep_repository:
+                self._repository(project, image)
         else:
             self.repository, self.image_uri = self._build(project, image)
         # Where people and scripts look up the current image (and the stack is never empty).
@@ -64,8 +69,8 @@ class ImageStack(cdk.Stack):
         )
         cdk.CfnOutput(self, "ImageUri", value=self.image_uri, description="Image every training job runs")
 
-    def _build(self, project: str, image: ImageSettings) -> tuple[ecr.IRepository, str]:
-        repository = ecr.Repository(
+    def _repository(self, project: str, image: ImageSettings) -> ecr.Repository:
+        return ecr.Repository(
             self,
             "Repository",
             repository_name=f"{project}-training",
@@ -81,6 +86,9 @@ class ImageStack(cdk.Stack):
             # Images are what past jobs ran: keep them (and the repository) when the stack goes.
             removal_policy=cdk.RemovalPolicy.RETAIN,
         )
+
+    def _build(self, project: str, image: ImageSettings) -> tuple[ecr.IRepository, str]:
+        repository = self._repository(project, image)
         build_args = {"SMP_REGION": self.region, "TRAINSTACK_CODE_VERSION": code_version()}
         if image.base_digest:
             build_args["SMP_IMAGE_DIGEST"] = image.base_digest

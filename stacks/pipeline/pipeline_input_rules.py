@@ -110,9 +110,7 @@ def _conditions(settings: RunConfig) -> dict[tuple[str, str], str]:
             "resumeFrom",
             "s3-uri",
         ): f'$type($v) = "string" ? $contains($v, {regex_literal(S3_URI_PATTERN)}) : false',
-        ("resumeFrom", "own-runs"): (
-            f"$count($filter({run_prefixes}, function($r) {{ $substring($v, 0, $length($r)) = $r }})) > 0"
-        ),
+        ("resumeFrom", "own-runs"): _under(run_prefixes) + _inherited_runs(settings),
         ("instanceCount", "within-queue"): f"$v <= {settings.queue.max_instances}",
         ("priority", "integer-0-9999"): (
             f'$type($v) = "number" ? ($v = $floor($v) and $v >= 0 and $v <= {limits.max_priority}) : false'
@@ -122,6 +120,31 @@ def _conditions(settings: RunConfig) -> dict[tuple[str, str], str]:
         ("instanceCount", "fits-profile"): "$exists($p.validCounts) ? $v in $p.validCounts : true",
         ("maxRuntimeHours", "within-spot-wait"): "$v <= $p.maxRuntimeHours",
     }
+
+
+def _under(prefixes: str) -> str:
+    """`$v` starts with one of `prefixes` (a JSONata list)."""
+    return f"$count($filter({prefixes}, function($r) {{ $substring($v, 0, $length($r)) = $r }})) > 0"
+
+
+def _inherited_runs(settings: RunConfig) -> str:
+    """With teams[].inherits_single_team_runs, ` or` the pre-teams runs less the other teams' (the s3-express
+    directory bucket is each team's own: the pre-teams one is not inherited); otherwise nothing."""
+    inherited, foreign = (
+        literal(
+            [
+                f"s3://{placeholder(bucket)}/{each}"
+                for bucket in ("CheckpointBucket", "ArtifactBucket")
+                for each in getattr(settings, kind, ())
+            ]
+        )
+        for kind in ("inherited_prefixes", "foreign_prefixes")
+    )
+    return (
+        f" or ({_under(inherited)} and $not({_under(foreign)}))"
+        if getattr(settings, "inherited", None)
+        else ""
+    )
 
 
 def _is_count(name: str) -> str:

@@ -19,17 +19,17 @@ from stacks.pipeline.mlflow_access import grant_mlflow_tracking
 from stacks.pipeline.monitoring import TRAINING_METRICS_NAMESPACE, PipelineMonitoring
 from stacks.pipeline.pipeline_notifications import PipelineNotifications
 from stacks.pipeline.pipeline_resources import pipeline_resources, team_dataset
-from stacks.pipeline.queue.training_queue import TrainingQueue
+from stacks.pipeline.queue.training_queue import TrainingQueue, training_queue
 from stacks.pipeline.team_access import TeamAccess
 from stacks.pipeline.training_state_machine import TrainingStateMachine
-from stacks.pipeline.trigger.retrain_trigger import RetrainTrigger
+from stacks.pipeline.trigger.retrain_trigger import TRIGGER_ID, RetrainTrigger, trigger_state_table
 from stacks.run_data_key import encrypt_log_groups, grant_training_jobs
 from stacks.storage.storage_stack import StorageStack
 from stacks.validation import acknowledge
 from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements
 from trainstack.pipeline_runs import PipelineRuns
 from trainstack.profiles import Profile
-from trainstack.queue_settings import BATCH_TRAINING_JOB_PREFIX, QueueSettings, queue_job_prefix
+from trainstack.queue_settings import BATCH_TRAINING_JOB_PREFIX, queue_job_prefix
 from trainstack.teams import Team
 from trainstack.trigger_settings import RetrainOnNewData
 
@@ -69,10 +69,13 @@ class PipelineStack(cdk.Stack):
         )
         project = runs.project
         self.dataset = team_dataset(storage, team)
-        if queue is None and runs.queue.enabled:
-            queue = self._training_queue(project, runs.queue)
+        if queue is None and team is None:
+            queue = training_queue(
+                self, project=project, queue=runs.queue, keep_run_names_table=runs.keep_run_names_table
+            )
         self.queue = queue
         self.sagemaker_role = self._sagemaker_role(project, network, storage, image)
+        _grant_inherited_runs(self.sagemaker_role, storage, runs)
         grant_mlflow_tracking(self.sagemaker_role, runs.profiles)
         if storage.run_data_key is not None:
             grant_training_jobs(self.sagemaker_role, storage.run_data_key, runs.profiles)
@@ -97,10 +100,12 @@ class PipelineStack(cdk.Stack):
             )
         if storage.run_data_key is not None:
             encrypt_log_groups(self, storage.run_data_key)
+        if trigger is None and runs.keep_trigger_table:
+            trigger_state_table(Construct(self, TRIGGER_ID), project)
         if trigger is not None:
             self.trigger = RetrainTrigger(
                 self,
-                "RetrainTrigger",
+                TRIGGER_ID,
                 project=project,
                 trigger=trigger,
                 storage=storage,
@@ -144,9 +149,6 @@ class PipelineStack(cdk.Stack):
             sweepers=[cleanup.sweeper for cleanup in cleanups],
             topic=self.notifications.topic,
         )
-
-    def _training_queue(self, project: str, queue: QueueSettings) -> TrainingQueue:
-        return TrainingQueue(self, "Queue", project=project, queue=queue)
 
     def _outputs(self) -> None:
         """What the CLI reads (trainstack start/status) and a person needs to start or follow a run."""
@@ -305,6 +307,44 @@ class PipelineStack(cdk.Stack):
                     retry_policy=scheduler.CfnSchedule.RetryPolicyProperty(maximum_retry_attempts=3),
                 ),
             )
+
+
+def _grant_inherited_runs(role: iam.Role, storage: StorageStack, runs: PipelineRuns) -> None:
+    """teams[].inherits_single_team_runs: read the pre-teams runs (`<project>-*`: resumeFrom, init_from),
+    never the other teams' runs within that prefix (an explicit deny wins over any allow)."""
+    if not runs.inherited:
+        return
+    buckets = (storage.checkpoint_bucket, storage.artifact_bucket)
+    for sid, effect, prefixes in (
+        ("InheritedRuns", iam.Effect.ALLOW, runs.inherited_prefixes),
+        ("OtherTeamsRuns", iam.Effect.DENY, runs.foreign_prefixes),
+    ):
+        if not prefixes:
+            continue  # the only team: no other team's runs to deny
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid=f"List{sid}",
+                effect=effect,
+                actions=["s3:ListBucket"],
+                resources=[bucket.bucket_arn for bucket in buckets],
+                conditions={"StringLike": {"s3:prefix": [f"{prefix}*" for prefix in prefixes]}},
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid=f"Read{sid}",
+                effect=effect,
+                actions=["s3:GetObject"],
+                resources=[bucket.arn_for_objects(f"{prefix}*") for bucket in buckets for prefix in prefixes],
+            )
+        )
+    acknowledge_wildcard_statements(
+        role,
+        {
+            "ReadInheritedRuns": f"Pre-teams runs are named {runs.inherited}-<run>, chosen per execution; "
+            "the other teams' runs within that prefix are denied."
+        },
+    )
 
 
 def _grant_data(role: iam.Role, project: str, storage: StorageStack, dataset_prefix: str) -> None:

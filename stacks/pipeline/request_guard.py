@@ -133,7 +133,12 @@ def allowed_requests(
         # the profiles' stores' run prefixes (job_request.checkpoint_prefix, direct_resume_prefixes).
         "checkpointDirs": sorted({f"{checkpoint_prefix(p, resources)}{prefix}" for p in profiles}),
         "resumeSources": sorted(
-            {f"{source}{prefix}" for p in profiles for source in direct_resume_prefixes(p, resources)}
+            {
+                f"{source}{each}"
+                for p in profiles
+                for source in direct_resume_prefixes(p, resources)
+                for each in (prefix, *runs.inherited_prefixes)
+            }
         ),
         "artifacts": artifacts,
         # A channel reads the dataset, the profiles' evaluation sets (an evaluation job, which runs in the
@@ -144,11 +149,21 @@ def allowed_requests(
             checkpoints,
             *([express_checkpoints] if express_checkpoints else []),
             artifacts,
+            *_runs_of(resources, runs.inherited_prefixes),
         ],
         "fileSystem": file_system,
         "shares": list(queue.shares),
         "maxPriority": runs.limits.max_priority,
+        # teams[].inherits_single_team_runs: the pre-teams runs joined the channels and the resume sources
+        # above; the other teams' runs within them stay refused.
+        **({"foreignRuns": _runs_of(resources, runs.foreign_prefixes)} if runs.inherited else {}),
     }
+
+
+def _runs_of(resources: PipelineResources, prefixes: Sequence[str]) -> list[str]:
+    """The checkpoint and artifact buckets' locations of runs named with `prefixes`."""
+    buckets = (resources.checkpoint_bucket, resources.artifact_bucket)
+    return [f"s3://{bucket}/{prefix}" for bucket in buckets for prefix in prefixes]
 
 
 # JSONata helpers bound in every check: a URI under one of some prefixes; two lists with the same members.
@@ -162,10 +177,25 @@ _HELPERS = (
 )
 
 
-def _request_rules(named: bool) -> list[tuple[str, str]]:
+def _request_rules(named: bool, foreign: bool) -> list[tuple[str, str]]:
     """(refuses, cause) of the request `$r` against the table `$g`, in order; the first that refuses wins:
-    what the job is and runs on, then where it reads and writes."""
-    return [*_job_rules(), *_location_rules(named)]
+    what the job is and runs on, then where it reads and writes (`foreign`: and not in other teams' runs)."""
+    return [*_job_rules(), *_location_rules(named), *(_foreign_run_rules() if foreign else [])]
+
+
+def _foreign_run_rules() -> list[tuple[str, str]]:
+    """A team that inherits the pre-teams runs reads `<project>-*`, but never another team's runs in it."""
+    reads = (
+        "$append([$r.InputDataConfig.DataSource.S3DataSource.S3Uri], "
+        f"[$lookup($r.HyperParameters, {literal(RESUME_FROM_HYPERPARAMETER)})])"
+    )
+    return [
+        (
+            f"$count($filter({reads}, function($u) {{ $under($u, $g.foreignRuns) }})) > 0",
+            '"InputDataConfig and HyperParameters.resume_from must not lie under another team\'s runs: " & '
+            '$list($g.foreignRuns) & "."',
+        )
+    ]
 
 
 def _job_rules() -> list[tuple[str, str]]:
@@ -322,7 +352,7 @@ def request_problem(table: dict[str, Any], request: str, *, named: bool = True) 
         '$unknownFields := $type($r) = "object" ? '
         "$filter($keys($r), function($k) { $not($k in $g.fields) }) : []; "
         f"$types := {types}; $overCounts := [{over}]; "
-        f"{_chain(_request_rules(named))})"
+        f"{_chain(_request_rules(named, bool(table.get('foreignRuns'))))})"
     )
 
 

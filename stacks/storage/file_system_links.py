@@ -1,9 +1,18 @@
-"""The file system's two links to S3 (data repository associations): the dataset, imported, at
-DATASET_FILE_SYSTEM_PATH, and the fsx checkpoint store's checkpoints, exported, at
-CHECKPOINT_FILE_SYSTEM_PATH.
+"""How the file system links to S3: the dataset, imported, and with the fsx checkpoint store the checkpoints,
+exported. Which links a deployment gets (`link_layout`) keeps what every release before the fsx store built,
+so that an upgrade replaces no file system and no association (docs/upgrading.md):
 
-- Dataset: `/dataset` <-> `s3://<datasets>/<dataset.prefix>`, metadata imported on creation and new, changed
-  and deleted objects imported automatically; nothing exported (training never writes the dataset).
+- Without the fsx store: the dataset at `/` by the association `DatasetAssociation` (its logical id since
+  the first release), or on SCRATCH_2, unless retrain_on_new_data imports with a report, by the file
+  system's own ImportPath (LustreConfiguration ImportPath and AutoImportPolicy NEW_CHANGED_DELETED).
+- With the fsx store, or where release 0.5.0 built the links (`migrations.keep_split_fsx_links`: it linked
+  every file system so): the dataset at `/dataset`, the checkpoints at `/checkpoints`. `/` allows one
+  association only, so turning the store on replaces the dataset's association, which CloudFormation creates
+  before it deletes the old one at `/`: `trainstack check-config --against` names it, and
+  docs/infrastructure.md gives the steps before such a deploy.
+
+- Dataset: `s3://<datasets>/<dataset.prefix>`, metadata imported on creation and new, changed and deleted
+  objects imported automatically; nothing exported (training never writes the dataset).
 - Checkpoints: `/checkpoints` -> `s3://<checkpoints>/fsx-checkpoints/`, new, changed and deleted files
   exported automatically (AutoExportPolicy NEW, CHANGED, DELETED: FSx API reference, AutoExportPolicy), so
   each team's `/checkpoints/<team>/<runName>/step_<N>/` lands in `fsx-checkpoints/<team>/<runName>/...`, and
@@ -14,10 +23,12 @@ CHECKPOINT_FILE_SYSTEM_PATH.
   PERSISTENT_2 and SCRATCH_2 file systems built here. Export is asynchronous, "once your application
   finishes modifying the file" (AutoExportPolicy); rename is exported (only objects in S3 Glacier Flexible
   Retrieval miss chmod, chown and rename: "Exporting changes to the data repository").
-- "Two data repository associations cannot have overlapping file system paths", and `/` allows one
-  association only (CreateDataRepositoryAssociation FileSystemPath, botocore's fsx model); each association
-  needs "a unique S3 bucket or prefix" (CreateDataRepositoryAssociation): `links_problem` refuses both at
-  synth. UpdateDataRepositoryAssociation takes no FileSystemPath, so a new path replaces the association.
+- An import task's completion report must lie within an association's DataRepositoryPath, or within an
+  ImportPath link's ExportPath, by default s3://bucket/FSxLustre<time> (CompletionReport.Path, botocore's fsx
+  model): the retrain trigger's reports need an association.
+- The rules associations obey together are trainstack/association_rules.py's: `links_problem` refuses links
+  FSx would refuse at synth. UpdateDataRepositoryAssociation takes no FileSystemPath, so a new path replaces
+  the association.
 - A customer managed key of the checkpoint bucket must let the file system's service-linked role
   AWSServiceRoleForFSxS3Access_<file system id> encrypt and decrypt through S3 (FSx for Lustre user guide,
   "Working with server-side encrypted Amazon S3 buckets"): `allow_fsx_through_s3` adds that to a key the
@@ -37,9 +48,13 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from stacks.checkov_skips import skip_checkov
+from trainstack.association_rules import Association, links_problem
 
-DATASET_FILE_SYSTEM_PATH = "/dataset"
+ROOT_FILE_SYSTEM_PATH = "/"
+DATASET_FILE_SYSTEM_PATH = "/dataset"  # with the fsx checkpoint store, beside its /checkpoints
 CHECKPOINT_FILE_SYSTEM_PATH = "/checkpoints"
+# The logical id of the dataset's association at / in every release: a stateful resource keeps its id.
+ROOT_ASSOCIATION_LOGICAL_ID = "DatasetAssociation"
 # Where the checkpoint association exports, in the checkpoint bucket: beside the runs' own `<runName>/`
 # prefixes (sagemaker-sync, s3-direct), which start with the project name.
 CHECKPOINT_EXPORT_PREFIX = "fsx-checkpoints/"
@@ -56,35 +71,19 @@ class Link:
     imports: bool
     exports: bool
 
+    @property
+    def association(self) -> Association:
+        return Association(self.construct_id, self.file_system_path, self.data_repository_path)
 
-def _nested(inner: str, outer: str) -> bool:
-    inner, outer = inner.rstrip("/") + "/", outer.rstrip("/") + "/"
-    return inner.startswith(outer)
 
-
-def links_problem(links: Sequence[Link]) -> str | None:
-    """Why FSx would refuse these associations on one file system, or None."""
-    for index, link in enumerate(links):
-        for other in links[index + 1 :]:
-            if link.file_system_path == "/" or other.file_system_path == "/":
-                return (
-                    f"{link.construct_id} and {other.construct_id}: a file system path of / allows one data "
-                    "repository association only"
-                )
-            if _nested(link.file_system_path, other.file_system_path) or _nested(
-                other.file_system_path, link.file_system_path
-            ):
-                return (
-                    f"{link.construct_id} ({link.file_system_path}) and {other.construct_id} "
-                    f"({other.file_system_path}): data repository associations cannot have overlapping file "
-                    "system paths"
-                )
-            if link.data_repository_path == other.data_repository_path:
-                return (
-                    f"{link.construct_id} and {other.construct_id} link the same S3 location "
-                    f"{link.data_repository_path}; each association needs its own"
-                )
-    return None
+def link_layout(
+    deployment_type: str, *, fsx_checkpoints: bool, reported_imports: bool, keep_split_links: bool = False
+) -> str:
+    """The file system's links: "import-path" (SCRATCH_2 by ImportPath), "root" (one association at /) or
+    "two" (/dataset and /checkpoints); the module docstring says when."""
+    if fsx_checkpoints or keep_split_links:
+        return "two"
+    return "import-path" if deployment_type == "SCRATCH_2" and not reported_imports else "root"
 
 
 def fsx_data_role_pattern(stack: cdk.Stack) -> str:
@@ -143,7 +142,8 @@ EXPORT_KEY_ACTIONS = (
 
 
 class FileSystemLinks(Construct):
-    """Both associations of `file_system`; `checkpoint_key`: the checkpoint bucket's key, or None (SSE-S3)."""
+    """The associations of `file_system` ("root" or "two" of link_layout); `checkpoint_key`: the checkpoint
+    bucket's key, or None (SSE-S3)."""
 
     def __init__(
         self,
@@ -154,22 +154,25 @@ class FileSystemLinks(Construct):
         dataset_uri: str,
         checkpoint_bucket: s3.IBucket,
         checkpoint_key: kms.IKey | None,
+        fsx_checkpoints: bool,
     ) -> None:
         super().__init__(scope, construct_id)
-        self.links = (
-            Link("DatasetAssociation", DATASET_FILE_SYSTEM_PATH, dataset_uri, imports=True, exports=False),
-            Link(
-                "CheckpointAssociation",
-                CHECKPOINT_FILE_SYSTEM_PATH,
-                f"s3://{checkpoint_bucket.bucket_name}/{CHECKPOINT_EXPORT_PREFIX}",
-                imports=False,
-                exports=True,
-            ),
+        self.dataset_path = DATASET_FILE_SYSTEM_PATH if fsx_checkpoints else ROOT_FILE_SYSTEM_PATH
+        self.checkpoint_path = CHECKPOINT_FILE_SYSTEM_PATH if fsx_checkpoints else None
+        dataset = Link("DatasetAssociation", self.dataset_path, dataset_uri, imports=True, exports=False)
+        checkpoints = Link(
+            "CheckpointAssociation",
+            CHECKPOINT_FILE_SYSTEM_PATH,
+            f"s3://{checkpoint_bucket.bucket_name}/{CHECKPOINT_EXPORT_PREFIX}",
+            imports=False,
+            exports=True,
         )
-        if problem := links_problem(self.links):
+        self.links = (dataset, checkpoints) if fsx_checkpoints else (dataset,)
+        if problem := links_problem([link.association for link in self.links]):
             raise ValueError(f"FSx would refuse the file system's links: {problem}")
-        for link in self.links:
-            self._association(file_system, link)
+        associations = [self._association(file_system, link) for link in self.links]
+        if not fsx_checkpoints:
+            associations[0].override_logical_id(ROOT_ASSOCIATION_LOGICAL_ID)
         if isinstance(checkpoint_key, kms.Key):
             allow_fsx_through_s3(checkpoint_key, "FsxExportsCheckpointsThroughS3", EXPORT_KEY_ACTIONS)
         elif checkpoint_key is not None:
@@ -181,11 +184,11 @@ class FileSystemLinks(Construct):
                 "(docs/infrastructure.md).",
             )
 
-    def _association(self, file_system: fsx.CfnFileSystem, link: Link) -> None:
+    def _association(self, file_system: fsx.CfnFileSystem, link: Link) -> fsx.CfnDataRepositoryAssociation:
         association = fsx.CfnDataRepositoryAssociation
         imports = association.AutoImportPolicyProperty(events=ALL_EVENTS) if link.imports else None
         exports = association.AutoExportPolicyProperty(events=ALL_EVENTS) if link.exports else None
-        fsx.CfnDataRepositoryAssociation(
+        return fsx.CfnDataRepositoryAssociation(
             self,
             link.construct_id,
             file_system_id=file_system.ref,

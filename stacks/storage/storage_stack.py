@@ -35,12 +35,7 @@ from stacks.checkov_skips import skip_checkov
 from stacks.network.network_stack import NetworkStack
 from stacks.run_data_key import allow_pipeline_logs
 from stacks.storage.express_checkpoints import ExpressCheckpoints
-from stacks.storage.file_system_links import (
-    CHECKPOINT_FILE_SYSTEM_PATH,
-    DATASET_FILE_SYSTEM_PATH,
-    FileSystemLinks,
-    allow_fsx_through_s3,
-)
+from stacks.storage.file_system_links import FileSystemLinks, allow_fsx_through_s3, link_layout
 from stacks.validation import acknowledge
 from trainstack.config import CheckpointSettings, DatasetSettings
 from trainstack.dataset_events import existing_bucket_warning
@@ -88,6 +83,9 @@ class StorageStack(cdk.Stack):
         encryption: EncryptionSettings,
         express: ExpressBuckets | None = None,  # the s3-express store's directory buckets
         dataset_events: bool = False,  # retrain_on_new_data listens to the dataset bucket's events
+        object_lock_in_place: bool = False,  # migrations.object_lock_in_place: see _bucket
+        keep_split_fsx_links: bool = False,  # migrations.keep_split_fsx_links: see link_layout
+        fsx_checkpoints: bool = False,  # a profile checkpoints to the file system (checkpoint_store fsx)
         **kwargs,
     ) -> None:
         super().__init__(
@@ -97,6 +95,7 @@ class StorageStack(cdk.Stack):
             **kwargs,
         )
         self._governed = governed
+        self._object_lock_in_place = object_lock_in_place
         self.fsx_plan = fsx_plan
         self.encryption_key = self._bucket_key(project, dataset) if governed else None
         self.run_data_key = self._run_data_key(project, encryption)
@@ -138,7 +137,14 @@ class StorageStack(cdk.Stack):
         self.file_system_id = self.file_system_mount_name = None
         self.file_system_dataset_path = self.file_system_checkpoint_path = None
         if self.fsx_plan is not None:
-            self._file_system(self.fsx_plan, network, checkpoint_key=run_bucket_key)
+            # The trigger imports new data with a report, which must lie within an association.
+            layout = link_layout(
+                self.fsx_plan.deployment_type,
+                fsx_checkpoints=fsx_checkpoints,
+                reported_imports=dataset_events,
+                keep_split_links=keep_split_fsx_links,
+            )
+            self._file_system(self.fsx_plan, network, checkpoint_key=run_bucket_key, layout=layout)
         self._outputs()
 
     def _dataset_bucket(self, dataset: DatasetSettings, dataset_events: bool) -> s3.IBucket:
@@ -224,12 +230,22 @@ class StorageStack(cdk.Stack):
             enforce_ssl=True,
             minimum_tls_version=1.2,
             versioned=True,
-            object_lock_enabled=True if self._governed else None,
+            object_lock_enabled=True if self._governed and not self._object_lock_in_place else None,
             removal_policy=cdk.RemovalPolicy.RETAIN,
             server_access_logs_bucket=self.access_log_bucket,
             server_access_logs_prefix=f"{construct_id}/",
             lifecycle_rules=rules,
         )
+        if self._governed and self._object_lock_in_place:
+            # A bucket created without Object Lock gets it in place: the top-level ObjectLockEnabled, which
+            # CT.S3.PR.9 reads, causes a replacement (a new, empty bucket: the resource specification the CDK
+            # CLI ships), while ObjectLockConfiguration changes with no interruption (CloudFormation,
+            # AWS::S3::Bucket ObjectLockConfiguration) and S3 enables Object Lock on an existing versioned
+            # bucket (S3 User Guide, "Enable Object Lock on an existing S3 bucket"). No default retention.
+            cfn_bucket: s3.CfnBucket = bucket.node.default_child
+            cfn_bucket.object_lock_configuration = s3.CfnBucket.ObjectLockConfigurationProperty(
+                object_lock_enabled="Enabled"
+            )
         if self._governed or events:
             # Events to EventBridge (CT.S3.PR.4; retrain_on_new_data) as the bucket's own property, set
             # when the bucket is created and the same in every config after. S3 has no call that turns
@@ -286,8 +302,11 @@ class StorageStack(cdk.Stack):
             allow_fsx_through_s3(key, "FsxReadsTheDatasetThroughS3", ["kms:Decrypt", "kms:DescribeKey"])
         return key
 
-    def _file_system(self, plan: FsxPlan, network: NetworkStack, *, checkpoint_key: kms.IKey | None) -> None:
+    def _file_system(
+        self, plan: FsxPlan, network: NetworkStack, *, checkpoint_key: kms.IKey | None, layout: str
+    ) -> None:
         persistent = plan.deployment_type == "PERSISTENT_2"
+        import_path = layout == "import-path"
         lustre = fsx.CfnFileSystem.LustreConfigurationProperty(
             deployment_type=plan.deployment_type,
             per_unit_storage_throughput=plan.per_unit_storage_throughput,
@@ -296,6 +315,9 @@ class StorageStack(cdk.Stack):
             metadata_configuration=fsx.CfnFileSystem.MetadataConfigurationProperty(mode="AUTOMATIC")
             if persistent
             else None,
+            # SCRATCH_2 with neither the fsx store nor the trigger: linked as every release linked it.
+            import_path=self.dataset_uri if import_path else None,
+            auto_import_policy="NEW_CHANGED_DELETED" if import_path else None,
         )
         # L1 rather than fsx.LustreFileSystem: the L2 adds a 988-1023 self rule to the given security group
         # (the network stack owns the exact Lustre rules) and has no metadata configuration.
@@ -314,27 +336,27 @@ class StorageStack(cdk.Stack):
         # exported to S3), and the newest checkpoints before their export: neither `cdk destroy` nor a
         # replacing update deletes it; removing it is a deliberate manual step.
         file_system.apply_removal_policy(cdk.RemovalPolicy.RETAIN)
-        # Both deployment types link S3 by data repository associations ("supported on all FSx for Lustre 2.12
-        # and 2.15 file systems, excluding scratch_1": CreateDataRepositoryAssociation, botocore's fsx model),
-        # not by the legacy ImportPath: an import task's report must lie within an association's
-        # DataRepositoryPath, or within an ImportPath link's ExportPath, by default s3://bucket/FSxLustre<time>
-        # (CompletionReport.Path, CreateFileSystemLustreConfiguration.ExportPath).
-        FileSystemLinks(
+        self.file_system = file_system
+        self.file_system_id = file_system.ref
+        self.file_system_mount_name = file_system.attr_lustre_mount_name
+        # SageMaker's FileSystemDataSource.DirectoryPath values: /<mount name>[/dataset]/... and, with the fsx
+        # store, /<mount name>/checkpoints/<team or all> (stacks/pipeline/pipeline_resources.py).
+        mount = f"/{file_system.attr_lustre_mount_name}"
+        self.file_system_dataset_path = mount
+        if import_path:
+            return
+        links = FileSystemLinks(
             self,
             "Links",
             file_system=file_system,
             dataset_uri=self.dataset_uri,
             checkpoint_bucket=self.checkpoint_bucket,
             checkpoint_key=checkpoint_key,
+            fsx_checkpoints=layout == "two",
         )
-        self.file_system = file_system
-        self.file_system_id = file_system.ref
-        self.file_system_mount_name = file_system.attr_lustre_mount_name
-        # SageMaker's FileSystemDataSource.DirectoryPath values: /<mount name>/dataset/... and
-        # /<mount name>/checkpoints/<team or all> (stacks/pipeline/pipeline_resources.py).
-        mount = f"/{file_system.attr_lustre_mount_name}"
-        self.file_system_dataset_path = f"{mount}{DATASET_FILE_SYSTEM_PATH}"
-        self.file_system_checkpoint_path = f"{mount}{CHECKPOINT_FILE_SYSTEM_PATH}"
+        self.file_system_dataset_path = f"{mount}{links.dataset_path.rstrip('/')}"
+        if links.checkpoint_path is not None:
+            self.file_system_checkpoint_path = f"{mount}{links.checkpoint_path}"
 
     def _outputs(self) -> None:
         buckets = {

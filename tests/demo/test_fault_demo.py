@@ -38,6 +38,12 @@ def test_a_hang_is_recovered_inside_the_same_job_with_no_second_create_training_
     )
     assert first, out
     assert "attempt 2:" not in out, out  # no second CreateTrainingJob
+    # Each round is an MLflow run of the job: the killed one ended FAILED by the hang, the other FINISHED.
+    rounds = re.findall(rf"mlflow:   {re.escape(first.group(1))}: (\w+),[^\n]*", out)
+    assert rounds == ["FAILED", "FINISHED"], out
+    assert re.search(
+        rf"{re.escape(first.group(1))}: FAILED, .*; ended by trainstack-fault:infrastructure:hang", out
+    )
     output = json.loads(re.search(r"^\{\n.*?^\}$", out, re.MULTILINE | re.DOTALL).group(0))
     assert output["attempts"] == 1
     assert output["retriedFaults"] == []

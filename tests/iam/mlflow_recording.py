@@ -2,7 +2,8 @@
 
 training_scripts/mlflow_log.py runs exactly as train.py uses it (MlflowLog behind tensorboard_scalars'
 Scalars: parameters, two metric steps, close) on the pinned client (mlflow-skinny, requirements), twice: the
-first job of a brand-new experiment, then a job of the same experiment. The tracking URI is a small local
+first job of a brand-new experiment, then a job of the same experiment whose first round is killed by an
+in-job restart (its run left RUNNING) and ended FAILED by the next round. The tracking URI is a small local
 HTTP server that answers MLflow's REST API (the answers MLflow's RestStore parses) and records each
 request. On SageMaker the `sagemaker-mlflow` plugin's store is MLflow's RestStore with SigV4 credentials
 (sagemaker_mlflow/mlflow_sagemaker_store.py), so the calls are these.
@@ -17,11 +18,13 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from unittest import mock
 from urllib.parse import parse_qs, urlparse
 
@@ -124,18 +127,30 @@ def _serving(stub: _MlflowStub) -> Iterator[str]:
         server.server_close()
 
 
-def _log_one_job(uri: str, job_name: str) -> None:
-    """One training job's MLflow logging, as train.py does it."""
+def _log_one_job(uri: str, job_name: str, run_record: Path | None = None) -> None:
+    """One training job's MLflow logging, as train.py does it; with `run_record`, its first round is killed
+    by an in-job restart before it closes, and the second round ends the first one's run."""
     from training_scripts.mlflow_log import (
         JOB_NAME_ENV,
         MLFLOW_EXPERIMENT_ENV,
         MLFLOW_TRACKING_URI_ENV,
         MlflowLog,
+        end_interrupted_run,
     )
     from training_scripts.tensorboard_scalars import TRAIN_LOSS, VALIDATION_LOSS, Scalars
 
     environment = {MLFLOW_TRACKING_URI_ENV: uri, MLFLOW_EXPERIMENT_ENV: EXPERIMENT, JOB_NAME_ENV: job_name}
     with mock.patch.dict(os.environ, environment):
+        if run_record is not None:
+
+            def killed_round() -> None:  # its own thread: MLflow's active run is per thread, and is lost
+                killed = MlflowLog(True, {"max_steps": 20, "seq_len": 1024}, run_record)
+                Scalars(None, killed).add(10, {TRAIN_LOSS: 2.5, VALIDATION_LOSS: None})
+
+            thread = threading.Thread(target=killed_round)
+            thread.start()
+            thread.join()
+            end_interrupted_run(run_record, "trainstack-fault:infrastructure:hang TimeoutError: rank 1")
         mlflow_log = MlflowLog(True, {"max_steps": 20, "seq_len": 1024})
         assert mlflow_log._mlflow is not None, "the MLflow run did not start against the stub"
         scalars = Scalars(None, mlflow_log)
@@ -150,11 +165,13 @@ def recorded_calls() -> tuple[Call, ...]:
     import mlflow
 
     stub = _MlflowStub()
-    with _serving(stub) as uri:
-        for job_name in JOB_NAMES:
-            _log_one_job(uri, job_name)
-            mlflow.set_tracking_uri(None)  # the next job is a new process with an empty client cache
-    assert all(run["info"]["status"] == "FINISHED" for run in stub.runs.values()), stub.runs
+    with _serving(stub) as uri, tempfile.TemporaryDirectory() as record:
+        _log_one_job(uri, JOB_NAMES[0])
+        mlflow.set_tracking_uri(None)  # the next job is a new process with an empty client cache
+        _log_one_job(uri, JOB_NAMES[1], Path(record) / "round-0.mlflow-run")
+        mlflow.set_tracking_uri(None)
+    statuses = [run["info"]["status"] for run in stub.runs.values()]
+    assert statuses == ["FINISHED", "FAILED", "FINISHED"], stub.runs
     return tuple(stub.calls)
 
 

@@ -102,7 +102,13 @@ IMPORTED_VPC_NAT_NO_FSX = {
     "fsx": {"enabled": False, "throughput_mbps": None},
 }
 
+# Every profile checkpoints to the file system: the dataset at /dataset beside the store's /checkpoints.
+FSX_STORE = {
+    "profiles": [dict(profile, checkpoint_store="fsx") for profile in default_config_data()["profiles"]],
+}
+
 az_id_nat_scratch = infra_fixture("az_id_nat_scratch", AZ_ID_NAT_SCRATCH)
+fsx_store_infra = infra_fixture("fsx_store_infra", FSX_STORE)
 imported_vpc_persistent_500 = infra_fixture("imported_vpc_persistent_500", IMPORTED_VPC_PERSISTENT_500)
 imported_vpc_nat_no_fsx = infra_fixture("imported_vpc_nat_no_fsx", IMPORTED_VPC_NAT_NO_FSX)
 

@@ -157,6 +157,9 @@ def test_a_file_region_wins_over_the_cdk_clis_default_region(tmp_path):
     result = cdk_synth("config/examples/eu-west-1.yaml", outdir, environment | {"HOME": str(home)})
     assert result.returncode == 0, result.stderr
     assert "trainstack: FSx for Lustre: " in result.stderr and "/month" in result.stderr
+    # Counted from the templates just written, in the file's Region; FSx has no eu-west-1 price: no total.
+    assert "trainstack: idle monthly cost in eu-west-1 (eu-west-1 list prices of " in result.stderr
+    assert "trainstack:   5 interface endpoint-AZs x 730 h at $0.011/h: $40.15" in result.stderr.splitlines()
     manifest = json.loads((outdir / "manifest.json").read_text())
     stacks = {
         name: artifact["environment"]

@@ -10,14 +10,14 @@ import pytest
 from aws_cdk import assertions
 
 from stacks.storage import file_system_links
-from stacks.storage.file_system_links import Link, links_problem
-from tests.infra.conftest import infra_fixture, settings_with, synthesize_infra
+from tests.infra.conftest import FSX_STORE, infra_fixture, settings_with, synthesize_infra
 from tests.infra.templates import resources
 from tests.infra.test_governed import GOVERNED
 from tests.infra.test_run_data_key import CREATED_KEY, existing_key_infra  # noqa: F401 (a fixture)
+from trainstack.association_rules import Association, links_problem
 
-created_key_infra = infra_fixture("created-key-links", CREATED_KEY)
-governed_links_infra = infra_fixture("governed-links", GOVERNED)
+created_key_infra = infra_fixture("created-key-links", {**CREATED_KEY, **FSX_STORE})
+governed_links_infra = infra_fixture("governed-links", {**GOVERNED, **FSX_STORE})
 FSX_ROLE = (
     "arn:aws:iam::111111111111:role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/"
     "AWSServiceRoleForFSxS3Access_*"
@@ -35,19 +35,17 @@ FSX_ROLE = (
 )
 def test_links_fsx_would_refuse_fail_synth(monkeypatch, tmp_path, dataset_path, refusal):
     """AWS refuses overlapping associations (CreateDataRepositoryAssociation FileSystemPath): so does synth,
-    before any deploy; the dataset link at / (as before the checkpoint link) is one of them."""
+    before any deploy; with the fsx store, the dataset link at / (as without it) is one of them."""
     monkeypatch.setattr(file_system_links, "DATASET_FILE_SYSTEM_PATH", dataset_path)
     with pytest.raises(ValueError, match=refusal):
-        synthesize_infra(settings_with({}), tmp_path)
+        synthesize_infra(settings_with(FSX_STORE), tmp_path)
 
 
 def test_two_links_of_one_s3_location_are_refused():
     same = "s3://bucket/prefix/"
-    problem = links_problem([Link("A", "/a", same, True, False), Link("B", "/b", same, False, True)])
+    problem = links_problem([Association("A", "/a", same), Association("B", "/b", same)])
     assert problem == f"A and B link the same S3 location {same}; each association needs its own"
-    assert (
-        links_problem([Link("A", "/a", same, True, False), Link("B", "/ab", "s3://b/", False, True)]) is None
-    )
+    assert links_problem([Association("A", "/a", same), Association("B", "/ab", "s3://b/")]) is None
 
 
 def fsx_statements(template: dict[str, Any]) -> dict[str, dict[str, Any]]:

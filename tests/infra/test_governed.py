@@ -151,6 +151,8 @@ def test_governed_templates_pass_cfn_lint_and_cdk_nag(governed_app):
 def test_the_stated_cost_counts_what_the_templates_add(governed_app, default_app):
     """governed_fixed_costs (README's table, `make synth`'s line) against the resources control-tower adds."""
     from trainstack.governance_costs import governed_fixed_costs
+    from trainstack.idle_cost import count_in_templates
+    from trainstack.idle_resources import billed_resources
 
     def count(assembly, resource_type: str, **properties) -> int:
         return sum(
@@ -170,6 +172,9 @@ def test_the_stated_cost_counts_what_the_templates_add(governed_app, default_app
         default_assembly, "AWS::EC2::VPCEndpoint", VpcEndpointType="Interface"
     )
     assert (stated_keys, stated_endpoints) == (added_keys, added_endpoints) == (4, 1)
+    # check-config's idle cost counts what the governed templates hold (tests/cost/ for the other configs).
+    governed_templates = [json.loads(template.read_text()) for template in templates_of(governed_assembly)]
+    assert billed_resources(settings) == count_in_templates(governed_templates)
 
 
 # An existing VPC with a NAT, no FSx, queue mode: the copy function takes the configured subnet, no
@@ -191,6 +196,8 @@ GOVERNED_QUEUE_EXISTING_NAT = {
 
 def test_governed_variant_passes_and_costs_what_it_adds(tmp_path, control_tower):
     from trainstack.governance_costs import governed_fixed_costs
+    from trainstack.idle_cost import count_in_templates
+    from trainstack.idle_resources import billed_resources
 
     settings = governed_settings(GOVERNED_QUEUE_EXISTING_NAT)
     _, assembly = synthesize(settings, tmp_path)
@@ -204,6 +211,8 @@ def test_governed_variant_passes_and_costs_what_it_adds(tmp_path, control_tower)
     [copy_function] = [body for body in bodies if body["Type"] == "AWS::Lambda::Function"]
     assert copy_function["Properties"]["VpcConfig"]["SubnetIds"] == ["subnet-0a1b2c3d4e5f60718"]
     items = {item.what: item.count for item in governed_fixed_costs(settings)}
+    templates_read = [json.loads(template.read_text()) for template in templates]
+    assert billed_resources(settings) == count_in_templates(templates_read)  # check-config's idle cost
     keys = sum(1 for body in bodies if body["Type"] == "AWS::KMS::Key")
     # Every mode has the notification topic's key; control-tower adds buckets', image's and pipeline's.
     assert sum(count for what, count in items.items() if "KMS key" in what) == keys - 1 == 3

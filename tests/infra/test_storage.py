@@ -7,7 +7,13 @@ from typing import Any
 
 import pytest
 
-from tests.infra.conftest import InfraApp
+from tests.infra.conftest import (  # noqa: F401 (fixtures)
+    AZ_ID_NAT_SCRATCH,
+    FSX_STORE,
+    InfraApp,
+    fsx_store_infra,
+    infra_fixture,
+)
 from tests.infra.templates import only, resources
 
 DATA_BUCKETS = ("DatasetBucket", "CheckpointBucket", "ArtifactBucket")
@@ -155,11 +161,17 @@ def associations(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {body["Properties"]["FileSystemPath"]: body["Properties"] for body in found}
 
 
-def test_persistent_2_links_the_dataset_prefix_by_data_repository_association(default_infra: InfraApp):
+fsx_store_scratch = infra_fixture("fsx_store_scratch", {**AZ_ID_NAT_SCRATCH, **FSX_STORE})
+
+
+def test_persistent_2_links_the_dataset_prefix_at_the_root_as_every_release_did(default_infra: InfraApp):
+    """Without the fsx store, one association at / under the logical id every release gave it: an upgrade
+    replaces no association (tests/upgrades)."""
     template = default_infra.storage_template
     _, configuration = lustre(default_infra)
     assert "ImportPath" not in configuration
-    association = associations(template)["/dataset"]
+    assert list(resources(template, "AWS::FSx::DataRepositoryAssociation")) == ["DatasetAssociation"]
+    association = associations(template)["/"]
     dataset_bucket, _ = bucket(template, "DatasetBucket")
     assert association["FileSystemId"] == {"Ref": next(iter(resources(template, "AWS::FSx::FileSystem")))}
     assert association["DataRepositoryPath"] == {
@@ -170,11 +182,12 @@ def test_persistent_2_links_the_dataset_prefix_by_data_repository_association(de
     }  # never exports
 
 
-@pytest.mark.parametrize("variant", ["default_infra", "az_id_nat_scratch"])
+@pytest.mark.parametrize("variant", ["fsx_store_infra", "fsx_store_scratch"])
 def test_checkpoints_on_the_file_system_are_exported_to_the_checkpoint_bucket(variant: str, request):
-    """/checkpoints -> s3://<checkpoints>/fsx-checkpoints/, new, changed and deleted files exported (pruning
-    deletes in S3 too), nothing imported; beside the dataset's association, not within it, on PERSISTENT_2
-    and SCRATCH_2 alike (automatic export: every Lustre 2.12/2.15 deployment type but scratch 1)."""
+    """With the fsx store: /checkpoints -> s3://<checkpoints>/fsx-checkpoints/, new, changed and deleted files
+    exported (pruning deletes in S3 too), nothing imported; beside the dataset's association at /dataset, not
+    within it, on PERSISTENT_2 and SCRATCH_2 alike (automatic export: every Lustre 2.12/2.15 deployment type
+    but scratch 1)."""
     template = request.getfixturevalue(variant).storage_template
     linked = associations(template)
     assert sorted(linked) == ["/checkpoints", "/dataset"]
@@ -187,19 +200,28 @@ def test_checkpoints_on_the_file_system_are_exported_to_the_checkpoint_bucket(va
     assert checkpoints["BatchImportMetaDataOnCreate"] is False
 
 
-def test_scratch_links_an_existing_dataset_bucket_by_data_repository_association(az_id_nat_scratch: InfraApp):
-    """Not by the legacy ImportPath, whose export path (s3://bucket/FSxLustre<time>) no import report under
-    the dataset prefix lies within (CompletionReport.Path, botocore's fsx model)."""
+def test_scratch_without_the_fsx_store_or_the_trigger_links_by_import_path(az_id_nat_scratch: InfraApp):
+    """As every release linked SCRATCH_2 (ImportPath is create-only: another link would replace the file
+    system on upgrade); the trigger's import reports and the fsx store need associations instead."""
     template = az_id_nat_scratch.storage_template
     _, configuration = lustre(az_id_nat_scratch)
     assert configuration["DeploymentType"] == "SCRATCH_2"
-    assert not {"ImportPath", "ExportPath", "AutoImportPolicy"} & configuration.keys()
-    association = associations(template)["/dataset"]
-    assert association["DataRepositoryPath"] == "s3://existing-training-data/corpus/v2/"
-    assert association["S3"] == {"AutoImportPolicy": {"Events": ["NEW", "CHANGED", "DELETED"]}}
+    assert configuration["ImportPath"] == "s3://existing-training-data/corpus/v2/"
+    assert configuration["AutoImportPolicy"] == "NEW_CHANGED_DELETED"
+    assert associations(template) == {}
     # The existing bucket is used, not created: only checkpoints, artifacts and logs are new.
     assert len(resources(template, "AWS::S3::Bucket")) == 3
     assert template["Outputs"]["DatasetBucketName"]["Value"] == "existing-training-data"
+
+
+def test_scratch_with_the_fsx_store_links_the_dataset_by_association(fsx_store_scratch: InfraApp):
+    """Not by the legacy ImportPath, whose export path (s3://bucket/FSxLustre<time>) no import report under
+    the dataset prefix lies within (CompletionReport.Path, botocore's fsx model)."""
+    _, configuration = lustre(fsx_store_scratch)
+    assert not {"ImportPath", "ExportPath", "AutoImportPolicy"} & configuration.keys()
+    association = associations(fsx_store_scratch.storage_template)["/dataset"]
+    assert association["DataRepositoryPath"] == "s3://existing-training-data/corpus/v2/"
+    assert association["S3"] == {"AutoImportPolicy": {"Events": ["NEW", "CHANGED", "DELETED"]}}
 
 
 def test_fsx_disabled_creates_no_file_system(imported_vpc_nat_no_fsx: InfraApp):

@@ -31,7 +31,7 @@ def test_the_trigger_sends_the_dataset_buckets_events_to_eventbridge_and_nothing
 
 def test_fsx_auto_import_stays_on_and_its_association_comes_after_the_bucket(imported_vpc_persistent_500):
     template = imported_vpc_persistent_500.storage_template
-    association = associations(template)["/dataset"]
+    association = associations(template)["/"]  # the trigger's import reports need an association
     assert association["S3"]["AutoImportPolicy"]["Events"] == ["NEW", "CHANGED", "DELETED"]
     (dataset,) = [name for name in _buckets(template) if name.startswith("DatasetBucket")]
     # The association names the bucket, so CloudFormation creates it (and FSx adds its notification) only

@@ -14,7 +14,7 @@ from moto.core.exceptions import ServiceException
 from localaws.demo.trigger_world import trigger_world
 from localaws.emulator.fake_fsx import FakeFsx, links_in_template
 from localaws.sagemaker import evaluated, scripted_sagemaker
-from tests.infra.conftest import settings_with, synthesize_infra
+from tests.infra.conftest import FSX_STORE, settings_with, synthesize_infra
 from tests.pipeline.conftest import FAKE_VALUES
 from tests.pipeline.trigger_machines import PREFIX, PROFILE, trigger_machines, trigger_templates
 
@@ -31,8 +31,10 @@ def linked_as_synthesized(overrides: dict, outdir) -> dict[str, tuple[str, ...]]
 
 @pytest.fixture(scope="module")
 def scratch_links(tmp_path_factory) -> dict[str, tuple[str, ...]]:
+    """SCRATCH_2 with the trigger on and the fsx checkpoint store: both associations."""
+    trigger = {"retrain_on_new_data": {"profile": "small-torchrun", "prefix": "datasets/corpus/"}}
     return linked_as_synthesized(
-        {"fsx": {"deployment_type": "SCRATCH_2"}}, tmp_path_factory.mktemp("scratch")
+        {"fsx": {"deployment_type": "SCRATCH_2"}, **trigger, **FSX_STORE}, tmp_path_factory.mktemp("scratch")
     )
 
 

@@ -53,10 +53,10 @@ def test_each_teams_jobs_mount_only_the_teams_fsx_directories(teams_app):
         ]
         substitutions = pipeline["DefinitionSubstitutions"]
         path = substitutions["FileSystemDirectoryPath"]
-        assert path["Fn::Join"][1][0] == "/" and path["Fn::Join"][1][-1] == f"/dataset/{team}", path
-        # The fsx store's directory, fixed in the team's definition: no input names it.
-        checkpoints = substitutions["CheckpointDirectoryPath"]["Fn::Join"][1]
-        assert checkpoints[0] == "/" and checkpoints[-1] == f"/checkpoints/{team}", checkpoints
+        # The dataset's association sits at / without the fsx store (stacks/storage/file_system_links.py).
+        assert path["Fn::Join"][1][0] == "/" and path["Fn::Join"][1][-1] == f"/{team}", path
+        # No profile checkpoints to the file system: no checkpoint directory to mount.
+        assert "CheckpointDirectoryPath" not in substitutions
 
 
 def test_each_team_has_its_own_model_package_group_per_profile(teams_app):

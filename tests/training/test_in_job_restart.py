@@ -10,6 +10,7 @@ import re
 from types import SimpleNamespace
 
 import in_job_restart
+import mlflow  # in the image (container/requirements.txt), so in .venv-image: never skipped
 import pytest
 from in_job_restart import (
     DECLINED,
@@ -20,6 +21,7 @@ from in_job_restart import (
     device_problem,
     reason_to_refuse,
 )
+from mlflow_log import FAILURE_TAG
 
 from tests.training.harness import load_weights, max_weight_difference, train
 from tests.training.test_watchdog import WATCHDOG_FLAGS
@@ -31,10 +33,18 @@ HANG = [
 
 
 def test_a_hang_is_recovered_inside_the_same_job_and_reaches_the_uninterrupted_weights(
-    dataset, tmp_path, reference_run
+    dataset, tmp_path, reference_run, monkeypatch
 ):
-    output = tmp_path / "output"
-    run = train(dataset, tmp_path, *HANG, env={"PET_MAX_RESTARTS": "1", "SM_OUTPUT_DIR": str(output)})
+    output, store = tmp_path / "output", tmp_path / "mlruns"
+    mlflow_env = {
+        "MLFLOW_TRACKING_URI": store.as_uri(),
+        "MLFLOW_ALLOW_FILE_STORE": "true",  # MLflow 3 serves a local file store only with it
+        "MLFLOW_EXPERIMENT_NAME": "restarts",
+        "TRAINING_JOB_NAME": "trainstack-restart-1",
+    }
+    run = train(
+        dataset, tmp_path, *HANG, env={"PET_MAX_RESTARTS": "1", "SM_OUTPUT_DIR": str(output), **mlflow_env}
+    )
     assert run.returncode == 0, run.output
     assert "Rank 1 stops before step 15 for good" in run.output
     # torchrun's own agent saw the watchdog's exit and restarted the workers: one process tree, one job.
@@ -51,6 +61,18 @@ def test_a_hang_is_recovered_inside_the_same_job_and_reaches_the_uninterrupted_w
     assert kept.startswith("trainstack-fault:infrastructure:hang TimeoutError:"), kept
     difference = max_weight_difference(load_weights(run.model_dir), load_weights(reference_run.model_dir))
     assert difference <= 1e-6
+    # Each round is an MLflow run of the job; the killed one ended FAILED with the hang's line.
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    client = mlflow.tracking.MlflowClient(store.as_uri())
+    runs = client.search_runs(
+        [client.get_experiment_by_name("restarts").experiment_id], order_by=["start_time"]
+    )
+    assert [(r.info.run_name, r.info.status) for r in runs] == [
+        ("trainstack-restart-1", "FAILED"),
+        ("trainstack-restart-1", "FINISHED"),
+    ]
+    assert runs[0].data.tags[FAILURE_TAG] == kept.strip()
+    assert FAILURE_TAG not in runs[1].data.tags
 
 
 def test_when_the_restart_budget_runs_out_the_job_fails_with_the_hang_as_before(dataset, tmp_path):

@@ -1,22 +1,27 @@
-"""`trainstack check-config FILE`: validate a config file the way synth does, one line on error."""
+"""`trainstack check-config FILE`: validate a config file the way synth does, one line on error; with
+`--against OLD` or `--against-deployed`, review what deploying it would replace, delete or fail on
+(trainstack/deploy_findings.py, docs/upgrading.md)."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+from pathlib import Path
 
 from trainstack.config_loading import ConfigError, load_settings
 from trainstack.dataset_events import existing_bucket_warning
 from trainstack.fsx_sizing import quota_warning, summary
 from trainstack.governance_costs import cost_summary
+from trainstack.idle_cost import idle_cost
+from trainstack.idle_resources import billed_resources
 from trainstack.teams import namespace
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     description = (
         "validate a config file exactly as `make synth` does; print its FSx plan and monthly cost, and what "
-        "compliance: control-tower costs"
+        "compliance: control-tower costs, and the deployment's idle monthly cost in its Region"
     )
     parser = subparsers.add_parser("check-config", help=description, description=description)
     parser.add_argument(
@@ -24,6 +29,30 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         nargs="?",
         default=os.environ.get("TRAINSTACK_CONFIG"),
         help="config file (default: $TRAINSTACK_CONFIG, else config/default.yaml)",
+    )
+    against = parser.add_mutually_exclusive_group()
+    against.add_argument(
+        "--against",
+        metavar="OLD",
+        type=Path,
+        help="review the deploy over OLD: another config file, or a directory of templates (a cdk.out)",
+    )
+    against.add_argument(
+        "--against-deployed",
+        action="store_true",
+        help="review the deploy over the stacks deployed in the config's account and region (CloudFormation)",
+    )
+    parser.add_argument(
+        "--templates",
+        metavar="DIR",
+        type=Path,
+        help="the config's templates, already synthesized there (make synth's cdk.out)",
+    )
+    parser.add_argument(
+        "--allow",
+        default=os.environ.get("ALLOW_REPLACE", ""),
+        help="comma-separated findings to let through, by logical id (short form without CDK's hash, e.g. "
+        "FileSystem,DatasetBucket) or stack name (default: $ALLOW_REPLACE)",
     )
     parser.set_defaults(handler=run)
 
@@ -50,5 +79,10 @@ def run(args: argparse.Namespace) -> int:
     ]
     for warning in filter(None, warnings):
         print(f"warning: {warning}", file=sys.stderr)
+    print("\n".join(idle_cost(billed_resources(settings), settings.region).render()))
     print(cost_summary(settings))
-    return 0
+    if args.against is None and not args.against_deployed:
+        return 0
+    from trainstack.commands.deploy_review import review_deploy  # the review's sources load only here
+
+    return review_deploy(args, settings)

@@ -20,7 +20,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from trainstack.cli import COMMANDS
 from trainstack.config import Settings
 from trainstack.config_loading import ConfigError, load_settings
-from trainstack.pipeline_runs import PipelineRuns, runs_for
+from trainstack.pipeline_runs import PipelineRuns, queue_namespace, runs_for
 from trainstack.queue_settings import training_queue_name
 from trainstack.runs import (
     Job,
@@ -136,7 +136,7 @@ class Pipeline:
     @property
     def queue_name(self) -> str | None:
         """The AWS Batch job queue of queue mode; None in direct mode."""
-        return training_queue_name(self.settings.project) if self.settings.queue.enabled else None
+        return training_queue_name(queue_namespace(self.settings)) if self.settings.queue.enabled else None
 
     def batch(self) -> Any | None:
         """A Batch client in queue mode; None in direct mode."""

@@ -42,7 +42,14 @@ class RunNameTable:
     arn: str
 
 
-def run_names_table(scope: Construct, project: str) -> RunNameTable:
+def run_names_table(scope: Construct, project: str, existing: str | None = None) -> RunNameTable:
+    """The table `<project>-run-names`; `existing`: the name of one another stack made (and retains), used
+    as it is (with teams, the pre-teams pipeline's: docs/teams.md, "Migrations")."""
+    if existing is not None:
+        return RunNameTable(
+            existing,
+            cdk.Stack.of(scope).format_arn(service="dynamodb", resource="table", resource_name=existing),
+        )
     table = claim_table(
         scope,
         "RunNames",

@@ -78,8 +78,42 @@ def weight_factor(weight: int) -> float:
     return round(1 / weight, 4)
 
 
+# The queue's construct id in the stack that holds it: the run-names table's logical id derives from it,
+# and a retained table of a fixed name must keep its logical id for ever (migrations.keep_run_names_table).
+QUEUE_ID = "Queue"
+
+
+def training_queue(
+    scope: Construct,
+    *,
+    project: str,
+    queue: QueueSettings,
+    keep_run_names_table: bool,
+    existing_run_names: str | None = None,
+) -> TrainingQueue | None:
+    """Queue mode's queue in `scope`; with queue mode off nothing, or with `keep_run_names_table` its
+    run-names table alone, at the same place, so that queue mode turned on again finds it and its claims."""
+    if queue.enabled:
+        return TrainingQueue(
+            scope, QUEUE_ID, project=project, queue=queue, existing_run_names=existing_run_names
+        )
+    if keep_run_names_table and existing_run_names is None:
+        run_names_table(Construct(scope, QUEUE_ID), project)
+    return None
+
+
 class TrainingQueue(Construct):
-    def __init__(self, scope: Construct, construct_id: str, *, project: str, queue: QueueSettings) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        project: str,
+        queue: QueueSettings,
+        existing_run_names: str | None = None,
+    ) -> None:
+        """existing_run_names: a run-names table another stack holds, claimed in instead of a table of
+        this queue's own (run_names.run_names_table)."""
         super().__init__(scope, construct_id)
         self.project = project
         self.queue_name = training_queue_name(project)
@@ -138,7 +172,7 @@ class TrainingQueue(Construct):
             description="AWS Batch job queue that holds training jobs until instances are free",
         )
         # Run names the queued attempts claimed: unique, as without the queue (run_names.py).
-        self.run_names = run_names_table(self, project)
+        self.run_names = run_names_table(self, project, existing_run_names)
 
     @property
     def service_job_arn(self) -> str:

@@ -18,7 +18,7 @@ kept when the stack is deleted (its versions are the registry's record).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import aws_cdk as cdk
@@ -98,24 +98,13 @@ class ModelRegistration(Construct):
         # Deploy-time values appear as ${Name} placeholders, which DefinitionSubstitutions fill.
         self.table_resources = with_placeholders(resources)
         self.table = registry_table(project, profiles, self.table_resources)
-        self.groups = {}
         self.state_machine: sfn.StateMachine | None = None
+        self.groups = self._groups(runs.kept_groups)
         if not self.table:
             return  # no profile has a registry: block: no machine, no grants
-        for name, entry in self.table.items():
-            group = sagemaker.CfnModelPackageGroup(
-                self,
-                f"Group-{name}",
-                model_package_group_name=entry["group"],
-                model_package_group_description=f"Evaluated versions of profile {name} (trainstack)",
-            )
-            group.apply_removal_policy(cdk.RemovalPolicy.RETAIN)
-            self.groups[name] = group
         stack = cdk.Stack.of(self)
-        self.package_arns = [
-            stack.format_arn(service="sagemaker", resource="model-package", resource_name=f"{group}/*")
-            for group in (group_name(project, name) for name in self.table)
-        ]
+        self.package_arns = self._package_arns(group_name(project, name) for name in self.table)
+        self.inherited_arns = self._inherit_groups(runs.inherited)
         # The manifests list the dataset bucket: named in the definition by its ${DatasetBucket} placeholder
         # (CDK refuses it as a bucket name: DatasetManifest reads only these two attributes), granted by ARN.
         self.dataset_bucket = _DatasetBucket(
@@ -137,6 +126,7 @@ class ModelRegistration(Construct):
                 dataset_bucket=self.dataset_bucket,
                 dataset_prefix=self.dataset_prefix,
                 package_arns=self.package_arns,
+                inherited_arns=self.inherited_arns,
                 attempt_machine=attempt_machine,
                 queued=queued,
                 repository_arn=stack.format_arn(
@@ -147,8 +137,8 @@ class ModelRegistration(Construct):
             ),
             timeout=None,
         )
-        for group in self.groups.values():
-            self.state_machine.node.add_dependency(group)
+        for name in self.table:
+            self.state_machine.node.add_dependency(self.groups[name])
         machine = self.state_machine.node.default_child
         assert isinstance(machine, sfn.CfnStateMachine)
         machine.definition_substitutions = {
@@ -158,6 +148,41 @@ class ModelRegistration(Construct):
         grant_publish(self.state_machine.role, project)
         self._grant_evaluation_sets(sagemaker_role, profiles)
         self._acknowledge()
+
+    def _groups(self, kept: Sequence[str]) -> dict[str, sagemaker.CfnModelPackageGroup]:
+        """The profiles' groups, and those kept without a registry profile (migrations:
+        keep_model_package_groups) in the same place: a registry block added again finds its versions."""
+        groups = {group.removeprefix(f"{self.project}-"): group for group in kept}
+        groups.update({name: entry["group"] for name, entry in self.table.items()})
+        return {name: self._group(name, group) for name, group in groups.items()}
+
+    def _package_arns(self, groups: Iterable[str]) -> list[str]:
+        stack = cdk.Stack.of(self)
+        return [
+            stack.format_arn(service="sagemaker", resource="model-package", resource_name=f"{group}/*")
+            for group in groups
+        ]
+
+    def _inherit_groups(self, inherited: str | None) -> list[str]:
+        """teams[].inherits_single_team_runs: each profile's pre-teams group, read for the baseline after the
+        team's own (its table entry's `inheritedGroup`); the ARNs of their versions."""
+        if inherited is None:
+            return []
+        for name, entry in self.table.items():
+            entry["inheritedGroup"] = group_name(inherited, name)
+        return self._package_arns(entry["inheritedGroup"] for entry in self.table.values())
+
+    def _group(self, profile: str, name: str) -> sagemaker.CfnModelPackageGroup:
+        """The group `name` of `profile`'s versions, kept when the stack is deleted (its versions are the
+        registry's record). Its description is fixed: changing it would replace the group."""
+        group = sagemaker.CfnModelPackageGroup(
+            self,
+            f"Group-{profile}",
+            model_package_group_name=name,
+            model_package_group_description=f"Evaluated versions of profile {profile} (trainstack)",
+        )
+        group.apply_removal_policy(cdk.RemovalPolicy.RETAIN)
+        return group
 
     def after(self, scope: Construct, succeeded: sfn.IChainable) -> sfn.IChainable:
         """The pipeline's states between a Completed attempt and `succeeded`: register the run of a profile
@@ -307,7 +332,7 @@ class ModelRegistration(Construct):
             "ListModelPackages supports no resource-level permissions (Service Authorization Reference, "
             "SageMaker); CloudWatch Logs delivery and X-Ray actions added by CDK neither.",
         )
-        for arn in self.package_arns:
+        for arn in self.package_arns + self.inherited_arns:
             acknowledge(
                 role,
                 f"AwsSolutions-IAM5[Resource::{arn}]",

@@ -45,6 +45,7 @@ def registration_chain(
     dataset_bucket: Any,
     dataset_prefix: str,
     package_arns: list[str],
+    inherited_arns: list[str],
     attempt_machine: sfn.IStateMachine,
     queued: bool,
     repository_arn: str,
@@ -52,7 +53,9 @@ def registration_chain(
     leases: LeaseTable,
 ) -> sfn.IChainable:
     """The registration machine's states (module docstring), from its input to its output; first of all
-    the run's request and model checked against `allowed` (request_guard.allowed_requests)."""
+    the run's request and model checked against `allowed` (request_guard.allowed_requests).
+    `inherited_arns`: the versions of the pre-teams groups a team inherited (its table entries'
+    `inheritedGroup`), read for the baseline after the team's own group."""
     prepare = sfn.Pass.jsonata(
         scope,
         "Prepare",
@@ -66,10 +69,12 @@ def registration_chain(
             "packageArn": expression("null"),
             "failure": expression("null"),
             "settings": expression(f"$lookup({literal(table)}, $states.input.profile)"),
+            # The group whose Approved versions are being read: the profile's, then an inherited one.
+            **({"listGroup": expression("null")} if inherited_arns else {}),
         },
     )
     failed = sfn.Succeed.jsonata(scope, "RegistrationFailed", outputs=expression(REGISTRATION_FAILED_OUTPUT))
-    register = _register(scope, project, package_arns, repository_arn, leases, failed)
+    register = _register(scope, project, package_arns, inherited_arns, repository_arn, leases, failed)
     evaluate = evaluation_states(
         scope,
         attempt_machine=attempt_machine,
@@ -85,6 +90,7 @@ def _register(
     scope: Construct,
     project: str,
     package_arns: list[str],
+    inherited_arns: list[str],
     repository_arn: str,
     leases: LeaseTable,
     failed: sfn.IChainable,
@@ -99,16 +105,17 @@ def _register(
     )
     release = release_lease(scope, leases, "$settings.group", outcome)
     acquire = acquire_lease(scope, leases, "$settings.group")
+    listed_group = "($listGroup ? $listGroup : $settings.group)" if inherited_arns else "$settings.group"
     list_page = sagemaker_call(
         scope,
         "ListApprovedVersions",
         "listModelPackages",
-        '$merge([{"ModelPackageGroupName": $settings.group, "ModelApprovalStatus": "Approved", '
+        f'$merge([{{"ModelPackageGroupName": {listed_group}, "ModelApprovalStatus": "Approved", '
         '"ModelPackageType": "Versioned", "SortBy": "CreationTime", "SortOrder": "Descending", '
         f'"MaxResults": {LIST_PAGE_SIZE}}}, $nextToken ? {{"NextToken": $nextToken}} : {{}}])',
         {"page": expression("$states.result")},
     )
-    describe_page = _describe_approved_versions(scope, package_arns)
+    describe_page = _describe_approved_versions(scope, package_arns + inherited_arns)
     create_package = sagemaker_call(
         scope,
         "CreateModelPackage",
@@ -140,11 +147,7 @@ def _register(
         task.add_catch(
             release, errors=["States.ALL"], outputs={}, assign={"failure": expression("$states.errorOutput")}
         )
-    more_pages = (
-        sfn.Choice.jsonata(scope, "HasMoreApprovedVersions")
-        .when(sfn.Condition.jsonata(expression("$nextToken ? true : false")), list_page)
-        .otherwise(create_package)
-    )
+    more_pages = _more_pages(scope, list_page, create_package, inherited=bool(inherited_arns))
     acquire.next(list_page).next(describe_page).next(more_pages)
     create_package.next(gate).next(release)
     done = sfn.Succeed.jsonata(
@@ -159,6 +162,25 @@ def _register(
     publish.add_catch(done, errors=["States.ALL"], outputs={})
     publish.next(done)
     return _image_digest(scope, repository_arn, acquire)
+
+
+def _more_pages(
+    scope: Construct, list_page: sfn.IChainable, done: sfn.IChainable, *, inherited: bool
+) -> sfn.Choice:
+    """After a page of Approved versions: the next page, then (`inherited`: teams[].inherits_single_team_runs)
+    the pre-teams group of the profile, from its first page, then `done`."""
+    more_pages = sfn.Choice.jsonata(scope, "HasMoreApprovedVersions").when(
+        sfn.Condition.jsonata(expression("$nextToken ? true : false")), list_page
+    )
+    if inherited:
+        inherited_group = sfn.Pass.jsonata(
+            scope, "ReadInheritedGroup", assign={"listGroup": expression("$settings.inheritedGroup")}
+        )
+        more_pages.when(
+            sfn.Condition.jsonata(expression("$not($listGroup) and $exists($settings.inheritedGroup)")),
+            inherited_group.next(list_page),
+        )
+    return more_pages.otherwise(done)
 
 
 def _describe_approved_versions(scope: Construct, package_arns: list[str]) -> sfn.Map:

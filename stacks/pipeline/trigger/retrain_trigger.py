@@ -59,7 +59,7 @@ class RetrainTrigger(Construct):
         dataset_bucket, dataset_prefix = storage.dataset_bucket, storage.dataset_prefix
         file_system_id = storage.file_system_id
         self.trigger = trigger
-        self.table = self._table(project)
+        self.table = trigger_state_table(self, project)
         name = trigger_machine_name(project)
         stack = cdk.Stack.of(self)
         self_arn = stack.format_arn(
@@ -115,26 +115,6 @@ class RetrainTrigger(Construct):
         resource.definition_substitutions = substitutions
         self.rule = self._rule(dataset_bucket)
         self._acknowledge(self.state_machine.role, fsx=fsx is not None)
-
-    def _table(self, project: str) -> dynamodb.Table:
-        table = dynamodb.Table(
-            self,
-            "State",
-            table_name=trigger_table_name(project),
-            partition_key=dynamodb.Attribute(name="profile", type=dynamodb.AttributeType.STRING),
-            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
-            # KMS with DynamoDB's AWS managed key (CT.DYNAMODB.PR.2); no key of ours to pay for or grant.
-            encryption=dynamodb.TableEncryption.AWS_MANAGED,
-            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
-                point_in_time_recovery_enabled=True
-            ),
-            removal_policy=cdk.RemovalPolicy.RETAIN,  # the last dataset hash outlives a redeploy
-        )
-        skip_checkov(
-            table,
-            {"CKV_AWS_119": "Times, a key name and hashes: the AWS managed KMS key (aws/dynamodb) suffices."},
-        )
-        return table
 
     @staticmethod
     def _acknowledge(role: iam.IRole, *, fsx: bool) -> None:
@@ -193,6 +173,35 @@ class RetrainTrigger(Construct):
                 width=12,
             )
         ]
+
+
+# The trigger's construct id in the pipeline stack: its state table's logical id derives from it, and a
+# retained table of a fixed name keeps its logical id for ever (migrations.keep_trigger_table).
+TRIGGER_ID = "RetrainTrigger"
+
+
+def trigger_state_table(scope: Construct, project: str) -> dynamodb.Table:
+    """The trigger's state (`<project>-retrain-triggers`: the last dataset hash trained on per profile, the
+    window's lease), retained: it outlives a redeploy, and stays while the trigger is off with
+    migrations.keep_trigger_table, so that turning it on again finds it."""
+    table = dynamodb.Table(
+        scope,
+        "State",
+        table_name=trigger_table_name(project),
+        partition_key=dynamodb.Attribute(name="profile", type=dynamodb.AttributeType.STRING),
+        billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+        # KMS with DynamoDB's AWS managed key (CT.DYNAMODB.PR.2); no key of ours to pay for or grant.
+        encryption=dynamodb.TableEncryption.AWS_MANAGED,
+        point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+            point_in_time_recovery_enabled=True
+        ),
+        removal_policy=cdk.RemovalPolicy.RETAIN,  # the last dataset hash outlives a redeploy
+    )
+    skip_checkov(
+        table,
+        {"CKV_AWS_119": "Times, a key name and hashes: the AWS managed KMS key (aws/dynamodb) suffices."},
+    )
+    return table
 
 
 def _fsx_target(stack: cdk.Stack, file_system_id: str, prefix: str, dataset_prefix: str) -> FsxTarget:
