@@ -10,6 +10,7 @@ uncatchable States.Runtime.
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from typing import Any
 from unittest import mock
@@ -22,20 +23,27 @@ from localaws.emulator.timestamps import aws_timestamp
 _STATES_MEMBERS = ("input", "context", "result", "errorOutput")
 
 
+# A `$name` anywhere in the text, and `$states` with the member it reads. moto's own extraction
+# (extract_jsonata_variable_references) is not used for this: it takes the text between two division
+# operators (`$a / 1000 ... $b / 3600`) for a regex literal and drops the variables in it, which AWS binds.
+# Binding a variable the text only seems to name (in a string, or shadowed by a local `:=`) changes nothing.
+_NAME = re.compile(r"\$([A-Za-z0-9_]+)")
+_STATES_MEMBER = re.compile(r"\$states\s*\.\s*([A-Za-z]+)")
+_STATES_WHOLE = re.compile(r"\$states\b(?!\s*\.\s*[A-Za-z])")
+
+
 @cache
 def _names(expression: str) -> tuple[frozenset[str], frozenset[str]]:
     """The variables the expression names (without `$`) and the $states members it reads (all of them
     where it names `$states` itself). Raises moto's IllegalJSONataVariableReference for `$` and `$$`."""
     from moto.stepfunctions.parser.asl.jsonata.jsonata import extract_jsonata_variable_references
 
-    references = extract_jsonata_variable_references(expression)
-    names = frozenset(reference[1:].split(".")[0] for reference in references)
-    if "$states" in references:
+    extract_jsonata_variable_references(expression)  # moto's refusal of `$` and `$$`
+    names = frozenset(_NAME.findall(expression))
+    if _STATES_WHOLE.search(expression):
         members = frozenset(_STATES_MEMBERS)
     else:
-        members = frozenset(
-            member for member in _STATES_MEMBERS if any(r.startswith(f"$states.{member}") for r in references)
-        )
+        members = frozenset(_STATES_MEMBER.findall(expression)) & frozenset(_STATES_MEMBERS)
     return names - {"states"}, members
 
 
