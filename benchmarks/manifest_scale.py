@@ -3,7 +3,7 @@ ListObjectsV2 pages (localaws/emulator/synthetic_listing.py), the real fragment 
 (tests/pipeline/manifest_machines.py), Step Functions' 25,000-event history enforced. Prints the time, the
 pages a second, each execution's history events against the limit, and whether the manifest equals
 trainstack.manifest's reference. The suite runs the same scenario scaled down
-(tests/pipeline/test_dataset_manifest.py); this is the full size (minutes: jsonata-python, docs/emulator.md).
+(tests/pipeline/test_dataset_manifest.py); this is the full size (minutes: docs/emulator.md).
 
     PYTHONPATH=. .venv/bin/python benchmarks/manifest_scale.py [--objects 1000000]
 """

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 
 from training_scripts.model_shapes import parameter_count
@@ -125,8 +126,11 @@ def planned_cost_usd(
 
 
 def usd(amount: float) -> str:
-    """Dollars as every cost-cap message prints them (JSONata: $formatNumber(n, '#,##0.00'))."""
-    return f"${amount:,.2f}"
+    """Dollars as every cost-cap message prints them, rounded as the state machines' JSONata 2.0.6
+    `$formatNumber(n, '#,##0.00')` rounds: half to even on the number's shortest decimal form (302.245 is
+    $302.24 there, where Python's own format rounds the binary value up to $302.25)."""
+    cents = Decimal(repr(float(amount))).quantize(Decimal("0.01"), rounding=ROUND_HALF_EVEN)
+    return f"${cents:,.2f}"
 
 
 def cost_cap_problem(

@@ -73,6 +73,8 @@ class RunConfig(Protocol):
 FIELDS = ("profile", "runName", "hyperparameters", "instanceCount", "maxRuntimeHours", "resumeFrom")
 QUEUE_FIELDS = ("priority", "share")
 MIN_RUNTIME_HOURS = 0.01
+# Both matched whole (re.fullmatch), as the pipeline's JSONata reads them (JavaScript's `$` matches no
+# final newline).
 RUN_NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$"
 S3_URI_PATTERN = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$"
 # A location (after its `s3://`) with a `.` or `..` segment or an empty one (`//`) is not normalized: how
@@ -129,7 +131,7 @@ def _hyperparameters(check: Callable[[str, Any], bool]) -> Callable[[Any, RunCon
 
 
 def _is_job_name_part(value: str) -> bool:
-    return len(value) <= RUN_NAME_MAX_LENGTH and re.match(RUN_NAME_PATTERN, value) is not None
+    return len(value) <= RUN_NAME_MAX_LENGTH and re.fullmatch(RUN_NAME_PATTERN, value) is not None
 
 
 # A profile's `checkpoint_interval: auto` is resolved at synth, never per run.
@@ -261,7 +263,7 @@ INPUT_RULES: tuple[InputRule, ...] = (
         "resumeFrom",
         "s3-uri",
         "resumeFrom must be an S3 URI such as s3://bucket/run-name/.",
-        lambda value, _: isinstance(value, str) and re.match(S3_URI_PATTERN, value) is not None,
+        lambda value, _: isinstance(value, str) and re.fullmatch(S3_URI_PATTERN, value) is not None,
     ),
     InputRule(
         "resumeFrom",

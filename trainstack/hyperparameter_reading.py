@@ -27,7 +27,7 @@ from trainstack.profiles import RESERVED_HYPERPARAMETERS
 # cap's max_steps, the checkpoint interval and the step's shape (`trainstack start`'s plan lines).
 COUNTED_HYPERPARAMETERS = {MAX_STEPS: "steps", INTERVAL_HYPERPARAMETER: "steps", **STEP_SHAPE}
 # 1 to 999999999 (9 digits: exact as a JSONata number too), matched as a whole text, never with `^...$`:
-# Python's `$` also matches before a trailing newline (so does jsonata-python's), JavaScript's does not.
+# Python's `$` also matches before a trailing newline, JavaScript's (the state machines' JSONata) does not.
 COUNT_PATTERN = r"[1-9][0-9]{0,8}"
 MAX_COUNT = 999_999_999
 # The names the input rules read: the reserved launch flags and the counted hyperparameters.

@@ -1,6 +1,6 @@
 """A local AWS Step Functions for tests and demos: moto's interpreter running JSONata state machines with
 AWS's error names on a virtual or scaled clock, and the Service Quotas listing moto lacks
-(service_quotas.py). Needs the dev dependencies (moto, jsonata-python).
+(service_quotas.py). Needs the dev dependencies (moto) and `npm ci` (jsonata 2.0.6, run by Node.js).
 
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
         with local_stepfunctions(VirtualClock()) as clock:

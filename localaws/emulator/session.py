@@ -2,10 +2,10 @@
 JSONata state machines the way AWS does, on a pluggable clock.
 
 What it changes inside moto, for the duration of the `with` block:
-- JSONata: the evaluator hook moto leaves empty is filled with jsonata-python; LocalStack's stand-ins
-  for the Step Functions functions (some unimplemented) give way to real ones (functions.py); an
-  evaluation error fails the state with States.QueryEvaluationError, as on AWS; string variables are
-  encoded as JSON strings (moto quotes them without escaping, which breaks on `"` or `\\`).
+- JSONata: every expression is evaluated by jsonata 2.0.6, AWS's engine, with Step Functions' functions,
+  its variables passed as bindings (jsonata_states.py, jsonata_engine.py); an evaluation error fails the
+  state with States.QueryEvaluationError, as on AWS. Timestamps reach expressions and aws-sdk results as
+  AWS writes them, ISO 8601 with `Z` (timestamps.py).
 - Time: $now()/$millis(), execution start times (`$states.context.Execution.StartTime`), history
   timestamps, Wait states, Retry intervals and the state machine's TimeoutSeconds follow the clock.
 - Errors: aws-sdk task errors are named as AWS names them (errors.py), with SageMaker registered.
@@ -26,7 +26,6 @@ What it changes inside moto, for the duration of the `with` block:
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import types
@@ -39,10 +38,10 @@ from unittest import mock
 
 import botocore.session
 
-from localaws.emulator import execution_ends, limits, nested_executions, versions
+from localaws.emulator import execution_ends, jsonata_states, limits, nested_executions, versions
 from localaws.emulator.clock import Clock, VirtualClock
 from localaws.emulator.errors import SERVICE_ERROR_NAMES, aws_sdk_error_name
-from localaws.emulator.functions import jsonata_evaluator
+from localaws.emulator.timestamps import write_aws_timestamps
 
 # moto modules that read the wall clock for what the emulator's clock should decide.
 _CLOCK_READERS = (
@@ -76,31 +75,17 @@ def _patches(clock: Clock, quiet: bool) -> list[Any]:
     import importlib
 
     from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
-    from moto.stepfunctions.parser.asl.component.common.string import string_expression
     from moto.stepfunctions.parser.asl.component.program.program import Program
     from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
         state_task_service_aws_sdk as aws_sdk,
     )
     from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
-    from moto.stepfunctions.parser.asl.eval import states, variable_store
-    from moto.stepfunctions.parser.asl.jsonata import jsonata
     from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
 
     def wait_interval(self, env, wait_seconds: int) -> None:
         clock.wait_state(wait_seconds, env.program_state_event, env.is_running)
 
     patches = [
-        mock.patch.object(jsonata, "_eval_jsonata", jsonata_evaluator(clock)),
-        mock.patch.object(
-            string_expression, "get_intrinsic_functions_declarations", lambda variable_references: ""
-        ),
-        mock.patch.object(
-            string_expression.StringJSONata,
-            "_eval_body",
-            _failing_as_aws(string_expression.StringJSONata._eval_body),
-        ),
-        mock.patch.object(states, "encode_jsonata_variable_declarations", _encode_declarations),
-        mock.patch.object(variable_store, "encode_jsonata_variable_declarations", _encode_declarations),
         mock.patch.object(WaitFunction, "_wait_interval", wait_interval),
         mock.patch.object(retrier_decl, "time", types.SimpleNamespace(sleep=clock.retry_sleep)),
         mock.patch.object(Program, "eval", _program_eval_on(clock)),
@@ -112,7 +97,8 @@ def _patches(clock: Clock, quiet: bool) -> list[Any]:
         mock.patch.object(aws_sdk.StateTaskServiceAwsSdk, "_normalise_response", _response_in_pascal_names),
         mock.patch.object(AmazonStateLanguageParser, "parse", _parse_once(AmazonStateLanguageParser.parse)),
     ]
-    patches += nested_executions.patches() + execution_ends.patches() + versions.patches() + clock.patches()
+    patches += jsonata_states.patches(clock) + nested_executions.patches() + execution_ends.patches()
+    patches += versions.patches() + clock.patches()
     clock_datetime = _datetime_module_on(clock)
     patches += [
         mock.patch.object(importlib.import_module(name), "datetime", clock_datetime)
@@ -158,52 +144,8 @@ def _response_in_pascal_names(self, response: Any, *args, **kwargs) -> None:
     self._from_boto_response(
         response, _operation_model(self._get_boto_service_name(), self.resource.api_action).output_shape
     )
-
-
-def _encode_declarations(bindings: dict[str, Any]) -> str:
-    """`$name:=<JSON>;` for each binding (moto writes strings as '"' + value + '"', unescaped)."""
-    return "".join(
-        f"{name}:={json.dumps(value, separators=(',', ':'), default=str)};"
-        for name, value in bindings.items()
-    )
-
-
-def _failing_as_aws(eval_body):
-    """A JSONata evaluation that raises fails the state with States.QueryEvaluationError (catchable), as
-    on AWS, instead of moto's uncatchable States.Runtime."""
-    from moto.stepfunctions.parser.api import EvaluationFailedEventDetails, HistoryEventType
-    from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
-        FailureEvent,
-        FailureEventException,
-    )
-    from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import StatesErrorName
-    from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import (
-        StatesErrorNameType,
-    )
-    from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
-
-    def eval_or_fail(self, env) -> None:
-        try:
-            eval_body(self, env)
-        except FailureEventException:
-            raise
-        except Exception as error:  # jsonata-python raises plain exceptions with the message
-            name = StatesErrorName(typ=StatesErrorNameType.StatesQueryEvaluationError)
-            raise FailureEventException(
-                FailureEvent(
-                    env=env,
-                    error_name=name,
-                    event_type=HistoryEventType.EvaluationFailed,
-                    event_details=EventDetails(
-                        evaluationFailedEventDetails=EvaluationFailedEventDetails(
-                            error=name.error_name,
-                            cause=f"An error occurred while executing the state: {error}",
-                        )
-                    ),
-                )
-            ) from error
-
-    return eval_or_fail
+    if isinstance(response, dict):
+        write_aws_timestamps(response)
 
 
 def _program_eval_on(clock: Clock):

@@ -154,8 +154,8 @@ def _inherited_runs(settings: RunConfig) -> str:
 
 def _is_count(name: str) -> str:
     """`$v` (hyperparameters) holds no `name`, or plain digits: the whole text is the first match of
-    COUNT_PATTERN, as Python's re.fullmatch reads it (a `^...$` regex would let a trailing newline pass in
-    jsonata-python, whose `$` is Python's)."""
+    COUNT_PATTERN, as Python's re.fullmatch reads it (whole, whatever either language's `^...$` would
+    make of a final newline)."""
     count = f"$match($lookup($v, {literal(name)}), {regex_literal(COUNT_PATTERN)}, 1).match"
     return f"$not({literal(name)} in $keys($v)) or {count} = $lookup($v, {literal(name)})"
 

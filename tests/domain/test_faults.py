@@ -1,6 +1,6 @@
 """trainstack.faults beyond the table's rows (those are tested on real texts in tests/faults): train.py's
 token decides over the table, in Python and in the JSONata the attempt machines run (through the emulator's
-evaluator, jsonata-python); a missing reason is unknown; docs/faults.md lists every row."""
+evaluator, jsonata 2.0.6); a missing reason is unknown; docs/faults.md lists every row."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from localaws.emulator import VirtualClock
-from localaws.emulator.functions import jsonata_evaluator
+from localaws.emulator.jsonata_engine import jsonata_evaluator
 from trainstack.faults import FAULT_PATTERNS, TOKEN_PATTERN, Fault, classify, describe, fault_expression
 
 REASONS = [

@@ -129,6 +129,15 @@ def test_string_variables_with_quotes_survive_assignment(emulator):
     assert output_of("{% $text & '!' %}", {"text": text}, before=definition) == text + "!"
 
 
+
+def test_a_variable_between_two_divisions_is_bound(emulator):
+    """AWS binds every variable; moto's extraction took `/ 1000 ... / 3600` for a regex literal and left
+    `$seconds` unbound (the queued attempt's earlier training jobs were then counted forever)."""
+    definition = {"Keep": {"Type": "Pass", "Assign": {"seconds": 7200}, "Next": "Eval"}}
+    expression = "{% $millis() / 1000 > 0 ? $seconds / 3600 : 0 %}"
+    assert output_of(expression, before=definition) == 2
+
+
 # ---------------------------------------------------------------- the clock
 
 

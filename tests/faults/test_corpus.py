@@ -1,6 +1,6 @@
 """The fault table against real failure texts (failure_texts.yaml, issue 29): every text is classified by
 trainstack.faults in Python and by the JSONata the attempt machines run (through the emulator's evaluator,
-jsonata-python), and both give its true class. train.py's own classifier is tested on the same texts in
+jsonata 2.0.6), and both give its true class. train.py's own classifier is tested on the same texts in
 tests/training/test_fault_token.py."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from localaws.emulator import VirtualClock
-from localaws.emulator.functions import jsonata_evaluator
+from localaws.emulator.jsonata_engine import jsonata_evaluator
 from tests.faults.corpus import CLASSES, load
 from trainstack.faults import CAPACITY, FAULT_PATTERNS, capacity_expression, classify, fault_expression
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from localaws.emulator import VirtualClock
-from localaws.emulator.functions import jsonata_evaluator
+from localaws.emulator.jsonata_engine import jsonata_evaluator
 from trainstack.quota import describe, parse, quota_expression, quota_name
 
 TEXTS = yaml.safe_load((Path(__file__).parent / "quota_texts.yaml").read_text())

@@ -221,12 +221,13 @@ class CallCatalog(TrainingJobCalls, TriggerCalls, RegistryCalls):
 
     def argument(self, arguments: dict[str, Any], name: str) -> str:
         """One argument of a task as it evaluates for the representative run ({% ... %} is JSONata)."""
-        import jsonata
+        from localaws.emulator import VirtualClock
+        from localaws.emulator.jsonata_engine import jsonata_evaluator
 
         value = arguments[name]
         if isinstance(value, str) and value.startswith("{%"):
-            return jsonata.Jsonata(value.removeprefix("{%").removesuffix("%}")).evaluate(
-                None, self.bindings()
+            return jsonata_evaluator(VirtualClock())(
+                value.removeprefix("{%").removesuffix("%}"), self.bindings()
             )
         return value
 

@@ -8,8 +8,8 @@ import json
 from dataclasses import replace
 from typing import Any
 
-import jsonata
-
+from localaws.emulator import VirtualClock
+from localaws.emulator.jsonata_engine import jsonata_evaluator
 from stacks.pipeline.pipeline_input_rules import check_input_expression, profile_table
 from stacks.pipeline.request_guard import allowed_requests, request_problem
 from tests.domain.conftest import S3_RESOURCES
@@ -146,8 +146,8 @@ def _resume_problem(runs, uri: str) -> str | None:
     for name, bucket in (("CheckpointBucket", "ckpt"), ("ArtifactBucket", "artifacts")):
         expression = expression.replace("${" + name + "}", bucket)
     states = {"input": {"resumeFrom": uri}, "context": {"Execution": {"Name": "exec"}}}
-    problem = jsonata.Jsonata(expression).evaluate(
-        None, {"states": states, "profiles": profile_table(runs.profiles, S3_RESOURCES)}
+    problem = jsonata_evaluator(VirtualClock())(
+        expression, {"states": states, "profiles": profile_table(runs.profiles, S3_RESOURCES)}
     )["problem"]
     try:
         validate_execution_input({"resumeFrom": uri}, runs, "exec")
@@ -165,12 +165,12 @@ def test_the_inheriting_teams_jobs_may_read_the_old_runs_and_no_other_teams():
         S3_RESOURCES, job_name_prefix="trainstack-research-", dataset_prefix="datasets/research/"
     )
     allowed, profile = allowed_requests(research, resources), research.profile(REGISTRY_PROFILE)
-    check = jsonata.Jsonata(request_problem(allowed, "$request"))
+    evaluate = jsonata_evaluator(VirtualClock())
 
     def problem(resume_from: str) -> str | None:
         run = RunRequest(profile=profile.name, run_name="trainstack-research-r1", resume_from=resume_from)
         request = build_create_training_job_request(profile, resources, run, 1, "arn:x")
-        return check.evaluate(None, {"request": request})
+        return evaluate(request_problem(allowed, "$request"), {"request": request})
 
     assert problem(f"s3://{resources.checkpoint_bucket}/trainstack-{REGISTRY_PROFILE}-1/") is None
     assert problem(f"s3://{resources.artifact_bucket}/trainstack-research-r0/") is None

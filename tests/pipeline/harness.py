@@ -2,9 +2,10 @@
 interpreter against the scripted SageMaker (localaws.sagemaker): a session with both installed on a
 virtual clock, Step Functions refusing StartExecution, and executions run and read back.
 
-The interpreter itself runs as localaws.emulator makes it run: JSONata through jsonata-python, AWS's
-error names (`SageMaker.<Code>Exception` for codes SageMaker's model declares, SageMakerException for
-the rest) and a virtual clock, so that no test waits on the wall clock for a Wait or a Retry.
+The interpreter itself runs as localaws.emulator makes it run: JSONata through jsonata 2.0.6 (AWS's
+engine), AWS's error names (`SageMaker.<Code>Exception` for codes SageMaker's model declares,
+SageMakerException for the rest) and a virtual clock, so that no test waits on the wall clock for a Wait
+or a Retry.
 """
 
 from __future__ import annotations

@@ -7,9 +7,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from jsonata import Jsonata
 
 from localaws.demo.local_logs import stream_prefix_filter
+from localaws.emulator import VirtualClock
+from localaws.emulator.jsonata_engine import jsonata_evaluator
 from localaws.sagemaker import COMPLETED, STARTING, TRAINING, Phase
 from stacks.pipeline.checkpoint_interval import PAUSE_METRIC, SPEED_METRIC, refined_request_expression
 from tests.pipeline import harness
@@ -69,7 +70,7 @@ def test_auto_reaches_the_job_and_the_next_attempt_gets_the_measured_optimum(int
 
 
 def refine(settings, given: dict, metrics: list[dict], job_type: str = "ml.p5.48xlarge", count: int = 2):
-    """The pipeline's expression evaluated as RunAttempt evaluates it (jsonata-python, as the emulator)."""
+    """The pipeline's expression evaluated as RunAttempt evaluates it (jsonata 2.0.6, as the emulator)."""
     outcome = {
         "status": "Failed",
         "job": {"instanceType": job_type, "instanceCount": count, "metrics": metrics},
@@ -79,7 +80,7 @@ def refine(settings, given: dict, metrics: list[dict], job_type: str = "ml.p5.48
         "request": {"HyperParameters": {"checkpoint_interval": "7"}},
         "plan": {"profile": given.get("profile", "llama-7b-smp")},
     }
-    result = Jsonata(refined_request_expression(settings.profiles)).evaluate(None, bindings)
+    result = jsonata_evaluator(VirtualClock())(refined_request_expression(settings.profiles), bindings)
     return result["HyperParameters"]["checkpoint_interval"]
 
 

@@ -6,7 +6,6 @@ minutes of billing."""
 
 from __future__ import annotations
 
-import json
 import re
 
 import pytest
@@ -103,8 +102,8 @@ def test_a_run_under_the_cap_is_not_touched(interpreter):
 def test_a_late_poll_is_brought_forward_to_when_the_cost_reaches_the_cap(billed_seconds, wait):
     """An old job polled every 30 minutes: the wait ends when its cost reaches what is left ($150 at
     $37.688 an hour: 14,328 s), never sooner than a minute; a job not billing yet keeps its wait."""
-    from jsonata import Jsonata
-
+    from localaws.emulator import VirtualClock
+    from localaws.emulator.jsonata_engine import jsonata_evaluator
     from stacks.pipeline.cost_cap_states import poll_within_budget
 
     cap = {"maxUsd": 150, "remainingUsd": 150, "usdPerInstanceHour": {"ml.p4d.24xlarge": 37.688}}
@@ -112,5 +111,5 @@ def test_a_late_poll_is_brought_forward_to_when_the_cost_reaches_the_cap(billed_
     if billed_seconds is not None:
         job["billedSeconds"] = billed_seconds
     states = {"context": {"Execution": {"Input": {"costCap": cap | {"fallbackUsdPerHour": 47.11}}}}}
-    text = f"($states := {json.dumps(states)}; $job := {json.dumps(job)}; {poll_within_budget('1800')})"
-    assert Jsonata(text).evaluate(None) == wait
+    evaluate = jsonata_evaluator(VirtualClock())
+    assert evaluate(poll_within_budget("1800"), {"states": states, "job": job}) == wait

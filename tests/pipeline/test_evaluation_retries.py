@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 
 from localaws.emulator import VirtualClock
-from localaws.emulator.functions import jsonata_evaluator
+from localaws.emulator.jsonata_engine import jsonata_evaluator
 from localaws.sagemaker import (
     CAPACITY_ERROR,
     CAPACITY_FAILURE,

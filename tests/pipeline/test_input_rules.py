@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-import jsonata
 import pytest
 
+from localaws.emulator import VirtualClock
+from localaws.emulator.jsonata_engine import jsonata_evaluator
 from stacks.pipeline.pipeline_input_rules import check_input_expression, profile_table
 from tests.domain.conftest import S3_RESOURCES
 from trainstack.execution_input import InvalidInputError, validate_execution_input
 
 
 def check(settings, execution_input, execution_name: str = "exec"):
-    expression = jsonata.Jsonata(check_input_expression(settings))
     states = {"input": execution_input, "context": {"Execution": {"Name": execution_name}}}
     profiles = profile_table(settings.profiles, S3_RESOURCES)
-    return expression.evaluate(None, {"states": states, "profiles": profiles})
+    return jsonata_evaluator(VirtualClock())(
+        check_input_expression(settings), {"states": states, "profiles": profiles}
+    )
 
 
 @pytest.fixture

@@ -43,7 +43,7 @@ SPELLINGS = [
     ("leading-space", " 99999999", STEPS),  # JSON allows whitespace around a number
     ("trailing-space", "99999999 ", STEPS),
     ("tab-and-newline", "\t99999999\n", STEPS),
-    ("trailing-newline", "99999999\n", STEPS),  # Python's and jsonata-python's `$` match before it
+    ("trailing-newline", "99999999\n", STEPS),  # Python's `$` matches before it
     ("plus-sign", "+99999999", STEPS),  # not JSON: the text itself, read by int()
     ("leading-zeros", "0099999999", STEPS),
     ("underscores", "99_999_999", STEPS),

@@ -101,9 +101,11 @@ def evaluation_request() -> str:
 
 def evaluation_metrics() -> str:
     """{loss, perplexity, tokens} from the evaluation job's FinalMetricDataList (DescribeTrainingJob's, in
-    the attempt's output `job.metrics`); null members if absent."""
+    the attempt's output `job.metrics`); null members if absent. Each is taken at the 15 significant digits
+    that `$string` writes into the version's metadata (JSONata 2.0.6 writes no more), so the loss the gate
+    compares is the loss a later registration reads back as its baseline."""
     values = ", ".join(
-        f'"{name.split(":")[1]}": $m[MetricName = "{name}"][0].Value'
+        f'"{name.split(":")[1]}": $number($string($m[MetricName = "{name}"][0].Value))'
         for name in (definition["Name"] for definition in EVALUATION_METRIC_DEFINITIONS)
     )
     return f"($m := $outcome.job.metrics; {{{values}}})"

@@ -32,7 +32,9 @@ RUN_FACTS = (
     '"seqLen": ($s := $run.request.HyperParameters.seq_len; $s ? $string($s) : '
     f'"{EVALUATION_DEFAULT_SEQ_LEN}")}}'
 )
-_NUMBER = r"/^[-+]?[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?$/"
+# What JSONata 2.0.6's $number reads (JSON's numbers: no `+`, no bare `.5`), finite (at most the 21 digits
+# `$string` writes below 1e21, an exponent of at most 2 digits): any other text is no loss.
+_NUMBER = r"/^-?[0-9]{1,21}(\.[0-9]+)?([eE][-+]?[0-9]{1,2})?$/"
 
 
 def approved_facts() -> str:
@@ -47,11 +49,13 @@ def approved_facts() -> str:
 
 
 def baseline() -> str:
-    """The best (lowest loss) Approved version evaluated as this run was (COMPARED), or null."""
+    """The best (lowest loss) Approved version evaluated as this run was (COMPARED), or null; among equal
+    losses the earliest version (the lowest number: `$approved` is newest first)."""
     same = " and ".join(f"{fact} = $facts.{fact}" for fact in COMPARED)
     return (
         f"($facts := {RUN_FACTS}; $c := [$approved[loss != null and {same}]]; $count($c) = 0 ? null : "
-        "$sort($c, function($a, $b) { $a.loss > $b.loss })[0])"
+        "$sort($c, function($a, $b) { $a.loss > $b.loss or ($a.loss = $b.loss and $a.version > $b.version) })"
+        "[0])"
     )
 
 
