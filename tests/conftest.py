@@ -28,11 +28,13 @@ LONGEST_FILES = (
     "tests/demo/test_demo.py",  # 276 s
     "tests/training/test_init_from.py",  # 243 s (FSDP2: .venv); 31 s in .venv-image
     "tests/demo/test_fault_demo.py",  # 232 s
-    "tests/teams/test_many_runs.py",  # 175 s (both modes, with the direct-mode synth), 2026-12-05
     "tests/training/test_smp.py",  # 112 s (.venv-image)
+    "tests/migrations/test_migrations.py",  # ~110 s (eight syntheses), 2026-12-05
+    "tests/upgrades/test_deploy_review.py",  # ~100 s (two CLI syntheses), 2026-12-05
     "tests/demo/test_trigger_demo.py",  # 103 s
     "tests/demo/test_queue_demo.py",  # 102 s
     "tests/teams/test_teams_quality.py",  # 96 s
+    "tests/upgrades/test_upgrades.py",  # ~90 s (five syntheses), 2026-12-05
     "tests/training/test_in_job_restart.py",  # 94 s (.venv-image)
     "tests/pipeline/test_history_budget.py",  # 86 s
     "tests/training/test_safety.py",  # 85 s (.venv-image)
@@ -42,6 +44,7 @@ LONGEST_FILES = (
     "tests/pipeline/test_registry.py",  # 61 s
     "tests/pipeline/test_model_gate.py",  # 61 s
     "tests/teams/test_team_isolation.py",  # 57 s
+    "tests/teams/test_many_runs.py",  # ~55 s (queue mode), 2026-12-05
 )
 
 

@@ -21,6 +21,8 @@ from training_scripts.metrics import (
     format_val_line,
 )
 from trainstack.cli import main as trainstack
+from trainstack.cost_cap import usd
+from trainstack.prices import offline_training_prices
 from trainstack.report.collect import collect
 from trainstack.runs import TRAINING_LOG_GROUP, latest_execution
 
@@ -174,7 +176,8 @@ def test_status_prints_the_goodput_line_and_the_report_draws_its_bars(interprete
         assert re.search(
             r"^goodput: 80\.0% \(0:48:00 of 1:00:00 billed instance time kept\); lost to failures: \$0\.00 "
             r"\(lost work 0:00:00, idle in a hang 0:00:00, restarts 0:00:00\); "
-            r"waits \d:\d\d:\d\d \(not billed\)$",
+            r"waits \d:\d\d:\d\d \(not billed: back-offs \d:\d\d:\d\d, queued or provisioning "
+            r"\d:\d\d:\d\d\)$",
             out,
             re.MULTILINE,
         ), out
@@ -189,7 +192,8 @@ def test_status_prints_the_goodput_line_and_the_report_draws_its_bars(interprete
     text = page.read_text()
     assert '<svg id="goodput"' in text and "goodput: 80.0%" in text
     assert escape(slow.split(": ", 2)[2]) in text  # in the attempt's row
-    assert "<title>kept training: 0:24:00 x 2 instance(s) ($90.45)</title>" in text  # ml.p5.48xlarge
+    kept = 2 * 24 / 60 * offline_training_prices(harness.REGION).hourly_usd("ml.p5.48xlarge")
+    assert f"<title>kept training: 0:24:00 x 2 instance(s) ({usd(kept)})</title>" in text
 
 
 def deliver(job_name: str, lines: list[tuple[datetime, str]]) -> None:
