@@ -123,10 +123,10 @@ def test_s3_express_names_one_directory_bucket_per_team_in_the_training_zone():
         "use1-az4", {"trainstack": "trainstack-ckpt-111111111111--use1-az4--x-s3"}
     )
     first, second = data["profiles"][0]["name"], data["profiles"][1]["name"]
-    principals = {"principals": ["arn:aws:iam::111111111111:role/ml"], **CAPS}
+    role = "arn:aws:iam::111111111111:role/"
     data["teams"] = [
-        {"name": "alpha", "profiles": [first], **principals},
-        {"name": "beta", "profiles": [first, second], **principals},
+        {"name": "alpha", "profiles": [first], "principals": [f"{role}alpha"], **CAPS},
+        {"name": "beta", "profiles": [first, second], "principals": [f"{role}beta"], **CAPS},
     ]
     assert express_buckets(parse_settings(data, {}, source="config.yaml")).names == {
         "trainstack-beta": "trainstack-beta-ckpt-111111111111--use1-az4--x-s3"

@@ -97,7 +97,7 @@ ELSEWHERE = "s3://someone-elses-bucket/trainstack-stored/"
         (
             "checkpoint_dir",
             f"s3://{FAKE_VALUES['CheckpointBucket']}/trainstack-x/../other-team/",
-            "HyperParameters.checkpoint_dir must lie under one of ",
+            "HyperParameters.checkpoint_dir must be a normalized location, with no . or .. segment and no //",
         ),
         ("resume_from", ELSEWHERE, "HyperParameters.resume_from must lie under "),
         (

@@ -84,10 +84,12 @@ def test_attempt_machine_may_submit_to_this_queue_only_and_follow_service_jobs(q
     queue_id = next(iter(resources(template, "AWS::Batch::JobQueue")))
     attempt = statements_of(template, "TrainingAttemptStateMachineRole")
     by_action: dict[str, list] = {}
+    denied: dict[str, list] = {}
     for statement in attempt:
         for action in _actions(statement):
             if action.startswith(("batch:", "sagemaker:")):
-                by_action.setdefault(action.lower(), []).append(
+                found = denied if statement.get("Effect") == "Deny" else by_action
+                found.setdefault(action.lower(), []).append(
                     (statement["Resource"], statement.get("Condition"))
                 )
     service_jobs = "arn:aws:batch:us-east-1:111111111111:service-job/*"
@@ -116,6 +118,16 @@ def test_attempt_machine_may_submit_to_this_queue_only_and_follow_service_jobs(q
             ("arn:aws:sagemaker:us-east-1:111111111111:training-job/trainstack-*", None),
             (BATCH_JOBS, None),
         ],
+    }
+    # Another namespace's service jobs stay out of reach (a job untagged, from before 0.5.0, does not).
+    namespace_tag = "aws:ResourceTag/trainstack:namespace"
+    assert denied == {
+        "batch:terminateservicejob": [
+            (
+                service_jobs,
+                {"StringNotEquals": {namespace_tag: "trainstack"}, "Null": {namespace_tag: "false"}},
+            )
+        ]
     }
     pipeline = statements_of(template, "TrainingStateMachineRole")
     assert not [
