@@ -18,6 +18,7 @@ from trainstack.config import Settings
 from trainstack.express_buckets import express_buckets
 from trainstack.pipeline_runs import all_pipeline_runs, existing_run_names, queue_namespace, shared_queue
 from trainstack.teams import authorizing_tag_keys
+from trainstack.trigger_settings import triggers_on
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ def storage_stack(app: cdk.App, settings: Settings, network: NetworkStack, **kwa
         checkpoints=settings.checkpoints,
         fsx_plan=settings.fsx_plan,
         access_logs_bucket=settings.access_logs_bucket,
-        dataset_events=settings.retrain_on_new_data is not None,
+        dataset_events=triggers_on(settings),
         fsx_checkpoints=any(profile.checkpoint_store == "fsx" for profile in settings.profiles),
         encryption=settings.encryption,
         express=express_buckets(settings),
@@ -154,7 +155,8 @@ def pipeline_stacks(
             f"{runs.project}-pipeline",
             runs=runs,
             notification_emails=settings.notification_emails,
-            trigger=settings.retrain_on_new_data,
+            # With teams, each team's own trigger on its own dataset prefix (docs/trigger.md).
+            trigger=teams[runs.team].retrain_on_new_data if runs.team else settings.retrain_on_new_data,
             network=network,
             storage=storage,
             image=image,
