@@ -23,7 +23,7 @@ from localaws.demo.queue_run import synthesize
 from localaws.demo.registry_run import decision_line
 from localaws.demo.run import say
 from localaws.demo.synthesized import load_pipeline, local_value
-from localaws.demo.trigger_world import TriggerMachines, TriggerWorld, trigger_world
+from localaws.demo.trigger_world import TriggerMachines, TriggerRoute, TriggerWorld, trigger_world
 from localaws.emulator.fake_fsx import FakeFsx, links_in_template
 from localaws.sagemaker import evaluated, scripted_sagemaker
 from localaws.sagemaker.scripted import COMPLETED, STARTING, TRAINING
@@ -72,10 +72,7 @@ def machines(cdk_out: Path, settings) -> TriggerMachines:
             pipeline.name: pipeline.definition,
             trigger.name: trigger.definition,
         },
-        trigger=trigger.name,
-        pipeline=pipeline.name,
-        rule_pattern=pattern,
-        table=trigger_table_name(project),
+        routes=(TriggerRoute(trigger.name, pipeline.name, pattern, trigger_table_name(project)),),
         bucket=bucket,
         settings=settings,
         image_uri=pipeline.substitutions["TrainingImageUri"],
