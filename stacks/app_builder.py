@@ -18,7 +18,7 @@ from trainstack.config import Settings
 from trainstack.express_buckets import express_buckets
 from trainstack.pipeline_runs import all_pipeline_runs, existing_run_names, queue_namespace, shared_queue
 from trainstack.teams import authorizing_tag_keys
-from trainstack.trigger_settings import triggers_on
+from trainstack.trigger_settings import trigger_of, triggers_on
 
 
 @dataclass(frozen=True)
@@ -155,8 +155,7 @@ def pipeline_stacks(
             f"{runs.project}-pipeline",
             runs=runs,
             notification_emails=settings.notification_emails,
-            # With teams, each team's own trigger on its own dataset prefix (docs/trigger.md).
-            trigger=teams[runs.team].retrain_on_new_data if runs.team else settings.retrain_on_new_data,
+            trigger=trigger_of(settings, runs.team),  # with teams, the team's own (docs/trigger.md)
             network=network,
             storage=storage,
             image=image,

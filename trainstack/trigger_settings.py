@@ -94,6 +94,14 @@ class RetrainOnNewData(StrictModel):
         return None
 
 
+def trigger_of(settings, team: str | None) -> RetrainOnNewData | None:
+    """The trigger of one pipeline: the team's own (teams[].retrain_on_new_data), or without teams the
+    top-level one."""
+    if team is None:
+        return settings.retrain_on_new_data
+    return next(each.retrain_on_new_data for each in settings.teams if each.name == team)
+
+
 def triggers_on(settings) -> bool:
     """Any retrain trigger in the config: the top-level one, or (with teams) a team's own."""
     return settings.retrain_on_new_data is not None or any(

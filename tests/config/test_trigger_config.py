@@ -99,3 +99,19 @@ def test_a_teams_trigger_mistake_is_one_sentence_naming_the_team(section, words)
 def test_with_teams_the_top_level_trigger_is_refused_in_favour_of_each_teams_own():
     message = error_for({"retrain_on_new_data": TRIGGER, "teams": [TEAM]})
     assert "retrain_on_new_data: with teams, each team sets its own in its entry" in message
+
+
+def test_trainstack_triggers_of_a_team_without_a_trigger_says_so_in_one_line(capsys, tmp_path):
+    import yaml
+
+    from tests.conftest import TEAMS_CONFIG
+    from trainstack.cli import main
+
+    data = yaml.safe_load(TEAMS_CONFIG.read_text())
+    del data["teams"][1]["retrain_on_new_data"]  # search's
+    config = tmp_path / "teams.yaml"
+    config.write_text(yaml.safe_dump(data))
+    assert main(["triggers", "--config", str(config), "--team", "search"]) == 2
+    error = capsys.readouterr().err
+    assert "--config: team search sets no retrain_on_new_data, so no trigger is deployed" in error
+    assert error.count("\n") == 1
