@@ -41,10 +41,14 @@ class SynthesizedPipeline:
         return sum(_count_states(json.loads(text)) for text in (self.definition, *self.children.values()))
 
 
-def load_pipeline(cdk_out: Path, project: str, region: str, name: str | None = None) -> SynthesizedPipeline:
-    """The `<project>-pipeline` state machine (or the one named `name`) of
-    `<cdk_out>/<project>-pipeline.template.json`."""
-    template_path = cdk_out / f"{project}-pipeline.template.json"
+def load_pipeline(
+    cdk_out: Path, project: str, region: str, name: str | None = None, namespace: str | None = None
+) -> SynthesizedPipeline:
+    """The `<namespace>-pipeline` state machine (or the one named `name`) of
+    `<cdk_out>/<namespace>-pipeline.template.json`; the namespace is the project's, or with teams a team's
+    `<project>-<team>` (the deploy-time values stay the project's: one bucket, image and queue for all)."""
+    namespace = namespace or project
+    template_path = cdk_out / f"{namespace}-pipeline.template.json"
     if not template_path.exists():
         raise SynthesizedPipelineError(f"{template_path} does not exist; run `make synth` first")
     template = json.loads(template_path.read_text())
@@ -53,7 +57,7 @@ def load_pipeline(cdk_out: Path, project: str, region: str, name: str | None = N
         for body in template.get("Resources", {}).values()
         if body.get("Type") == "AWS::StepFunctions::StateMachine"
     }
-    name = name or f"{project}-pipeline"
+    name = name or f"{namespace}-pipeline"
     if name not in machines:
         raise SynthesizedPipelineError(f"{template_path} has no state machine named {name}")
     properties = machines[name]
@@ -68,7 +72,10 @@ def load_pipeline(cdk_out: Path, project: str, region: str, name: str | None = N
             return part
         if part == {"Ref": "AWS::Partition"}:
             return "aws"
-        if part.get("Fn::GetAtt", [None, None])[1] == "JobQueueArn":  # queue mode's job queue
+        # Queue mode's job queue: the pipeline stack's own, or with teams the queue stack's (an output).
+        if part.get("Fn::GetAtt", [None, None])[1] == "JobQueueArn" or "JobQueueArn" in part.get(
+            "Fn::GetStackOutput", {}
+        ).get("OutputName", ""):
             return f"arn:aws:batch:{region}:{ACCOUNT}:job-queue/{training_queue_name(project)}"
         arn = referenced_machine_arn(resources, part.get("Ref", ""), machine_arn)
         if arn is None:
