@@ -10,6 +10,10 @@ with `registry:` registers each run's model).
 1. 20 files land one emulated minute apart: exactly one run starts, 15 quiet minutes after the last;
    3 new files land while it trains: exactly one more run, after it.
 2. The same 23 files are uploaded again: no run; the trigger says the dataset is unchanged.
+
+With a `teams:` config each team that runs the profile gets its own trigger on `<dataset.prefix><team>/demo/`:
+the steps run for the first team, then 3 files under the second team's prefix start exactly one run of the
+second team's pipeline and none of the first's (queue mode: AWS Batch's fake, localaws.emulator.fake_batch).
 """
 
 from __future__ import annotations
