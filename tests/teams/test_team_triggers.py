@@ -62,9 +62,9 @@ def world(teams_app, machines, monkeypatch):
     fsx = FakeFsx({FAKE_VALUES["FileSystemId"]: (f"s3://{BUCKET}/{settings.dataset.prefix}",)})
     sagemaker = scripted_sagemaker([[STARTING, TRAINING, COMPLETED]], evaluation_script=evaluated(2.0))
     with trigger_world(machines, sagemaker, fsx, monkeypatch) as world:
-        world.batch = install_queue(shared_queue(settings), sagemaker, world.clock, monkeypatch)
+        batch = install_queue(shared_queue(settings), sagemaker, world.clock, monkeypatch)
         create_tables(assembly.get_stack_by_name(stacks.queue.stack_name).template, "us-east-1")
-        yield world
+        yield world, batch
 
 
 def upload(world, prefix: str, count: int) -> None:
@@ -75,6 +75,7 @@ def upload(world, prefix: str, count: int) -> None:
 
 
 def test_a_teams_uploads_start_exactly_one_run_of_its_own_pipeline_and_none_of_the_others(world, machines):
+    world, batch = world
     research, search = machines.routes
     teams = {team.name: team for team in machines.settings.teams}
     upload(world, teams["research"].retrain_on_new_data.prefix, 3)
@@ -84,7 +85,7 @@ def test_a_teams_uploads_start_exactly_one_run_of_its_own_pipeline_and_none_of_t
     assert run["name"].startswith("trainstack-research-data-")
     assert world.runs(search) == [] and world.triggers(search) == [] and world.item(search) == {}
     # Through research's own pipeline: its share in the queue (and so its caps and budgets).
-    shares = [call["shareIdentifier"] for op, call in world.batch.calls if op == "SubmitServiceJob"]
+    shares = [call["shareIdentifier"] for op, call in batch.calls if op == "SubmitServiceJob"]
     assert shares and set(shares) == {"research"}
 
     upload(world, teams["search"].retrain_on_new_data.prefix, 2)
