@@ -14,6 +14,7 @@ from stacks.network.network_stack import NetworkStack
 from stacks.pipeline.pipeline_stack import PipelineStack
 from stacks.pipeline.queue.queue_stack import QueueStack
 from stacks.storage.storage_stack import StorageStack
+from trainstack.client_settings import client_document
 from trainstack.config import Settings
 from trainstack.express_buckets import express_buckets
 from trainstack.pipeline_runs import all_pipeline_runs, existing_run_names, queue_namespace, shared_queue
@@ -161,6 +162,7 @@ def pipeline_stacks(
             team=teams.get(runs.team) if runs.team else None,
             queue=queue.queue if queue else None,
             guarded_tag_keys=authorizing_tag_keys(settings.teams),
+            client_document=client_document(settings),
             **kwargs,
         )
         for runs in all_pipeline_runs(settings)
