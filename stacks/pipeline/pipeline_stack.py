@@ -15,7 +15,6 @@ from stacks.image.image_stack import ImageStack
 from stacks.network.network_stack import NetworkStack
 from stacks.pipeline.cleanup.job_cleanup import JobCleanup
 from stacks.pipeline.cleanup.queue_cleanup import QueueCleanup
-from stacks.pipeline.client_settings import ClientSettings
 from stacks.pipeline.mlflow_access import grant_mlflow_tracking
 from stacks.pipeline.monitoring import TRAINING_METRICS_NAMESPACE, PipelineMonitoring
 from stacks.pipeline.pipeline_notifications import PipelineNotifications
@@ -28,7 +27,6 @@ from stacks.run_data_key import encrypt_log_groups, grant_training_jobs
 from stacks.storage.storage_stack import StorageStack
 from stacks.validation import acknowledge
 from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements
-from trainstack.client_settings import client_parameter_name
 from trainstack.pipeline_runs import PipelineRuns
 from trainstack.profiles import Profile
 from trainstack.queue_settings import BATCH_TRAINING_JOB_PREFIX, queue_job_prefix
@@ -58,12 +56,11 @@ class PipelineStack(cdk.Stack):
         team: Team | None = None,
         queue: TrainingQueue | None = None,
         guarded_tag_keys: Sequence[str] = (),
-        client_document: str,
         **kwargs,
     ) -> None:
         """One pipeline: the project's, or with teams one team's (`team`; `runs` namespaced
         `<project>-<team>`), whose runs read only the team's dataset directory and go through the teams'
-        shared `queue`. `client_document`: the config as the CLI reads it (trainstack/client_settings.py)."""
+        shared `queue`."""
         super().__init__(
             scope,
             construct_id,
@@ -99,12 +96,6 @@ class PipelineStack(cdk.Stack):
         self._cleanup_and_monitoring(project, notification_emails)
         self.training.registration.add_to_dashboard(self.monitoring.dashboard)
         self._schedules(project, runs.profiles)
-        ClientSettings(
-            self,
-            "ClientSettings",
-            parameter_name=client_parameter_name(project, None),
-            document=client_document,
-        )
         if team is not None:
             self.team_access = TeamAccess(
                 self,
