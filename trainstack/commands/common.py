@@ -127,7 +127,8 @@ class Pipeline:
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Pipeline:
         team = getattr(args, "team", None)
-        settings = _deployed_settings(args, team) if args.deployment else _config_settings(args.config)
+        deployment = getattr(args, "deployment", None)
+        settings = _deployed_settings(args, team) if deployment else _config_settings(args.config)
         return cls(settings, args.region or settings.region, getattr(args, "state_machine_arn", None), team)
 
     def client(self, service: str) -> Any:
