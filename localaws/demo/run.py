@@ -311,10 +311,16 @@ def run_worse(
 
 
 def report_attempts(sagemaker: FakeSageMaker, training: LocalTraining, run_name: str) -> None:
-    """The first run's attempts: its jobs tagged with the run (named <run>-<N>, or by AWS Batch in queue mode;
-    the registry lines above tell its evaluation's story)."""
+    """The first run's attempts: its jobs tagged with the run (named <run>-<N>, or by AWS Batch in queue mode)
+    with TensorBoard output, which every attempt has and its evaluation, which carries the run's tags too, has
+    not (trainstack/job_request.py, stacks/pipeline/registry/evaluation_request.py): the registry lines above
+    tell the evaluation's story."""
     run_tag = {"Key": RUN_TAG, "Value": run_name}
-    attempts = [job for job in sagemaker.jobs.values() if run_tag in job.request.get("Tags", [])]
+    attempts = [
+        job
+        for job in sagemaker.jobs.values()
+        if run_tag in job.request.get("Tags", []) and "TensorBoardOutputConfig" in job.request
+    ]
     for number, job in enumerate(sorted(attempts, key=lambda job: job.created), start=1):
         phase = job.current()
         status, reason, log_path = phase.status, phase.failure_reason, job.run.log_path
