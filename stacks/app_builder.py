@@ -11,9 +11,11 @@ from stacks.checkov_skips import skip_project_wide_checks
 from stacks.governed_account import apply_governance, governed, governed_rules_waived, synthesizer
 from stacks.image.image_stack import ImageStack
 from stacks.network.network_stack import NetworkStack
+from stacks.pipeline.client_settings import ClientSettings
 from stacks.pipeline.pipeline_stack import PipelineStack
 from stacks.pipeline.queue.queue_stack import QueueStack
 from stacks.storage.storage_stack import StorageStack
+from trainstack.client_settings import client_document
 from trainstack.config import Settings
 from trainstack.express_buckets import express_buckets
 from trainstack.pipeline_runs import all_pipeline_runs, existing_run_names, queue_namespace, shared_queue
@@ -147,9 +149,10 @@ def pipeline_stacks(
     queue: QueueStack | None,
     **kwargs,
 ) -> tuple[PipelineStack, ...]:
-    """`<project>-pipeline`, or with teams `<project>-<team>-pipeline` for each team."""
+    """`<project>-pipeline`, or with teams `<project>-<team>-pipeline` for each team, each publishing the
+    config for the CLI's --deployment (stacks/pipeline/client_settings.py)."""
     teams = {team.name: team for team in settings.teams}
-    return tuple(
+    stacks = tuple(
         PipelineStack(
             app,
             f"{runs.project}-pipeline",
@@ -166,3 +169,6 @@ def pipeline_stacks(
         )
         for runs in all_pipeline_runs(settings)
     )
+    for stack, runs in zip(stacks, all_pipeline_runs(settings), strict=True):
+        ClientSettings(stack, "ClientSettings", project=runs.project, document=client_document(settings))
+    return stacks

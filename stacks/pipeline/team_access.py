@@ -136,6 +136,14 @@ def _statements(project: str, pipeline: sfn.StateMachine, stack: cdk.Stack) -> l
             actions=["cloudformation:DescribeStacks"],
             resources=[stack.stack_id],
         ),
+        # The settings the CLI reads with --deployment and --team (stacks/pipeline/client_settings.py).
+        iam.PolicyStatement(
+            sid="ReadClientSettings",
+            actions=["ssm:GetParameter"],
+            resources=[
+                stack.format_arn(service="ssm", resource="parameter", resource_name=f"{project}/client")
+            ],
+        ),
         iam.PolicyStatement(
             sid="DescribeRunJobs",
             actions=["sagemaker:DescribeTrainingJob"],

@@ -15,9 +15,10 @@ from functools import cached_property
 from typing import Any
 
 import boto3
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, NoRegionError
 
 from trainstack.cli import COMMANDS
+from trainstack.client_settings import ClientSettingsError, read_client_settings
 from trainstack.config import Settings
 from trainstack.config_loading import ConfigError, load_settings
 from trainstack.pipeline_runs import PipelineRuns, queue_namespace, runs_for
@@ -61,8 +62,14 @@ def add_config_argument(parser: argparse.ArgumentParser, what: str = "") -> None
 
 
 def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
-    """--config, --region and --state-machine-arn: where the pipeline of a deployed config is."""
+    """--config or --deployment, --team, --region and --state-machine-arn: where the pipeline is."""
     add_config_argument(parser)
+    parser.add_argument(
+        "--deployment",
+        default=os.environ.get("TRAINSTACK_DEPLOYMENT"),
+        help="instead of --config: the deployed project's name, whose settings the pipeline stack publishes "
+        "(default: $TRAINSTACK_DEPLOYMENT)",
+    )
     parser.add_argument(
         "--team",
         default=os.environ.get("TRAINSTACK_TEAM"),
@@ -119,16 +126,10 @@ class Pipeline:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Pipeline:
-        try:
-            settings = load_settings(args.config)
-        except ConfigError as error:
-            raise UsageError(f"--config: {error}".rstrip(".")) from None
-        return cls(
-            settings,
-            args.region or settings.region,
-            getattr(args, "state_machine_arn", None),
-            getattr(args, "team", None),
-        )
+        team = getattr(args, "team", None)
+        deployment = getattr(args, "deployment", None)
+        settings = _deployed_settings(args, team) if deployment else _config_settings(args.config)
+        return cls(settings, args.region or settings.region, getattr(args, "state_machine_arn", None), team)
 
     def client(self, service: str) -> Any:
         return boto3.client(service, region_name=self.region)
@@ -173,6 +174,32 @@ class Pipeline:
 
     def run_name_of(self, execution: dict[str, Any]) -> str:
         return run_name_of(execution, self.runs.project)
+
+
+def _config_settings(config: str | None) -> Settings:
+    try:
+        return load_settings(config)
+    except ConfigError as error:
+        raise UsageError(f"--config: {error}".rstrip(".")) from None
+
+
+def _deployed_settings(args: argparse.Namespace, team: str | None) -> Settings:
+    """The settings the deployment's pipeline stack published (trainstack/client_settings.py), read in
+    --region or the AWS configuration's region."""
+    if args.config:
+        raise UsageError(
+            "--deployment and --config (or $TRAINSTACK_DEPLOYMENT and $TRAINSTACK_CONFIG) both name the "
+            "pipeline's settings; give one"
+        )
+    try:
+        ssm = boto3.client("ssm", region_name=args.region)
+        return read_client_settings(ssm, args.deployment, team)
+    except NoRegionError:
+        raise UsageError(
+            f"--deployment {args.deployment}: no region; pass --region or set AWS_REGION"
+        ) from None
+    except ClientSettingsError as error:
+        raise UsageError(str(error)) from None
 
 
 def one_line_failures(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
