@@ -35,12 +35,22 @@ class TeamAccess(Construct):
         pipeline: sfn.StateMachine,
         stack: cdk.Stack,
         guarded_tag_keys: Sequence[str] = (),
+        run_reader: sfn.StateMachine | None = None,
     ) -> None:
         """`project` is the team's namespace (`<project>-<team>`): every name of its pipeline starts so.
         `guarded_tag_keys`: the principal tag keys any team of the deployment is authorized by, which no
-        holder of this policy may set or remove."""
+        holder of this policy may set or remove.
+        `run_reader`: the team's read path to its runs' jobs, logs and service jobs (run_reader.py)."""
         super().__init__(scope, construct_id)
         statements = _statements(project, pipeline, stack)
+        if run_reader is not None:
+            statements.append(
+                iam.PolicyStatement(
+                    sid="ReadOwnRuns",
+                    actions=["states:StartSyncExecution"],
+                    resources=[run_reader.state_machine_arn],
+                )
+            )
         if team.principal_tag is not None:
             for statement in statements:
                 statement.add_condition(
