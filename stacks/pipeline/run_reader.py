@@ -48,7 +48,8 @@ from trainstack.run_reader import (
 from trainstack.runs import TRAINING_LOG_GROUP
 from trainstack.teams import Team
 
-_INPUT = "$states.input"
+# The call, read in every state: a state's own input ($states.input) is the output of the state before.
+_INPUT = "$states.context.Execution.Input"
 _OWN_ROLE = "${SageMakerRoleArn}"  # the team's SageMaker execution role (DefinitionSubstitutions)
 
 
@@ -111,7 +112,6 @@ class RunReader(Construct):
             query_language=sfn.QueryLanguage.JSONATA,
             definition_body=sfn.DefinitionBody.from_chainable(route),
             definition_substitutions={"SageMakerRoleArn": sagemaker_role.role_arn},
-            timeout=cdk.Duration.seconds(60),
             tracing_enabled=True,
             # Every event, without the data: the answers are the team's logs, which belong in their own group.
             logs=sfn.LogOptions(destination=log_group, level=sfn.LogLevel.ALL, include_execution_data=False),
@@ -167,7 +167,7 @@ class RunReader(Construct):
             f"? $floor({limit}) : {LOG_PAGE_LIMIT}}}, "
             f'$type({_INPUT}.nextToken) = "string" ? {{"NextToken": {_INPUT}.nextToken}} : {{}}, '
             f'$type({_INPUT}.startTime) = "number" ? {{"StartTime": {_INPUT}.startTime}} : {{}}])',
-            Output=expression('{"Events": $states.result.Events, "NextToken": $states.result.NextToken}'),
+            Output=expression('$merge([{"Events": []}, $states.result])'),
             End=True,
         )
         description = sfn.Pass.jsonata(self, "JobDescription", outputs=expression("$job"))
