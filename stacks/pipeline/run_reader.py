@@ -28,11 +28,11 @@ from __future__ import annotations
 
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_logs as logs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from stacks.pipeline.jsonata_text import expression, literal
+from stacks.pipeline.logged_state_machine import logged_state_machine
 from stacks.pipeline.machine_kit import literal_partition
 from stacks.pipeline.queue.training_queue import TrainingQueue, batch_training_job_arns
 from stacks.validation import acknowledge
@@ -97,24 +97,14 @@ class RunReader(Construct):
             route.when(self._is_call("describeServiceJob"), self._service_job(share, refused))
             route.when(self._is_call("getJobQueueSnapshot"), self._queue_snapshot(job_queue_arn))
         route.otherwise(unknown)
-        log_group = logs.LogGroup(
-            self,
-            "Logs",
-            log_group_name=f"/aws/vendedlogs/states/{name}",
-            retention=logs.RetentionDays.THREE_MONTHS,
-            removal_policy=cdk.RemovalPolicy.DESTROY,
-        )
-        self.state_machine = sfn.StateMachine(
+        self.state_machine, _ = logged_state_machine(
             self,
             "Machine",
-            state_machine_name=name,
-            state_machine_type=sfn.StateMachineType.EXPRESS,
-            query_language=sfn.QueryLanguage.JSONATA,
-            definition_body=sfn.DefinitionBody.from_chainable(route),
+            name=name,
+            chain=route,
+            timeout=None,  # AWS ends an Express execution after 5 minutes
+            express=True,
             definition_substitutions={"SageMakerRoleArn": sagemaker_role.role_arn},
-            tracing_enabled=True,
-            # Every event, without the data: the answers are the team's logs, which belong in their own group.
-            logs=sfn.LogOptions(destination=log_group, level=sfn.LogLevel.ALL, include_execution_data=False),
         )
         self._grant(queue_name, job_queue_arn)
 
