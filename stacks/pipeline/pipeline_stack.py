@@ -98,16 +98,14 @@ class PipelineStack(cdk.Stack):
         self.training.registration.add_to_dashboard(self.monitoring.dashboard)
         self._schedules(project, runs.profiles)
         if team is not None:
-            self.run_reader = team_run_reader(self, project, team, self.sagemaker_role, self.queue)
             self.team_access = TeamAccess(
                 self,
                 "TeamAccess",
                 team=team,
                 project=project,
                 pipeline=self.state_machine,
-                stack=self,
+                run_reader=team_run_reader(self, project, team, self.sagemaker_role, self.queue),
                 guarded_tag_keys=guarded_tag_keys,
-                run_reader=self.run_reader.state_machine,
             )
         if storage.run_data_key is not None:
             encrypt_log_groups(self, storage.run_data_key)
