@@ -23,6 +23,7 @@ from trainstack.config import Settings
 from trainstack.config_loading import ConfigError, load_settings
 from trainstack.pipeline_runs import PipelineRuns, queue_namespace, runs_for
 from trainstack.queue_settings import training_queue_name
+from trainstack.run_reader import ReaderBatch, ReaderLogs, ReaderSageMaker, RunReader, run_reader_arn
 from trainstack.runs import (
     Job,
     QueuedJob,
@@ -134,18 +135,32 @@ class Pipeline:
     def client(self, service: str) -> Any:
         return boto3.client(service, region_name=self.region)
 
+    def run_reader(self, service: str) -> Any:
+        """A client that reads the runs' training jobs (`sagemaker`), their logs (`logs`) and service jobs
+        (`batch`). With teams, through the team's run reader (trainstack/run_reader.py): the team's start
+        policy grants nothing else on them."""
+        real = self.client(service)
+        if not self.settings.teams:
+            return real
+        reader = RunReader(
+            self.client("stepfunctions"), run_reader_arn(self.state_machine_arn, self.runs.project)
+        )
+        if service == "logs":
+            return ReaderLogs(reader)
+        return (ReaderSageMaker if service == "sagemaker" else ReaderBatch)(reader, real.exceptions)
+
     @property
     def queue_name(self) -> str | None:
         """The AWS Batch job queue of queue mode; None in direct mode."""
         return training_queue_name(queue_namespace(self.settings)) if self.settings.queue.enabled else None
 
     def batch(self) -> Any | None:
-        """A Batch client in queue mode; None in direct mode."""
-        return self.client("batch") if self.queue_name else None
+        """A Batch client (reading the runs' service jobs) in queue mode; None in direct mode."""
+        return self.run_reader("batch") if self.queue_name else None
 
     def job_of(self, run_name: str) -> Job | QueuedJob | None:
         """The run's job: waiting in the queue (queue mode), else its newest training job, else None."""
-        return run_job(self.client("sagemaker"), self.batch(), self.queue_name, run_name)
+        return run_job(self.run_reader("sagemaker"), self.batch(), self.queue_name, run_name)
 
     def training_job_of(self, run_name: str) -> Job | None:
         """The run's newest training job (queue mode: the one Batch started), else None."""
