@@ -29,9 +29,18 @@ def client_parameter_name(project: str, team: str | None) -> str:
     return f"/{namespace(project, team)}/client"
 
 
-def client_document(settings: Settings) -> str:
-    """The config as the CLI needs it: compact JSON of what the config sets other than the defaults."""
-    return json.dumps(settings.model_dump(mode="json", exclude_defaults=True), separators=(",", ":"))
+def client_document(settings: Settings, team: str | None = None) -> str:
+    """The config as the CLI of `team` (or of the one-team deployment) needs it: compact JSON of what the
+    config sets other than the defaults, holding no other team's entry (names, caps, principals)."""
+    document = settings.model_dump(mode="json", exclude_defaults=True)
+    if team is not None:
+        document["teams"] = [entry for entry in document["teams"] if entry["name"] == team]
+        migrations = document.get("migrations", {})
+        if "keep_team_trigger_tables" in migrations:
+            migrations["keep_team_trigger_tables"] = [
+                name for name in migrations["keep_team_trigger_tables"] if name == team
+            ]
+    return json.dumps(document, separators=(",", ":"))
 
 
 def client_tier(document: str) -> str:

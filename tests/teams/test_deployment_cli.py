@@ -12,6 +12,7 @@ import pytest
 from tests.aws_fixtures import REGION, SUCCEEDS, publish_output
 from trainstack.cli import main
 from trainstack.client_settings import client_parameter_name
+from trainstack.config import Settings
 
 TEAM_STACK = "trainstack-research-pipeline"
 
@@ -58,6 +59,9 @@ def test_each_team_stack_publishes_its_settings_and_only_its_start_policy_reads_
         (parameter,) = resources_of(template, "AWS::SSM::Parameter")
         assert parameter["Name"] == client_parameter_name("trainstack", team) == f"/trainstack-{team}/client"
         assert parameter["Tier"] == "Standard" and len(parameter["Value"]) < 4096
+        # Another team's entry (its name, caps, principals) is not published to this team.
+        published = Settings.model_validate(json.loads(parameter["Value"]))
+        assert [entry.name for entry in published.teams] == [team]
         (policy,) = resources_of(template, "AWS::IAM::ManagedPolicy")
         (read,) = [s for s in policy["PolicyDocument"]["Statement"] if s.get("Sid") == "ReadClientSettings"]
         assert read["Action"] == "ssm:GetParameter"
