@@ -217,6 +217,8 @@ class Profile(StrictModel):
     max_cost_usd: Annotated[float | None, Field(gt=0)] = None
     # SageMaker managed MLflow: jobs log parameters and metrics there (training_scripts/mlflow_log.py)
     mlflow_tracking_server_arn: _MLFLOW_TRACKING_SERVER_ARN = None
+    # The MLflow experiment, default the profile's name; with teams `<team>-<it>` (team_tracking.py)
+    mlflow_experiment: str | None = None
     registry: RegistrySettings | None = None  # evaluate, register and gate each run (docs/registry.md)
     # Where the run's checkpoints live and how a restart reads them (trainstack/checkpoint_stores.py).
     checkpoint_store: CheckpointStore = DEFAULT_CHECKPOINT_STORE

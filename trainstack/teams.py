@@ -86,6 +86,9 @@ class Team(StrictModel):
     # The deployment had no teams before: this team may resume the runs started then (`<project>-*` outside
     # every team's namespace) and registers against their model versions (docs/teams.md, "Migrations").
     inherits_single_team_runs: bool = False
+    # A SageMaker managed MLflow tracking server of the team's own, `<project>-<team>`, created with its
+    # pipeline: every job of the team logs there (trainstack/team_tracking.py).
+    own_tracking_server: bool = False
 
     @model_validator(mode="after")
     def _someone_may_start(self) -> Team:

@@ -18,6 +18,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
+from stacks.pipeline.mlflow_access import member_statements
 from stacks.validation import acknowledge
 from stacks.wildcard_acknowledgments import flatten_reference
 from trainstack.job_request import NAMESPACE_TAG
@@ -35,12 +36,14 @@ class TeamAccess(Construct):
         pipeline: sfn.StateMachine,
         stack: cdk.Stack,
         guarded_tag_keys: Sequence[str] = (),
+        tracking_servers: Sequence[str] = (),
     ) -> None:
         """`project` is the team's namespace (`<project>-<team>`): every name of its pipeline starts so.
         `guarded_tag_keys`: the principal tag keys any team of the deployment is authorized by, which no
-        holder of this policy may set or remove."""
+        holder of this policy may set or remove. `tracking_servers`: the MLflow servers the team's runs log
+        to, which its members may use."""
         super().__init__(scope, construct_id)
-        statements = _statements(project, pipeline, stack)
+        statements = _statements(project, pipeline, stack) + member_statements(tracking_servers)
         if team.principal_tag is not None:
             for statement in statements:
                 statement.add_condition(
@@ -67,13 +70,20 @@ class TeamAccess(Construct):
         )
         reason = (
             f"The team's executions, jobs and model versions are named at run time under {project}-; "
-            "ListModelPackages supports no resource types."
+            "ListModelPackages and sagemaker-mlflow:AccessUI support no resource types."
         )
         for statement in statements:
             for resource in statement.resources if statement.effect == iam.Effect.ALLOW else ():
                 if "*" in resource:
                     finding = flatten_reference(stack.resolve(resource))
                     acknowledge(self.policy, f"AwsSolutions-IAM5[Resource::{finding}]", reason)
+            for action in statement.actions if statement.effect == iam.Effect.ALLOW else ():
+                if action.endswith(":*"):
+                    acknowledge(
+                        self.policy,
+                        f"AwsSolutions-IAM5[Action::{action}]",
+                        "Every MLflow action, on the team's own tracking servers only.",
+                    )
         cdk.CfnOutput(
             stack,
             "TeamStartPolicyArn",
