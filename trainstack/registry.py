@@ -58,6 +58,8 @@ LINEAGE_KEYS = {
     "perplexity": "evaluation.perplexity",
     "tokens": "evaluation.tokens",
 }
+# A profile's evaluation metric `<name>` is recorded as `evaluation.<name>` (the loss as `evaluation.loss`).
+METRIC_KEY_PREFIX = "evaluation."
 
 
 # Registrations of one group take turns (stacks/pipeline/registry/group_lease.py): a lease per group, held

@@ -21,9 +21,11 @@ IMAGE_URI = "111111111111.dkr.ecr.us-east-1.amazonaws.com/ml-images:v1"
 
 
 def teams(*, inherit: str | None) -> dict[str, Any]:
-    """Two teams running the registry profile; `inherit` sets inherits_single_team_runs on that team."""
+    """Two teams running the registry profile; `inherit` sets inherits_single_team_runs on that team. The
+    profile's MLflow tracking server stays the one server it was before teams (shared_tracking_server)."""
     team = {"profiles": [REGISTRY_PROFILE], "max_instances": 1, "max_runtime_hours": 8, "max_cost_usd": 500}
     return {
+        "shared_tracking_server": True,
         "teams": [
             {
                 **team,
