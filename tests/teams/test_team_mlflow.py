@@ -13,10 +13,11 @@ import pytest
 import yaml
 
 from tests.conftest import NO_ENV, TEAMS_CONFIG, synthesize
+from tests.iam import sar
 from tests.iam.calls import Call
 from tests.iam.deployed import DeployedApp
 from tests.iam.test_team_isolation import SECURE, TeamsDeployment, decisions
-from tests.infra.templates import resources
+from tests.infra.templates import load_templates, resources
 from tests.queue.test_queue_config import config_error, settings_with
 from trainstack.config_loading import parse_settings
 
@@ -53,6 +54,14 @@ def test_each_team_has_one_tracking_server_in_its_own_stack(own_servers):
     for shared in ("trainstack-network", "trainstack-storage", "trainstack-queue"):
         template = assembly.get_stack_by_name(shared).template
         assert resources(template, "AWS::SageMaker::MlflowTrackingServer") == {}
+
+
+def test_every_grant_of_the_team_servers_matches_the_service_authorization_reference(own_servers):
+    """The job roles', the members' and the servers' own statements: action names, resource types."""
+    settings, assembly, _ = own_servers
+    templates = load_templates(Path(assembly.directory))
+    found = [str(finding) for finding in sar.check(templates, settings.region, settings.account)]
+    assert not found, "\n".join(found)
 
 
 def test_each_teams_jobs_log_to_its_own_server_in_experiments_named_after_the_team(own_servers):
