@@ -6,6 +6,7 @@ the config says `shared_tracking_server: true`, and then check-config warns."""
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -74,6 +75,24 @@ def test_each_teams_jobs_log_to_its_own_server_in_experiments_named_after_the_te
         for profile in PROFILES[team]:
             assert f'"MLFLOW_EXPERIMENT_NAME":"{team}-{profile}"' in requests
         assert server_arn(next(t for t in TEAMS if t != team)) not in template
+
+
+def test_the_deploy_review_refuses_to_delete_a_teams_server_unless_named(own_servers):
+    """Turning own_tracking_server off deletes the server with its runs: a stateful resource."""
+    from trainstack.deploy_findings import findings
+
+    _, assembly, _ = own_servers
+    old = load_templates(Path(assembly.directory))
+    new = copy.deepcopy(old)
+    stack = new["trainstack-search-pipeline"]["Resources"]
+    [server_id] = resources(new["trainstack-search-pipeline"], "AWS::SageMaker::MlflowTrackingServer")
+    del stack[server_id]
+    [finding] = findings(old, new)
+    assert (finding.stack, finding.logical_id) == ("trainstack-search-pipeline", server_id)
+    assert finding.sentence == (
+        f"trainstack-search-pipeline {server_id} (AWS::SageMaker::MlflowTrackingServer) would be REMOVED: it "
+        "is DELETED, with its experiments and runs (their artifacts stay in the artifact bucket)."
+    )
 
 
 def test_a_teams_job_role_logs_only_to_its_own_server(own_servers):
