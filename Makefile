@@ -54,8 +54,10 @@ synth: $(SYNTH_DEPS) $(CDK)
 
 # One retraining end to end with no AWS: the synthesized state machine in the local emulator, SageMaker
 # simulated by local training processes, a capacity loss, back-off and resume (localaws/demo/run.py).
+# With teams, TEAM= names the team whose pipeline runs it; PROFILE= one of its profiles (default: the first
+# torchrun one). A config, team or profile the demo cannot run ends in one sentence (exit code 2).
 demo: $(DEV_DEPS) synth
-	python -m localaws.demo --config $(CONFIG)
+	python -m localaws.demo --config $(CONFIG) $(if $(TEAM),--team $(TEAM)) $(if $(PROFILE),--profile $(PROFILE))
 
 # The fault variant: attempt 1 hangs on purpose after its first checkpoint, train.py's watchdog ends it,
 # the pipeline classifies the infrastructure fault and attempt 2 resumes (localaws/demo/run.py --fault hang).
