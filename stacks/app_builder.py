@@ -19,6 +19,7 @@ from trainstack.client_settings import client_document
 from trainstack.config import Settings
 from trainstack.express_buckets import express_buckets
 from trainstack.pipeline_runs import all_pipeline_runs, existing_run_names, queue_namespace, shared_queue
+from trainstack.team_tracking import shared_server_warning, uses_mlflow
 from trainstack.teams import authorizing_tag_keys
 from trainstack.trigger_settings import trigger_of, triggers_on
 
@@ -58,6 +59,8 @@ def build_app(app: cdk.App, settings: Settings, *, nag: bool = True) -> Trainsta
     queue = queue_stack(app, settings, **common)
     pipelines = pipeline_stacks(app, settings, network, storage, image, queue, **common)
     stacks = TrainstackStacks(network=network, storage=storage, image=image, pipelines=pipelines, queue=queue)
+    if warning := shared_server_warning(settings):
+        cdk.Annotations.of(pipelines[0]).add_warning_v2("trainstack:shared-tracking-server", warning)
     for stack in stacks.all:
         for key, value in settings.tags.items():
             cdk.Tags.of(stack).add(key, value)
@@ -84,7 +87,7 @@ def network_stack(app: cdk.App, settings: Settings, **kwargs) -> NetworkStack:
         zone=settings.training_zone,
         network=settings.network,
         governed=governed(settings),
-        mlflow=any(profile.mlflow_tracking_server_arn for profile in settings.profiles),
+        mlflow=uses_mlflow(settings),
         **kwargs,
     )
 

@@ -159,10 +159,16 @@ def format_slow_host_line(
 # FinalMetricDataList, which the pipeline's gate reads (docs/registry.md).
 # evaluate.py's sample length when the run sets no seq_len hyperparameter (the gate records and compares it).
 EVALUATION_DEFAULT_SEQ_LEN = 1024
+
+
+def evaluation_metric_definition(name: str) -> dict:
+    """An evaluation metric `evaluation:<name>`, read from the log line `eval_<name>=<number>`; a profile's
+    own metric (registry_settings.EvaluationMetric) the same way as the product's."""
+    return {"Name": f"evaluation:{name}", "Regex": rf"eval_{name}={_NUMBER}"}
+
+
 EVALUATION_METRIC_DEFINITIONS: list[dict] = [
-    {"Name": "evaluation:loss", "Regex": rf"eval_loss={_NUMBER}"},
-    {"Name": "evaluation:perplexity", "Regex": rf"eval_perplexity={_NUMBER}"},
-    {"Name": "evaluation:tokens", "Regex": rf"eval_tokens={_NUMBER}"},
+    evaluation_metric_definition(name) for name in ("loss", "perplexity", "tokens")
 ]
 
 

@@ -27,7 +27,8 @@ from trainstack.planning.auto_interval import check_auto_intervals
 from trainstack.planning.setups import fit_problems
 from trainstack.profiles import Profile
 from trainstack.queue_settings import QueueSettings
-from trainstack.registry_settings import check_held_out_sets
+from trainstack.registry_settings import check_evaluations, check_held_out_sets
+from trainstack.team_tracking import check_tracking_servers
 from trainstack.teams import RunLimits, Team, check_teams
 from trainstack.trigger_settings import RetrainOnNewData
 
@@ -229,6 +230,8 @@ class Settings(StrictModel):
     retrain_on_new_data: RetrainOnNewData | None = None  # off unless set (trainstack/trigger_settings.py)
     # Teams sharing this deployment, each with a pipeline of its own (trainstack/teams.py, docs/teams.md).
     teams: list[Team] = []
+    # Teams may log to one MLflow tracking server, reading each other's runs (trainstack/team_tracking.py).
+    shared_tracking_server: bool = False
     # Deploying into a governed account (trainstack/governance.py; README of the same name).
     compliance: Compliance = "none"
     iam: IamSettings = IamSettings()
@@ -250,7 +253,9 @@ class Settings(StrictModel):
     _fault_models = model_validator(mode="before")(classmethod(inherit_fault_model))
     _auto_intervals = model_validator(mode="after")(check_auto_intervals)
     _held_out_sets = model_validator(mode="after")(check_held_out_sets)
+    _evaluations = model_validator(mode="after")(check_evaluations)
     _teams = model_validator(mode="after")(check_teams)
+    _tracking_servers = model_validator(mode="after")(check_tracking_servers)
     _key_region = model_validator(mode="after")(check_key_region)
     _migrations = model_validator(mode="after")(check_migrations)
 

@@ -46,6 +46,10 @@ STATEFUL_DATA = {
     "AWS::KMS::Key": ("key", "the key material: what it encrypted is unreadable once the key is deleted"),
     "AWS::Logs::LogGroup": ("log group", "its log events"),
     "AWS::SageMaker::ModelPackageGroup": ("model package group", "its model versions and their approvals"),
+    "AWS::SageMaker::MlflowTrackingServer": (
+        "MLflow tracking server",
+        "its experiments and runs (their artifacts stay in the artifact bucket)",
+    ),
 }
 RETAINED = ("Retain", "RetainExceptOnCreate")
 CDK_HASH = re.compile(r"(?P<name>.+?)[0-9A-F]{8}")

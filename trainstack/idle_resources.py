@@ -11,6 +11,7 @@ from trainstack.config import Settings
 from trainstack.governance import CONTROL_TOWER
 from trainstack.idle_cost import BilledResources, FileSystemSize
 from trainstack.pipeline_runs import all_pipeline_runs
+from trainstack.team_tracking import uses_mlflow
 
 # The network stack's interface endpoints with egress "endpoints": ECR api and dkr, CloudWatch Logs, STS,
 # SageMaker API (stacks/network/network_stack.py), all in the one training AZ.
@@ -29,8 +30,9 @@ def billed_resources(settings: Settings) -> BilledResources:
     pipelines = all_pipeline_runs(settings)
     endpoints = 0
     if network.egress == "endpoints":
-        mlflow = any(profile.mlflow_tracking_server_arn for profile in settings.profiles)
-        endpoints = BASE_INTERFACE_ENDPOINTS + (governed and control_tower_endpoint(settings)) + mlflow
+        endpoints = (
+            BASE_INTERFACE_ENDPOINTS + (governed and control_tower_endpoint(settings)) + uses_mlflow(settings)
+        )
     nat = int(network.egress == "nat" and created_vpc)
     plan = settings.fsx_plan
     file_systems = (

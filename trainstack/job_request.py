@@ -365,7 +365,7 @@ def _environment(profile: Profile) -> dict[str, str]:
     if profile.mlflow_tracking_server_arn:
         # MLflow's own variables: the sagemaker-mlflow plugin resolves a tracking-server ARN as the URI.
         environment[MLFLOW_TRACKING_URI_ENV] = profile.mlflow_tracking_server_arn
-        environment[MLFLOW_EXPERIMENT_ENV] = profile.name
+        environment[MLFLOW_EXPERIMENT_ENV] = profile.mlflow_experiment or profile.name
     environment |= in_job_restart_environment(profile.strategy, profile.in_job_restarts)
     gpu_counts = {preference.spec.gpus for preference in profile.instance_preferences}
     if len(gpu_counts) == 1:

@@ -11,6 +11,7 @@ from trainstack.config import Settings
 from trainstack.migration_settings import kept_groups_of
 from trainstack.profiles import Profile
 from trainstack.queue_settings import QueueSettings, run_names_table_name
+from trainstack.team_tracking import team_mlflow, tracking_server_name
 from trainstack.teams import RunLimits, Team, namespace
 
 
@@ -34,6 +35,8 @@ class PipelineRuns:
     # and whose model versions are its registry baseline, and the other teams' namespaces, which stay theirs.
     inherited: str | None = None
     other_teams: tuple[str, ...] = ()
+    # teams[].own_tracking_server: the MLflow tracking server this pipeline creates for the team.
+    tracking_server: str | None = None
 
     @property
     def inherited_prefixes(self) -> tuple[str, ...]:
@@ -52,17 +55,18 @@ class PipelineRuns:
         raise KeyError(name)
 
 
-def team_profile(profile: Profile, team: Team) -> Profile:
-    """The profile as the team runs it: the team's cost cap applies when it is the lower one."""
+def team_profile(profile: Profile, team: Team, settings: Settings) -> Profile:
+    """The profile as the team runs it: the team's cost cap applies when it is the lower one; its jobs log
+    to the team's MLflow experiment (trainstack/team_tracking.py)."""
     cap = team.max_cost_usd if profile.max_cost_usd is None else min(profile.max_cost_usd, team.max_cost_usd)
-    return profile.model_copy(update={"max_cost_usd": cap})
+    return profile.model_copy(update={"max_cost_usd": cap, **team_mlflow(profile, team, settings)})
 
 
 def team_runs(settings: Settings, team: Team) -> PipelineRuns:
     own = namespace(settings.project, team.name)
     return PipelineRuns(
         project=own,
-        profiles=tuple(team_profile(settings.profile(name), team) for name in team.profiles),
+        profiles=tuple(team_profile(settings.profile(name), team, settings) for name in team.profiles),
         # The team's own share only: its runs can name no other, and its first share is the default.
         queue=settings.queue.model_copy(update={"shares": {team.share_identifier: team.weight}}),
         limits=team.limits,
@@ -76,6 +80,9 @@ def team_runs(settings: Settings, team: Team) -> PipelineRuns:
         other_teams=tuple(
             namespace(settings.project, other.name) for other in settings.teams if other.name != team.name
         ),
+        tracking_server=tracking_server_name(settings.project, team.name)
+        if team.own_tracking_server
+        else None,
     )
 
 

@@ -17,7 +17,7 @@ from trainstack.fault_model import FaultModel
 from trainstack.in_job_restarts import MAX_RESTARTS_ENV, TORCHRUN_STRATEGIES, InJobRestartPolicy
 from trainstack.instances import INSTANCE_TYPES, InstanceType, UnknownInstanceTypeError, instance_type
 from trainstack.planning.checkpoints import MPIRUN_SIGKILL_TIMEOUT_SECONDS
-from trainstack.registry_settings import RegistrySettings
+from trainstack.registry_settings import EvaluationSettings, RegistrySettings
 from trainstack.retry_policies import FaultRetryPolicy, RetryPolicy
 from trainstack.slow_host import SlowHostPolicy
 
@@ -217,7 +217,11 @@ class Profile(StrictModel):
     max_cost_usd: Annotated[float | None, Field(gt=0)] = None
     # SageMaker managed MLflow: jobs log parameters and metrics there (training_scripts/mlflow_log.py)
     mlflow_tracking_server_arn: _MLFLOW_TRACKING_SERVER_ARN = None
+    # The MLflow experiment, default the profile's name; with teams `<team>-<it>` (team_tracking.py)
+    mlflow_experiment: str | None = None
     registry: RegistrySettings | None = None  # evaluate, register and gate each run (docs/registry.md)
+    # The registry's evaluation: the metric its gate compares, the script computing it (registry_settings).
+    evaluation: EvaluationSettings | None = None
     # Where the run's checkpoints live and how a restart reads them (trainstack/checkpoint_stores.py).
     checkpoint_store: CheckpointStore = DEFAULT_CHECKPOINT_STORE
 

@@ -40,6 +40,8 @@ EVALUATION_FILE = "evaluation.json"  # training_scripts/evaluate.py writes it in
 # Where each fact of a version's lineage lives in CustomerMetadataProperties.
 UNKNOWN_CODE_VERSION = "unknown"  # the Dockerfile's default too
 REPOSITORY = Path(__file__).resolve().parents[1]
+# An evaluation metric `<name>` (evaluate.py's, or a profile's own) is recorded as `evaluation.<name>`.
+METRIC_KEY_PREFIX = "evaluation."
 LINEAGE_KEYS = {
     "run": "run.name",
     "execution": "run.executionArn",
@@ -54,9 +56,9 @@ LINEAGE_KEYS = {
     "evaluationJob": "evaluation.jobName",
     "maxEvalTokens": "evaluation.maxTokens",  # the profile's max_eval_tokens
     "seqLen": "evaluation.seqLen",  # the seq_len the evaluation read samples of
-    "loss": "evaluation.loss",
-    "perplexity": "evaluation.perplexity",
-    "tokens": "evaluation.tokens",
+    "loss": f"{METRIC_KEY_PREFIX}loss",
+    "perplexity": f"{METRIC_KEY_PREFIX}perplexity",
+    "tokens": f"{METRIC_KEY_PREFIX}tokens",
 }
 
 

@@ -90,6 +90,9 @@ class Team(StrictModel):
     # New data under the team's own dataset prefix starts one run of one of its profiles in its own pipeline
     # (docs/trigger.md, "With teams"); off unless set.
     retrain_on_new_data: RetrainOnNewData | None = None
+    # A SageMaker managed MLflow tracking server of the team's own, `<project>-<team>`, created with its
+    # pipeline: every job of the team logs there (trainstack/team_tracking.py).
+    own_tracking_server: bool = False
 
     @model_validator(mode="after")
     def _someone_may_start(self) -> Team:

@@ -38,22 +38,31 @@ def failed(reason: str) -> Phase:
     return Phase("Failed", "Failed", reason)
 
 
-def evaluated(loss: float) -> list[Phase]:
+def evaluated(loss: float, **own: float) -> list[Phase]:
     """An evaluation job's phases: it completes, its FinalMetricDataList reporting `loss` (the
-    MetricDefinitions of training_scripts/metrics.py)."""
+    MetricDefinitions of training_scripts/metrics.py) and a profile's own metrics (`accuracy=0.9`: the
+    `evaluation:accuracy` that training_scripts.metrics.evaluation_metric_definition reads)."""
     metrics = [
         {"MetricName": "evaluation:loss", "Value": loss},
         {"MetricName": "evaluation:perplexity", "Value": math.exp(loss)},
         {"MetricName": "evaluation:tokens", "Value": 4096.0},
+        *({"MetricName": f"evaluation:{name}", "Value": value} for name, value in own.items()),
     ]
     return [TRAINING, Phase("Completed", "Completed", fields={"FinalMetricDataList": metrics})]
 
 
 def evaluates(job: TrainingJob) -> bool:
     """An evaluation job: named so by the registration machine, or (in queue mode, where Batch names the
-    training job `AWSBatch...`) running evaluate.py (its sagemaker_program hyperparameter, JSON-encoded)."""
-    program = job.request.get("HyperParameters", {}).get("sagemaker_program", "")
-    return is_evaluation_job(job.name) or program.strip('"') == EVALUATION_PROGRAM
+    training job `AWSBatch...`) running evaluate.py (its sagemaker_program hyperparameter, JSON-encoded) or
+    a profile's own evaluation script, which gets the evaluation set's `eval_manifest_hash` as every
+    evaluation job does (stacks/pipeline/registry/evaluation_request.py)."""
+    hyperparameters = job.request.get("HyperParameters", {})
+    program = hyperparameters.get("sagemaker_program", "")
+    return (
+        is_evaluation_job(job.name)
+        or program.strip('"') == EVALUATION_PROGRAM
+        or "eval_manifest_hash" in hyperparameters
+    )
 
 
 @dataclass

@@ -15,7 +15,7 @@ from stacks.image.image_stack import ImageStack
 from stacks.network.network_stack import NetworkStack
 from stacks.pipeline.cleanup.job_cleanup import JobCleanup
 from stacks.pipeline.cleanup.queue_cleanup import QueueCleanup
-from stacks.pipeline.mlflow_access import grant_mlflow_tracking
+from stacks.pipeline.mlflow_access import TeamTrackingServer, grant_mlflow_tracking, tracking_servers
 from stacks.pipeline.monitoring import TRAINING_METRICS_NAMESPACE, PipelineMonitoring
 from stacks.pipeline.pipeline_notifications import PipelineNotifications
 from stacks.pipeline.pipeline_resources import pipeline_resources, team_dataset
@@ -79,6 +79,10 @@ class PipelineStack(cdk.Stack):
         self.sagemaker_role = self._sagemaker_role(project, network, storage, image)
         _grant_inherited_runs(self.sagemaker_role, storage, runs)
         grant_mlflow_tracking(self.sagemaker_role, runs.profiles)
+        if runs.tracking_server is not None:
+            self.tracking_server = TeamTrackingServer(
+                self, "TrackingServer", name=runs.tracking_server, artifact_bucket=storage.artifact_bucket
+            )
         if storage.run_data_key is not None:
             grant_training_jobs(self.sagemaker_role, storage.run_data_key, runs.profiles)
         self.resources = pipeline_resources(
@@ -106,6 +110,7 @@ class PipelineStack(cdk.Stack):
                 pipeline=self.state_machine,
                 run_reader=team_run_reader(self, project, team, self.sagemaker_role, self.queue),
                 guarded_tag_keys=guarded_tag_keys,
+                tracking_servers=tracking_servers(runs.profiles),
             )
         if storage.run_data_key is not None:
             encrypt_log_groups(self, storage.run_data_key)

@@ -18,6 +18,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
+from stacks.pipeline.mlflow_access import member_statements
 from stacks.pipeline.run_reader import RunReader
 from stacks.validation import acknowledge
 from stacks.wildcard_acknowledgments import flatten_reference
@@ -37,16 +38,18 @@ class TeamAccess(Construct):
         stack: cdk.Stack | None = None,
         guarded_tag_keys: Sequence[str] = (),
         run_reader: RunReader | None = None,
+        tracking_servers: Sequence[str] = (),
     ) -> None:
         """`project` is the team's namespace (`<project>-<team>`): every name of its pipeline starts so.
         `guarded_tag_keys`: the principal tag keys any team of the deployment is authorized by, which no
         holder of this policy may set or remove.
         `run_reader`: the team's read path to its runs' jobs, logs and service jobs (run_reader.py).
-        `stack`: the pipeline's stack (default: the scope's)."""
+        `stack`: the pipeline's stack (default: the scope's). `tracking_servers`: the MLflow servers the
+        team's runs log to, which its members may use."""
         super().__init__(scope, construct_id)
         stack = stack or cdk.Stack.of(scope)
         self.run_reader = run_reader
-        statements = _statements(project, pipeline, stack)
+        statements = _statements(project, pipeline, stack) + member_statements(tracking_servers)
         if run_reader is not None:
             statements.append(
                 iam.PolicyStatement(
@@ -81,13 +84,20 @@ class TeamAccess(Construct):
         )
         reason = (
             f"The team's executions, jobs and model versions are named at run time under {project}-; "
-            "ListModelPackages supports no resource types."
+            "ListModelPackages and sagemaker-mlflow:AccessUI support no resource types."
         )
         for statement in statements:
             for resource in statement.resources if statement.effect == iam.Effect.ALLOW else ():
                 if "*" in resource:
                     finding = flatten_reference(stack.resolve(resource))
                     acknowledge(self.policy, f"AwsSolutions-IAM5[Resource::{finding}]", reason)
+            for action in statement.actions if statement.effect == iam.Effect.ALLOW else ():
+                if action.endswith(":*"):
+                    acknowledge(
+                        self.policy,
+                        f"AwsSolutions-IAM5[Action::{action}]",
+                        "Every MLflow action, on the team's own tracking servers only.",
+                    )
         cdk.CfnOutput(
             stack,
             "TeamStartPolicyArn",

@@ -64,6 +64,10 @@ def test_a_value_ending_in_a_newline_is_refused_by_the_pipeline_and_the_cli_alik
     assert refused.value.field == field
 
 
+# The registration table's metric of a profile without its own (evaluation_request.registry_table).
+LOSS = {"metric": "loss", "goal": "minimize", "tolerance": 0.0}
+
+
 def describe_model_package(version: int, loss: str) -> dict:
     return {
         "ModelPackageArn": f"arn:aws:sagemaker:us-east-1:123456789012:model-package/g/{version}",
@@ -76,19 +80,21 @@ def describe_model_package(version: int, loss: str) -> dict:
 def test_a_loss_jsonatas_number_cannot_read_is_no_loss_not_a_failed_state(written, read):
     """$number("+2.5") is error D3030 on AWS: such a loss reads as none (the gate then leaves the version
     pending, saying so) instead of failing the registration."""
-    facts = evaluate(approved_facts(), {"states": {"result": describe_model_package(3, written)}})
-    assert facts["loss"] == read
+    facts = evaluate(
+        approved_facts(), {"states": {"result": describe_model_package(3, written)}, "settings": LOSS}
+    )
+    assert facts["value"] == read
 
 
 def test_the_baseline_among_equal_losses_is_the_earliest_approved_version():
     """JavaScript's sort is stable and `$approved` is newest first: untied, the newest would win."""
     facts = {"evaluationSet": "h", "maxEvalTokens": "100", "seqLen": "1024"}
-    approved = [{"version": 7, "loss": 2.0, **facts}, {"version": 4, "loss": 2.0, **facts}]
-    approved.append({"version": 2, "loss": 2.5, **facts})
+    approved = [{"version": 7, "value": 2.0, **facts}, {"version": 4, "value": 2.0, **facts}]
+    approved.append({"version": 2, "value": 2.5, **facts})
     bindings = {
         "approved": approved,
         "datasetManifest": {"hash": "h"},
-        "settings": {"maxEvalTokens": "100"},
+        "settings": {"maxEvalTokens": "100", **LOSS},
         "run": {"request": {"HyperParameters": {}}},
     }
     assert evaluate(baseline(), bindings)["version"] == 4
@@ -103,19 +109,20 @@ def test_evaluation_numbers_are_compared_as_they_are_written_into_the_metadata()
         {"MetricName": "evaluation:perplexity", "Value": 2.353852668370199e17},
         {"MetricName": "evaluation:tokens", "Value": 4096},
     ]
-    measured = evaluate(evaluation_metrics(), {"outcome": {"job": {"metrics": metrics}}})
+    measured = evaluate(evaluation_metrics(), {"outcome": {"job": {"metrics": metrics}}, "settings": LOSS})
     bindings = {
         "evaluation": measured,
         "run": {"request": {"HyperParameters": {}}, "trainingJobs": []},
-        "settings": {},
+        "settings": LOSS,
         "datasetManifest": {"hash": "h"},
         "trainingSetManifest": {"hash": "t"},
     }
     written = evaluate(lineage(), bindings)
     read_back = evaluate(
-        approved_facts(), {"states": {"result": describe_model_package(1, written["evaluation.loss"])}}
+        approved_facts(),
+        {"states": {"result": describe_model_package(1, written["evaluation.loss"])}, "settings": LOSS},
     )
-    assert read_back["loss"] == measured["loss"]
+    assert read_back["value"] == measured["loss"] == measured["metric"]
     assert float(written["evaluation.perplexity"]) == measured["perplexity"]
 
 

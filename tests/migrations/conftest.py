@@ -22,9 +22,11 @@ IMAGE_URI = "111111111111.dkr.ecr.us-east-1.amazonaws.com/ml-images:v1"
 
 def teams(*, inherit: str | None, trigger: str | None = None) -> dict[str, Any]:
     """Two teams running the registry profile; `inherit` sets inherits_single_team_runs on that team,
-    `trigger` retrain_on_new_data on that team's dataset prefix."""
+    `trigger` retrain_on_new_data on that team's dataset prefix. The profile's MLflow tracking server stays
+    the one server it was before teams (shared_tracking_server)."""
     team = {"profiles": [REGISTRY_PROFILE], "max_instances": 1, "max_runtime_hours": 8, "max_cost_usd": 500}
     return {
+        "shared_tracking_server": True,
         "teams": [
             {
                 **team,
@@ -38,7 +40,7 @@ def teams(*, inherit: str | None, trigger: str | None = None) -> dict[str, Any]:
                 ),
             }
             for name in ("research", "search")
-        ]
+        ],
     }
 
 

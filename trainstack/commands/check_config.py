@@ -15,6 +15,7 @@ from trainstack.fsx_sizing import quota_warning, summary
 from trainstack.governance_costs import cost_summary
 from trainstack.idle_cost import idle_cost
 from trainstack.idle_resources import billed_resources
+from trainstack.team_tracking import shared_server_warning
 from trainstack.teams import namespace
 from trainstack.trigger_settings import triggers_on
 
@@ -77,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
     warnings = [
         plan and quota_warning(plan, settings.fsx.deployment_type),
         existing_bucket_warning(settings.dataset, triggers_on(settings)),
+        shared_server_warning(settings),
     ]
     for warning in filter(None, warnings):
         print(f"warning: {warning}", file=sys.stderr)

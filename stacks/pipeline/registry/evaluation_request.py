@@ -4,9 +4,10 @@ Every expression reads the machine's variables: `$run` (the machine's input: pro
 executionArn, request, trainingJobs, modelArtifacts, timeLimitSeconds, costCap, spentUsd; in queue mode share
 and priority), `$attempt` (the evaluation job's number: 1, then one more for each retry,
 evaluation_states.py), `$settings` (the profile's entry of registry_table), `$evaluation` ({loss,
-perplexity, tokens} from the evaluation job's FinalMetricDataList), `$evaluationJob` (the name of the
+perplexity, tokens, metric} from the evaluation job's FinalMetricDataList: `metric` is the profile's own,
+`$settings.metric`), `$evaluationJob` (the name of the
 training job that reported it, as SageMaker knows it), `$baseline` (the best comparable Approved version:
-{arn, version, loss, ...}, or null: version_request.py), `$trainingSetManifest` and `$datasetManifest`
+{arn, version, value, ...}, or null: version_request.py), `$trainingSetManifest` and `$datasetManifest`
 (the evaluation set's): {hash, objects, bytes} (stacks/pipeline/dataset_manifest.py).
 """
 
@@ -19,7 +20,7 @@ from typing import Any
 from stacks.pipeline.dataset_manifest import MANIFEST_VARIABLE
 from stacks.pipeline.jsonata_text import literal
 from stacks.pipeline.pipeline_input_rules import retry_settings
-from training_scripts.metrics import EVALUATION_METRIC_DEFINITIONS
+from training_scripts.metrics import EVALUATION_METRIC_DEFINITIONS, evaluation_metric_definition
 from trainstack.job_request import PipelineResources
 from trainstack.profiles import Profile
 from trainstack.registry import (
@@ -33,6 +34,7 @@ from trainstack.registry import (
     config_hash,
     group_name,
 )
+from trainstack.registry_settings import evaluation_metric
 
 # The $attempt-th evaluation job of the run, as trainstack.registry.evaluation_job_name names it.
 EVALUATION_JOB_NAME = (
@@ -53,7 +55,7 @@ def registry_table(project: str, profiles: Sequence[Profile], resources: Pipelin
             "group": group_name(project, profile.name),
             "approval": profile.registry.approval,
             "firstVersion": profile.registry.first_version,
-            "tolerance": profile.registry.loss_tolerance,
+            **_metric_settings(profile),
             "maxEvalTokens": str(profile.registry.max_eval_tokens),
             "evaluationPrefix": profile.registry.evaluation_prefix,
             "evaluationUri": f"s3://{resources.dataset_bucket}/{profile.registry.evaluation_prefix}",
@@ -66,6 +68,23 @@ def registry_table(project: str, profiles: Sequence[Profile], resources: Pipelin
         }
         for profile in profiles
         if profile.registry is not None
+    }
+
+
+def _metric_settings(profile: Profile) -> dict[str, Any]:
+    """The gate's metric (name, goal, tolerance), the program that reports it and the MetricDefinitions
+    that read it: the product's evaluate.py and its loss unless the profile names its own."""
+    metric = evaluation_metric(profile)
+    own = evaluation_metric_definition(metric.name)
+    program = (profile.evaluation and profile.evaluation.entry_point) or EVALUATION_PROGRAM
+    return {
+        "metric": metric.name,
+        "goal": metric.goal,
+        "tolerance": metric.tolerance,
+        # The toolkit reads sagemaker_program JSON-encoded, as the SageMaker Python SDK writes it.
+        "program": json.dumps(program),
+        "metricDefinitions": EVALUATION_METRIC_DEFINITIONS
+        + ([] if own in EVALUATION_METRIC_DEFINITIONS else [own]),
     }
 
 
@@ -87,11 +106,11 @@ def evaluation_request() -> str:
         f"($channel := {channel}; $merge([{kept}, {{"
         f'"TrainingJobName": {EVALUATION_JOB_NAME}, '
         '"HyperParameters": $merge([$run.request.HyperParameters, {'
-        f'"sagemaker_program": {literal(json.dumps(EVALUATION_PROGRAM))}, '
+        '"sagemaker_program": $settings.program, '
         '"max_eval_tokens": $settings.maxEvalTokens, '
         f'"eval_manifest_hash": ${MANIFEST_VARIABLE}.hash}}]), '
         '"AlgorithmSpecification": $merge([$run.request.AlgorithmSpecification, '
-        f'{{"MetricDefinitions": {literal(EVALUATION_METRIC_DEFINITIONS)}}}]), '
+        '{"MetricDefinitions": $settings.metricDefinitions}]), '
         f'"ResourceConfig": {resources}, '
         '"InputDataConfig": [$channel("model", $run.modelArtifacts), '
         '$channel("eval", $settings.evaluationUri)]'
@@ -100,15 +119,24 @@ def evaluation_request() -> str:
 
 
 def evaluation_metrics() -> str:
-    """{loss, perplexity, tokens} from the evaluation job's FinalMetricDataList (DescribeTrainingJob's, in
-    the attempt's output `job.metrics`); null members if absent. Each is taken at the 15 significant digits
-    that `$string` writes into the version's metadata (JSONata 2.0.6 writes no more), so the loss the gate
-    compares is the loss a later registration reads back as its baseline."""
+    """{loss, perplexity, tokens, metric} from the evaluation job's FinalMetricDataList (DescribeTrainingJob
+    result's, in the attempt's output `job.metrics`), `metric` the profile's (`$settings.metric`); members not
+    reported are absent. Each is taken at the 15 significant digits that `$string` writes into the version's
+    metadata (JSONata 2.0.6 writes no more), so the value the gate compares is the value a later
+    registration reads back as its baseline."""
     values = ", ".join(
-        f'"{name.split(":")[1]}": $number($string($m[MetricName = "{name}"][0].Value))'
+        f'"{name.split(":")[1]}": {_reported(json.dumps(name))}'
         for name in (definition["Name"] for definition in EVALUATION_METRIC_DEFINITIONS)
     )
-    return f"($m := $outcome.job.metrics; {{{values}}})"
+    return f'($m := $outcome.job.metrics; {{{values}, "metric": {_reported(REPORTED_METRIC)}}})'
+
+
+# The profile's metric as the evaluation job's FinalMetricDataList names it (evaluation_metric_definition).
+REPORTED_METRIC = '"evaluation:" & $settings.metric'
+
+
+def _reported(name: str) -> str:
+    return f"$number($string($m[MetricName = {name}][0].Value))"
 
 
 def evaluation_uri() -> str:

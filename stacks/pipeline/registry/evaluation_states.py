@@ -20,7 +20,7 @@ at the evaluation's own start plus `retry.deadline_hours` (the run's deadline co
 - the run's cost cap (cost_cap_states.py): each job gets what the run has left of `max_cost_usd` and is
   stopped once its billed cost passes it; the machine ends `BudgetExceeded` then, or before a retry once the
   run's billed cost (training and evaluation) has reached the cap;
-- anything else (a user error, a job that reports no evaluation loss, a request SageMaker or Batch rejects,
+- anything else (a user error, a job that reports no evaluation metric, a request SageMaker or Batch rejects,
   an exceeded quota, a stopped or overdue job) and a spent budget: EvaluationFailed, its cause naming the
   last job, its reason, why it was not retried and how many evaluation jobs were tried.
 """
@@ -45,7 +45,11 @@ from stacks.pipeline.jsonata_text import expression, literal
 from stacks.pipeline.machine_kit import literal_partition
 from stacks.pipeline.pipeline_input_rules import backoff_seconds_expression
 from stacks.pipeline.quota_waits import QUOTA_STATUS
-from stacks.pipeline.registry.evaluation_request import EVALUATION_JOB_NAME, evaluation_metrics
+from stacks.pipeline.registry.evaluation_request import (
+    EVALUATION_JOB_NAME,
+    REPORTED_METRIC,
+    evaluation_metrics,
+)
 from trainstack.faults import INFRASTRUCTURE, UNKNOWN_RETRIES, USER
 
 EVALUATION_FAILED = "EvaluationFailed"
@@ -70,8 +74,8 @@ def evaluation_states(
     queued: bool,
     completed: sfn.IChainable,
 ) -> sfn.IChainable:
-    """From the first evaluation job to `completed` (a job reported its evaluation loss into $evaluation, its
-    name into $evaluationJob) or the machine's output {"status": "EvaluationFailed" | "BudgetExceeded",
+    """From the first evaluation job to `completed` (a job reported the profile's metric into $evaluation,
+    its name into $evaluationJob) or the machine's output {"status": "EvaluationFailed" | "BudgetExceeded",
     "cause"}. `request`: the evaluation job's CreateTrainingJob request (JSONata)."""
     plan = sfn.Pass.jsonata(
         scope,
@@ -126,7 +130,7 @@ def evaluation_states(
     check = (
         sfn.Choice.jsonata(scope, "CheckEvaluation")
         .when(
-            sfn.Condition.jsonata(expression(f'$outcome.status = "Completed" and {_LOSS_REPORTED}')),
+            sfn.Condition.jsonata(expression(f'$outcome.status = "Completed" and {_METRIC_REPORTED}')),
             completed,
             assign={
                 "evaluation": expression(evaluation_metrics()),
@@ -140,7 +144,8 @@ def evaluation_states(
     return plan.next(run_job)
 
 
-_LOSS_REPORTED = '$type(($outcome.job.metrics)[MetricName = "evaluation:loss"][0].Value) = "number"'
+# The profile's metric (evaluation loss unless it names its own) is in the job's FinalMetricDataList.
+_METRIC_REPORTED = f'$type(($outcome.job.metrics)[MetricName = {REPORTED_METRIC}][0].Value) = "number"'
 
 
 def sagemaker_call(
@@ -195,7 +200,7 @@ def _outcome_cause() -> str:
     name = f"($exists($outcome.job.name) ? $outcome.job.name : {EVALUATION_JOB_NAME})"
     return (
         f'"Evaluation job " & {name} & ($outcome.status = "Completed" ? '
-        '" completed but reported no evaluation:loss metric." : ": " & $outcome.cause)'
+        f'" completed but reported no " & {REPORTED_METRIC} & " metric." : ": " & $outcome.cause)'
     )
 
 
