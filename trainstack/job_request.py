@@ -26,6 +26,8 @@ the base request is embedded per profile in the definition, and each execution f
                                                                                  read directly
   HyperParameters.resume_from             resumeFrom                             resumeFrom read directly
                                                                                  (resumes_directly)
+  HyperParameters.sagemaker_submit_       team_code.code_hyperparameters(        code given
+  directory, .sagemaker_program           code_uri(digest), entry)
 
 Choices made here:
 - The run name prefixes everything a run owns: jobs `<runName>-<attempt>` (IAM scopes
@@ -86,6 +88,7 @@ from trainstack.checkpoint_stores import S3_DIRECT_STORES
 from trainstack.in_job_restarts import in_job_restart_environment
 from trainstack.planning.auto_interval import resolved_hyperparameters
 from trainstack.profiles import EXPECTED_GPUS_ENV, Profile
+from trainstack.team_code import CodeRef, code_hyperparameters, code_prefix, code_uri
 
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 TRAIN_CHANNEL = "train"
@@ -148,6 +151,8 @@ class RunRequest:
     # Queue mode: Batch's schedulingPriority and shareIdentifier (None: not sent).
     priority: int | None = None
     share: str | None = None
+    # The team's own code (trainstack.team_code); None: the image's entry point.
+    code: CodeRef | None = None
 
 
 def job_name(run_name: str, attempt: int) -> str:
@@ -193,6 +198,16 @@ def resumes_directly(profile: Profile, resources: PipelineResources, uri: str) -
 
 def output_path(resources: PipelineResources, run_name: str) -> str:
     return f"s3://{resources.artifact_bucket}/{run_name}/"
+
+
+def team_code_prefix(resources: PipelineResources) -> str:
+    """The pipeline's team's code prefix (team_code.code_prefix of its namespace)."""
+    return code_prefix(resources.artifact_bucket, resources.job_name_prefix.removesuffix("-"))
+
+
+def code_location(resources: PipelineResources, digest: str) -> str:
+    """Where the pipeline's team keeps the bundle `digest` (team_code.code_uri of its namespace)."""
+    return code_uri(resources.artifact_bucket, resources.job_name_prefix.removesuffix("-"), digest)
 
 
 def tensorboard_uri(resources: PipelineResources, run_name: str, job_name: str) -> str:
@@ -331,6 +346,9 @@ def build_create_training_job_request(
         request["HyperParameters"][RESUME_FROM_HYPERPARAMETER] = run.resume_from
     elif run.resume_from is not None:
         request["InputDataConfig"].append(resume_channel(run.resume_from))
+    if run.code is not None:
+        uri = code_location(resources, run.code.digest)
+        request["HyperParameters"].update(code_hyperparameters(uri, run.code.entry))
     return request
 
 

@@ -32,6 +32,8 @@ MAX_PRIORITY = 9999
 # --strategy): profiles and execution inputs may not set them.
 RESERVED_HYPERPARAMETERS = (
     "sagemaker_program",
+    # A team's own code: set from the execution's `code` only (trainstack.team_code).
+    "sagemaker_submit_directory",
     "sagemaker_torch_distributed_enabled",
     "sagemaker_distributed_dataparallel_enabled",
     "sagemaker_mpi_enabled",

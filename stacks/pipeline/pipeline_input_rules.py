@@ -54,6 +54,7 @@ from trainstack.profiles import (
     Profile,
 )
 from trainstack.retry_policies import Backoff
+from trainstack.team_code import DIGEST_PATTERN, ENTRY_PATTERN
 from trainstack.teams import MAX_INSTANCE_COUNT
 
 # Fraction of each capacity backoff added at random (jitter).
@@ -116,6 +117,18 @@ def _conditions(settings: RunConfig) -> dict[tuple[str, str], str]:
             f'$not($contains($replace($v, {regex_literal(S3_SCHEME)}, ""), {regex_literal(NOT_NORMALIZED)}))'
         ),
         ("resumeFrom", "own-runs"): _under(run_prefixes) + _inherited_runs(settings),
+        ("code", "object"): (
+            '$type($v) = "object" and $count($keys($v)) = 2 and "digest" in $keys($v) '
+            'and "entry" in $keys($v)'
+        ),
+        (
+            "code",
+            "digest",
+        ): f'$type($v.digest) = "string" and $contains($v.digest, {regex_literal(DIGEST_PATTERN)})',
+        ("code", "entry"): (
+            f'$type($v.entry) = "string" and $contains($v.entry, {regex_literal(ENTRY_PATTERN)}) '
+            f"and $not($contains($v.entry, {regex_literal(NOT_NORMALIZED)}))"
+        ),
         ("instanceCount", "within-queue"): f"$v <= {settings.queue.max_instances}",
         ("priority", "integer-0-9999"): (
             f'$type($v) = "number" ? ($v = $floor($v) and $v >= 0 and $v <= {limits.max_priority}) : false'

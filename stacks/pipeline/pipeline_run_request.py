@@ -16,10 +16,12 @@ from trainstack.job_request import (
     RESUME_FROM_HYPERPARAMETER,
     RUN_TAG,
     PipelineResources,
+    code_location,
     output_path,
     resume_channel,
     tensorboard_uri,
 )
+from trainstack.team_code import code_hyperparameters
 
 _MARK = "\0"
 _JOB_MARK = "\1"
@@ -71,6 +73,11 @@ def request_expression(resources: PipelineResources, namespace: str) -> str:
     checkpoint = '$p.checkpointPrefix & $in.runName & "/"'
     runtime = max_runtime_seconds_expression("$in.maxRuntimeHours")
     resume_hyperparameter = literal(RESUME_FROM_HYPERPARAMETER)
+    # The team's code (job_request: code_hyperparameters of code_location), its digest and entry marked.
+    code = ", ".join(
+        f"{literal(name)}: {_with_values(value, {_MARK: '$in.code.digest', _JOB_MARK: '$in.code.entry'})}"
+        for name, value in code_hyperparameters(code_location(resources, _MARK), _JOB_MARK).items()
+    )
     fields = {
         "OutputDataConfig": f'$merge([$base.OutputDataConfig, {{"S3OutputPath": {output}}}])',
         "Tags": (
@@ -81,7 +88,8 @@ def request_expression(resources: PipelineResources, namespace: str) -> str:
         "HyperParameters": (
             "$merge([$base.HyperParameters, "
             f'$exists($base.CheckpointConfig) ? {{}} : {{"checkpoint_dir": {checkpoint}}}, '
-            f"$in.hyperparameters, $direct ? {{{resume_hyperparameter}: $in.resumeFrom}} : {{}}])"
+            f"$in.hyperparameters, $direct ? {{{resume_hyperparameter}: $in.resumeFrom}} : {{}}, "
+            f"$exists($in.code) ? {{{code}}} : {{}}])"
         ),
         # An instance count applies to every preference (which then lose their own counts).
         "ResourceConfig": (

@@ -33,6 +33,7 @@ from trainstack.registry import (
     config_hash,
     group_name,
 )
+from trainstack.team_code import SUBMIT_DIRECTORY_HYPERPARAMETER
 
 # The $attempt-th evaluation job of the run, as trainstack.registry.evaluation_job_name names it.
 EVALUATION_JOB_NAME = (
@@ -86,7 +87,9 @@ def evaluation_request() -> str:
     return (
         f"($channel := {channel}; $merge([{kept}, {{"
         f'"TrainingJobName": {EVALUATION_JOB_NAME}, '
-        '"HyperParameters": $merge([$run.request.HyperParameters, {'
+        # A team's own code (trainstack.team_code) stays out: evaluate.py is the image's.
+        '"HyperParameters": $merge([$sift($run.request.HyperParameters, function($v, $k) { '
+        f"$k != {literal(SUBMIT_DIRECTORY_HYPERPARAMETER)} }}), {{"
         f'"sagemaker_program": {literal(json.dumps(EVALUATION_PROGRAM))}, '
         '"max_eval_tokens": $settings.maxEvalTokens, '
         f'"eval_manifest_hash": ${MANIFEST_VARIABLE}.hash}}]), '
