@@ -33,6 +33,8 @@ DIGEST_PATTERN = r"^[0-9a-f]{64}$"
 # The entry point, relative to the code's root: the profile's entry_point rule; with no `.`, `..` or empty
 # segment (execution_input.NOT_NORMALIZED): the toolkit runs it from /opt/ml/code, which `..` would leave.
 ENTRY_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_./-]*\.(py|sh)$"
+# The pipeline stack's output that names the team's code prefix (stacks/pipeline/code_access.py).
+CODE_PREFIX_OUTPUT = "CodePrefix"
 SUBMIT_DIRECTORY_HYPERPARAMETER = "sagemaker_submit_directory"
 PROGRAM_HYPERPARAMETER = "sagemaker_program"
 # Left out of a bundle: caches and version control, which change without the code changing.

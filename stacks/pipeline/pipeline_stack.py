@@ -15,6 +15,7 @@ from stacks.image.image_stack import ImageStack
 from stacks.network.network_stack import NetworkStack
 from stacks.pipeline.cleanup.job_cleanup import JobCleanup
 from stacks.pipeline.cleanup.queue_cleanup import QueueCleanup
+from stacks.pipeline.code_access import grant_team_code
 from stacks.pipeline.mlflow_access import grant_mlflow_tracking
 from stacks.pipeline.monitoring import TRAINING_METRICS_NAMESPACE, PipelineMonitoring
 from stacks.pipeline.pipeline_notifications import PipelineNotifications
@@ -106,6 +107,8 @@ class PipelineStack(cdk.Stack):
                 stack=self,
                 guarded_tag_keys=guarded_tag_keys,
             )
+        team_policy = self.team_access.policy if team is not None else None
+        grant_team_code(self, project, storage, self.sagemaker_role, team_policy)
         if storage.run_data_key is not None:
             encrypt_log_groups(self, storage.run_data_key)
         if trigger is None and runs.keep_trigger_table:
