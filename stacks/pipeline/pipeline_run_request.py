@@ -21,7 +21,7 @@ from trainstack.job_request import (
     resume_channel,
     tensorboard_uri,
 )
-from trainstack.team_code import code_hyperparameters
+from trainstack.team_code import SUBMIT_DIRECTORY_HYPERPARAMETER, code_hyperparameters
 
 _MARK = "\0"
 _JOB_MARK = "\1"
@@ -58,6 +58,13 @@ def checkpoint_location_expression(request: str) -> str:
         f"($exists({request}.CheckpointConfig) ? {request}.CheckpointConfig.S3Uri "
         f": {request}.HyperParameters.checkpoint_dir)"
     )
+
+
+def code_digest_expression(request: str) -> str:
+    """The digest of the team's code `request` runs (the second-last segment of its JSON-encoded
+    sagemaker_submit_directory, team_code.code_uri); null for the image's own entry point."""
+    submitted = f"$lookup({request}.HyperParameters, {literal(SUBMIT_DIRECTORY_HYPERPARAMETER)})"
+    return f'($d := {submitted}; $exists($d) ? $split($d, "/")[-2] : null)'
 
 
 def max_runtime_seconds_expression(hours: str) -> str:
