@@ -135,10 +135,11 @@ def _members(root: Path):
         yield path
 
 
-def upload(s3: Any, artifact_bucket: str, namespace: str, bundle: Bundle) -> tuple[str, bool]:
-    """Put the bundle at its content address unless it is there; (its URI, whether it was uploaded)."""
-    key = f"{code_key_prefix(namespace)}{bundle.digest}/{BUNDLE_NAME}"
-    uri = f"s3://{artifact_bucket}/{key}"
+def upload(s3: Any, prefix: str, bundle: Bundle) -> tuple[str, bool]:
+    """Put the bundle at its content address under the team's code `prefix` (s3://bucket/code/<namespace>/)
+    unless it is there; (its URI, whether it was uploaded)."""
+    uri = f"{prefix}{bundle.digest}/{BUNDLE_NAME}"
+    artifact_bucket, _, key = uri.removeprefix("s3://").partition("/")
     try:
         s3.head_object(Bucket=artifact_bucket, Key=key)
         return uri, False

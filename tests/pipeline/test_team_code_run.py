@@ -20,7 +20,7 @@ from localaws.sagemaker.training_jobs import FakeSageMaker, TrainingJob, model_u
 from tests.pipeline import harness
 from tests.pipeline.conftest import FAKE_VALUES, REGISTRY_GROUP, REGISTRY_PROFILE, deploy_registry_resources
 from trainstack.registry import LINEAGE_KEYS
-from trainstack.team_code import pack, upload
+from trainstack.team_code import code_prefix, pack, upload
 
 PLAIN_SCRIPT = """\
 import os
@@ -91,12 +91,16 @@ def test_a_plain_script_is_retried_on_capacity_runs_from_its_bundle_and_its_vers
         artifacts = FAKE_VALUES["ArtifactBucket"]
         s3.create_bucket(Bucket=artifacts)
         bundle = pack(code)
-        uri, uploaded = upload(s3, artifacts, pipeline.settings.project, bundle)
+        prefix = code_prefix(artifacts, pipeline.settings.project)
+        uri, uploaded = upload(s3, prefix, bundle)
         assert (uri, uploaded) == (
             f"s3://{artifacts}/code/trainstack/{bundle.digest}/sourcedir.tar.gz",
             True,
         )
-        assert upload(s3, artifacts, pipeline.settings.project, pack(code)) == (uri, False)  # same tree
+        assert upload(s3, prefix, pack(code)) == (
+            uri,
+            False,
+        )  # the same tree: the same digest, not sent again
         outcome = harness.run(
             pipeline_arn,
             {
