@@ -20,19 +20,20 @@ BUNDLES_REASON = (
 )
 
 
-def grant_team_code(
-    scope: Construct,
-    namespace: str,
-    storage: StorageStack,
-    sagemaker_role: iam.Role,
-    start_policy: iam.ManagedPolicy | None,
-) -> None:
-    """The role reads the namespace's code; the start policy (teams) uploads it; the prefix is an output."""
+def grant_team_code_reads(sagemaker_role: iam.Role, namespace: str, storage: StorageStack) -> None:
+    """The jobs' role reads the namespace's code (the toolkit downloads it), and writes none of it."""
     bundles = storage.artifact_bucket.arn_for_objects(f"{code_key_prefix(namespace)}*")
     sagemaker_role.add_to_policy(
         iam.PolicyStatement(sid="ReadTeamCode", actions=["s3:GetObject"], resources=[bundles])
     )
     acknowledge_wildcard_statements(sagemaker_role, {"ReadTeamCode": BUNDLES_REASON})
+
+
+def publish_team_code(
+    scope: Construct, namespace: str, storage: StorageStack, start_policy: iam.ManagedPolicy | None
+) -> None:
+    """The prefix as the pipeline stack's output; with teams, the team's start policy uploads there."""
+    bundles = storage.artifact_bucket.arn_for_objects(f"{code_key_prefix(namespace)}*")
     if start_policy is not None:
         # GetObject: the CLI's HeadObject before an upload (a bundle already there is not sent again).
         start_policy.add_statements(

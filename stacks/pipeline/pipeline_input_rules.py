@@ -15,6 +15,7 @@ from typing import Any
 from stacks.pipeline import cost_cap_states
 from stacks.pipeline.jsonata_text import literal
 from stacks.pipeline.state_machine_facts import extra_time_seconds, placeholder
+from trainstack.checkpoint_requests import checkpoint_prefix, direct_resume_prefixes
 from trainstack.execution_input import (
     EXECUTION_NAME_MESSAGE,
     HYPERPARAMETER_NAME_MAX_LENGTH,
@@ -39,13 +40,7 @@ from trainstack.hyperparameter_reading import (
     COUNT_PATTERN,
     COUNTED_HYPERPARAMETERS,
 )
-from trainstack.job_request import (
-    PipelineResources,
-    base_request,
-    checkpoint_prefix,
-    direct_resume_prefixes,
-    instance_preferences,
-)
+from trainstack.job_request import PipelineResources, base_request, instance_preferences
 from trainstack.jsonata_regex import regex_literal
 from trainstack.planning.setups import instance_count_problem
 from trainstack.profiles import (

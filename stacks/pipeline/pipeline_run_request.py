@@ -10,15 +10,14 @@ from __future__ import annotations
 import re
 
 from stacks.pipeline.jsonata_text import literal
+from trainstack.checkpoint_requests import RESUME_FROM_HYPERPARAMETER, resume_channel
 from trainstack.job_request import (
     EXECUTION_TAG,
     NAMESPACE_TAG,
-    RESUME_FROM_HYPERPARAMETER,
     RUN_TAG,
     PipelineResources,
     code_location,
     output_path,
-    resume_channel,
     tensorboard_uri,
 )
 from trainstack.team_code import SUBMIT_DIRECTORY_HYPERPARAMETER, code_hyperparameters

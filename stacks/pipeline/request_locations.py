@@ -6,7 +6,7 @@ and `$list` are request_guard's helpers, bound in every check."""
 from __future__ import annotations
 
 from stacks.pipeline.jsonata_text import literal
-from trainstack.job_request import RESUME_FROM_HYPERPARAMETER
+from trainstack.checkpoint_requests import RESUME_FROM_HYPERPARAMETER
 from trainstack.jsonata_regex import regex_literal
 from trainstack.team_code import (
     BUNDLE_NAME,
