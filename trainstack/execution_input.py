@@ -427,7 +427,8 @@ def validate_execution_input(data: Any, settings: RunConfig, execution_name: str
             if problem:
                 raise InvalidInputError(problem, profile_rule.field)
     prices = offline_training_prices(settings.region)  # the table the synthesized machines carry
-    over_cap = cost_cap_problem(
+    # The plan models train.py: a team's own code has none, and only its billed cost stops it.
+    over_cap = "code" not in values and cost_cap_problem(
         profile, values.get("hyperparameters", {}), values.get("instanceCount"), prices
     )
     if over_cap:
