@@ -3,6 +3,7 @@ it by its sha256 once and starting the run with `code` in the input, against mot
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import os
@@ -13,6 +14,8 @@ import pytest
 
 from tests.aws_fixtures import REGION, SUCCEEDS, pipeline
 from trainstack.cli import main
+from trainstack.commands.start import _team_code
+from trainstack.profiles import TeamCodeDefaults
 from trainstack.team_code import pack
 
 PREFIX = "s3://trainstack-artifacts/code/trainstack/"
@@ -87,6 +90,15 @@ def test_start_with_bad_code_says_so_and_uploads_nothing(aws, team_code, capsys,
     assert main(["start", "--code", str(team_code), "--code-prefix", PREFIX, *extra]) == 2
     assert capsys.readouterr().err.startswith(message)
     assert s3.list_objects_v2(Bucket="trainstack-artifacts").get("KeyCount") == 0
+
+
+def test_a_profiles_code_entry_point_is_the_default_entry(team_code, make_settings):
+    settings = make_settings()
+    profile = settings.profiles[0].model_copy(update={"code": TeamCodeDefaults(entry_point="run.sh")})
+    settings = settings.model_copy(update={"profiles": [profile]})
+    execution_input = {"profile": profile.name}
+    _team_code(argparse.Namespace(code=team_code, entry=None, code_prefix=None), settings, execution_input)
+    assert execution_input["code"] == {"digest": pack(team_code).digest, "entry": "run.sh"}
 
 
 def test_entry_without_code_is_a_usage_error(aws, capsys):

@@ -122,6 +122,10 @@ def test_a_plain_script_is_retried_on_capacity_runs_from_its_bundle_and_its_vers
     assert "torchrun --nnodes 1 --nproc_per_node 2 fit.py" in log  # the profile's launcher, the team's entry
     assert "plain script done on rank 0" in log and "plain script done on rank 1" in log, log[-3000:]
     assert (training.local_path(model_uri(second.request)) / "model.pt").is_file()
+    # The evaluation runs the image's evaluate.py, never the team's bundle.
+    evaluation = fake.jobs["trainstack-plain-eval"].request["HyperParameters"]
+    assert "sagemaker_submit_directory" not in evaluation
+    assert evaluation["sagemaker_program"] == '"evaluate.py"'
     lineage = version["CustomerMetadataProperties"]
     assert lineage[LINEAGE_KEYS["teamCode"]] == bundle.digest
     assert lineage[LINEAGE_KEYS["run"]] == "trainstack-plain"

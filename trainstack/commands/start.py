@@ -84,7 +84,9 @@ def _request_arguments(parser: argparse.ArgumentParser) -> None:
         "--entry launched as the profile launches train.py (docs/own-code.md)",
     )
     parser.add_argument(
-        "--entry", metavar="FILE", help="entry point in --code DIR (default: the profile's entry_point)"
+        "--entry",
+        metavar="FILE",
+        help="entry point in --code DIR (default: the profile's code.entry_point, else its entry_point)",
     )
     parser.add_argument(
         "--code-prefix",
@@ -147,8 +149,8 @@ def start_run(pipeline: Pipeline, execution_input: dict[str, Any]) -> str:
 def _team_code(
     args: argparse.Namespace, settings: RunConfig, execution_input: dict[str, Any]
 ) -> Bundle | None:
-    """--code DIR packed, its digest and --entry (default: the profile's entry_point) set as the input's
-    `code`; None without --code."""
+    """--code DIR packed, its digest and --entry (default: the profile's `code.entry_point`, else its
+    entry_point) set as the input's `code`; None without --code."""
     if args.code is None:
         if args.entry is not None or args.code_prefix is not None:
             raise UsageError("--entry and --code-prefix name the team's own code: give --code DIR too")
@@ -159,7 +161,9 @@ def _team_code(
         raise UsageError(f"--code: {error}") from None
     profiles = {profile.name: profile for profile in settings.profiles}
     chosen = profiles.get(execution_input["profile"])
-    entry = args.entry or (chosen.entry_point if chosen else "train.py")
+    entry = args.entry or (
+        (chosen.code.entry_point if chosen.code else chosen.entry_point) if chosen else "train.py"
+    )
     if not (args.code / entry).is_file():
         raise UsageError(f"--entry: {entry} is not a file of {args.code}")
     execution_input["code"] = {"digest": bundle.digest, "entry": entry}
