@@ -30,8 +30,8 @@ from typing import Any
 CODE_PREFIX = "code/"
 BUNDLE_NAME = "sourcedir.tar.gz"  # the SageMaker Python SDK's name for a packed source_dir
 DIGEST_PATTERN = r"^[0-9a-f]{64}$"
-# The entry point, relative to the code's root: the profile's entry_point rule; with no `.`, `..` or empty
-# segment (execution_input.NOT_NORMALIZED): the toolkit runs it from /opt/ml/code, which `..` would leave.
+# The entry point, relative to the code's root: the profile's entry_point rule. The input rules also refuse a
+# `.`, `..` or empty segment (execution_input.NOT_NORMALIZED): the toolkit runs the entry from /opt/ml/code.
 ENTRY_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_./-]*\.(py|sh)$"
 # The pipeline stack's output that names the team's code prefix (stacks/pipeline/code_access.py).
 CODE_PREFIX_OUTPUT = "CodePrefix"
@@ -51,9 +51,6 @@ class CodeRef:
 
     digest: str
     entry: str
-
-    def as_input(self) -> dict[str, str]:
-        return {"digest": self.digest, "entry": self.entry}
 
 
 @dataclass(frozen=True)
