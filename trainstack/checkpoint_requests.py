@@ -43,6 +43,7 @@ class StoreResources(Protocol):
     @property
     def region(self) -> str | None: ...
 
+
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 # The fsx store's channel: SageMaker mounts a FileSystemDataSource channel at /opt/ml/input/data/<name>.
 CHECKPOINT_CHANNEL = "checkpoints"
