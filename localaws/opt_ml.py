@@ -14,7 +14,9 @@ What SageMaker writes, from "How Amazon SageMaker AI provides training informati
   The same three keys for an FSx channel (no S3DistributionType in its request) are assumed.
 - `input/data/<channel>/`: the channel's files (File mode).
 - `model/` and `output/`: where the algorithm writes its model and its failure file.
-The code at `code/` is the image's (container/Dockerfile: `COPY training_scripts/ /opt/ml/code/`).
+The code at `code/` is the image's (container/Dockerfile: `COPY training_scripts/ /opt/ml/code/`), or empty
+for a team's own code, which the toolkit extracts there itself (container/train moves the image's scripts
+aside).
 """
 
 from __future__ import annotations
@@ -78,8 +80,10 @@ def lay_out(
     resources: dict[str, Any],
     channels: dict[str, dict[str, str]],
     channel_data: dict[str, Path] | None = None,
+    image_code: bool = True,
 ) -> None:
-    """Write the tree under `base` (standing for /opt/ml); `channel_data` links channels to local folders."""
+    """Write the tree under `base` (standing for /opt/ml); `channel_data` links channels to local folders;
+    image_code=False leaves `code/` empty (a team's own code)."""
     config = base / "input" / "config"
     config.mkdir(parents=True)
     (config / "hyperparameters.json").write_text(json.dumps(hyperparameters))
@@ -88,6 +92,9 @@ def lay_out(
     for name, folder in (channel_data or {}).items():
         (base / "input" / "data").mkdir(parents=True, exist_ok=True)
         (base / "input" / "data" / name).symlink_to(folder.resolve())
-    shutil.copytree(TRAINING_SCRIPTS, base / "code", ignore=shutil.ignore_patterns("__pycache__"))
+    if image_code:
+        shutil.copytree(TRAINING_SCRIPTS, base / "code", ignore=shutil.ignore_patterns("__pycache__"))
+    else:
+        (base / "code").mkdir()
     (base / "output").mkdir()
     (base / "model").mkdir()

@@ -44,12 +44,17 @@ def flatten_reference(node: Any) -> str:
 
 @jsii.implements(IValidation)
 class _AcknowledgeWildcards:
-    def __init__(self, role: iam.Role, reasons: Mapping[str, str]) -> None:
+    def __init__(self, role: iam.Role | iam.ManagedPolicy, reasons: Mapping[str, str]) -> None:
         self._role = role
         self._reasons = dict(reasons)
 
     def validate(self) -> list[str]:
-        policy = self._role.node.try_find_child("DefaultPolicy")
+        # A managed policy holds its statements itself; a role in its default policy.
+        policy = (
+            self._role
+            if isinstance(self._role, iam.ManagedPolicy)
+            else self._role.node.try_find_child("DefaultPolicy")
+        )
         if policy is None:
             return []
         document = cdk.Stack.of(self._role).resolve(policy.document)
@@ -78,7 +83,7 @@ class _AcknowledgeWildcards:
         return errors
 
 
-def acknowledge_wildcard_statements(role: iam.Role, reasons: Mapping[str, str]) -> None:
+def acknowledge_wildcard_statements(role: iam.Role | iam.ManagedPolicy, reasons: Mapping[str, str]) -> None:
     """`reasons`: statement Sid (or one of its actions, for statements the constructs write) -> why its
     wildcard resources are as narrow as they can be."""
     role.node.add_validation(_AcknowledgeWildcards(role, reasons))

@@ -1,7 +1,12 @@
 """The state machine's input contract, checked the same way by the CLI and by the state machine.
 
     {"profile": str, "runName": str, "hyperparameters": {str: str}, "instanceCount": int,
-     "maxRuntimeHours": number, "resumeFrom": "s3://..."}      (every field optional)
+     "maxRuntimeHours": number, "resumeFrom": "s3://...",
+     "code": {"digest": <sha256, 64 hex>, "entry": <path>}}  (every field optional)
+
+`code` runs the team's own code (trainstack.team_code) instead of the image's entry point: the bundle
+`s3://<artifact bucket>/code/<namespace>/<digest>/sourcedir.tar.gz`, its `entry` launched as the profile's
+strategy launches train.py.
 
 In queue mode (`queue.enabled`) two more optional fields exist: "priority" (0-9999, Batch's
 schedulingPriority; only with fair shares) and "share" (one of queue.shares; default: the first).
@@ -44,6 +49,7 @@ from trainstack.profiles import (
 )
 from trainstack.queue_settings import QueueSettings
 from trainstack.run_names import RUN_NAME_MAX_LENGTH, default_run_name_at
+from trainstack.team_code import ENTRY_PATTERN, CodeRef, code_key_prefix, is_digest, is_entry
 from trainstack.teams import RunLimits
 
 
@@ -70,7 +76,8 @@ class RunConfig(Protocol):
     def profile(self, name: str) -> Profile: ...
 
 
-FIELDS = ("profile", "runName", "hyperparameters", "instanceCount", "maxRuntimeHours", "resumeFrom")
+FIELDS = ("profile", "runName", "hyperparameters", "instanceCount", "maxRuntimeHours", "resumeFrom", "code")
+CODE_MEMBERS = ("digest", "entry")
 QUEUE_FIELDS = ("priority", "share")
 MIN_RUNTIME_HOURS = 0.01
 # Both matched whole (re.fullmatch), as the pipeline's JSONata reads them (JavaScript's `$` matches no
@@ -281,6 +288,27 @@ INPUT_RULES: tuple[InputRule, ...] = (
         lambda value, settings: _resumable(settings, _key_of(value)),
     ),
     InputRule(
+        "code",
+        "object",
+        'code must be a JSON object {{"digest": <sha256 of the bundle>, "entry": <its entry point>}} '
+        "with these two members only (trainstack start --code DIR --entry FILE makes one).",
+        lambda value, _: isinstance(value, Mapping) and sorted(value) == sorted(CODE_MEMBERS),
+    ),
+    InputRule(
+        "code",
+        "digest",
+        "code.digest must be 64 lowercase hex digits, the sha256 of a bundle in the team's code prefix "
+        "s3://<artifact bucket>/{code_prefix}.",
+        lambda value, _: is_digest(value["digest"]),
+    ),
+    InputRule(
+        "code",
+        "entry",
+        f"code.entry must be a relative path to a .py or .sh file of the bundle (pattern {ENTRY_PATTERN}), "
+        "with no . or .. segment and no //.",
+        lambda value, _: is_entry(value["entry"]) and re.search(NOT_NORMALIZED, value["entry"]) is None,
+    ),
+    InputRule(
         "instanceCount",
         "within-queue",
         "instanceCount must be at most {max_instances}, the queue's capacity (queue.max_instances).",
@@ -352,6 +380,7 @@ def message_context(settings: RunConfig, unknown: str) -> dict[str, str]:
         "fields": ", ".join(input_fields(settings)),
         "profiles": ", ".join(profile.name for profile in settings.profiles),
         "prefix": settings.project,
+        "code_prefix": code_key_prefix(settings.project),
         "reserved": ", ".join(RESERVED_HYPERPARAMETERS),
         "unknown": unknown,
         "max_instances": str(settings.queue.max_instances),
@@ -398,7 +427,8 @@ def validate_execution_input(data: Any, settings: RunConfig, execution_name: str
             if problem:
                 raise InvalidInputError(problem, profile_rule.field)
     prices = offline_training_prices(settings.region)  # the table the synthesized machines carry
-    over_cap = cost_cap_problem(
+    # The plan models train.py: a team's own code has none, and only its billed cost stops it.
+    over_cap = "code" not in values and cost_cap_problem(
         profile, values.get("hyperparameters", {}), values.get("instanceCount"), prices
     )
     if over_cap:
@@ -412,4 +442,5 @@ def validate_execution_input(data: Any, settings: RunConfig, execution_name: str
         resume_from=values.get("resumeFrom"),
         priority=int(values["priority"]) if "priority" in values else profile.priority,
         share=values.get("share", next(iter(settings.queue.shares), None)),
+        code=CodeRef(**values["code"]) if "code" in values else None,
     )

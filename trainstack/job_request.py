@@ -26,6 +26,8 @@ the base request is embedded per profile in the definition, and each execution f
                                                                                  read directly
   HyperParameters.resume_from             resumeFrom                             resumeFrom read directly
                                                                                  (resumes_directly)
+  HyperParameters.sagemaker_submit_       team_code.code_hyperparameters(        code given
+  directory, .sagemaker_program           code_uri(digest), entry)
 
 Choices made here:
 - The run name prefixes everything a run owns: jobs `<runName>-<attempt>` (IAM scopes
@@ -41,18 +43,7 @@ Choices made here:
   each value: "true", "\"train.py\"", '{"tensor_parallel_degree": 8}'); profile defaults and
   execution values are strings passed unchanged (the toolkit json-decodes those that parse, so
   "3e-4" reaches train.py as 0.0003 and "abc" as abc). Launch flags cannot be overridden.
-- Checkpoint stores (a profile's `checkpoint_store`, trainstack/checkpoint_stores.py): `sagemaker-sync`
-  sends CheckpointConfig (LocalPath /opt/ml/checkpoints, which train.py writes and SageMaker syncs with
-  S3Uri). The others omit it, so nothing is downloaded before training, and name the run's location in
-  train.py's `checkpoint_dir` hyperparameter: `s3-direct` the checkpoint bucket's `<runName>/`, `s3-express`
-  the directory bucket's (DCP reads and writes both through s3torchconnector), `fsx` the run's directory
-  under the `checkpoints` channel, the team's checkpoint directory on the file system mounted
-  `FileSystemAccessMode: rw` (`checkpoint_dir_shared: true`: every node sees it).
-- resumeFrom: with a store train.py reads in S3 itself (`s3-direct`, `s3-express`), a resumeFrom in a
-  checkpoint bucket goes to train.py as the `resume_from` hyperparameter, and each rank reads only its own
-  shards of it (DCP's S3StorageReader); every other resumeFrom (any store's model output, meant for a
-  profile's `init_from`, or a checkpoint under `sagemaker-sync` or `fsx`) is the `resume` channel, which
-  SageMaker downloads whole to every node before training.
+- Checkpoint stores and resumeFrom: trainstack.checkpoint_requests.
 - Model output uncompressed (OutputDataConfig.CompressionType NONE, AWS's recommendation for large
   models): SageMaker uploads the files of /opt/ml/model as they are under
   `<S3OutputPath><job>/output/model/` instead of gzipping a model.tar.gz while every instance is still
@@ -82,21 +73,24 @@ from typing import Any
 
 from training_scripts.metrics import METRIC_DEFINITIONS
 from training_scripts.mlflow_log import MLFLOW_EXPERIMENT_ENV, MLFLOW_TRACKING_URI_ENV
-from trainstack.checkpoint_stores import S3_DIRECT_STORES
+from trainstack.checkpoint_requests import (
+    CHECKPOINT_LOCAL_PATH,
+    REGION_ENV,
+    RESUME_FROM_HYPERPARAMETER,
+    checkpoint_channel,
+    checkpoint_uri,
+    express_region,
+    file_system_channel,
+    resume_channel,
+    resumes_directly,
+    syncs_checkpoints,
+)
 from trainstack.in_job_restarts import in_job_restart_environment
 from trainstack.planning.auto_interval import resolved_hyperparameters
 from trainstack.profiles import EXPECTED_GPUS_ENV, Profile
+from trainstack.team_code import CodeRef, code_hyperparameters, code_prefix, code_uri
 
-CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 TRAIN_CHANNEL = "train"
-# The fsx store's channel: SageMaker mounts a FileSystemDataSource channel at /opt/ml/input/data/<name>.
-CHECKPOINT_CHANNEL = "checkpoints"
-CHECKPOINT_CHANNEL_PATH = f"/opt/ml/input/data/{CHECKPOINT_CHANNEL}/"
-RESUME_CHANNEL = "resume"
-# Where s3torchconnector's client (training_scripts/checkpoint_storage.py) reads the Region from.
-REGION_ENV = "AWS_REGION"
-# train.py's --resume-from, when the store reads the resume source directly (resumes_directly).
-RESUME_FROM_HYPERPARAMETER = "resume_from"
 EXECUTION_TAG = "trainstack:execution"
 RUN_TAG = "trainstack:run"
 # The pipeline's project (config `project`): the sweepers stop only jobs of their own namespace, whatever
@@ -148,51 +142,26 @@ class RunRequest:
     # Queue mode: Batch's schedulingPriority and shareIdentifier (None: not sent).
     priority: int | None = None
     share: str | None = None
+    # The team's own code (trainstack.team_code); None: the image's entry point.
+    code: CodeRef | None = None
 
 
 def job_name(run_name: str, attempt: int) -> str:
     return f"{run_name}-{attempt}"
 
 
-def checkpoint_prefix(profile: Profile, resources: PipelineResources) -> str:
-    """Where the profile's runs keep their checkpoints, each run under `<prefix><runName>/`."""
-    if profile.checkpoint_store == "fsx":
-        return CHECKPOINT_CHANNEL_PATH
-    if profile.checkpoint_store == "s3-express":
-        if resources.express_checkpoint_bucket is None:
-            raise ValueError("checkpoint_store s3-express needs the storage stack's directory bucket")
-        return f"s3://{resources.express_checkpoint_bucket}/"
-    return f"s3://{resources.checkpoint_bucket}/"
-
-
-def checkpoint_uri(profile: Profile, resources: PipelineResources, run_name: str) -> str:
-    """The run's checkpoint location, the same for every attempt: an S3 prefix, or with fsx the path in
-    the job."""
-    return f"{checkpoint_prefix(profile, resources)}{run_name}/"
-
-
-def syncs_checkpoints(profile: Profile) -> bool:
-    """Whether SageMaker syncs the profile's checkpoints (CheckpointConfig) rather than train.py reading
-    and writing its store directly."""
-    return profile.checkpoint_store == "sagemaker-sync"
-
-
-def direct_resume_prefixes(profile: Profile, resources: PipelineResources) -> list[str]:
-    """The S3 prefixes a run of `profile` resumes from without a channel: the checkpoint buckets', when its
-    store reads S3 itself; none otherwise."""
-    if profile.checkpoint_store not in S3_DIRECT_STORES:
-        return []
-    buckets = (resources.checkpoint_bucket, resources.express_checkpoint_bucket)
-    return [f"s3://{bucket}/" for bucket in buckets if bucket is not None]
-
-
-def resumes_directly(profile: Profile, resources: PipelineResources, uri: str) -> bool:
-    """Whether train.py reads resumeFrom `uri` itself (hyperparameter resume_from), not a `resume` channel."""
-    return any(uri.startswith(prefix) for prefix in direct_resume_prefixes(profile, resources))
-
-
 def output_path(resources: PipelineResources, run_name: str) -> str:
     return f"s3://{resources.artifact_bucket}/{run_name}/"
+
+
+def team_code_prefix(resources: PipelineResources) -> str:
+    """The pipeline's team's code prefix (team_code.code_prefix of its namespace)."""
+    return code_prefix(resources.artifact_bucket, resources.job_name_prefix.removesuffix("-"))
+
+
+def code_location(resources: PipelineResources, digest: str) -> str:
+    """Where the pipeline's team keeps the bundle `digest` (team_code.code_uri of its namespace)."""
+    return code_uri(resources.artifact_bucket, resources.job_name_prefix.removesuffix("-"), digest)
 
 
 def tensorboard_uri(resources: PipelineResources, run_name: str, job_name: str) -> str:
@@ -215,21 +184,6 @@ def tags(run_name: str, execution_arn: str | None, namespace: str | None = None)
     if namespace:
         run_tags.append({"Key": NAMESPACE_TAG, "Value": namespace})
     return run_tags
-
-
-def resume_channel(uri: str) -> dict[str, Any]:
-    """Checkpoint to start from, mounted at /opt/ml/input/data/resume (SM_CHANNEL_RESUME)."""
-    return {
-        "ChannelName": RESUME_CHANNEL,
-        "DataSource": {
-            "S3DataSource": {
-                "S3DataType": "S3Prefix",
-                "S3Uri": uri,
-                "S3DataDistributionType": "FullyReplicated",
-            }
-        },
-        "InputMode": "File",
-    }
 
 
 def instance_preferences(profile: Profile, *, counted: bool = True) -> list[dict[str, Any]]:
@@ -279,12 +233,12 @@ def base_request(profile: Profile, resources: PipelineResources) -> dict[str, An
         "Environment": _environment(profile),
     }
     if profile.checkpoint_store == "fsx":
-        request["InputDataConfig"].append(_checkpoint_channel(resources))
+        request["InputDataConfig"].append(checkpoint_channel(resources))
         request["HyperParameters"]["checkpoint_dir_shared"] = "true"
     if profile.checkpoint_store == "s3-express":
         # SageMaker's own variables name no Region for certain (the toolkit reads a `sagemaker_region`
         # hyperparameter, which only the Python SDK sends): the request says it.
-        request["Environment"][REGION_ENV] = _express_region(resources)
+        request["Environment"][REGION_ENV] = express_region(resources)
     if resources.kms_key_arn is not None:
         request["OutputDataConfig"]["KmsKeyId"] = resources.kms_key_arn
     if profile.inter_container_traffic_encryption:
@@ -331,6 +285,9 @@ def build_create_training_job_request(
         request["HyperParameters"][RESUME_FROM_HYPERPARAMETER] = run.resume_from
     elif run.resume_from is not None:
         request["InputDataConfig"].append(resume_channel(run.resume_from))
+    if run.code is not None:
+        uri = code_location(resources, run.code.digest)
+        request["HyperParameters"].update(code_hyperparameters(uri, run.code.entry))
     return request
 
 
@@ -354,12 +311,6 @@ def _resource_config(profile: Profile, kms_key_arn: str | None) -> dict[str, Any
     return config
 
 
-def _express_region(resources: PipelineResources) -> str:
-    if resources.region is None:
-        raise ValueError("checkpoint_store s3-express needs the deployment's Region")
-    return resources.region
-
-
 def _environment(profile: Profile) -> dict[str, str]:
     environment = dict(profile.environment)
     if profile.mlflow_tracking_server_arn:
@@ -373,33 +324,9 @@ def _environment(profile: Profile) -> dict[str, str]:
     return environment
 
 
-def _file_system_channel(name: str, file_system_id: str, path: str, mode: str) -> dict[str, Any]:
-    return {
-        "ChannelName": name,
-        "DataSource": {
-            "FileSystemDataSource": {
-                "FileSystemId": file_system_id,
-                "FileSystemType": "FSxLustre",
-                "DirectoryPath": path,
-                "FileSystemAccessMode": mode,
-            }
-        },
-        "InputMode": "File",
-    }
-
-
-def _checkpoint_channel(resources: PipelineResources) -> dict[str, Any]:
-    """The fsx store's checkpoint directory, mounted read-write (botocore: FileSystemAccessMode rw|ro)."""
-    if resources.file_system_id is None or resources.checkpoint_file_system_path is None:
-        raise ValueError("checkpoint_store fsx needs the deployment's file system (fsx.enabled: true)")
-    return _file_system_channel(
-        CHECKPOINT_CHANNEL, resources.file_system_id, resources.checkpoint_file_system_path, "rw"
-    )
-
-
 def _train_channel(resources: PipelineResources) -> dict[str, Any]:
     if resources.file_system_id is not None:
-        return _file_system_channel(
+        return file_system_channel(
             TRAIN_CHANNEL, resources.file_system_id, resources.file_system_directory_path, "ro"
         )
     return {

@@ -20,6 +20,7 @@ from trainstack.planning.checkpoints import MPIRUN_SIGKILL_TIMEOUT_SECONDS
 from trainstack.registry_settings import EvaluationSettings, RegistrySettings
 from trainstack.retry_policies import FaultRetryPolicy, RetryPolicy
 from trainstack.slow_host import SlowHostPolicy
+from trainstack.team_code import ENTRY_PATTERN
 
 Strategy = Literal["smp", "smddp", "torchrun", "mpi"]
 
@@ -32,6 +33,8 @@ MAX_PRIORITY = 9999
 # --strategy): profiles and execution inputs may not set them.
 RESERVED_HYPERPARAMETERS = (
     "sagemaker_program",
+    # A team's own code: set from the execution's `code` only (trainstack.team_code).
+    "sagemaker_submit_directory",
     "sagemaker_torch_distributed_enabled",
     "sagemaker_distributed_dataparallel_enabled",
     "sagemaker_mpi_enabled",
@@ -173,6 +176,14 @@ class SmpParameters(StrictModel):
         return self.model_dump(exclude_none=True)
 
 
+class TeamCodeDefaults(StrictModel):
+    """A profile's `code:` block: what `trainstack start --code DIR` uses unless told (team_code)."""
+
+    entry_point: Annotated[
+        str, matching(ENTRY_PATTERN, "a relative path to a .py or .sh file in the team's code directory")
+    ]
+
+
 class Profile(StrictModel):
     name: Annotated[
         str,
@@ -224,6 +235,8 @@ class Profile(StrictModel):
     evaluation: EvaluationSettings | None = None
     # Where the run's checkpoints live and how a restart reads them (trainstack/checkpoint_stores.py).
     checkpoint_store: CheckpointStore = DEFAULT_CHECKPOINT_STORE
+    # The team's own code: --entry's default for `trainstack start --code DIR` (docs/own-code.md).
+    code: TeamCodeDefaults | None = None
 
     @field_validator("priority")
     @classmethod

@@ -50,6 +50,7 @@ LINEAGE_KEYS = {
     "imageDigest": "image.digest",  # present only when ECR could not resolve it: "unresolved"
     "config": "config.sha256",
     "code": "code.version",  # the git revision the app and its image were built from (code_version)
+    "teamCode": "code.digest",  # the sha256 of the team's own code the run ran (trainstack.team_code), if any
     "trainingSet": "data.trainingSetManifest",
     "evaluationSet": "data.evaluationSetManifest",
     "checkpoint": "checkpoint.uri",

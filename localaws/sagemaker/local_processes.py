@@ -23,6 +23,15 @@ toolkit starts torchrun with the container's environment), and the restarted wor
 checkpoint; with no restart left, the failure file (`trainstack-fault:infrastructure:hang ...`) becomes the
 FailureReason, as on SageMaker.
 
+A team's own code (trainstack.team_code: the request's `sagemaker_submit_directory` hyperparameter, an S3 URI
+of a tar.gz) runs as container/train and the toolkit run it: the job's code dir stays empty, the image's
+scripts are importable through PYTHONPATH, and the toolkit extracts the bundle into the code dir and launches
+its `sagemaker_program` (sagemaker-training files.download_and_extract, entry_point.run). The one step stood
+in for is the toolkit's own S3 download (files.s3_download, boto3 with the job's role): the bundle is read
+from the local S3 (boto3 in the emulator) and the toolkit is handed the downloaded file, which the same
+function extracts. `provisioning_failures=N` makes the first N jobs fail with SageMaker's `CapacityError:`
+while Starting, before any process (a script without checkpoints never reaches the other capacity loss).
+
 The request's Environment reaches the processes, as SageMaker sets it in the container ("The environment
 variables to set in the Docker container", CreateTrainingJob in botocore's sagemaker model), with the job's
 name in TRAINING_JOB_NAME, which SageMaker sets too (sagemaker-training's params.TRAINING_JOB_ENV). A
@@ -33,6 +42,7 @@ server under <root>/mlflow (`mlflow_store`): the demo reads every attempt's metr
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -50,11 +60,13 @@ from typing import Any
 
 from localaws import opt_ml
 from localaws.demo import local_logs
-from localaws.sagemaker.scripted import CAPACITY_ERROR
+from localaws.opt_ml import TRAINING_SCRIPTS
+from localaws.sagemaker.scripted import CAPACITY_ERROR, CAPACITY_FAILURE, STARTING, ScriptedRun
 from localaws.sagemaker.training_jobs import FakeSageMaker, Phase, TrainingJob, model_uri
 from training_scripts.metrics import parse_metrics
 from training_scripts.mlflow_log import JOB_NAME_ENV, MLFLOW_TRACKING_URI_ENV
 from trainstack.profiles import MLFLOW_TRACKING_SERVER_ARN_PATTERN
+from trainstack.team_code import BUNDLE_NAME, SUBMIT_DIRECTORY_HYPERPARAMETER
 
 # CPU stands in for the instance's GPUs: two processes per host (the toolkit starts one otherwise).
 PROCESSES_PER_HOST = "2"
@@ -135,14 +147,20 @@ class LocalTraining:
     capacity_failures: int = 0
     hang_failures: int = 0
     hang_hyperparameters: dict[str, str] = field(default_factory=dict)
+    provisioning_failures: int = 0
+    provisioning_failed: int = 0
     logs: Any = None  # a CloudWatch Logs client: each job's log goes there as it ends
     runs: list[LocalRun] = field(default_factory=list)
 
     def local_path(self, s3_uri: str) -> Path:
         return self.root / "s3" / s3_uri.removeprefix("s3://")
 
-    def start(self, job: TrainingJob) -> LocalRun:
+    def start(self, job: TrainingJob) -> LocalRun | ScriptedRun:
+        if self.provisioning_failed < self.provisioning_failures:
+            self.provisioning_failed += 1
+            return ScriptedRun([STARTING, CAPACITY_FAILURE])
         request = job.request
+        team_code = self.team_code(job)
         # A job without CheckpointConfig (an evaluation) gets a folder of its own that nothing syncs. A
         # profile whose checkpoint_store is s3 or s3-express names the store's URI in checkpoint_dir instead,
         # which train.py reads and writes itself: its local folder stands in for it (assumed equivalent for
@@ -166,22 +184,38 @@ class LocalTraining:
                     {"checkpoint_dir": str(checkpoint_dir)} if checkpoints else {}
                 ),  # CheckpointConfig.LocalPath
                 **(self.hang_hyperparameters if len(self.runs) < self.hang_failures else {}),
+                **team_code,
             },
             resources=opt_ml.resource_config(*opt_ml.first_choice(request)),
             channels={name: opt_ml.FILE_CHANNEL for name in channel_data},
             channel_data=channel_data,
+            image_code=not team_code,
         )
         log_path = base / "output" / "job.log"
         run = LocalRun(
             base,
             checkpoint_dir,
-            _start_toolkit(base, log_path, self.container_environment(job)),
+            _start_toolkit(base, log_path, self.container_environment(job), image_code=not team_code),
             log_path,
             simulate_capacity_failure=len(self.runs) < self.capacity_failures,
         )
         self.runs.append(run)
         threading.Thread(target=self._supervise, args=(job, run), daemon=True).start()
         return run
+
+    def team_code(self, job: TrainingJob) -> dict[str, str]:
+        """For a request naming a team's code, its `sagemaker_submit_directory` downloaded to the job's folder
+        (the toolkit's files.s3_download), as the hyperparameter the toolkit extracts from; else nothing."""
+        submitted = job.request.get("HyperParameters", {}).get(SUBMIT_DIRECTORY_HYPERPARAMETER)
+        if submitted is None:
+            return {}
+        import boto3  # as serving() does: boto3 only where a job needs it
+
+        bucket, _, key = json.loads(submitted).removeprefix("s3://").partition("/")
+        bundle = self.root / "jobs" / job.name / BUNDLE_NAME
+        bundle.parent.mkdir(parents=True, exist_ok=True)
+        bundle.write_bytes(boto3.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read())
+        return {SUBMIT_DIRECTORY_HYPERPARAMETER: json.dumps(str(bundle))}
 
     def mlflow_store(self, tracking_server_arn: str) -> Path:
         """The local MLflow file store that stands for a tracking server (module docstring)."""
@@ -266,7 +300,17 @@ def final_metrics(request: dict[str, Any], log_path: Path) -> list[dict[str, Any
     return found
 
 
-def _start_toolkit(base: Path, log_path: Path, container_environment: dict[str, str]) -> subprocess.Popen:
+def _start_toolkit(
+    base: Path, log_path: Path, container_environment: dict[str, str], *, image_code: bool = True
+) -> subprocess.Popen:
+    # A team's code: the image's scripts (the runtime library) stay importable, as container/train keeps them.
+    python_path = (
+        {}
+        if image_code
+        else {
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(TRAINING_SCRIPTS), os.environ.get("PYTHONPATH")]))
+        }
+    )
     environment = {
         **os.environ,
         **container_environment,
@@ -275,6 +319,7 @@ def _start_toolkit(base: Path, log_path: Path, container_environment: dict[str, 
         "SAGEMAKER_TRAINING_MODULE": "sagemaker_pytorch_container.training:main",
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         "OMP_NUM_THREADS": "1",
+        **python_path,
     }
     with log_path.open("w") as log:
         return subprocess.Popen(

@@ -81,9 +81,11 @@ _PLANNED = (
 
 
 def input_check() -> tuple[str, str, str]:
-    """(field, condition that accepts, cause) of the input check's last rule: trainstack.cost_cap's."""
+    """(field, condition that accepts, cause) of the input check's last rule: trainstack.cost_cap's. A team's
+    own code (`code`) has no plan (the plan models train.py): only the billed cost stops it."""
     planned_in_cap = f"($planned := {_PLANNED}; $planned <= $p.costCap.maxUsd)"
-    accepts = f"($exists($p.costCap) and $count($p.costCap.rates) > 0) ? {planned_in_cap} : true"
+    planned = "$exists($p.costCap) and $count($p.costCap.rates) > 0 and $not($exists($in.code))"
+    accepts = f"({planned}) ? {planned_in_cap} : true"
     cause = (
         f'($planned := {_PLANNED}; "The run\'s planned cost of " & {money("$planned")} & '
         f'" exceeds the max_cost_usd of " & {money("$p.costCap.maxUsd")} & " of profile " & $p.name & '

@@ -15,6 +15,7 @@ from typing import Any
 from stacks.pipeline import cost_cap_states
 from stacks.pipeline.jsonata_text import literal
 from stacks.pipeline.state_machine_facts import extra_time_seconds, placeholder
+from trainstack.checkpoint_requests import checkpoint_prefix, direct_resume_prefixes
 from trainstack.execution_input import (
     EXECUTION_NAME_MESSAGE,
     HYPERPARAMETER_NAME_MAX_LENGTH,
@@ -39,13 +40,7 @@ from trainstack.hyperparameter_reading import (
     COUNT_PATTERN,
     COUNTED_HYPERPARAMETERS,
 )
-from trainstack.job_request import (
-    PipelineResources,
-    base_request,
-    checkpoint_prefix,
-    direct_resume_prefixes,
-    instance_preferences,
-)
+from trainstack.job_request import PipelineResources, base_request, instance_preferences
 from trainstack.jsonata_regex import regex_literal
 from trainstack.planning.setups import instance_count_problem
 from trainstack.profiles import (
@@ -54,6 +49,7 @@ from trainstack.profiles import (
     Profile,
 )
 from trainstack.retry_policies import Backoff
+from trainstack.team_code import DIGEST_PATTERN, ENTRY_PATTERN
 from trainstack.teams import MAX_INSTANCE_COUNT
 
 # Fraction of each capacity backoff added at random (jitter).
@@ -116,6 +112,18 @@ def _conditions(settings: RunConfig) -> dict[tuple[str, str], str]:
             f'$not($contains($replace($v, {regex_literal(S3_SCHEME)}, ""), {regex_literal(NOT_NORMALIZED)}))'
         ),
         ("resumeFrom", "own-runs"): _under(run_prefixes) + _inherited_runs(settings),
+        ("code", "object"): (
+            '$type($v) = "object" and $count($keys($v)) = 2 and "digest" in $keys($v) '
+            'and "entry" in $keys($v)'
+        ),
+        (
+            "code",
+            "digest",
+        ): f'$type($v.digest) = "string" and $contains($v.digest, {regex_literal(DIGEST_PATTERN)})',
+        ("code", "entry"): (
+            f'$type($v.entry) = "string" and $contains($v.entry, {regex_literal(ENTRY_PATTERN)}) '
+            f"and $not($contains($v.entry, {regex_literal(NOT_NORMALIZED)}))"
+        ),
         ("instanceCount", "within-queue"): f"$v <= {settings.queue.max_instances}",
         ("priority", "integer-0-9999"): (
             f'$type($v) = "number" ? ($v = $floor($v) and $v >= 0 and $v <= {limits.max_priority}) : false'

@@ -10,16 +10,17 @@ from __future__ import annotations
 import re
 
 from stacks.pipeline.jsonata_text import literal
+from trainstack.checkpoint_requests import RESUME_FROM_HYPERPARAMETER, resume_channel
 from trainstack.job_request import (
     EXECUTION_TAG,
     NAMESPACE_TAG,
-    RESUME_FROM_HYPERPARAMETER,
     RUN_TAG,
     PipelineResources,
+    code_location,
     output_path,
-    resume_channel,
     tensorboard_uri,
 )
+from trainstack.team_code import SUBMIT_DIRECTORY_HYPERPARAMETER, code_hyperparameters
 
 _MARK = "\0"
 _JOB_MARK = "\1"
@@ -58,6 +59,13 @@ def checkpoint_location_expression(request: str) -> str:
     )
 
 
+def code_digest_expression(request: str) -> str:
+    """The digest of the team's code `request` runs (the second-last segment of its JSON-encoded
+    sagemaker_submit_directory, team_code.code_uri); null for the image's own entry point."""
+    submitted = f"$lookup({request}.HyperParameters, {literal(SUBMIT_DIRECTORY_HYPERPARAMETER)})"
+    return f'($d := {submitted}; $exists($d) ? $split($d, "/")[-2] : null)'
+
+
 def max_runtime_seconds_expression(hours: str) -> str:
     """trainstack.job_request.max_runtime_seconds: $round rounds half to even, like Python's round."""
     return f"$round({hours} * 3600)"
@@ -71,6 +79,11 @@ def request_expression(resources: PipelineResources, namespace: str) -> str:
     checkpoint = '$p.checkpointPrefix & $in.runName & "/"'
     runtime = max_runtime_seconds_expression("$in.maxRuntimeHours")
     resume_hyperparameter = literal(RESUME_FROM_HYPERPARAMETER)
+    # The team's code (job_request: code_hyperparameters of code_location), its digest and entry marked.
+    code = ", ".join(
+        f"{literal(name)}: {_with_values(value, {_MARK: '$in.code.digest', _JOB_MARK: '$in.code.entry'})}"
+        for name, value in code_hyperparameters(code_location(resources, _MARK), _JOB_MARK).items()
+    )
     fields = {
         "OutputDataConfig": f'$merge([$base.OutputDataConfig, {{"S3OutputPath": {output}}}])',
         "Tags": (
@@ -81,7 +94,8 @@ def request_expression(resources: PipelineResources, namespace: str) -> str:
         "HyperParameters": (
             "$merge([$base.HyperParameters, "
             f'$exists($base.CheckpointConfig) ? {{}} : {{"checkpoint_dir": {checkpoint}}}, '
-            f"$in.hyperparameters, $direct ? {{{resume_hyperparameter}: $in.resumeFrom}} : {{}}])"
+            f"$in.hyperparameters, $direct ? {{{resume_hyperparameter}: $in.resumeFrom}} : {{}}, "
+            f"$exists($in.code) ? {{{code}}} : {{}}])"
         ),
         # An instance count applies to every preference (which then lose their own counts).
         "ResourceConfig": (

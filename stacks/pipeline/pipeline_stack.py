@@ -15,6 +15,7 @@ from stacks.image.image_stack import ImageStack
 from stacks.network.network_stack import NetworkStack
 from stacks.pipeline.cleanup.job_cleanup import JobCleanup
 from stacks.pipeline.cleanup.queue_cleanup import QueueCleanup
+from stacks.pipeline.code_access import grant_team_code_reads, publish_team_code
 from stacks.pipeline.mlflow_access import TeamTrackingServer, grant_mlflow_tracking, tracking_servers
 from stacks.pipeline.monitoring import TRAINING_METRICS_NAMESPACE, PipelineMonitoring
 from stacks.pipeline.pipeline_notifications import PipelineNotifications
@@ -127,7 +128,7 @@ class PipelineStack(cdk.Stack):
                 profiles=runs.profiles,
             )
             self.monitoring.dashboard.add_widgets(*self.trigger.dashboard_widgets())
-        self._outputs()
+        self._outputs(project, storage)
 
     def _cleanup_and_monitoring(self, project: str, notification_emails: Sequence[str]) -> None:
         """No orphaned jobs (the job cleanup, and the queue's), the SNS topic, the dashboard and alarms."""
@@ -164,8 +165,10 @@ class PipelineStack(cdk.Stack):
             topic=self.notifications.topic,
         )
 
-    def _outputs(self) -> None:
+    def _outputs(self, project: str, storage: StorageStack) -> None:
         """What the CLI reads (trainstack start/status) and a person needs to start or follow a run."""
+        team_access = getattr(self, "team_access", None)  # with teams only
+        publish_team_code(self, project, storage, team_access.policy if team_access else None)
         cdk.CfnOutput(
             self,
             STATE_MACHINE_ARN_OUTPUT,
@@ -197,6 +200,7 @@ class PipelineStack(cdk.Stack):
             description=f"{project} training jobs: their buckets, image, logs and VPC network interfaces",
         )
         _grant_data(role, project, storage, self.dataset.prefix)
+        grant_team_code_reads(role, project, storage)
         if image.repository is not None:
             image.repository.grant_pull(role)
         else:

@@ -23,14 +23,14 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from stacks.pipeline.jsonata_text import expression, literal
+from stacks.pipeline.request_locations import LOCATIONS, foreign_run_rules, location_rules
+from trainstack.checkpoint_requests import checkpoint_prefix, direct_resume_prefixes
 from trainstack.execution_input import NOT_NORMALIZED, S3_SCHEME
 from trainstack.job_request import (
-    RESUME_FROM_HYPERPARAMETER,
     PipelineResources,
     RunRequest,
     build_create_training_job_request,
-    checkpoint_prefix,
-    direct_resume_prefixes,
+    team_code_prefix,
 )
 from trainstack.jsonata_regex import regex_literal
 from trainstack.pipeline_runs import PipelineRuns
@@ -39,8 +39,6 @@ from trainstack.profiles import MAX_RUNTIME_HOURS_LIMIT, Profile
 from trainstack.teams import MAX_INSTANCE_COUNT
 
 ERROR_REQUEST_REFUSED = "RequestRefused"
-# A location in a directory bucket (S3 user guide, "Directory bucket naming rules": names end `--x-s3`).
-DIRECTORY_BUCKET_URI = r"^s3://[^/]+--x-s3/"
 
 
 def largest_count(profile: Profile, queue_max: int | None, max_count: int = MAX_INSTANCE_COUNT) -> int:
@@ -142,6 +140,8 @@ def allowed_requests(
             }
         ),
         "artifacts": artifacts,
+        # The team's own code (trainstack.team_code): a run's sagemaker_submit_directory lies here.
+        "code": team_code_prefix(resources),
         # A channel reads the dataset, the profiles' evaluation sets (an evaluation job, which runs in the
         # attempt machine), or what a run of this project wrote (resumeFrom, a model).
         "channels": [
@@ -178,41 +178,12 @@ _HELPERS = (
     f'$normalized := function($path) {{ $not($type($path) = "string") or $not($contains('
     f'$replace($path, {regex_literal(S3_SCHEME)}, ""), {regex_literal(NOT_NORMALIZED)})) }}; '
 )
-# Every location a request names (S3 URIs, the ones train.py reads itself, file system directories), by
-# the field that names it: each must be normalized before its prefix means anything.
-_LOCATIONS = (
-    '[{"field": "CheckpointConfig.S3Uri", "path": $r.CheckpointConfig.S3Uri}, '
-    '{"field": "OutputDataConfig.S3OutputPath", "path": $r.OutputDataConfig.S3OutputPath}, '
-    '{"field": "TensorBoardOutputConfig.S3OutputPath", "path": $r.TensorBoardOutputConfig.S3OutputPath}, '
-    + ", ".join(
-        f'{{"field": "HyperParameters.{name}", "path": $lookup($r.HyperParameters, {literal(name)})}}'
-        for name in ("checkpoint_dir", RESUME_FROM_HYPERPARAMETER)
-    )
-    + ', $map([$r.InputDataConfig], function($c) { {"field": "InputDataConfig (channel " & $c.ChannelName '
-    '& ")", "path": $exists($c.DataSource.S3DataSource) ? $c.DataSource.S3DataSource.S3Uri : '
-    "$c.DataSource.FileSystemDataSource.DirectoryPath} })]"
-)
 
 
 def _request_rules(named: bool, foreign: bool) -> list[tuple[str, str]]:
     """(refuses, cause) of the request `$r` against the table `$g`, in order; the first that refuses wins:
     what the job is and runs on, then where it reads and writes (`foreign`: and not in other teams' runs)."""
-    return [*_job_rules(), *_location_rules(named), *(_foreign_run_rules() if foreign else [])]
-
-
-def _foreign_run_rules() -> list[tuple[str, str]]:
-    """A team that inherits the pre-teams runs reads `<project>-*`, but never another team's runs in it."""
-    reads = (
-        "$append([$r.InputDataConfig.DataSource.S3DataSource.S3Uri], "
-        f"[$lookup($r.HyperParameters, {literal(RESUME_FROM_HYPERPARAMETER)})])"
-    )
-    return [
-        (
-            f"$count($filter({reads}, function($u) {{ $under($u, $g.foreignRuns) }})) > 0",
-            '"InputDataConfig and HyperParameters.resume_from must not lie under another team\'s runs: " & '
-            '$list($g.foreignRuns) & "."',
-        )
-    ]
+    return [*_job_rules(), *location_rules(named), *(foreign_run_rules() if foreign else [])]
 
 
 def _job_rules() -> list[tuple[str, str]]:
@@ -267,87 +238,6 @@ def _job_rules() -> list[tuple[str, str]]:
     ]
 
 
-def _location_rules(named: bool) -> list[tuple[str, str]]:
-    """The job's name and where it reads and writes. named=False: TrainingJobName may be left out (the
-    registration machine names its jobs itself)."""
-    unnamed = "" if named else "$exists($r.TrainingJobName) and "
-    channels = "[$r.InputDataConfig]"
-    s3_channel = "$exists($c.DataSource.S3DataSource)"
-    fsx_channel = "$exists($c.DataSource.FileSystemDataSource)"
-    fsx = "$c.DataSource.FileSystemDataSource"
-    return [
-        (
-            "$count($unnormalized) > 0",
-            '$unnormalized[0].field & " must be a normalized location, with no . or .. segment and no //; it '
-            'is " & $unnormalized[0].path & "."',
-        ),
-        (
-            f"{unnamed}$not($under($r.TrainingJobName, [$g.jobNamePrefix]))",
-            '"TrainingJobName must start with " & $g.jobNamePrefix & "."',
-        ),
-        (
-            "$exists($r.CheckpointConfig) and $not($under($r.CheckpointConfig.S3Uri, [$g.checkpoints]))",
-            '"CheckpointConfig.S3Uri must lie under " & $g.checkpoints & "."',
-        ),
-        # A directory bucket's checkpoint_dir first, for its own sentence (the team's bucket or none).
-        (
-            f'($d := $r.HyperParameters.checkpoint_dir; $type($d) = "string" and '
-            f"$contains($d, {regex_literal(DIRECTORY_BUCKET_URI)}) and "
-            "$not($g.expressCheckpoints and $under($d, [$g.expressCheckpoints])))",
-            '"HyperParameters.checkpoint_dir: " & ($g.expressCheckpoints ? "a directory bucket location '
-            'must lie under " & $g.expressCheckpoints & "." : "no directory bucket is allowed: no profile '
-            'of the pipeline uses the s3-express store.")',
-        ),
-        *_train_py_location_rules(),
-        (
-            "$not($under($r.OutputDataConfig.S3OutputPath, [$g.artifacts]))",
-            '"OutputDataConfig.S3OutputPath must lie under " & $g.artifacts & "."',
-        ),
-        (
-            "$exists($r.TensorBoardOutputConfig) and "
-            "$not($under($r.TensorBoardOutputConfig.S3OutputPath, [$g.artifacts]))",
-            '"TensorBoardOutputConfig.S3OutputPath must lie under " & $g.artifacts & "."',
-        ),
-        (
-            f"$count($filter({channels}, function($c) {{ {s3_channel} = {fsx_channel} }})) > 0",
-            "\"InputDataConfig: every channel must read from S3 (S3DataSource) or the project's file system "
-            '(FileSystemDataSource)."',
-        ),
-        (
-            f"$count($filter({channels}, function($c) {{ {s3_channel} and "
-            "$not($under($c.DataSource.S3DataSource.S3Uri, $g.channels)) })) > 0",
-            '"InputDataConfig: an S3DataSource.S3Uri must lie under one of " & $list($g.channels) & "."',
-        ),
-        (
-            f"$count($filter({channels}, function($c) {{ {fsx_channel} and $not($g.fileSystem and "
-            f'{fsx}.FileSystemId = $g.fileSystem.id and $type({fsx}.DirectoryPath) = "string" and '
-            f"({fsx}.DirectoryPath in $g.fileSystem.directoryPaths or $under({fsx}.DirectoryPath, "
-            '[$map($g.fileSystem.directoryPaths, function($d) { $d & "/" })]))) })) > 0',
-            '"InputDataConfig: " & ($g.fileSystem ? "a FileSystemDataSource must be file system " & '
-            '$g.fileSystem.id & " with its DirectoryPath under one of " & '
-            '$list($g.fileSystem.directoryPaths) & "." : '
-            '"no FileSystemDataSource is allowed: the project has no file system.")',
-        ),
-    ]
-
-
-def _train_py_location_rules() -> list[tuple[str, str]]:
-    """Where train.py itself checkpoints and resumes from, when the request names it (stores other than
-    sagemaker-sync): under the table's prefixes, and no `..` (the fsx store's directory is a path)."""
-    rules = []
-    no_parent = literal("..")
-    named = (("checkpoint_dir", "checkpointDirs"), (RESUME_FROM_HYPERPARAMETER, "resumeSources"))
-    for name, allowed in named:
-        value, places = f"$lookup($r.HyperParameters, {literal(name)})", f"$g.{allowed}"
-        refuses = f"$exists({value}) and ($not($under({value}, {places})) or $contains({value}, {no_parent}))"
-        cause = (
-            f'"HyperParameters.{name} must lie under " & ($count({places}) > 0 ? "one of " & $list({places}) '
-            f': "nothing: no profile reads it") & ", with no " & {no_parent} & "."'
-        )
-        rules.append((refuses, cause))
-    return rules
-
-
 def _chain(rules: list[tuple[str, str]]) -> str:
     chain = "null"
     for refuses, cause in reversed(rules):
@@ -374,7 +264,7 @@ def request_problem(table: dict[str, Any], request: str, *, named: bool = True) 
         '$unknownFields := $type($r) = "object" ? '
         "$filter($keys($r), function($k) { $not($k in $g.fields) }) : []; "
         f"$types := {types}; $overCounts := [{over}]; "
-        f"$unnormalized := [$filter({_LOCATIONS}, function($l) {{ $not($normalized($l.path)) }})]; "
+        f"$unnormalized := [$filter({LOCATIONS}, function($l) {{ $not($normalized($l.path)) }})]; "
         f"{_chain(_request_rules(named, bool(table.get('foreignRuns'))))})"
     )
 

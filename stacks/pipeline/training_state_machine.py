@@ -48,6 +48,7 @@ from stacks.pipeline.pipeline_input_rules import (
 from stacks.pipeline.pipeline_run_request import (
     attempt_fields_expression,
     checkpoint_location_expression,
+    code_digest_expression,
     plan_expression,
     request_expression,
 )
@@ -319,6 +320,8 @@ class TrainingStateMachine(Construct):
                 "instanceCount": expression("$outcome.job.instanceCount"),
                 "modelArtifacts": expression("$outcome.job.artifacts"),
                 "checkpointUri": expression(checkpoint_location_expression("$request")),
+                # The team's own code the run ran (trainstack.team_code); null: the image's entry point.
+                "codeDigest": expression(code_digest_expression("$request")),
                 "attempts": expression("$attempt"),
                 "retriedFaults": expression("$retriedFaults"),
                 "quotaWaits": expression("$quotaWaits"),

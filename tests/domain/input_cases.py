@@ -111,4 +111,23 @@ MALFORMED_INPUTS: list[tuple[str, Any, str]] = [
         {"profile": "small-torchrun", "maxRuntimeHours": 9},
         "maxRuntimeHours must be at most 8 for profile small-torchrun.",
     ),
+    # A team's own code (trainstack.team_code): a digest and an entry point, nothing else.
+    ("code-not-object", {"code": "fit.py"}, "code must be a JSON object"),
+    (
+        "code-with-a-location",
+        {"code": {"digest": "a" * 64, "entry": "fit.py", "uri": "s3://elsewhere/code.tar.gz"}},
+        "code must be a JSON object",
+    ),
+    (
+        "code-digest-not-sha256",
+        {"code": {"digest": "A" * 64, "entry": "fit.py"}},
+        "code.digest must be 64 lowercase hex digits, the sha256 of a bundle in the team's code prefix "
+        "s3://<artifact bucket>/code/trainstack/.",
+    ),
+    (
+        "code-entry-leaves-the-code",
+        {"code": {"digest": "a" * 64, "entry": "src/../../bin/x.py"}},
+        "code.entry must be a relative path to a .py or .sh file of the bundle",
+    ),
+    ("code-entry-no-python", {"code": {"digest": "a" * 64, "entry": "fit"}}, "code.entry must be a relative"),
 ]

@@ -12,17 +12,16 @@ from tests.conftest import default_config_data
 from tests.domain.conftest import FSX_RESOURCES, S3_RESOURCES
 from tests.domain.sagemaker_model import problems
 from training_scripts.metrics import METRIC_DEFINITIONS
+from trainstack.checkpoint_requests import checkpoint_uri, resume_channel
 from trainstack.config_loading import ConfigError
 from trainstack.job_request import (
     RunRequest,
     base_request,
     build_create_training_job_request,
-    checkpoint_uri,
     instance_preferences,
     job_name,
     max_runtime_seconds,
     output_path,
-    resume_channel,
     tags,
     tensorboard_uri,
 )

@@ -276,3 +276,31 @@ def test_a_teams_machines_create_and_submit_only_as_the_team(teams):
         "pass its own role",
         "submit in its share",
     ]
+
+
+def test_a_teams_code_is_read_by_its_jobs_written_by_its_principals_and_by_no_other_team(teams):
+    """trainstack start --code uploads to s3://<artifacts>/code/<namespace>/<sha256>/ (trainstack.team_code):
+    the team's jobs read it and cannot rewrite it behind its digest; the other team reaches none of it."""
+    artifacts = teams.substitutions("research")["ArtifactBucket"]
+    research_jobs = teams.role("research", "SageMakerExecutionRole")
+    research = teams.principal("research", f"arn:aws:iam::{teams.account}:role/ml-research")
+
+    def bundle(owner: str) -> str:
+        return f"arn:aws:s3:::{artifacts}/code/trainstack-{owner}/{'0' * 64}/sourcedir.tar.gz"
+
+    calls = [
+        Call("jobs read own code", research_jobs, "s3:GetObject", bundle("research"), SECURE),
+        Call("jobs read search's code", research_jobs, "s3:GetObject", bundle("search"), SECURE),
+        Call("jobs rewrite own code", research_jobs, "s3:PutObject", bundle("research"), SECURE),
+        Call("principal uploads own code", research, "s3:PutObject", bundle("research"), SECURE),
+        Call("principal uploads to search's code", research, "s3:PutObject", bundle("search"), SECURE),
+        Call("principal reads search's code", research, "s3:GetObject", bundle("search"), SECURE),
+    ]
+    assert decisions(calls) == {
+        "jobs read own code": True,
+        "jobs read search's code": False,
+        "jobs rewrite own code": False,
+        "principal uploads own code": True,
+        "principal uploads to search's code": False,
+        "principal reads search's code": False,
+    }

@@ -13,12 +13,8 @@ from urllib.parse import urlparse
 from tests.iam.mlflow_recording import recorded_actions
 from training_scripts.checkpoint_layout import folder_name
 from training_scripts.mlflow_log import MLFLOW_TRACKING_URI_ENV
-from trainstack.job_request import (
-    RESUME_FROM_HYPERPARAMETER,
-    PipelineResources,
-    RunRequest,
-    build_create_training_job_request,
-)
+from trainstack.checkpoint_requests import RESUME_FROM_HYPERPARAMETER
+from trainstack.job_request import PipelineResources, RunRequest, build_create_training_job_request
 
 # SageMaker's log group and metric namespace for training jobs (fixed by SageMaker).
 TRAINING_LOG_GROUP = "/aws/sagemaker/TrainingJobs"

@@ -113,3 +113,17 @@ def test_a_late_poll_is_brought_forward_to_when_the_cost_reaches_the_cap(billed_
     states = {"context": {"Execution": {"Input": {"costCap": cap | {"fallbackUsdPerHour": 47.11}}}}}
     evaluate = jsonata_evaluator(VirtualClock())
     assert evaluate(poll_within_budget("1800"), {"states": states, "job": job}) == wait
+
+
+def test_a_teams_own_code_has_no_plan_to_refuse_and_is_stopped_when_billed_past_the_cap(
+    interpreter, pipeline
+):
+    """The plan models train.py: a run of the team's own code (trainstack.team_code) starts whatever its
+    max_steps, and the billed cost stops it as it stops train.py."""
+    code = {"digest": "c" * 64, "entry": "fit.py"}
+    execution_input = {**WIDE, "runName": "trainstack-own", "hyperparameters": {"max_steps": "40000"}}
+    validate_execution_input({**execution_input, "code": code}, pipeline.settings, "exec-1")  # no plan
+    sm = _on_virtual_time(interpreter(job_scripts=[[STARTING, BILLED_TRAINING]]))
+    outcome = sm.run({**execution_input, "code": code})
+    assert (outcome.status, outcome.error) == ("FAILED", "BudgetExceeded"), outcome.cause
+    assert sm.fake.stop_requests == ["trainstack-own-1"]

@@ -45,6 +45,15 @@ def _many_p5(count: int) -> Callable[[dict[str, Any]], None]:
     return edit
 
 
+def _code(key: str) -> dict[str, str]:
+    """The toolkit's code hyperparameters naming `key` of the artifact bucket, JSON-encoded as the pipeline
+    sends them."""
+    return {
+        "sagemaker_submit_directory": f'"s3://{FAKE_VALUES["ArtifactBucket"]}/{key}"',
+        "sagemaker_program": '"fit.py"',
+    }
+
+
 # name -> (the edit, the cause's start). Counts: 600 is above MAX_INSTANCE_COUNT (512), which the default
 # profiles allow a run to ask for in direct mode; in queue mode 64 is above queue.max_instances.
 ROGUE = {
@@ -73,6 +82,22 @@ ROGUE = {
             }
         ),
         "InputDataConfig: an S3DataSource.S3Uri must lie under one of",
+    ),
+    # A team's own code (trainstack.team_code): only from its own code prefix, at a digest's address.
+    "another team's code": (
+        lambda r: r["HyperParameters"].update(_code(f"code/trainstack-vision/{'0' * 64}/sourcedir.tar.gz")),
+        "HyperParameters.sagemaker_submit_directory must be the team's code, "
+        f"s3://{FAKE_VALUES['ArtifactBucket']}/code/trainstack/<sha256",
+    ),
+    "code at no digest's address": (
+        lambda r: r["HyperParameters"].update(_code("code/trainstack/latest/sourcedir.tar.gz")),
+        "HyperParameters.sagemaker_submit_directory must be the team's code",
+    ),
+    "a program outside the code directory": (
+        lambda r: r["HyperParameters"].update(
+            {**_code(f"code/trainstack/{'0' * 64}/sourcedir.tar.gz"), "sagemaker_program": '"a/../../x.py"'}
+        ),
+        "HyperParameters.sagemaker_program must be a relative path",
     ),
     "a destination the pipeline never sends": (
         lambda r: r.update(ProfilerConfig={"S3OutputPath": "s3://elsewhere/"}),

@@ -250,6 +250,7 @@ def test_request_equals_the_builders_for_every_profile(interpreter, pipeline, pr
         "instanceCount": 1,
         "maxRuntimeHours": 1.5,
         "resumeFrom": "s3://trainstack-checkpoints-test/trainstack-earlier/",
+        "code": {"digest": "ab" * 32, "entry": "src/fit.py"},  # the team's own code
     }
     # small-torchrun's run is evaluated
     sm = interpreter(job_scripts=[SUCCESS], evaluation_script=evaluated(2.0))

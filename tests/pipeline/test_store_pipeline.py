@@ -20,9 +20,10 @@ from tests.pipeline.test_fault_drills import SUCCESS
 from tests.pipeline.test_plan_endings import PLAN_ENDING
 from tests.pipeline.test_request_guard import attempt_input
 from tests.pipeline.test_scenarios import assert_same_request, execution_arn
+from trainstack.checkpoint_requests import checkpoint_uri
 from trainstack.checkpoint_stores import S3_DIRECT_STORES
 from trainstack.execution_input import validate_execution_input
-from trainstack.job_request import RunRequest, build_create_training_job_request, checkpoint_uri
+from trainstack.job_request import RunRequest, build_create_training_job_request
 
 CHECKPOINTS = f"s3://{FAKE_VALUES['CheckpointBucket']}/trainstack-earlier/"
 MODEL = f"s3://{FAKE_VALUES['ArtifactBucket']}/trainstack-earlier/trainstack-earlier-1/output/model/"

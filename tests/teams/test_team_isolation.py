@@ -231,6 +231,12 @@ def _into_the_other_teams_directory_bucket(request: dict[str, Any]) -> None:
     request["HyperParameters"]["checkpoint_dir"] = "s3://trainstack-search-ckpt-1--use1-az4--x-s3/x/"
 
 
+def _the_other_teams_code(request: dict[str, Any]) -> None:
+    # trainstack.team_code: search's bundle, at a proper digest address in search's own code prefix.
+    bundle = f"s3://{ARTIFACTS}/code/trainstack-search/{'0' * 64}/sourcedir.tar.gz"
+    request["HyperParameters"].update(sagemaker_submit_directory=f'"{bundle}"', sagemaker_program='"fit.py"')
+
+
 def _beyond_the_cap(request: dict[str, Any]) -> None:
     request["ResourceConfig"]["InstancePreferences"] = [
         {"InstanceType": "ml.p5.48xlarge", "InstanceCount": 64}
@@ -247,12 +253,19 @@ def _beyond_the_cap(request: dict[str, Any]) -> None:
             f"HyperParameters.checkpoint_dir: a directory bucket location must lie under s3://{EXPRESS}/"
             "trainstack-research-.",
         ),
+        (
+            _the_other_teams_code,
+            "research",
+            "HyperParameters.sagemaker_submit_directory must be the team's code, "
+            f"s3://{ARTIFACTS}/code/trainstack-research/<sha256",
+        ),
         (_beyond_the_cap, "research", "ResourceConfig asks for 64 x ml.p5.48xlarge"),
         (None, "search", "share must be one of research"),
     ],
     ids=[
         "the-other-teams-run",
         "the-other-teams-directory-bucket",
+        "the-other-teams-code",
         "beyond-the-teams-cap",
         "the-other-teams-share",
     ],

@@ -1,6 +1,7 @@
 """`trainstack start`: validate a retraining request like the state machine does and start it.
 
     trainstack start --profile llama-7b-smp --hp learning_rate=3e-4 --run-name trainstack-llama-v2 --wait
+    trainstack start --profile small-torchrun --code ./my-model --entry fit.py    (the team's own code)
 
 Bad input ends in one sentence naming the flag and exit code 2, before any AWS call. The execution
 is named after the run (see trainstack.runs); starting a run that ended again resumes it from its
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -27,8 +29,9 @@ from trainstack.execution_input import (
 )
 from trainstack.planning.setups import plan_lines
 from trainstack.prices import offline_training_prices
-from trainstack.runs import execution_arn_for, executions_of, next_execution_name
+from trainstack.runs import execution_arn_for, executions_of, next_execution_name, stack_output
 from trainstack.service_quotas import quota_lines, service_quotas_client
+from trainstack.team_code import CODE_PREFIX_OUTPUT, Bundle, pack, upload
 
 # Input field -> the flag that sets it, so messages name what the user typed.
 FLAGS = {
@@ -39,6 +42,7 @@ FLAGS = {
     "instanceCount": "--instance-count",
     "maxRuntimeHours": "--max-runtime-hours",
     "resumeFrom": "--resume-from",
+    "code": "--code",
 }
 
 
@@ -72,6 +76,23 @@ def _request_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--instance-count", type=int, help="instances, for every instance preference")
     parser.add_argument("--max-runtime-hours", type=float, help="maximum runtime of each training job")
     parser.add_argument("--resume-from", metavar="S3_URI", help="checkpoint prefix to start from")
+    parser.add_argument(
+        "--code",
+        metavar="DIR",
+        type=Path,
+        help="run the team's own code: DIR is packed, uploaded by its sha256 to the team's code prefix, its "
+        "--entry launched as the profile launches train.py (docs/own-code.md)",
+    )
+    parser.add_argument(
+        "--entry",
+        metavar="FILE",
+        help="entry point in --code DIR (default: the profile's code.entry_point, else its entry_point)",
+    )
+    parser.add_argument(
+        "--code-prefix",
+        metavar="S3_URI",
+        help="where --code uploads (default: the pipeline stack's CodePrefix output)",
+    )
     parser.add_argument("--wait", action="store_true", help="follow the run; non-zero exit if it fails")
 
 
@@ -80,9 +101,12 @@ def run(args: argparse.Namespace) -> int:
     pipeline = Pipeline.from_args(args)
     try:
         execution_input = build_input(args, pipeline.runs)
+        bundle = _team_code(args, pipeline.runs, execution_input)
         validate_execution_input(execution_input, pipeline.runs)
     except InvalidInputError as error:
         raise UsageError(f"{FLAGS[error.field]}: {error}") from None
+    if bundle is not None:
+        _upload_code(pipeline, args.code_prefix, bundle)
     execution_arn = start_run(pipeline, execution_input)
     print(execution_arn)
     profile = pipeline.runs.profile(execution_input["profile"])
@@ -120,6 +144,44 @@ def start_run(pipeline: Pipeline, execution_input: dict[str, Any]) -> str:
     return stepfunctions.start_execution(
         stateMachineArn=state_machine_arn, name=name, input=json.dumps(execution_input)
     )["executionArn"]
+
+
+def _team_code(
+    args: argparse.Namespace, settings: RunConfig, execution_input: dict[str, Any]
+) -> Bundle | None:
+    """--code DIR packed, its digest and --entry (default: the profile's `code.entry_point`, else its
+    entry_point) set as the input's `code`; None without --code."""
+    if args.code is None:
+        if args.entry is not None or args.code_prefix is not None:
+            raise UsageError("--entry and --code-prefix name the team's own code: give --code DIR too")
+        return None
+    try:
+        bundle = pack(args.code)
+    except (OSError, ValueError) as error:
+        raise UsageError(f"--code: {error}") from None
+    profiles = {profile.name: profile for profile in settings.profiles}
+    chosen = profiles.get(execution_input["profile"])
+    entry = args.entry or (
+        (chosen.code.entry_point if chosen.code else chosen.entry_point) if chosen else "train.py"
+    )
+    if not (args.code / entry).is_file():
+        raise UsageError(f"--entry: {entry} is not a file of {args.code}")
+    execution_input["code"] = {"digest": bundle.digest, "entry": entry}
+    return bundle
+
+
+def _upload_code(pipeline: Pipeline, code_prefix: str | None, bundle: Bundle) -> None:
+    """The bundle at its content address in the team's code prefix, unless it is there already."""
+    prefix = code_prefix or stack_output(
+        pipeline.client("cloudformation"),
+        f"{pipeline.runs.project}-pipeline",
+        CODE_PREFIX_OUTPUT,
+        pipeline.region,
+        "--code-prefix",
+    )
+    uri, uploaded = upload(pipeline.client("s3"), prefix, bundle)
+    done = "uploaded to" if uploaded else "already in"
+    print(f"code {bundle.digest} ({bundle.files} files) {done} {uri}", file=sys.stderr)
 
 
 def build_input(args: argparse.Namespace, settings: RunConfig) -> dict[str, Any]:

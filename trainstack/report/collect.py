@@ -23,8 +23,8 @@ from typing import Any
 
 from training_scripts.metrics import METRIC_DEFINITIONS, SLOW_HOST_LINE
 from trainstack import runs
+from trainstack.checkpoint_requests import CHECKPOINT_LOCAL_PATH
 from trainstack.faults import CAPACITY, SPOT_CAPACITY_SECONDARY_STATUS, classify, describe
-from trainstack.job_request import CHECKPOINT_LOCAL_PATH
 from trainstack.prices import TrainingPrices
 from trainstack.report.progress import STEP, Progress, read_progress
 from trainstack.runs import (

@@ -35,6 +35,7 @@ from trainstack.registry import (
     group_name,
 )
 from trainstack.registry_settings import evaluation_metric
+from trainstack.team_code import SUBMIT_DIRECTORY_HYPERPARAMETER
 
 # The $attempt-th evaluation job of the run, as trainstack.registry.evaluation_job_name names it.
 EVALUATION_JOB_NAME = (
@@ -83,6 +84,7 @@ def _metric_settings(profile: Profile) -> dict[str, Any]:
         "tolerance": metric.tolerance,
         # The toolkit reads sagemaker_program JSON-encoded, as the SageMaker Python SDK writes it.
         "program": json.dumps(program),
+        "ownEntryPoint": program != EVALUATION_PROGRAM,
         "metricDefinitions": EVALUATION_METRIC_DEFINITIONS
         + ([] if own in EVALUATION_METRIC_DEFINITIONS else [own]),
     }
@@ -105,7 +107,11 @@ def evaluation_request() -> str:
     return (
         f"($channel := {channel}; $merge([{kept}, {{"
         f'"TrainingJobName": {EVALUATION_JOB_NAME}, '
-        '"HyperParameters": $merge([$run.request.HyperParameters, {'
+        # The run's code (trainstack.team_code) goes with the evaluation only when the profile's evaluation
+        # entry point is the team's own; the product's evaluate.py is the image's.
+        '"HyperParameters": $merge([$settings.ownEntryPoint ? $run.request.HyperParameters : '
+        '$sift($run.request.HyperParameters, function($v, $k) { '
+        f"$k != {literal(SUBMIT_DIRECTORY_HYPERPARAMETER)} }}), {{"
         '"sagemaker_program": $settings.program, '
         '"max_eval_tokens": $settings.maxEvalTokens, '
         f'"eval_manifest_hash": ${MANIFEST_VARIABLE}.hash}}]), '

@@ -16,7 +16,7 @@ drifts away from the best.
 from __future__ import annotations
 
 from stacks.pipeline.dataset_manifest import MANIFEST_VARIABLE
-from stacks.pipeline.pipeline_run_request import checkpoint_location_expression
+from stacks.pipeline.pipeline_run_request import checkpoint_location_expression, code_digest_expression
 from stacks.pipeline.registry.evaluation_request import evaluation_uri
 from training_scripts.metrics import EVALUATION_DEFAULT_SEQ_LEN
 from trainstack.registry import LINEAGE_KEYS, METADATA_VALUE_MAX_LENGTH, METRIC_KEY_PREFIX
@@ -131,6 +131,7 @@ def lineage() -> str:
         "imageDigest": '($imageDigest = "unresolved" ? "unresolved" : "")',
         "config": "$settings.configHash",
         "code": "$settings.codeVersion",
+        "teamCode": code_digest_expression("$run.request"),
         "trainingSet": "$trainingSetManifest.hash",
         "evaluationSet": f"${MANIFEST_VARIABLE}.hash",
         "checkpoint": checkpoint_location_expression("$run.request"),
