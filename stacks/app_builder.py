@@ -173,5 +173,7 @@ def pipeline_stacks(
         for runs in all_pipeline_runs(settings)
     )
     for stack, runs in zip(stacks, all_pipeline_runs(settings), strict=True):
-        ClientSettings(stack, "ClientSettings", project=runs.project, document=client_document(settings, runs.team))
+        ClientSettings(
+            stack, "ClientSettings", project=runs.project, document=client_document(settings, runs.team)
+        )
     return stacks

@@ -11,6 +11,7 @@ import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
+from stacks.pipeline.team_access import TeamAccess
 from stacks.storage.storage_stack import StorageStack
 from stacks.wildcard_acknowledgments import acknowledge_wildcard_statements
 from trainstack.team_code import CODE_PREFIX_OUTPUT, code_key_prefix, code_prefix
@@ -30,26 +31,26 @@ def grant_team_code_reads(sagemaker_role: iam.Role, namespace: str, storage: Sto
 
 
 def publish_team_code(
-    scope: Construct, namespace: str, storage: StorageStack, start_policy: iam.ManagedPolicy | None
+    scope: Construct, namespace: str, storage: StorageStack, team_access: TeamAccess | None
 ) -> None:
     """The prefix as the pipeline stack's output; with teams, the team's start policy uploads there."""
     bundles = storage.artifact_bucket.arn_for_objects(f"{code_key_prefix(namespace)}*")
-    if start_policy is not None:
+    if team_access is not None:
         # GetObject: the CLI's HeadObject before an upload (a bundle already there is not sent again).
-        start_policy.add_statements(
+        team_access.grant_members(
             iam.PolicyStatement(
                 sid="UploadTeamCode", actions=["s3:PutObject", "s3:GetObject"], resources=[bundles]
             )
         )
         if storage.encryption_key is not None:
-            start_policy.add_statements(
+            team_access.grant_members(
                 iam.PolicyStatement(
                     sid="EncryptTeamCode",
                     actions=["kms:GenerateDataKey", "kms:Decrypt"],
                     resources=[storage.encryption_key.key_arn],
                 )
             )
-        acknowledge_wildcard_statements(start_policy, {"UploadTeamCode": BUNDLES_REASON})
+        acknowledge_wildcard_statements(team_access.policy, {"UploadTeamCode": BUNDLES_REASON})
     cdk.CfnOutput(
         scope,
         CODE_PREFIX_OUTPUT,

@@ -58,11 +58,9 @@ class TeamAccess(Construct):
                     resources=[run_reader.state_machine.state_machine_arn],
                 )
             )
-        if team.principal_tag is not None:
-            for statement in statements:
-                statement.add_condition(
-                    "StringEquals", {f"aws:PrincipalTag/{team.principal_tag.key}": team.principal_tag.value}
-                )
+        self.principal_tag = team.principal_tag
+        for statement in statements:
+            self._require_principal_tag(statement)
         if guarded_tag_keys:
             statements.append(_no_tag_changes(guarded_tag_keys))
         self.policy = iam.ManagedPolicy(
@@ -104,6 +102,20 @@ class TeamAccess(Construct):
             value=self.policy.managed_policy_arn,
             description=f"Attach to whoever may start team {team.name}'s runs",
         )
+
+    def grant_members(self, *statements: iam.PolicyStatement) -> None:
+        """More of what the team's members may do (added by another construct), under the same
+        principal-tag condition as the rest of the start policy."""
+        for statement in statements:
+            self._require_principal_tag(statement)
+        self.policy.add_statements(*statements)
+
+    def _require_principal_tag(self, statement: iam.PolicyStatement) -> None:
+        """With `principal_tag`, every Allow holds only for principals carrying the team's tag."""
+        if self.principal_tag is not None:
+            statement.add_condition(
+                "StringEquals", {f"aws:PrincipalTag/{self.principal_tag.key}": self.principal_tag.value}
+            )
 
 
 def _no_tag_changes(keys: Sequence[str]) -> iam.PolicyStatement:
