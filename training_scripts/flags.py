@@ -8,6 +8,7 @@ import argparse
 import json
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from capacity_block import add_flags as add_capacity_block_flags
@@ -140,20 +141,88 @@ def resolve_mp_parameters(flag_text: str | None, environment_json: str | None) -
         raise UserError(f"Argument --mp-parameters: {error}.") from None
 
 
+def add_platform_flags(add: Callable) -> None:
+    """The flags the platform sets for any training script (the job request's hyperparameters) and the
+    runtime library reads (trainstack_runtime): launch, checkpoint store, watchdog, outputs, drills."""
+    env = os.environ.get
+    add("--strategy", choices=STRATEGIES, default="torchrun", help="launch strategy of the pipeline profile")
+    add(
+        "--mp-parameters",
+        help="SMP v2 config (JSON or key=value,...); defaults to SM_HP_MP_PARAMETERS",
+    )
+    add("--checkpoint-interval", type=_positive, default=200)
+    add(
+        "--keep-checkpoints",
+        type=_at_least(
+            2,
+            "SageMaker deletes from S3 what is deleted locally, so with one a kill during "
+            "the newest checkpoint's upload can leave none loadable",
+        ),
+        default=2,
+        help="complete checkpoints kept (at least 2)",
+    )
+    add("--async-checkpoint", type=_boolean, default=False, help="write checkpoints while training continues")
+    add(
+        "--checkpoint-dir",
+        default="/opt/ml/checkpoints",
+        help="a directory, or an s3:// prefix that DCP reads and writes directly (s3-direct, s3-express)",
+    )
+    add(
+        "--checkpoint-dir-shared",
+        type=_boolean,
+        default=False,
+        help="every node sees the same --checkpoint-dir (a shared file system such as FSx): rank 0 alone "
+        "renames, marks and prunes",
+    )
+    add(
+        "--resume-from",
+        default=env("SM_CHANNEL_RESUME"),
+        help="another run's checkpoint dir (a directory or an s3:// prefix), or one step_* folder of it, to "
+        "start from when --checkpoint-dir holds none; defaults to SM_CHANNEL_RESUME",
+    )
+    add(
+        "--tensorboard-dir",
+        default=os.path.join(env("SM_OUTPUT_DIR"), "tensorboard") if env("SM_OUTPUT_DIR") else None,
+        help="rank 0 writes TensorBoard scalars here; defaults to SM_OUTPUT_DIR/tensorboard "
+        "(/opt/ml/output/tensorboard, SageMaker's TensorBoardOutputConfig.LocalPath), else none",
+    )
+    add("--model-dir", default=env("SM_MODEL_DIR", "/opt/ml/model"))
+    seconds = _number(0, low_inclusive=False)
+    add(
+        "--watchdog",
+        type=_boolean,
+        default=True,
+        help="end a run whose ranks stop stepping (docs/training.md)",
+    )
+    add("--watchdog-step-multiple", type=_number(1), default=10.0, help="bound: this x the median step time")
+    add("--watchdog-min-seconds", type=seconds, default=300.0, help="bound after the first steps: at least")
+    add("--watchdog-startup-seconds", type=seconds, default=1800.0, help="bound until 3 steps have completed")
+    add("--watchdog-save-seconds", type=seconds, default=1800.0, help="bound of a save, validation, export")
+    add("--collective-timeout-seconds", type=seconds, default=3600.0, help="the process groups' timeout")
+    add(
+        "--inject-hang-at-step", type=_positive, help="testing aid: --inject-hang-rank stops before this step"
+    )
+    add("--inject-hang-rank", type=_non_negative, default=0, help="testing aid: the rank that stops")
+    add("--inject-hang-rounds", type=_positive, default=1, help="testing aid: hang in this many job rounds")
+    add(
+        "--inject-save-delay-seconds",
+        type=_number(0),
+        default=0.0,
+        help="testing aid: each save first sleeps",
+    )
+    add_capacity_block_flags(add, _number(0))
+
+
 def build_parser() -> argparse.ArgumentParser:
     env = os.environ.get
     parser = _Parser(description="Train a Llama-family causal LM on uint16 token shards.", allow_abbrev=False)
     add = parser.add_argument
-    add("--strategy", choices=STRATEGIES, default="torchrun", help="launch strategy of the pipeline profile")
+    add_platform_flags(add)
     add(
         "--parallelism",
         choices=PARALLELISMS,
         default="fsdp",
         help="data parallelism outside SMP: FSDP2 or DDP",
-    )
-    add(
-        "--mp-parameters",
-        help="SMP v2 config (JSON or key=value,...); defaults to SM_HP_MP_PARAMETERS",
     )
     add(
         "--smp-implementation",
@@ -213,18 +282,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=20,
         help="validation covers the first val-batches x micro-batch-size val samples, whatever the ranks",
     )
-    add("--checkpoint-interval", type=_positive, default=200)
-    add(
-        "--keep-checkpoints",
-        type=_at_least(
-            2,
-            "SageMaker deletes from S3 what is deleted locally, so with one a kill during "
-            "the newest checkpoint's upload can leave none loadable",
-        ),
-        default=2,
-        help="complete checkpoints kept (at least 2)",
-    )
-    add("--async-checkpoint", type=_boolean, default=False, help="write checkpoints while training continues")
     add(
         "--allow-global-batch-change",
         type=_boolean,
@@ -238,12 +295,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="where profiler traces go; defaults to SM_OUTPUT_DATA_DIR (uploaded with the job's output)",
     )
     add(
-        "--tensorboard-dir",
-        default=os.path.join(env("SM_OUTPUT_DIR"), "tensorboard") if env("SM_OUTPUT_DIR") else None,
-        help="rank 0 writes TensorBoard scalars here; defaults to SM_OUTPUT_DIR/tensorboard "
-        "(/opt/ml/output/tensorboard, SageMaker's TensorBoardOutputConfig.LocalPath), else none",
-    )
-    add(
         "--dry-run",
         type=_boolean,
         nargs="?",
@@ -253,71 +304,37 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("--train-dir", default=env("SM_CHANNEL_TRAIN"), help="defaults to SM_CHANNEL_TRAIN")
     add("--val-dir", default=env("SM_CHANNEL_VAL"), help="optional; defaults to SM_CHANNEL_VAL")
-    add("--model-dir", default=env("SM_MODEL_DIR", "/opt/ml/model"))
     add(
         "--export-dtype",
         choices=("bfloat16", "float32"),
         default="bfloat16",
         help="dtype of the final model's weights (training keeps fp32 master weights either way)",
     )
-    seconds = _number(0, low_inclusive=False)
-    add(
-        "--watchdog",
-        type=_boolean,
-        default=True,
-        help="end a run whose ranks stop stepping (docs/training.md)",
-    )
-    add("--watchdog-step-multiple", type=_number(1), default=10.0, help="bound: this x the median step time")
-    add("--watchdog-min-seconds", type=seconds, default=300.0, help="bound after the first steps: at least")
-    add("--watchdog-startup-seconds", type=seconds, default=1800.0, help="bound until 3 steps have completed")
-    add("--watchdog-save-seconds", type=seconds, default=1800.0, help="bound of a save, validation, export")
-    add("--collective-timeout-seconds", type=seconds, default=3600.0, help="the process groups' timeout")
-    add(
-        "--inject-hang-at-step", type=_positive, help="testing aid: --inject-hang-rank stops before this step"
-    )
-    add("--inject-hang-rank", type=_non_negative, default=0, help="testing aid: the rank that stops")
-    add("--inject-hang-rounds", type=_positive, default=1, help="testing aid: hang in this many job rounds")
-    add(
-        "--inject-save-delay-seconds",
-        type=_number(0),
-        default=0.0,
-        help="testing aid: each save first sleeps",
-    )
     add_slow_host_flags(add, _positive, _number(1), _boolean)
-    add_capacity_block_flags(add, _number(0))
-    add(
-        "--checkpoint-dir",
-        default="/opt/ml/checkpoints",
-        help="a directory, or an s3:// prefix that DCP reads and writes directly (s3-direct, s3-express)",
-    )
-    add(
-        "--checkpoint-dir-shared",
-        type=_boolean,
-        default=False,
-        help="every node sees the same --checkpoint-dir (a shared file system such as FSx): rank 0 alone "
-        "renames, marks and prunes",
-    )
-    add(
-        "--resume-from",
-        default=env("SM_CHANNEL_RESUME"),
-        help="another run's checkpoint dir (a directory or an s3:// prefix), or one step_* folder of it, to "
-        "start from when --checkpoint-dir holds none; defaults to SM_CHANNEL_RESUME",
-    )
     return parser
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
+def _normalized(argv: list[str]) -> list[str]:
     # SageMaker hyperparameter names usually use underscores; the flags use dashes.
     argv = [_dashed(arg) if arg.startswith("--") else arg for arg in argv]
     # argparse takes a value such as -1e-3 for a flag: join negative numbers to their flag.
     for index in reversed(range(len(argv) - 1)):
         if argv[index].startswith("--") and "=" not in argv[index] and _negative_number(argv[index + 1]):
             argv[index : index + 2] = [f"{argv[index]}={argv[index + 1]}"]
-    args, unknown = build_parser().parse_known_args(argv)
+    return argv
+
+
+def _is_sagemaker_setting(flag: str) -> bool:
+    if flag.startswith("--sagemaker-"):  # the toolkit's own settings, should any reach the script
+        log.warning("Ignoring SageMaker setting %s.", flag)
+        return True
+    return False
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    args, unknown = build_parser().parse_known_args(_normalized(argv))
     for flag in [arg for arg in unknown if arg.startswith("--")]:
-        if flag.startswith("--sagemaker-"):  # the toolkit's own settings, should any reach the script
-            log.warning("Ignoring SageMaker setting %s.", flag)
-        else:
+        if not _is_sagemaker_setting(flag):
             raise UserError(f"Unknown flag {flag}; run train.py --help for the accepted flags.")
     args.mp_parameters = resolve_mp_parameters(args.mp_parameters, os.environ.get("SM_HP_MP_PARAMETERS"))
     args.profile_steps = _profile_steps(args.profile_steps)
@@ -330,6 +347,42 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     problem = smp_flag_problem(args)
     if problem:
         raise UserError(problem)
+    _check_platform_flags(args)
+    if args.init_from and not (Path(args.init_from) / "config.json").is_file():
+        raise UserError(f"--init-from {args.init_from} holds no config.json.")
+    if args.dry_run:
+        return args
+    _check_resume_source(args)
+    if args.train_dir is None:
+        raise UserError(
+            "No train channel: attach a channel named 'train' (SM_CHANNEL_TRAIN) or pass --train-dir."
+        )
+    return args
+
+
+def parse_platform_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
+    """The platform's flags (add_platform_flags) among a team script's arguments, checked as train.py's
+    are, and every other `--name value` pair: the team's own hyperparameters, by name with underscores."""
+    parser = _Parser(description="trainstack's platform settings", allow_abbrev=False, add_help=False)
+    add_platform_flags(parser.add_argument)
+    args, rest = parser.parse_known_args(_normalized(argv))
+    args.mp_parameters = resolve_mp_parameters(args.mp_parameters, os.environ.get("SM_HP_MP_PARAMETERS"))
+    _check_platform_flags(args)
+    _check_resume_source(args)
+    hyperparameters = {}
+    for index, flag in enumerate(rest):
+        if not flag.startswith("--") or _is_sagemaker_setting(flag):
+            continue
+        name, equals, value = flag[2:].partition("=")
+        if not equals:
+            if index + 1 == len(rest) or rest[index + 1].startswith("--"):
+                raise UserError(f"Hyperparameter --{name} has no value: pass it as --{name} VALUE.")
+            value = rest[index + 1]
+        hyperparameters[name.replace("-", "_")] = value
+    return args, hyperparameters
+
+
+def _check_platform_flags(args: argparse.Namespace) -> None:
     if args.strategy == "smddp" and args.async_checkpoint:
         raise UserError(
             "Argument --async-checkpoint: must be false with --strategy smddp (SMDDP allows one process "
@@ -341,10 +394,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             f"Argument --collective-timeout-seconds: must be above every fixed watchdog bound ({longest:g} s "
             "here), so that a stuck collective trips the watchdog before it times out."
         )
-    if args.init_from and not (Path(args.init_from) / "config.json").is_file():
-        raise UserError(f"--init-from {args.init_from} holds no config.json.")
-    if args.dry_run:
-        return args
+
+
+def _check_resume_source(args: argparse.Namespace) -> None:
     if (
         args.resume_from
         and not complete_folders(open_storage(args.checkpoint_dir))
@@ -355,11 +407,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             "(in the pipeline its prefix s3://<checkpoint-bucket>/<runName>/), whose step_* folders "
             "end with a COMPLETE marker, or one such folder."
         )
-    if args.train_dir is None:
-        raise UserError(
-            "No train channel: attach a channel named 'train' (SM_CHANNEL_TRAIN) or pass --train-dir."
-        )
-    return args
 
 
 def _profile_steps(text: str | None) -> range | None:
