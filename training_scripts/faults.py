@@ -44,8 +44,8 @@ EXIT_USER_ERROR = 2  # a UserError: a flag, an input or the NaN guard (train.py 
 FAILURE_FILE = "failure"  # in SM_OUTPUT_DIR, where the toolkit writes its own (files.py)
 
 log = logging.getLogger("train")
-# Called with the job's failure line after every report (mlflow_log.MlflowLog ends its run FAILED: a round
-# the watchdog or an error ends may have no round after it to do so).
+# Called with the job's failure line after every report (trainstack_runtime points it at the round's
+# mlflow_log.MlflowLog.fail: a round the watchdog or an error ends may have no round after it).
 REPORT_LISTENERS: list[Callable[[str], None]] = []
 
 

@@ -8,14 +8,14 @@ SageMaker sets in the container and sagemaker-training's environment.py reads), 
 is its own MLflow run. CreateTrainingJob's MlflowConfig is not used: AWS documents it for serverless
 model customization jobs only (docs/training.md, "MLflow").
 
-A run whose round reports a fault (faults.report: an error, the watchdog's trip, a refused restart) ends
-FAILED at once on rank 0, with the job's failure line as its `trainstack.failure` tag (MLflow runs have no
-field for why they ended): the last round of a job whose in-job restarts ran out has no round after it. A
-round killed before rank 0 could say so (torchrun stops every worker when one fails) is ended by the next
-round: rank 0 reads the run's id from the record the killed round left
-($SM_OUTPUT_DIR/restarts/round-<N>.mlflow-run) and marks it FAILED with the line that ended it. The calls
-are the ones a run already makes (LogBatch for the tag, UpdateRun for the status): the job role's grant
-stays as it is.
+A run whose round reports a fault (faults.report, whose listeners the runtime library points at
+`MlflowLog.fail`: an error, the watchdog's trip, a refused restart) ends FAILED at once on rank 0, with
+the job's failure line as its `trainstack.failure` tag (MLflow runs have no field for why they ended):
+the last round of a job whose in-job restarts ran out has no round after it. A round killed before
+rank 0 could say so (torchrun stops every worker when one fails) is ended by the next round: rank 0
+reads the run's id from the record the killed round left ($SM_OUTPUT_DIR/restarts/round-<N>.mlflow-run)
+and marks it FAILED with the line that ended it. The calls are the ones a run already makes (LogBatch for
+the tag, UpdateRun for the status): the job role's grant stays as it is.
 
 The client is optional (container/requirements.txt installs `mlflow-skinny` and `sagemaker-mlflow`):
 where it is missing, or the variable is unset, training goes on without MLflow and says so once. A
@@ -29,8 +29,6 @@ import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
-
-from faults import REPORT_LISTENERS
 
 log = logging.getLogger("train")
 
@@ -67,7 +65,6 @@ class MlflowLog:
         self._mlflow = mlflow
         if self._guarded(lambda: self._start(uri, experiment, parameters)):
             self._run_id = mlflow.active_run().info.run_id
-            REPORT_LISTENERS.append(self.fail)
             log.info("MLflow run %s in experiment %s.", self._run_id, experiment)
 
     def _start(self, uri: str, experiment: str, parameters: Mapping[str, Any]) -> None:
@@ -102,22 +99,18 @@ class MlflowLog:
     def close(self) -> None:
         if self._mlflow is not None:
             self._guarded(self._mlflow.end_run)
-            self._stop()
+            self._mlflow = None
 
     def fail(self, fault: str) -> None:
-        """End the run FAILED with `fault`, the job's failure line. Any thread may call it (the watchdog's
-        does): the client call names the run, where MLflow's fluent API keeps the active run per thread."""
+        """End the run FAILED with `fault`, the job's failure line (a faults.REPORT_LISTENERS listener; a
+        no-op once the run has ended). Any thread may call it (the watchdog's does): the client call names
+        the run, where MLflow's fluent API keeps the active run per thread."""
         if self._mlflow is not None:
             end_failed_run(os.environ[MLFLOW_TRACKING_URI_ENV], self._run_id, fault, "this round")
             # In the thread that started the run, MLflow would end it FINISHED at exit (its atexit hook):
             # leave it FAILED. Another thread has no active run: a no-op there.
             self._guarded(lambda: self._mlflow.end_run(status="FAILED"))
-            self._stop()
-
-    def _stop(self) -> None:
-        self._mlflow = None
-        if self.fail in REPORT_LISTENERS:
-            REPORT_LISTENERS.remove(self.fail)
+            self._mlflow = None
 
 
 def end_interrupted_run(run_record: Path | None, fault: str) -> None:

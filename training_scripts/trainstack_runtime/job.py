@@ -26,7 +26,7 @@ from capacity_block import STOP_PLAN_ENDING, STOP_SIGTERM, CapacityBlock, PlanEn
 from checkpoint import CheckpointManager
 from data import UserError
 from distributed import Runtime, reduce_max, settle, setup, teardown
-from faults import EXIT_INFRASTRUCTURE, EXIT_USER_ERROR, classify, report
+from faults import EXIT_INFRASTRUCTURE, EXIT_USER_ERROR, REPORT_LISTENERS, classify, report
 from flags import parse_platform_args
 from in_job_restart import begin_round, decline, refused_restart, restart_round, round_record
 from metrics import configure_logging
@@ -150,10 +150,10 @@ class Job:
     def scalars(self, parameters: dict[str, Any]) -> Scalars:
         """Rank 0's metric sinks: TensorBoard event files (--tensorboard-dir) and this round's MLflow run
         with `parameters`; other ranks get one that does nothing. Close it when training ends."""
-        return Scalars(
-            self.settings.tensorboard_dir if self.is_main else None,
-            MlflowLog(self.is_main, parameters, round_record(restart_round(), RUN_RECORD)),
-        )
+        mlflow_run = MlflowLog(self.is_main, parameters, round_record(restart_round(), RUN_RECORD))
+        # A fault this round reports ends the run FAILED at once: a round may have no round after it.
+        REPORT_LISTENERS.append(mlflow_run.fail)
+        return Scalars(self.settings.tensorboard_dir if self.is_main else None, mlflow_run)
 
 
 def run(
