@@ -15,73 +15,12 @@ from capacity_block import add_flags as add_capacity_block_flags
 from checkpoint_storage import checkpoints_at, complete_folders, open_storage
 from data import UserError
 from distributed import PARALLELISMS, STRATEGIES
+from flag_types import Parser, at_least, boolean, non_negative, number, positive
 from model_shapes import PRESETS
 from rank_health import add_flags as add_slow_host_flags
 from smp import smp_flag_problem
 
 log = logging.getLogger("train")
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one sentence instead of usage + message
-        raise UserError(f"{message[0].upper()}{message[1:]}.")
-
-
-def _boolean(text: str) -> bool:
-    # SageMaker passes hyperparameter values as strings: "true", "True", "false", ...
-    if text.lower() in ("true", "1", "yes"):
-        return True
-    if text.lower() in ("false", "0", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
-    return value
-
-
-def _at_least(low: int, why: str):
-    """An integer type of at least `low`, with the reason for the bound in its error."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer of at least {low}, got {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"expected an integer of at least {low} ({why}), got {text}")
-        return value
-
-    return parse
-
-
-def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected 0 or a positive integer, got {text}")
-    return value
-
-
-def _number(low: float, high: float = float("inf"), low_inclusive: bool = True):
-    """A float type within [low, high] (or (low, high] without `low_inclusive`), said in words."""
-    if high == float("inf"):
-        allowed = f"a number {'of at least' if low_inclusive else 'above'} {low:g}"
-    else:
-        allowed = f"a number from {low:g} to {high:g}"
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {allowed}, got {text!r}") from None
-        if not (value >= low if low_inclusive else value > low) or not value <= high:
-            raise argparse.ArgumentTypeError(f"expected {allowed}, got {text}")
-        return value
-
-    return parse
 
 
 def _mp_parameters(text: str) -> dict:
@@ -150,10 +89,10 @@ def add_platform_flags(add: Callable) -> None:
         "--mp-parameters",
         help="SMP v2 config (JSON or key=value,...); defaults to SM_HP_MP_PARAMETERS",
     )
-    add("--checkpoint-interval", type=_positive, default=200)
+    add("--checkpoint-interval", type=positive, default=200)
     add(
         "--keep-checkpoints",
-        type=_at_least(
+        type=at_least(
             2,
             "SageMaker deletes from S3 what is deleted locally, so with one a kill during "
             "the newest checkpoint's upload can leave none loadable",
@@ -161,7 +100,7 @@ def add_platform_flags(add: Callable) -> None:
         default=2,
         help="complete checkpoints kept (at least 2)",
     )
-    add("--async-checkpoint", type=_boolean, default=False, help="write checkpoints while training continues")
+    add("--async-checkpoint", type=boolean, default=False, help="write checkpoints while training continues")
     add(
         "--checkpoint-dir",
         default="/opt/ml/checkpoints",
@@ -169,7 +108,7 @@ def add_platform_flags(add: Callable) -> None:
     )
     add(
         "--checkpoint-dir-shared",
-        type=_boolean,
+        type=boolean,
         default=False,
         help="every node sees the same --checkpoint-dir (a shared file system such as FSx): rank 0 alone "
         "renames, marks and prunes",
@@ -187,35 +126,35 @@ def add_platform_flags(add: Callable) -> None:
         "(/opt/ml/output/tensorboard, SageMaker's TensorBoardOutputConfig.LocalPath), else none",
     )
     add("--model-dir", default=env("SM_MODEL_DIR", "/opt/ml/model"))
-    seconds = _number(0, low_inclusive=False)
+    seconds = number(0, low_inclusive=False)
     add(
         "--watchdog",
-        type=_boolean,
+        type=boolean,
         default=True,
         help="end a run whose ranks stop stepping (docs/training.md)",
     )
-    add("--watchdog-step-multiple", type=_number(1), default=10.0, help="bound: this x the median step time")
+    add("--watchdog-step-multiple", type=number(1), default=10.0, help="bound: this x the median step time")
     add("--watchdog-min-seconds", type=seconds, default=300.0, help="bound after the first steps: at least")
     add("--watchdog-startup-seconds", type=seconds, default=1800.0, help="bound until 3 steps have completed")
     add("--watchdog-save-seconds", type=seconds, default=1800.0, help="bound of a save, validation, export")
     add("--collective-timeout-seconds", type=seconds, default=3600.0, help="the process groups' timeout")
     add(
-        "--inject-hang-at-step", type=_positive, help="testing aid: --inject-hang-rank stops before this step"
+        "--inject-hang-at-step", type=positive, help="testing aid: --inject-hang-rank stops before this step"
     )
-    add("--inject-hang-rank", type=_non_negative, default=0, help="testing aid: the rank that stops")
-    add("--inject-hang-rounds", type=_positive, default=1, help="testing aid: hang in this many job rounds")
+    add("--inject-hang-rank", type=non_negative, default=0, help="testing aid: the rank that stops")
+    add("--inject-hang-rounds", type=positive, default=1, help="testing aid: hang in this many job rounds")
     add(
         "--inject-save-delay-seconds",
-        type=_number(0),
+        type=number(0),
         default=0.0,
         help="testing aid: each save first sleeps",
     )
-    add_capacity_block_flags(add, _number(0))
+    add_capacity_block_flags(add, number(0))
 
 
 def build_parser() -> argparse.ArgumentParser:
     env = os.environ.get
-    parser = _Parser(description="Train a Llama-family causal LM on uint16 token shards.", allow_abbrev=False)
+    parser = Parser(description="Train a Llama-family causal LM on uint16 token shards.", allow_abbrev=False)
     add = parser.add_argument
     add_platform_flags(add)
     add(
@@ -226,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add(
         "--smp-implementation",
-        type=_boolean,
+        type=boolean,
         default=False,
         help="SMP only: tsm.transform the model into SMP's own implementation (AWS's "
         "use_smp_implementation); its parameter names are SMP's, not Hugging Face's: refused until train.py "
@@ -234,57 +173,57 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("--model-preset", choices=list(PRESETS), default="125m")
     add("--init-from", help="directory with config.json (and weights) to start from instead of a preset")
-    add("--vocab-size", type=_positive, help="override the preset's vocabulary size")
+    add("--vocab-size", type=positive, help="override the preset's vocabulary size")
     add(
         "--seq-len",
-        type=_positive,
+        type=positive,
         default=1024,
         help="tokens per sample; above the model's max_position_embeddings raises it (exported so)",
     )
-    add("--micro-batch-size", type=_positive, default=8, help="sequences per rank per forward pass")
-    add("--grad-accum", type=_positive, default=1, help="micro-batches per optimizer step")
-    add("--max-steps", type=_positive, default=1000)
+    add("--micro-batch-size", type=positive, default=8, help="sequences per rank per forward pass")
+    add("--grad-accum", type=positive, default=1, help="micro-batches per optimizer step")
+    add("--max-steps", type=positive, default=1000)
     add(
         "--learning-rate",
-        type=_number(0, low_inclusive=False),
+        type=number(0, low_inclusive=False),
         default=3e-4,
         help="peak LR at --lr-reference-batch-size sequences",
     )
     add(
         "--lr-reference-batch-size",
-        type=_positive,
+        type=positive,
         default=256,
         help="global batch (sequences) the LR is given for; the LR scales linearly with the real one",
     )
-    add("--warmup-steps", type=_non_negative, default=100)
+    add("--warmup-steps", type=non_negative, default=100)
     add(
         "--min-lr-ratio",
-        type=_number(0, 1),
+        type=number(0, 1),
         default=0.1,
         help="final LR of the cosine decay, relative to the peak",
     )
-    add("--weight-decay", type=_number(0), default=0.1)
-    add("--grad-clip", type=_number(0), default=1.0, help="max gradient norm; 0 turns clipping off")
+    add("--weight-decay", type=number(0), default=0.1)
+    add("--grad-clip", type=number(0), default=1.0, help="max gradient norm; 0 turns clipping off")
     add(
         "--max-nonfinite-steps",
-        type=_positive,
+        type=positive,
         default=3,
         help="consecutive steps with a non-finite loss or gradient norm (each skipped) before training stops",
     )
     add("--seed", type=int, default=0)
-    add("--activation-checkpointing", type=_boolean, default=False)
-    add("--compile", type=_boolean, default=False, help="torch.compile each decoder layer")
-    add("--log-interval", type=_positive, default=10)
-    add("--val-interval", type=_positive, default=200)
+    add("--activation-checkpointing", type=boolean, default=False)
+    add("--compile", type=boolean, default=False, help="torch.compile each decoder layer")
+    add("--log-interval", type=positive, default=10)
+    add("--val-interval", type=positive, default=200)
     add(
         "--val-batches",
-        type=_positive,
+        type=positive,
         default=20,
         help="validation covers the first val-batches x micro-batch-size val samples, whatever the ranks",
     )
     add(
         "--allow-global-batch-change",
-        type=_boolean,
+        type=boolean,
         default=False,
         help="resume with another data-parallel size even where the checkpoint's global batch cannot be kept",
     )
@@ -296,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add(
         "--dry-run",
-        type=_boolean,
+        type=boolean,
         nargs="?",
         const=True,
         default=False,
@@ -310,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="bfloat16",
         help="dtype of the final model's weights (training keeps fp32 master weights either way)",
     )
-    add_slow_host_flags(add, _positive, _number(1), _boolean)
+    add_slow_host_flags(add, positive, number(1), boolean)
     return parser
 
 
@@ -363,7 +302,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def parse_platform_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
     """The platform's flags (add_platform_flags) among a team script's arguments, checked as train.py's
     are, and every other `--name value` pair: the team's own hyperparameters, by name with underscores."""
-    parser = _Parser(description="trainstack's platform settings", allow_abbrev=False, add_help=False)
+    parser = Parser(description="trainstack's platform settings", allow_abbrev=False, add_help=False)
     add_platform_flags(parser.add_argument)
     args, rest = parser.parse_known_args(_normalized(argv))
     args.mp_parameters = resolve_mp_parameters(args.mp_parameters, os.environ.get("SM_HP_MP_PARAMETERS"))
