@@ -43,24 +43,36 @@ log = logging.getLogger(__name__)
 
 
 class TrainState(Stateful):
-    """Everything a resumed run needs: weights, optimizer moments and the step.
+    """Everything a resumed run needs: weights, optimizer moments and the step, plus any `extra` objects
+    with state_dict/load_state_dict (a scheduler, a data loader's position) by name.
 
-    The learning rate and the data order are pure functions of the step, so the
-    step is the scheduler's and the data loader's whole state.
+    train.py's learning rate and data order are pure functions of the step, so the
+    step is its scheduler's and data loader's whole state (no extra).
     """
 
-    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        extra: dict[str, Stateful] | None = None,
+    ):
         self.model, self.optimizer, self.step = model, optimizer, 0
+        self.extra = extra or {}
 
     def state_dict(self) -> dict:
         model_state, optimizer_state = get_state_dict(self.model, self.optimizer)
-        return {"model": model_state, "optimizer": optimizer_state, "step": self.step}
+        state = {"model": model_state, "optimizer": optimizer_state, "step": self.step}
+        if self.extra:
+            state["extra"] = {name: value.state_dict() for name, value in self.extra.items()}
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         set_state_dict(
             self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"]
         )
         self.step = state["step"]
+        for name, value in self.extra.items():
+            value.load_state_dict(state["extra"][name])
 
 
 @dataclass

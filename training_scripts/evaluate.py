@@ -23,13 +23,9 @@ import torch
 import torch.nn.functional as F
 from data import TokenDataset, UserError
 from faults import CONFIG, EXIT_USER_ERROR, report
-from metrics import EVALUATION_DEFAULT_SEQ_LEN, format_evaluation_line
+from metrics import EVALUATION_DEFAULT_SEQ_LEN, EVALUATION_FILE, METRICS_KEY, format_evaluation_line
 
-EVALUATION_FILE = "evaluation.json"
 BATCH_SAMPLES = 8
-# What evaluation.json's metrics are called: SageMaker publishes no schema for ModelQuality statistics of
-# a language model; the shape follows AWS's Abalone example ({"<kind>_metrics": {name: {"value": v}}}).
-METRICS_KEY = "language_model_metrics"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -21,6 +21,7 @@ the failure file could not be written.
 import logging
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +44,9 @@ EXIT_USER_ERROR = 2  # a UserError: a flag, an input or the NaN guard (train.py 
 FAILURE_FILE = "failure"  # in SM_OUTPUT_DIR, where the toolkit writes its own (files.py)
 
 log = logging.getLogger("train")
+# Called with the job's failure line after every report (trainstack_runtime points it at the round's
+# mlflow_log.MlflowLog.fail: a round the watchdog or an error ends may have no round after it).
+REPORT_LISTENERS: list[Callable[[str], None]] = []
 
 
 @dataclass(frozen=True)
@@ -107,7 +111,8 @@ def described(error: BaseException) -> str:
 def report(fault: Fault, sentence: str, echo: bool = True) -> str:
     """Write the fault's line to the failure file (the first writer on a host wins: the earliest failure
     is the cause, later ones its consequences) and, if `echo`, log it as an error (of an error that every
-    rank agrees on, one rank logs it). Returns the line."""
+    rank agrees on, one rank logs it); REPORT_LISTENERS get the failure file's line (the job's cause).
+    Returns the line."""
     line = fault.line(" ".join(sentence.split()))  # one line: FailureReason keeps the first 1024 characters
     path = failure_file()
     if path is not None:
@@ -117,6 +122,9 @@ def report(fault: Fault, sentence: str, echo: bool = True) -> str:
             log.warning("Could not write the failure reason to %s (%s).", path, error.strerror)
     if echo:
         log.error("%s", line)
+    recorded = path.read_text().strip() if path is not None and path.exists() else line
+    for listener in tuple(REPORT_LISTENERS):
+        listener(recorded)
     return line
 
 

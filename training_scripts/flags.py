@@ -8,79 +8,19 @@ import argparse
 import json
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from capacity_block import add_flags as add_capacity_block_flags
 from checkpoint_storage import checkpoints_at, complete_folders, open_storage
 from data import UserError
 from distributed import PARALLELISMS, STRATEGIES
+from flag_types import Parser, at_least, boolean, non_negative, number, positive
 from model_shapes import PRESETS
 from rank_health import add_flags as add_slow_host_flags
 from smp import smp_flag_problem
 
 log = logging.getLogger("train")
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one sentence instead of usage + message
-        raise UserError(f"{message[0].upper()}{message[1:]}.")
-
-
-def _boolean(text: str) -> bool:
-    # SageMaker passes hyperparameter values as strings: "true", "True", "false", ...
-    if text.lower() in ("true", "1", "yes"):
-        return True
-    if text.lower() in ("false", "0", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
-    return value
-
-
-def _at_least(low: int, why: str):
-    """An integer type of at least `low`, with the reason for the bound in its error."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer of at least {low}, got {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"expected an integer of at least {low} ({why}), got {text}")
-        return value
-
-    return parse
-
-
-def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected 0 or a positive integer, got {text}")
-    return value
-
-
-def _number(low: float, high: float = float("inf"), low_inclusive: bool = True):
-    """A float type within [low, high] (or (low, high] without `low_inclusive`), said in words."""
-    if high == float("inf"):
-        allowed = f"a number {'of at least' if low_inclusive else 'above'} {low:g}"
-    else:
-        allowed = f"a number from {low:g} to {high:g}"
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {allowed}, got {text!r}") from None
-        if not (value >= low if low_inclusive else value > low) or not value <= high:
-            raise argparse.ArgumentTypeError(f"expected {allowed}, got {text}")
-        return value
-
-    return parse
 
 
 def _mp_parameters(text: str) -> dict:
@@ -140,83 +80,19 @@ def resolve_mp_parameters(flag_text: str | None, environment_json: str | None) -
         raise UserError(f"Argument --mp-parameters: {error}.") from None
 
 
-def build_parser() -> argparse.ArgumentParser:
+def add_platform_flags(add: Callable) -> None:
+    """The flags the platform sets for any training script (the job request's hyperparameters) and the
+    runtime library reads (trainstack_runtime): launch, checkpoint store, watchdog, outputs, drills."""
     env = os.environ.get
-    parser = _Parser(description="Train a Llama-family causal LM on uint16 token shards.", allow_abbrev=False)
-    add = parser.add_argument
     add("--strategy", choices=STRATEGIES, default="torchrun", help="launch strategy of the pipeline profile")
-    add(
-        "--parallelism",
-        choices=PARALLELISMS,
-        default="fsdp",
-        help="data parallelism outside SMP: FSDP2 or DDP",
-    )
     add(
         "--mp-parameters",
         help="SMP v2 config (JSON or key=value,...); defaults to SM_HP_MP_PARAMETERS",
     )
-    add(
-        "--smp-implementation",
-        type=_boolean,
-        default=False,
-        help="SMP only: tsm.transform the model into SMP's own implementation (AWS's "
-        "use_smp_implementation); its parameter names are SMP's, not Hugging Face's: refused until train.py "
-        "maps them (docs/training.md)",
-    )
-    add("--model-preset", choices=list(PRESETS), default="125m")
-    add("--init-from", help="directory with config.json (and weights) to start from instead of a preset")
-    add("--vocab-size", type=_positive, help="override the preset's vocabulary size")
-    add(
-        "--seq-len",
-        type=_positive,
-        default=1024,
-        help="tokens per sample; above the model's max_position_embeddings raises it (exported so)",
-    )
-    add("--micro-batch-size", type=_positive, default=8, help="sequences per rank per forward pass")
-    add("--grad-accum", type=_positive, default=1, help="micro-batches per optimizer step")
-    add("--max-steps", type=_positive, default=1000)
-    add(
-        "--learning-rate",
-        type=_number(0, low_inclusive=False),
-        default=3e-4,
-        help="peak LR at --lr-reference-batch-size sequences",
-    )
-    add(
-        "--lr-reference-batch-size",
-        type=_positive,
-        default=256,
-        help="global batch (sequences) the LR is given for; the LR scales linearly with the real one",
-    )
-    add("--warmup-steps", type=_non_negative, default=100)
-    add(
-        "--min-lr-ratio",
-        type=_number(0, 1),
-        default=0.1,
-        help="final LR of the cosine decay, relative to the peak",
-    )
-    add("--weight-decay", type=_number(0), default=0.1)
-    add("--grad-clip", type=_number(0), default=1.0, help="max gradient norm; 0 turns clipping off")
-    add(
-        "--max-nonfinite-steps",
-        type=_positive,
-        default=3,
-        help="consecutive steps with a non-finite loss or gradient norm (each skipped) before training stops",
-    )
-    add("--seed", type=int, default=0)
-    add("--activation-checkpointing", type=_boolean, default=False)
-    add("--compile", type=_boolean, default=False, help="torch.compile each decoder layer")
-    add("--log-interval", type=_positive, default=10)
-    add("--val-interval", type=_positive, default=200)
-    add(
-        "--val-batches",
-        type=_positive,
-        default=20,
-        help="validation covers the first val-batches x micro-batch-size val samples, whatever the ranks",
-    )
-    add("--checkpoint-interval", type=_positive, default=200)
+    add("--checkpoint-interval", type=positive, default=200)
     add(
         "--keep-checkpoints",
-        type=_at_least(
+        type=at_least(
             2,
             "SageMaker deletes from S3 what is deleted locally, so with one a kill during "
             "the newest checkpoint's upload can leave none loadable",
@@ -224,67 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=2,
         help="complete checkpoints kept (at least 2)",
     )
-    add("--async-checkpoint", type=_boolean, default=False, help="write checkpoints while training continues")
-    add(
-        "--allow-global-batch-change",
-        type=_boolean,
-        default=False,
-        help="resume with another data-parallel size even where the checkpoint's global batch cannot be kept",
-    )
-    add("--profile-steps", help="FIRST-LAST (or one step): write a torch profiler trace of these steps")
-    add(
-        "--profile-dir",
-        default=env("SM_OUTPUT_DATA_DIR", "/opt/ml/output/data"),
-        help="where profiler traces go; defaults to SM_OUTPUT_DATA_DIR (uploaded with the job's output)",
-    )
-    add(
-        "--tensorboard-dir",
-        default=os.path.join(env("SM_OUTPUT_DIR"), "tensorboard") if env("SM_OUTPUT_DIR") else None,
-        help="rank 0 writes TensorBoard scalars here; defaults to SM_OUTPUT_DIR/tensorboard "
-        "(/opt/ml/output/tensorboard, SageMaker's TensorBoardOutputConfig.LocalPath), else none",
-    )
-    add(
-        "--dry-run",
-        type=_boolean,
-        nargs="?",
-        const=True,
-        default=False,
-        help="build, shard and initialize the model, print per-rank parameter bytes and peak RSS, exit",
-    )
-    add("--train-dir", default=env("SM_CHANNEL_TRAIN"), help="defaults to SM_CHANNEL_TRAIN")
-    add("--val-dir", default=env("SM_CHANNEL_VAL"), help="optional; defaults to SM_CHANNEL_VAL")
-    add("--model-dir", default=env("SM_MODEL_DIR", "/opt/ml/model"))
-    add(
-        "--export-dtype",
-        choices=("bfloat16", "float32"),
-        default="bfloat16",
-        help="dtype of the final model's weights (training keeps fp32 master weights either way)",
-    )
-    seconds = _number(0, low_inclusive=False)
-    add(
-        "--watchdog",
-        type=_boolean,
-        default=True,
-        help="end a run whose ranks stop stepping (docs/training.md)",
-    )
-    add("--watchdog-step-multiple", type=_number(1), default=10.0, help="bound: this x the median step time")
-    add("--watchdog-min-seconds", type=seconds, default=300.0, help="bound after the first steps: at least")
-    add("--watchdog-startup-seconds", type=seconds, default=1800.0, help="bound until 3 steps have completed")
-    add("--watchdog-save-seconds", type=seconds, default=1800.0, help="bound of a save, validation, export")
-    add("--collective-timeout-seconds", type=seconds, default=3600.0, help="the process groups' timeout")
-    add(
-        "--inject-hang-at-step", type=_positive, help="testing aid: --inject-hang-rank stops before this step"
-    )
-    add("--inject-hang-rank", type=_non_negative, default=0, help="testing aid: the rank that stops")
-    add("--inject-hang-rounds", type=_positive, default=1, help="testing aid: hang in this many job rounds")
-    add(
-        "--inject-save-delay-seconds",
-        type=_number(0),
-        default=0.0,
-        help="testing aid: each save first sleeps",
-    )
-    add_slow_host_flags(add, _positive, _number(1), _boolean)
-    add_capacity_block_flags(add, _number(0))
+    add("--async-checkpoint", type=boolean, default=False, help="write checkpoints while training continues")
     add(
         "--checkpoint-dir",
         default="/opt/ml/checkpoints",
@@ -292,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add(
         "--checkpoint-dir-shared",
-        type=_boolean,
+        type=boolean,
         default=False,
         help="every node sees the same --checkpoint-dir (a shared file system such as FSx): rank 0 alone "
         "renames, marks and prunes",
@@ -303,21 +119,161 @@ def build_parser() -> argparse.ArgumentParser:
         help="another run's checkpoint dir (a directory or an s3:// prefix), or one step_* folder of it, to "
         "start from when --checkpoint-dir holds none; defaults to SM_CHANNEL_RESUME",
     )
+    add(
+        "--tensorboard-dir",
+        default=os.path.join(env("SM_OUTPUT_DIR"), "tensorboard") if env("SM_OUTPUT_DIR") else None,
+        help="rank 0 writes TensorBoard scalars here; defaults to SM_OUTPUT_DIR/tensorboard "
+        "(/opt/ml/output/tensorboard, SageMaker's TensorBoardOutputConfig.LocalPath), else none",
+    )
+    add("--model-dir", default=env("SM_MODEL_DIR", "/opt/ml/model"))
+    seconds = number(0, low_inclusive=False)
+    add(
+        "--watchdog",
+        type=boolean,
+        default=True,
+        help="end a run whose ranks stop stepping (docs/training.md)",
+    )
+    add("--watchdog-step-multiple", type=number(1), default=10.0, help="bound: this x the median step time")
+    add("--watchdog-min-seconds", type=seconds, default=300.0, help="bound after the first steps: at least")
+    add("--watchdog-startup-seconds", type=seconds, default=1800.0, help="bound until 3 steps have completed")
+    add("--watchdog-save-seconds", type=seconds, default=1800.0, help="bound of a save, validation, export")
+    add("--collective-timeout-seconds", type=seconds, default=3600.0, help="the process groups' timeout")
+    add(
+        "--inject-hang-at-step", type=positive, help="testing aid: --inject-hang-rank stops before this step"
+    )
+    add("--inject-hang-rank", type=non_negative, default=0, help="testing aid: the rank that stops")
+    add("--inject-hang-rounds", type=positive, default=1, help="testing aid: hang in this many job rounds")
+    add(
+        "--inject-save-delay-seconds",
+        type=number(0),
+        default=0.0,
+        help="testing aid: each save first sleeps",
+    )
+    add_capacity_block_flags(add, number(0))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    env = os.environ.get
+    parser = Parser(description="Train a Llama-family causal LM on uint16 token shards.", allow_abbrev=False)
+    add = parser.add_argument
+    add_platform_flags(add)
+    add(
+        "--parallelism",
+        choices=PARALLELISMS,
+        default="fsdp",
+        help="data parallelism outside SMP: FSDP2 or DDP",
+    )
+    add(
+        "--smp-implementation",
+        type=boolean,
+        default=False,
+        help="SMP only: tsm.transform the model into SMP's own implementation (AWS's "
+        "use_smp_implementation); its parameter names are SMP's, not Hugging Face's: refused until train.py "
+        "maps them (docs/training.md)",
+    )
+    add("--model-preset", choices=list(PRESETS), default="125m")
+    add("--init-from", help="directory with config.json (and weights) to start from instead of a preset")
+    add("--vocab-size", type=positive, help="override the preset's vocabulary size")
+    add(
+        "--seq-len",
+        type=positive,
+        default=1024,
+        help="tokens per sample; above the model's max_position_embeddings raises it (exported so)",
+    )
+    add("--micro-batch-size", type=positive, default=8, help="sequences per rank per forward pass")
+    add("--grad-accum", type=positive, default=1, help="micro-batches per optimizer step")
+    add("--max-steps", type=positive, default=1000)
+    add(
+        "--learning-rate",
+        type=number(0, low_inclusive=False),
+        default=3e-4,
+        help="peak LR at --lr-reference-batch-size sequences",
+    )
+    add(
+        "--lr-reference-batch-size",
+        type=positive,
+        default=256,
+        help="global batch (sequences) the LR is given for; the LR scales linearly with the real one",
+    )
+    add("--warmup-steps", type=non_negative, default=100)
+    add(
+        "--min-lr-ratio",
+        type=number(0, 1),
+        default=0.1,
+        help="final LR of the cosine decay, relative to the peak",
+    )
+    add("--weight-decay", type=number(0), default=0.1)
+    add("--grad-clip", type=number(0), default=1.0, help="max gradient norm; 0 turns clipping off")
+    add(
+        "--max-nonfinite-steps",
+        type=positive,
+        default=3,
+        help="consecutive steps with a non-finite loss or gradient norm (each skipped) before training stops",
+    )
+    add("--seed", type=int, default=0)
+    add("--activation-checkpointing", type=boolean, default=False)
+    add("--compile", type=boolean, default=False, help="torch.compile each decoder layer")
+    add("--log-interval", type=positive, default=10)
+    add("--val-interval", type=positive, default=200)
+    add(
+        "--val-batches",
+        type=positive,
+        default=20,
+        help="validation covers the first val-batches x micro-batch-size val samples, whatever the ranks",
+    )
+    add(
+        "--allow-global-batch-change",
+        type=boolean,
+        default=False,
+        help="resume with another data-parallel size even where the checkpoint's global batch cannot be kept",
+    )
+    add("--profile-steps", help="FIRST-LAST (or one step): write a torch profiler trace of these steps")
+    add(
+        "--profile-dir",
+        default=env("SM_OUTPUT_DATA_DIR", "/opt/ml/output/data"),
+        help="where profiler traces go; defaults to SM_OUTPUT_DATA_DIR (uploaded with the job's output)",
+    )
+    add(
+        "--dry-run",
+        type=boolean,
+        nargs="?",
+        const=True,
+        default=False,
+        help="build, shard and initialize the model, print per-rank parameter bytes and peak RSS, exit",
+    )
+    add("--train-dir", default=env("SM_CHANNEL_TRAIN"), help="defaults to SM_CHANNEL_TRAIN")
+    add("--val-dir", default=env("SM_CHANNEL_VAL"), help="optional; defaults to SM_CHANNEL_VAL")
+    add(
+        "--export-dtype",
+        choices=("bfloat16", "float32"),
+        default="bfloat16",
+        help="dtype of the final model's weights (training keeps fp32 master weights either way)",
+    )
+    add_slow_host_flags(add, positive, number(1), boolean)
     return parser
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
+def _normalized(argv: list[str]) -> list[str]:
     # SageMaker hyperparameter names usually use underscores; the flags use dashes.
     argv = [_dashed(arg) if arg.startswith("--") else arg for arg in argv]
     # argparse takes a value such as -1e-3 for a flag: join negative numbers to their flag.
     for index in reversed(range(len(argv) - 1)):
         if argv[index].startswith("--") and "=" not in argv[index] and _negative_number(argv[index + 1]):
             argv[index : index + 2] = [f"{argv[index]}={argv[index + 1]}"]
-    args, unknown = build_parser().parse_known_args(argv)
+    return argv
+
+
+def _is_sagemaker_setting(flag: str) -> bool:
+    if flag.startswith("--sagemaker-"):  # the toolkit's own settings, should any reach the script
+        log.warning("Ignoring SageMaker setting %s.", flag)
+        return True
+    return False
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    args, unknown = build_parser().parse_known_args(_normalized(argv))
     for flag in [arg for arg in unknown if arg.startswith("--")]:
-        if flag.startswith("--sagemaker-"):  # the toolkit's own settings, should any reach the script
-            log.warning("Ignoring SageMaker setting %s.", flag)
-        else:
+        if not _is_sagemaker_setting(flag):
             raise UserError(f"Unknown flag {flag}; run train.py --help for the accepted flags.")
     args.mp_parameters = resolve_mp_parameters(args.mp_parameters, os.environ.get("SM_HP_MP_PARAMETERS"))
     args.profile_steps = _profile_steps(args.profile_steps)
@@ -330,6 +286,42 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     problem = smp_flag_problem(args)
     if problem:
         raise UserError(problem)
+    _check_platform_flags(args)
+    if args.init_from and not (Path(args.init_from) / "config.json").is_file():
+        raise UserError(f"--init-from {args.init_from} holds no config.json.")
+    if args.dry_run:
+        return args
+    _check_resume_source(args)
+    if args.train_dir is None:
+        raise UserError(
+            "No train channel: attach a channel named 'train' (SM_CHANNEL_TRAIN) or pass --train-dir."
+        )
+    return args
+
+
+def parse_platform_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
+    """The platform's flags (add_platform_flags) among a team script's arguments, checked as train.py's
+    are, and every other `--name value` pair: the team's own hyperparameters, by name with underscores."""
+    parser = Parser(description="trainstack's platform settings", allow_abbrev=False, add_help=False)
+    add_platform_flags(parser.add_argument)
+    args, rest = parser.parse_known_args(_normalized(argv))
+    args.mp_parameters = resolve_mp_parameters(args.mp_parameters, os.environ.get("SM_HP_MP_PARAMETERS"))
+    _check_platform_flags(args)
+    _check_resume_source(args)
+    hyperparameters = {}
+    for index, flag in enumerate(rest):
+        if not flag.startswith("--") or _is_sagemaker_setting(flag):
+            continue
+        name, equals, value = flag[2:].partition("=")
+        if not equals:
+            if index + 1 == len(rest) or rest[index + 1].startswith("--"):
+                raise UserError(f"Hyperparameter --{name} has no value: pass it as --{name} VALUE.")
+            value = rest[index + 1]
+        hyperparameters[name.replace("-", "_")] = value
+    return args, hyperparameters
+
+
+def _check_platform_flags(args: argparse.Namespace) -> None:
     if args.strategy == "smddp" and args.async_checkpoint:
         raise UserError(
             "Argument --async-checkpoint: must be false with --strategy smddp (SMDDP allows one process "
@@ -341,10 +333,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             f"Argument --collective-timeout-seconds: must be above every fixed watchdog bound ({longest:g} s "
             "here), so that a stuck collective trips the watchdog before it times out."
         )
-    if args.init_from and not (Path(args.init_from) / "config.json").is_file():
-        raise UserError(f"--init-from {args.init_from} holds no config.json.")
-    if args.dry_run:
-        return args
+
+
+def _check_resume_source(args: argparse.Namespace) -> None:
     if (
         args.resume_from
         and not complete_folders(open_storage(args.checkpoint_dir))
@@ -355,11 +346,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             "(in the pipeline its prefix s3://<checkpoint-bucket>/<runName>/), whose step_* folders "
             "end with a COMPLETE marker, or one such folder."
         )
-    if args.train_dir is None:
-        raise UserError(
-            "No train channel: attach a channel named 'train' (SM_CHANNEL_TRAIN) or pass --train-dir."
-        )
-    return args
 
 
 def _profile_steps(text: str | None) -> range | None:

@@ -155,6 +155,11 @@ def format_slow_host_line(
     )
 
 
+# The evaluation output (evaluate.py, trainstack_runtime.write_evaluation) in the job's model dir.
+EVALUATION_FILE = "evaluation.json"
+# What evaluation.json's metrics are called: SageMaker publishes no schema for ModelQuality statistics of
+# a language model; the shape follows AWS's Abalone example ({"<kind>_metrics": {name: {"value": v}}}).
+METRICS_KEY = "language_model_metrics"
 # The evaluation job's one line (evaluate.py) and the MetricDefinitions that put it into the job's
 # FinalMetricDataList, which the pipeline's gate reads (docs/registry.md).
 # evaluate.py's sample length when the run sets no seq_len hyperparameter (the gate records and compares it).

@@ -8,11 +8,14 @@ SageMaker sets in the container and sagemaker-training's environment.py reads), 
 is its own MLflow run. CreateTrainingJob's MlflowConfig is not used: AWS documents it for serverless
 model customization jobs only (docs/training.md, "MLflow").
 
-A round of the job ended by an in-job restart (in_job_restart.py) is killed where it stands, its MLflow
-run left RUNNING. The next round ends it: rank 0 reads the run's id from the record the killed round left
-($SM_OUTPUT_DIR/restarts/round-<N>.mlflow-run) and marks it FAILED, with the fault's line as its
-`trainstack.failure` tag (MLflow runs have no field for why they ended). The calls are the ones a run
-already makes (LogBatch for the tag, UpdateRun for the status): the job role's grant stays as it is.
+A run whose round reports a fault (faults.report, whose listeners the runtime library points at
+`MlflowLog.fail`: an error, the watchdog's trip, a refused restart) ends FAILED at once on rank 0, with
+the job's failure line as its `trainstack.failure` tag (MLflow runs have no field for why they ended):
+the last round of a job whose in-job restarts ran out has no round after it. A round killed before
+rank 0 could say so (torchrun stops every worker when one fails) is ended by the next round: rank 0
+reads the run's id from the record the killed round left ($SM_OUTPUT_DIR/restarts/round-<N>.mlflow-run)
+and marks it FAILED with the line that ended it. The calls are the ones a run already makes (LogBatch for
+the tag, UpdateRun for the status): the job role's grant stays as it is.
 
 The client is optional (container/requirements.txt installs `mlflow-skinny` and `sagemaker-mlflow`):
 where it is missing, or the variable is unset, training goes on without MLflow and says so once. A
@@ -43,6 +46,7 @@ class MlflowLog:
     def __init__(self, is_main: bool, parameters: Mapping[str, Any], run_record: Path | None = None):
         """`run_record`: where this round leaves its run's id, for the round after it."""
         self._mlflow = None
+        self._run_id: str | None = None
         self._run_record = run_record
         uri = os.environ.get(MLFLOW_TRACKING_URI_ENV)
         if not is_main or not uri:
@@ -60,7 +64,8 @@ class MlflowLog:
         experiment = os.environ.get(MLFLOW_EXPERIMENT_ENV, "trainstack")
         self._mlflow = mlflow
         if self._guarded(lambda: self._start(uri, experiment, parameters)):
-            log.info("MLflow run %s in experiment %s.", mlflow.active_run().info.run_id, experiment)
+            self._run_id = mlflow.active_run().info.run_id
+            log.info("MLflow run %s in experiment %s.", self._run_id, experiment)
 
     def _start(self, uri: str, experiment: str, parameters: Mapping[str, Any]) -> None:
         self._mlflow.set_tracking_uri(uri)
@@ -96,6 +101,17 @@ class MlflowLog:
             self._guarded(self._mlflow.end_run)
             self._mlflow = None
 
+    def fail(self, fault: str) -> None:
+        """End the run FAILED with `fault`, the job's failure line (a faults.REPORT_LISTENERS listener; a
+        no-op once the run has ended). Any thread may call it (the watchdog's does): the client call names
+        the run, where MLflow's fluent API keeps the active run per thread."""
+        if self._mlflow is not None:
+            end_failed_run(os.environ[MLFLOW_TRACKING_URI_ENV], self._run_id, fault, "this round")
+            # In the thread that started the run, MLflow would end it FINISHED at exit (its atexit hook):
+            # leave it FAILED. Another thread has no active run: a no-op there.
+            self._guarded(lambda: self._mlflow.end_run(status="FAILED"))
+            self._mlflow = None
+
 
 def end_interrupted_run(run_record: Path | None, fault: str) -> None:
     """In a restarted round, on rank 0: the run of the round before (its id in `run_record`) ends FAILED
@@ -104,17 +120,21 @@ def end_interrupted_run(run_record: Path | None, fault: str) -> None:
     uri = os.environ.get(MLFLOW_TRACKING_URI_ENV)
     if run_record is None or not uri or not run_record.exists():
         return
+    end_failed_run(uri, run_record.read_text().strip(), fault, "the interrupted round")
+
+
+def end_failed_run(uri: str, run_id: str, fault: str, whose: str) -> None:
+    """Tag run `run_id` with `fault` and end it FAILED; a failing call is one warning."""
     try:
         from mlflow.entities import RunTag
         from mlflow.tracking import MlflowClient
     except ImportError:
         return  # MlflowLog says so once
-    run_id = run_record.read_text().strip()
     try:
         client = MlflowClient(uri)
         client.log_batch(run_id, tags=[RunTag(FAILURE_TAG, fault[:TAG_VALUE_LIMIT])])
         client.set_terminated(run_id, status="FAILED")
     except Exception as error:  # MLflow's, HTTP and credential errors alike
-        log.warning("The MLflow run %s of the interrupted round stays RUNNING: %s", run_id, error)
+        log.warning("The MLflow run %s of %s stays RUNNING: %s", run_id, whose, error)
         return
-    log.info("MLflow run %s of the interrupted round ended FAILED: %s", run_id, fault)
+    log.info("MLflow run %s of %s ended FAILED: %s", run_id, whose, fault)

@@ -10,38 +10,23 @@ SageMaker's environment. See docs/training.md.
 import argparse
 import logging
 import math
-import os
-import signal
 import sys
-import threading
 import time
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from capacity_block import STOP_PLAN_ENDING, STOP_SIGTERM, CapacityBlock, PlanEndingError
+from capacity_block import STOP_PLAN_ENDING
 from checkpoint import CheckpointManager, TrainState
-from data import TokenDataset, UserError, validation_batches
-from distributed import (
-    Runtime,
-    autocast_enabled,
-    gradient_sync,
-    local_part,
-    reduce_max,
-    settle,
-    setup,
-    teardown,
-)
-from faults import EXIT_INFRASTRUCTURE, EXIT_USER_ERROR, NonFiniteError, classify, report
+from data import TokenDataset, validation_batches
+from distributed import autocast_enabled, gradient_sync, local_part, reduce_max
+from faults import NonFiniteError
 from flags import parse_args, resume_source
-from in_job_restart import begin_round, decline, refused_restart, restart_round, round_record
-from metrics import StepTimer, configure_logging, format_train_line, format_val_line, throughput
-from mlflow_log import RUN_RECORD, MlflowLog, end_interrupted_run
+from metrics import StepTimer, format_train_line, format_val_line, throughput
 from model import model_config
 from model_shapes import flops_per_token, peak_bf16_flops
 from optimizer import parameter_groups
-from rank_health import RankHealth, SlowHostError
+from rank_health import RankHealth
 from startup import build_parallel_model, check_writable, dry_run, open_datasets, sample_order
 from step_profiler import StepProfiler
 from tensorboard_scalars import (
@@ -51,12 +36,12 @@ from tensorboard_scalars import (
     TOKENS_PER_SECOND,
     TRAIN_LOSS,
     VALIDATION_LOSS,
-    Scalars,
 )
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from trainstack_runtime import Job, run
 from transformers import PretrainedConfig
 from transformers.utils import logging as transformers_logging
-from watchdog import Bounds, Watchdog, hang_if_injected
+from watchdog import hang_if_injected
 
 log = logging.getLogger("train")
 
@@ -64,15 +49,16 @@ log = logging.getLogger("train")
 class Trainer:
     def __init__(
         self,
-        args: argparse.Namespace,
-        runtime: Runtime,
+        job: Job,
         config: PretrainedConfig,
         train_data: TokenDataset,
         val_data: TokenDataset | None,
-        watchdog: Watchdog,
     ):
-        self.args, self.runtime, self.train_data, self.val_data = args, runtime, train_data, val_data
-        self.watchdog = watchdog
+        args, runtime = job.settings, job.runtime
+        self.job, self.args, self.runtime, self.train_data, self.val_data = (
+            job, args, runtime, train_data, val_data,
+        )  # fmt: skip
+        self.watchdog = job.watchdog
         self.parallel = build_parallel_model(args, runtime, config)
         self.model = self.parallel.model
         self.autocast = autocast_enabled(runtime, args.parallelism)
@@ -85,23 +71,8 @@ class Trainer:
             eps=1e-8,
         )
         self.state = TrainState(self.model, self.optimizer)
-        self.checkpoints = CheckpointManager(
-            args.checkpoint_dir,
-            runtime,
-            args.keep_checkpoints,
-            args.async_checkpoint,
-            self.parallel.identity,
-            self._reset,
-            shared=args.checkpoint_dir_shared,
-        )
+        self.checkpoints: CheckpointManager = job.checkpoint_manager(self.parallel.identity, self._reset)
         self.nonfinite_steps: list[int] = []  # the current run of consecutive skipped steps
-        # StopTrainingJob and Spot reclaims send SIGTERM about two minutes before the kill. The handler
-        # holds the event, not the Trainer, so the model is freed before the process group is destroyed.
-        sigterm = self._sigterm = threading.Event()
-        signal.signal(signal.SIGTERM, lambda signum, frame: sigterm.set())
-        self.capacity_block = CapacityBlock.from_environment(
-            args
-        )  # a training plan's end (capacity_block.py)
 
     def _reset(self) -> None:
         """The state of a fresh run: initial weights, no optimizer moments, step 0."""
@@ -143,8 +114,7 @@ class Trainer:
                 loss.backward()
             total += loss.detach()
         grad_norm = self._clip_gradients()
-        own_stop = STOP_PLAN_ENDING if self.capacity_block.ending() else STOP_SIGTERM * self._sigterm.is_set()
-        nonfinite, stop = self._agree(not bool(torch.isfinite(total + grad_norm)), own_stop)
+        nonfinite, stop = self._agree(not bool(torch.isfinite(total + grad_norm)), self.job.own_stop())
         if nonfinite:
             self._skip(step, total, grad_norm)
         else:
@@ -256,10 +226,7 @@ class Trainer:
                 state.step,
                 args.max_steps,
             )
-        self.scalars = Scalars(
-            args.tensorboard_dir if self.runtime.is_main else None,
-            MlflowLog(self.runtime.is_main, vars(args), round_record(restart_round(), RUN_RECORD)),
-        )
+        self.scalars = self.job.scalars(vars(args))
         self.model.train()
         window, window_steps = torch.zeros(2), 0
         # tokens/s and MFU: time inside training steps only (each with all its device work), warm-up left out
@@ -290,7 +257,7 @@ class Trainer:
                 self.save_checkpoint(blocking=True)
                 if stop == STOP_PLAN_ENDING:
                     self.scalars.close()
-                    raise self.capacity_block.error(state.step)
+                    raise self.job.end_for_plan(state.step)
                 if self.runtime.is_main:
                     log.info("Stopped by SIGTERM at step %d; the checkpoint resumes it.", state.step)
                 self.scalars.close()
@@ -350,50 +317,25 @@ class Trainer:
 
 
 def main(argv: list[str] | None = None) -> int:
-    restarted = begin_round()  # first: nothing this round reports may be set aside (in_job_restart.py)
-    rank = int(os.environ.get("RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
-    configure_logging(rank)
-    if restarted and rank == 0:  # the killed round's MLflow run ends FAILED, whether this round trains or not
-        end_interrupted_run(round_record(restarted.number - 1, RUN_RECORD), restarted.previous_fault)
-    if restarted and restarted.declined:  # an earlier round refused the restart: no collective, no training
-        return decline(restarted.declined, echo=rank == 0)
-    try:  # flags are checked alike on every rank: rank 0 reports
-        args = parse_args(sys.argv[1:] if argv is None else argv)
-        config = model_config(args.model_preset, args.init_from, args.vocab_size, args.seq_len)
-    except UserError as error:
-        report(*classify(error), echo=rank == 0)
-        return EXIT_USER_ERROR
-    runtime = setup(args.strategy, args.mp_parameters, timedelta(seconds=args.collective_timeout_seconds))
-    watchdog = Watchdog(Bounds.from_args(args), runtime.rank)
-    try:
-        refused = refused_restart(runtime, restarted)
-        if refused is not None:
-            settle(runtime)
-            return refused
+    configs: list[PretrainedConfig] = []
+
+    def parse(argv: list[str]) -> tuple[argparse.Namespace, dict]:
+        """The flags and the model's config, both checked before any process group exists."""
+        args = parse_args(argv)
+        configs.append(model_config(args.model_preset, args.init_from, args.vocab_size, args.seq_len))
+        return args, {}
+
+    def train(job: Job) -> None:
+        args, runtime, config = job.settings, job.runtime, configs[0]
         if args.dry_run:
             dry_run(args, runtime, config)
-            return 0
+            return
         check_writable(args, runtime)
         train_data, val_data = open_datasets(args, runtime, config.vocab_size)
-        if args.watchdog:  # from the model build on: the data scan before it grows with the dataset
-            watchdog.start()
-        Trainer(args, runtime, config, train_data, val_data, watchdog).run()
-        settle(runtime)
-    except UserError as error:  # every rank raises the same one (startup.agree, collectives): rank 0 reports
-        report(*classify(error), echo=rank == 0)
-        settle(runtime)
-        return EXIT_USER_ERROR
-    except (SlowHostError, PlanEndingError) as error:  # every rank ends the attempt alike: rank 0 reports
-        report(error.fault, str(error), echo=rank == 0)
-        settle(runtime)
-        return EXIT_INFRASTRUCTURE
-    except Exception as error:  # this rank's own: its traceback follows, as before
-        report(*classify(error))
-        raise
-    finally:
-        teardown()
-        watchdog.stop()  # only now: a teardown blocked by a dead peer ends as a hang too
-    return 0
+        job.start_watchdog()  # from the model build on: the data scan before it grows with the dataset
+        Trainer(job, config, train_data, val_data).run()
+
+    return run(train, argv, parse)
 
 
 if __name__ == "__main__":

@@ -79,14 +79,14 @@ class Run:
     checkpoint_dir: Path
 
 
-def torchrun_command(*flags: str, nproc: int = 2) -> list[str]:
+def torchrun_command(*flags: str, nproc: int = 2, script: Path = TRAIN_PY) -> list[str]:
     return [
         sys.executable,
         "-m",
         "torch.distributed.run",
         "--standalone",
         f"--nproc_per_node={nproc}",
-        str(TRAIN_PY),
+        str(script),
         *flags,
     ]
 
@@ -126,15 +126,25 @@ def train(
 class Background:
     """A training run in the background, to signal or kill while it trains."""
 
-    def __init__(self, dataset: Path, out: Path, *extra: str, flags: list[str] = TRAIN_FLAGS):
+    def __init__(
+        self,
+        dataset: Path | None,
+        out: Path,
+        *extra: str,
+        flags: list[str] = TRAIN_FLAGS,
+        command: list[str] | None = None,
+        env: dict | None = None,
+    ):
+        """train.py on `dataset`, or `command` (another script) with `env` added to the environment."""
         out.mkdir(parents=True, exist_ok=True)
         self.log_path = out / "log.txt"
         self.model_dir, self.checkpoint_dir = out / "model", out / "checkpoints"
         self._log = self.log_path.open("w")
         self.process = subprocess.Popen(
-            torchrun_command(*flags, *run_dirs(dataset, out), *extra),
+            command or torchrun_command(*flags, *run_dirs(dataset, out), *extra),
             stdout=self._log,
             stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
         )
 
     def wait_for(self, condition, what: str, timeout: float = 120) -> None:

@@ -32,18 +32,33 @@ HANG = [
 ]  # fmt: skip
 
 
-def test_a_hang_is_recovered_inside_the_same_job_and_reaches_the_uninterrupted_weights(
-    dataset, tmp_path, reference_run, monkeypatch
-):
-    output, store = tmp_path / "output", tmp_path / "mlruns"
-    mlflow_env = {
+def mlflow_env(store) -> dict:
+    return {
         "MLFLOW_TRACKING_URI": store.as_uri(),
         "MLFLOW_ALLOW_FILE_STORE": "true",  # MLflow 3 serves a local file store only with it
         "MLFLOW_EXPERIMENT_NAME": "restarts",
         "TRAINING_JOB_NAME": "trainstack-restart-1",
     }
+
+
+def mlflow_runs(store, monkeypatch) -> list:
+    """The job's MLflow runs, oldest first."""
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    client = mlflow.tracking.MlflowClient(store.as_uri())
+    return client.search_runs(
+        [client.get_experiment_by_name("restarts").experiment_id], order_by=["start_time"]
+    )
+
+
+def test_a_hang_is_recovered_inside_the_same_job_and_reaches_the_uninterrupted_weights(
+    dataset, tmp_path, reference_run, monkeypatch
+):
+    output, store = tmp_path / "output", tmp_path / "mlruns"
     run = train(
-        dataset, tmp_path, *HANG, env={"PET_MAX_RESTARTS": "1", "SM_OUTPUT_DIR": str(output), **mlflow_env}
+        dataset,
+        tmp_path,
+        *HANG,
+        env={"PET_MAX_RESTARTS": "1", "SM_OUTPUT_DIR": str(output), **mlflow_env(store)},
     )
     assert run.returncode == 0, run.output
     assert "Rank 1 stops before step 15 for good" in run.output
@@ -62,11 +77,7 @@ def test_a_hang_is_recovered_inside_the_same_job_and_reaches_the_uninterrupted_w
     difference = max_weight_difference(load_weights(run.model_dir), load_weights(reference_run.model_dir))
     assert difference <= 1e-6
     # Each round is an MLflow run of the job; the killed one ended FAILED with the hang's line.
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-    client = mlflow.tracking.MlflowClient(store.as_uri())
-    runs = client.search_runs(
-        [client.get_experiment_by_name("restarts").experiment_id], order_by=["start_time"]
-    )
+    runs = mlflow_runs(store, monkeypatch)
     assert [(r.info.run_name, r.info.status) for r in runs] == [
         ("trainstack-restart-1", "FAILED"),
         ("trainstack-restart-1", "FINISHED"),
@@ -75,11 +86,13 @@ def test_a_hang_is_recovered_inside_the_same_job_and_reaches_the_uninterrupted_w
     assert FAILURE_TAG not in runs[1].data.tags
 
 
-def test_when_the_restart_budget_runs_out_the_job_fails_with_the_hang_as_before(dataset, tmp_path):
-    output = tmp_path / "output"
+def test_when_the_restart_budget_runs_out_the_job_fails_with_the_hang_as_before(
+    dataset, tmp_path, monkeypatch
+):
+    output, store = tmp_path / "output", tmp_path / "mlruns"
     run = train(
         dataset, tmp_path, *HANG, "--inject-hang-rounds", "2",
-        env={"PET_MAX_RESTARTS": "1", "SM_OUTPUT_DIR": str(output)},
+        env={"PET_MAX_RESTARTS": "1", "SM_OUTPUT_DIR": str(output), **mlflow_env(store)},
     )  # fmt: skip
     assert run.returncode != 0, run.output
     assert run.output.count("In-job restart") == 1, run.output
@@ -88,6 +101,12 @@ def test_when_the_restart_budget_runs_out_the_job_fails_with_the_hang_as_before(
     reason = (output / "failure").read_text()
     assert reason.startswith("trainstack-fault:infrastructure:hang TimeoutError:"), reason
     assert not (tmp_path / "model" / "model.safetensors").exists()
+    # Both rounds' MLflow runs end FAILED with the line that ended them: the first as the killed round
+    # (ended by the next one), the last by itself, since no round follows it.
+    runs = mlflow_runs(store, monkeypatch)
+    assert [r.info.status for r in runs] == ["FAILED", "FAILED"]
+    assert runs[0].data.tags[FAILURE_TAG] == (output / RECORD_DIR / "round-0.failure").read_text().strip()
+    assert runs[1].data.tags[FAILURE_TAG] == reason.strip()
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,8 @@ from __future__ import annotations
 import functools
 import re
 
-import metrics  # noqa: E402  (training_scripts/ is on sys.path, as in /opt/ml/code)
+import distributed  # noqa: E402  (training_scripts/ is on sys.path, as in /opt/ml/code)
+import metrics  # noqa: E402
 import pytest
 import torch
 import train  # noqa: E402
@@ -161,7 +162,7 @@ def test_a_step_is_timed_until_the_optimizers_device_work_has_finished(slow_worl
     monkeypatch.setattr(torch.optim.AdamW, "step", optimizer_step)
     monkeypatch.setattr(torch.Tensor, "cpu", waiting(original_cpu))
     monkeypatch.setattr(torch.Tensor, "item", waiting(original_item))
-    monkeypatch.setattr(train.Runtime, "synchronize", lambda _runtime: device.wait(), raising=False)
+    monkeypatch.setattr(distributed.Runtime, "synchronize", lambda _runtime: device.wait(), raising=False)
     output = slow_world(capsys, dataset, tmp_path, "--log-interval", "2", "--max-steps", "8")
     with_optimizer = TOKENS_PER_STEP / (STEP_SECONDS + optimizer_seconds)
     assert rates_by_step(output) == {2: None, 4: with_optimizer, 6: with_optimizer, 8: with_optimizer}
