@@ -145,6 +145,10 @@ def test_training_code_entry_and_preflight_wiring():
     # SageMaker runs `train`: our wrapper must come first on PATH.
     assert re.search(r'PATH="/opt/trainstack/bin:', TEXT)
     assert "COPY container/train /opt/trainstack/bin/train" in TEXT
+    # A team's code empties /opt/ml/code (container/train): its entry imports the runtime library from the
+    # image's second copy, on every process's path.
+    assert "COPY training_scripts/ /opt/trainstack/runtime/" in TEXT
+    assert re.search(r"^\s+PYTHONPATH=/opt/trainstack/runtime \\$", TEXT, re.M)
 
 
 def _dockerignore_allows(path: str, patterns: list[str]) -> bool:
