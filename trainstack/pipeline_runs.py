@@ -11,6 +11,7 @@ from trainstack.config import Settings
 from trainstack.migration_settings import kept_groups_of
 from trainstack.profiles import Profile
 from trainstack.queue_settings import QueueSettings, run_names_table_name
+from trainstack.team_budgets import TeamBudget
 from trainstack.teams import RunLimits, Team, namespace
 
 
@@ -33,6 +34,7 @@ class PipelineRuns:
     # and whose model versions are its registry baseline, and the other teams' namespaces, which stay theirs.
     inherited: str | None = None
     other_teams: tuple[str, ...] = ()
+    budget: TeamBudget | None = None  # teams[].budget: what the team's runs hold at once and spend a month
 
     @property
     def inherited_prefixes(self) -> tuple[str, ...]:
@@ -74,6 +76,7 @@ def team_runs(settings: Settings, team: Team) -> PipelineRuns:
         other_teams=tuple(
             namespace(settings.project, other.name) for other in settings.teams if other.name != team.name
         ),
+        budget=team.budget,
     )
 
 

@@ -18,6 +18,7 @@ from pydantic import Field, model_validator
 from trainstack.base import StrictModel, matching
 from trainstack.profiles import MAX_PRIORITY, MAX_RUNTIME_HOURS_LIMIT
 from trainstack.run_names import RUN_NAME_MAX_LENGTH, default_run_name_length
+from trainstack.team_budgets import TeamBudget, check_team_budget
 
 # One team's namespace `<project>-<team>` must never be a prefix of another's (IAM grants on
 # `<project>-<team>-*`): a team name holds no hyphen. Letters and digits also make it a valid AWS Batch
@@ -86,6 +87,8 @@ class Team(StrictModel):
     # The deployment had no teams before: this team may resume the runs started then (`<project>-*` outside
     # every team's namespace) and registers against their model versions (docs/teams.md, "Migrations").
     inherits_single_team_runs: bool = False
+    # What the team holds at once and spends in a month, over all its runs (trainstack/team_budgets.py).
+    budget: TeamBudget | None = None
 
     @model_validator(mode="after")
     def _someone_may_start(self) -> Team:
@@ -177,6 +180,16 @@ def check_teams(settings: Any) -> Any:
                     f"{where}: profile {name} has priority {profile.priority}, above the team's "
                     f"max_priority ({team.max_priority})"
                 )
+        if team.budget is not None:
+            check_team_budget(
+                where,
+                team.budget,
+                team.max_cost_usd,
+                {
+                    name: max(p.instance_count for p in settings.profile(name).instance_preferences)
+                    for name in team.profiles
+                },
+            )
         if settings.queue.enabled and team.max_instances > settings.queue.max_instances:
             raise ValueError(
                 f"{where}.max_instances ({team.max_instances}) is more than queue.max_instances "

@@ -44,6 +44,7 @@ from tests.queue.test_queue_pipeline import ended_event, filled, install_queue
 from trainstack.config_loading import parse_settings
 from trainstack.job_request import RUN_TAG
 from trainstack.pipeline_runs import shared_queue
+from trainstack.team_budgets import budget_table_name
 
 TEAMS = ("research", "search")
 PROFILE = "small-torchrun"  # both teams' profile; its registry registers each run that completes
@@ -159,6 +160,14 @@ class World:
         name = "queue-cleanup" if self.batch is not None else "job-cleanup"
         return f"arn:aws:states:{harness.REGION}:{harness.ACCOUNT}:stateMachine:trainstack-{team}-{name}"
 
+    def budget_release_machine(self, team: str) -> str | None:
+        """The team's budget release machine, where the team has a budget (stacks/pipeline/budget/)."""
+        if budget_table_name(f"trainstack-{team}") not in self.tables:
+            return None
+        return (
+            f"arn:aws:states:{harness.REGION}:{harness.ACCOUNT}:stateMachine:trainstack-{team}-budget-release"
+        )
+
 
 @contextmanager
 def many_runs_world(mode: str, settings, stacks, assembly, runs: list[Run], monkeypatch) -> Iterator[World]:
@@ -229,7 +238,8 @@ def running_executions() -> list[str]:
 def run_all(world: World, runs: list[Run]) -> dict[Run, dict[str, Any]]:
     """Start every run at once, stop the scripted ones once their job trains, let every execution end,
     then run each team's cleanup for every run that ended otherwise than SUCCEEDED, as the cleanup rule
-    does; each run's DescribeExecution answer."""
+    does, and its budget release for every run, as the release rule does; each run's DescribeExecution
+    answer."""
     client = boto3.client("stepfunctions", region_name=harness.REGION)
     arns = {
         run: client.start_execution(
@@ -254,13 +264,13 @@ def run_all(world: World, runs: list[Run]) -> dict[Run, dict[str, Any]]:
     world.clock.run_until(lambda: not running_executions(), limit_seconds=CLOCK_LIMIT_SECONDS)
     ends = {run: described(arn) for run, arn in arns.items()}
     for run, end in ends.items():
+        event = json.dumps(ended_event(end["executionArn"]))
         if end["status"] != "SUCCEEDED":
-            event = ended_event(end["executionArn"])
             client.start_execution(
-                stateMachineArn=world.cleanup_machine(run.team),
-                name=f"cleanup-{run.execution}",
-                input=json.dumps(event),
+                stateMachineArn=world.cleanup_machine(run.team), name=f"cleanup-{run.execution}", input=event
             )
+        if (release := world.budget_release_machine(run.team)) is not None:
+            client.start_execution(stateMachineArn=release, name=f"release-{run.execution}", input=event)
     world.clock.run_until(lambda: not running_executions(), limit_seconds=CLOCK_LIMIT_SECONDS)
     return ends
 
@@ -328,8 +338,21 @@ def leftovers(world: World, ends: dict[Run, dict[str, Any]]) -> list[str]:
     refused = {end["executionArn"] for end in ends.values() if end.get("error") == "InvalidInput"}
     for table in world.tables:
         for item in dynamodb.scan(TableName=table)["Items"]:
-            if table.endswith("-registration-leases"):
+            if table.endswith("-budget"):
+                found += budget_leftovers(table, item)
+            elif table.endswith("-registration-leases"):
                 found.append(f"lease still held in {table}: {item}")
             elif item.get("execution", {}).get("S") in refused or item["runName"]["S"] not in submitted:
                 found.append(f"claim of a run that submitted nothing in {table}: {item}")
+    return found
+
+
+def budget_leftovers(table: str, item: dict[str, Any]) -> list[str]:
+    """A team's budget item once every run has ended: no reservation left, no run or instance counted."""
+    found = [f"reservation still held in {table}: {name}" for name in item if name.startswith("run:")]
+    found += [
+        f"{table}: {counter} still {item[counter]['N']}"
+        for counter in ("runs", "instances")
+        if item.get(counter, {"N": "0"})["N"] != "0"
+    ]
     return found
