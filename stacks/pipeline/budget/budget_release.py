@@ -167,7 +167,7 @@ class BudgetRelease(Construct):
                 "ExpressionAttributeValues": {
                     ":lessOne": {"N": "-1"},
                     ":lessInstances": number(f"-$number({claim}.instances.N)"),
-                    ":trueUp": number(f"{charged} - {planned}"),
+                    ":trueUp": number(f"({charged}) - {planned}"),
                 },
             },
             outputs=expression("$run.execution"),

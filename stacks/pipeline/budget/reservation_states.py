@@ -13,6 +13,7 @@ team's use, and when it frees.
 
 from __future__ import annotations
 
+from aws_cdk import Duration
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
@@ -111,7 +112,7 @@ def reserve_budget(scope: Construct, table: BudgetTable, reserved: sfn.IChainabl
             scope,
             "WaitForBudget",
             comment="on_budget: wait: ask again once another run may have ended.",
-            time=sfn.WaitTime.seconds(BUDGET_POLL_SECONDS),
+            time=sfn.WaitTime.duration(Duration.seconds(BUDGET_POLL_SECONDS)),
         )
         refused.when(
             sfn.Condition.jsonata(
