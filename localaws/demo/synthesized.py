@@ -70,6 +70,10 @@ def load_pipeline(cdk_out: Path, project: str, region: str, name: str | None = N
             return "aws"
         if part.get("Fn::GetAtt", [None, None])[1] == "JobQueueArn":  # queue mode's job queue
             return f"arn:aws:batch:{region}:{ACCOUNT}:job-queue/{training_queue_name(project)}"
+        output = part.get("Fn::GetStackOutput", {})
+        if "JobQueueArn" in output.get("OutputName", ""):  # with teams: the queue stack `<project>-queue`'s
+            queue_project = output["StackName"].removesuffix("-queue")
+            return f"arn:aws:batch:{region}:{ACCOUNT}:job-queue/{training_queue_name(queue_project)}"
         arn = referenced_machine_arn(resources, part.get("Ref", ""), machine_arn)
         if arn is None:
             raise SynthesizedPipelineError(f"{template_path}: the definition of {name} refers to {part}")
