@@ -71,11 +71,38 @@ def test_the_example_has_two_teams_sharing_the_queue_by_weight():
             {"max_runtime_hours": 24},
             "profile llama-7b-smp runs up to 72 hours, more than the team's max_runtime_hours",
         ),
+        # Budgets across runs (trainstack/team_budgets.py).
+        (
+            {"budget": {"on_budget": "wait"}},
+            "budget: give max_concurrent_runs, max_instances_in_use or monthly_usd",
+        ),
+        ({"budget": {"max_concurrent_runs": 0}}, "teams.0.budget.max_concurrent_runs"),
+        (
+            {"budget": {"max_concurrent_runs": 2, "on_budget": "queue"}},
+            "teams.0.budget.on_budget",
+        ),
+        (
+            {"budget": {"monthly_usd": 1_000}},
+            "teams.0 (research).budget.monthly_usd (1000) is below the team's per-run max_cost_usd (2500): "
+            "one run could plan more than the month's budget",
+        ),
+        (
+            {"budget": {"max_instances_in_use": 1}},
+            "teams.0 (research).budget.max_instances_in_use (1) is below the 2 instances of profile "
+            "llama-7b-smp: its runs could never start",
+        ),
     ],
 )
 def test_a_bad_team_fails_in_one_sentence_naming_the_field(change, message):
     error = config_error({"teams": [{**TEAM, **change}]})
     assert message in error, error
+
+
+def test_a_budget_below_the_teams_per_run_instances_is_allowed_and_reaches_the_teams_pipeline():
+    budget = {"max_instances_in_use": 3, "max_concurrent_runs": 2, "on_budget": "wait"}
+    settings = settings_with({"teams": [{**TEAM, "budget": budget}]})  # max_instances 4: the budget binds
+    runs = runs_for(settings, "research")
+    assert (runs.budget.max_instances_in_use, runs.budget.on_budget) == (3, "wait")
 
 
 def test_a_team_whose_run_names_would_pass_sagemakers_63_characters_is_refused():
