@@ -43,6 +43,28 @@ class TeamBudget(StrictModel):
         return self
 
 
+def budget_summary(budget: TeamBudget, max_instances: int) -> str:
+    """check-config's line on a team's budget, saying what a max_instances_in_use below the team's per-run
+    max_instances means."""
+    limits = [
+        f"{budget.max_concurrent_runs} runs" if budget.max_concurrent_runs is not None else None,
+        f"{budget.max_instances_in_use} instances" if budget.max_instances_in_use is not None else None,
+    ]
+    at_once = " and ".join(filter(None, limits))
+    parts = [f"at most {at_once} at once" if at_once else None]
+    if budget.monthly_usd is not None:
+        parts.append(f"${budget.monthly_usd:,.2f} of planned cost a month")
+    text = f"budget over all runs: {', '.join(filter(None, parts))}; a run over it "
+    text += "waits for room until its retry deadline" if budget.on_budget == "wait" else "is refused"
+    if budget.max_instances_in_use is not None and budget.max_instances_in_use < max_instances:
+        text += (
+            f" (max_instances_in_use {budget.max_instances_in_use} is below the per-run max_instances "
+            f"{max_instances}: a run asking for more than {budget.max_instances_in_use} is refused at its "
+            "start)"
+        )
+    return text
+
+
 def budget_table_name(namespace: str) -> str:
     """The team's DynamoDB table of reservations (one item, keyed by the namespace)."""
     return f"{namespace}-budget"
