@@ -44,7 +44,6 @@ def prepare_run_assign() -> dict[str, str]:
 
 def reserve_budget(scope: Construct, table: BudgetTable, reserved: sfn.IChainable) -> sfn.IChainable:
     """The states that reserve the run's share, then `reserved`."""
-    budget = table.budget
     names = {**NAMES, "#month": expression(MONTH_ATTRIBUTE)}
     open_counters = table.call(
         scope,
@@ -58,6 +57,43 @@ def reserve_budget(scope: Construct, table: BudgetTable, reserved: sfn.IChainabl
         },
         comment="The team's counters and this month's, at 0 where they do not exist yet.",
     )
+    reserve = _reserve(scope, table, names)
+    read = table.call(
+        scope,
+        "ReadBudgetUse",
+        "getItem",
+        {"ConsistentRead": True},
+        assign={"budgetUse": expression("$states.result.Item")},
+    )
+    reserve.add_catch(read, errors=[CONDITION_FAILED])
+    over_budget = sfn.Fail.jsonata(
+        scope, "OverBudget", error=ERROR_INVALID_INPUT, cause=expression(_over_budget_cause(table))
+    )
+    refused = sfn.Choice.jsonata(scope, "IsBudgetReserved").when(
+        sfn.Condition.jsonata(expression(f"$exists($lookup($budgetUse, {RUN_ATTRIBUTE}))")), reserved
+    )
+    if table.budget.on_budget == "wait":
+        wait = sfn.Wait.jsonata(
+            scope,
+            "WaitForBudget",
+            comment="on_budget: wait: ask again once another run may have ended.",
+            time=sfn.WaitTime.duration(Duration.seconds(BUDGET_POLL_SECONDS)),
+        )
+        refused.when(
+            sfn.Condition.jsonata(
+                expression(f"$millis() + {BUDGET_POLL_SECONDS * 1000} <= $plan.deadlineMillis")
+            ),
+            wait.next(reserve),
+        )
+    refused.otherwise(over_budget)
+    open_counters.next(reserve).next(reserved)
+    read.next(refused)
+    return open_counters
+
+
+def _reserve(scope: Construct, table: BudgetTable, names: dict[str, str]) -> sfn.TaskStateBase:
+    """The one conditional UpdateItem that adds the run's share if every limit of the budget has room."""
+    budget = table.budget
     conditions = ["attribute_not_exists(#run)"]
     values = {
         ":claim": {
@@ -81,7 +117,7 @@ def reserve_budget(scope: Construct, table: BudgetTable, reserved: sfn.IChainabl
     if budget.monthly_usd is not None:
         conditions.append("#month <= :usdRoom")
         values[":usdRoom"] = number(f"{budget.monthly_usd} - $budgetClaim.plannedUsd")
-    reserve = table.call(
+    return table.call(
         scope,
         "ReserveBudget",
         "updateItem",
@@ -93,37 +129,6 @@ def reserve_budget(scope: Construct, table: BudgetTable, reserved: sfn.IChainabl
         },
         comment="This run's share, only if every budget of the team has room for it.",
     )
-    read = table.call(
-        scope,
-        "ReadBudgetUse",
-        "getItem",
-        {"ConsistentRead": True},
-        assign={"budgetUse": expression("$states.result.Item")},
-    )
-    reserve.add_catch(read, errors=[CONDITION_FAILED])
-    over_budget = sfn.Fail.jsonata(
-        scope, "OverBudget", error=ERROR_INVALID_INPUT, cause=expression(_over_budget_cause(table))
-    )
-    refused = sfn.Choice.jsonata(scope, "IsBudgetReserved").when(
-        sfn.Condition.jsonata(expression(f"$exists($lookup($budgetUse, {RUN_ATTRIBUTE}))")), reserved
-    )
-    if budget.on_budget == "wait":
-        wait = sfn.Wait.jsonata(
-            scope,
-            "WaitForBudget",
-            comment="on_budget: wait: ask again once another run may have ended.",
-            time=sfn.WaitTime.duration(Duration.seconds(BUDGET_POLL_SECONDS)),
-        )
-        refused.when(
-            sfn.Condition.jsonata(
-                expression(f"$millis() + {BUDGET_POLL_SECONDS * 1000} <= $plan.deadlineMillis")
-            ),
-            wait.next(reserve),
-        )
-    refused.otherwise(over_budget)
-    open_counters.next(reserve).next(reserved)
-    read.next(refused)
-    return open_counters
 
 
 def record_billed_cost(scope: Construct, table: BudgetTable) -> sfn.TaskStateBase:
