@@ -2,7 +2,8 @@
 machines in the emulator on a SteppedClock against one scripted SageMaker (and, in queue mode, the shared
 FakeBatch queue), every run scripted by its own name with a fault, then every end checked and every
 leftover looked for: a job still running, a Batch job still active, a registration lease still held, a
-run-name claim of a run that submitted nothing, an execution still RUNNING.
+run-name claim of a run that submitted nothing, a budget reservation not released (each run's end starts its
+team's budget release, as the release rule does), an execution still RUNNING.
 
 tests/teams/test_many_runs.py runs a dozen in `make test`; benchmarks/many_runs.py forty and more.
 """
