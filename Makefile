@@ -54,8 +54,10 @@ synth: $(SYNTH_DEPS) $(CDK)
 
 # One retraining end to end with no AWS: the synthesized state machine in the local emulator, SageMaker
 # simulated by local training processes, a capacity loss, back-off and resume (localaws/demo/run.py).
+# With teams, TEAM= names the team whose pipeline runs it; PROFILE= one of its profiles (default: the first
+# torchrun one). A config, team or profile the demo cannot run ends in one sentence (exit code 2).
 demo: $(DEV_DEPS) synth
-	python -m localaws.demo --config $(CONFIG)
+	python -m localaws.demo --config $(CONFIG) $(if $(TEAM),--team $(TEAM)) $(if $(PROFILE),--profile $(PROFILE))
 
 # The fault variant: attempt 1 hangs on purpose after its first checkpoint, train.py's watchdog ends it,
 # the pipeline classifies the infrastructure fault and attempt 2 resumes (localaws/demo/run.py --fault hang).
@@ -100,17 +102,24 @@ $(CHROMIUM):
 	  || echo "make: could not install Debian's chromium (apt-get, as root): the report's browser test will fail" >&2
 
 # Each test runs where its marker says (tests/conftest.py): newer_stack in .venv, image_stack in .venv-image.
-# .venv-image (torch 2.5.1, ~5 GB) installs while the newer-stack suite runs: pip mostly waits on the disk
-# and the registry there, and one after the other the two cost CI minutes of its 20. Both suites always run;
-# the target fails if either does. Each worker takes a whole file (module fixtures run once), the longest
-# files first, in tests/conftest.py's order (LONGEST_FILES), not xdist's (most tests first).
+# .venv-image (torch 2.5.1, ~5 GB) installs while the newer-stack suite runs, and its suite starts as soon as
+# it is installed, beside the newer one: pip mostly waits on the disk and the registry, a worker waits on
+# its training processes, and four workers fill two cores where two left gaps (and hold their share of a
+# machine that runs something else beside them). Its output follows the newer suite's. Both suites always
+# run; the target fails if either does. Each worker takes a whole file (module fixtures run once), the
+# longest files first, in tests/conftest.py's order (LONGEST_FILES), not xdist's (most tests first).
 IMAGE_INSTALL_LOG := $(IMAGE_VENV).install.log
+IMAGE_TEST_LOG := $(IMAGE_VENV).test.log
 XDIST := -n 2 --dist loadfile --no-loadscope-reorder --durations=15
 test: $(DEV_DEPS) $(CDK) $(CHROMIUM)
-	@$(MAKE) --no-print-directory $(IMAGE_DEPS) > $(IMAGE_INSTALL_LOG) 2>&1 & install=$$!; \
+	@rm -f $(IMAGE_TEST_LOG); \
+	{ if ! $(MAKE) --no-print-directory $(IMAGE_DEPS) > $(IMAGE_INSTALL_LOG) 2>&1; then \
+	    cat $(IMAGE_INSTALL_LOG); echo "make: installing $(IMAGE_VENV) failed (its log is above)" >&2; exit 1; fi; \
+	  $(IMAGE_VENV)/bin/python -m pytest $(XDIST) -m image_stack tests/training > $(IMAGE_TEST_LOG) 2>&1; } & \
+	image_suite=$$!; \
 	pytest $(XDIST) -m newer_stack; newer=$$?; \
-	if ! wait $$install; then cat $(IMAGE_INSTALL_LOG); echo "make: installing $(IMAGE_VENV) failed (its log is above)" >&2; exit 1; fi; \
-	$(IMAGE_VENV)/bin/python -m pytest $(XDIST) -m image_stack tests/training; image=$$?; \
+	wait $$image_suite; image=$$?; \
+	if [ -f $(IMAGE_TEST_LOG) ]; then echo "make: the image suite ($(IMAGE_TEST_LOG)), run beside it:"; cat $(IMAGE_TEST_LOG); fi; \
 	exit $$(( newer || image ))
 
 lint: $(DEV_DEPS) $(CDK) $(CHECKOV) synth

@@ -44,10 +44,21 @@ def local_s3(*buckets: str, sessions: list[str | None] | None = None) -> Iterato
         environment = {**ENVIRONMENT, "AWS_ENDPOINT_URL": f"http://{host}:{port}"}
         client = s3_client(environment)
         for bucket in buckets:
-            client.create_bucket(Bucket=bucket)
+            create_bucket(client, bucket, REGION)
         yield environment
     finally:
         server.stop()
+
+
+def create_bucket(client, bucket: str, region: str) -> None:
+    """CreateBucket in `region` as AWS requires it: us-east-1 takes no location constraint, any other Region
+    must be named in CreateBucketConfiguration.LocationConstraint, else S3 (and moto) answer
+    IllegalLocationConstraintException (Amazon S3 API Reference, CreateBucket and CreateBucketConfiguration:
+    "If you don't specify a Region, the bucket is created in the US East (N. Virginia) Region")."""
+    if region == "us-east-1":
+        client.create_bucket(Bucket=bucket)
+    else:
+        client.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": region})
 
 
 def s3_client(environment: dict[str, str]):

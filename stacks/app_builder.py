@@ -11,13 +11,16 @@ from stacks.checkov_skips import skip_project_wide_checks
 from stacks.governed_account import apply_governance, governed, governed_rules_waived, synthesizer
 from stacks.image.image_stack import ImageStack
 from stacks.network.network_stack import NetworkStack
+from stacks.pipeline.client_settings import ClientSettings
 from stacks.pipeline.pipeline_stack import PipelineStack
 from stacks.pipeline.queue.queue_stack import QueueStack
 from stacks.storage.storage_stack import StorageStack
+from trainstack.client_settings import client_document
 from trainstack.config import Settings
 from trainstack.express_buckets import express_buckets
 from trainstack.pipeline_runs import all_pipeline_runs, existing_run_names, queue_namespace, shared_queue
 from trainstack.teams import authorizing_tag_keys
+from trainstack.trigger_settings import trigger_of, triggers_on
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,7 @@ def storage_stack(app: cdk.App, settings: Settings, network: NetworkStack, **kwa
         checkpoints=settings.checkpoints,
         fsx_plan=settings.fsx_plan,
         access_logs_bucket=settings.access_logs_bucket,
-        dataset_events=settings.retrain_on_new_data is not None,
+        dataset_events=triggers_on(settings),
         fsx_checkpoints=any(profile.checkpoint_store == "fsx" for profile in settings.profiles),
         encryption=settings.encryption,
         express=express_buckets(settings),
@@ -146,15 +149,16 @@ def pipeline_stacks(
     queue: QueueStack | None,
     **kwargs,
 ) -> tuple[PipelineStack, ...]:
-    """`<project>-pipeline`, or with teams `<project>-<team>-pipeline` for each team."""
+    """`<project>-pipeline`, or with teams `<project>-<team>-pipeline` for each team, each publishing the
+    config for the CLI's --deployment (stacks/pipeline/client_settings.py)."""
     teams = {team.name: team for team in settings.teams}
-    return tuple(
+    stacks = tuple(
         PipelineStack(
             app,
             f"{runs.project}-pipeline",
             runs=runs,
             notification_emails=settings.notification_emails,
-            trigger=settings.retrain_on_new_data,
+            trigger=trigger_of(settings, runs.team),  # with teams, the team's own (docs/trigger.md)
             network=network,
             storage=storage,
             image=image,
@@ -165,3 +169,6 @@ def pipeline_stacks(
         )
         for runs in all_pipeline_runs(settings)
     )
+    for stack, runs in zip(stacks, all_pipeline_runs(settings), strict=True):
+        ClientSettings(stack, "ClientSettings", project=runs.project, document=client_document(settings, runs.team))
+    return stacks

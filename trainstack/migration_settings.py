@@ -15,6 +15,9 @@ template depends on are written down here, once, and stay:
 - `keep_trigger_table`: retrain_on_new_data was on once. Its state table (retained, named
   `<project>-retrain-triggers`, holding the last dataset hash each profile trained on) stays while the
   trigger is off, so that turning it on again finds it (and retrains on no data it trained on before).
+- `keep_team_trigger_tables`: with teams, the teams whose `retrain_on_new_data` was on once. Each one's state
+  table (retained, named `<project>-<team>-retrain-triggers`) stays while its trigger is off, as
+  `keep_trigger_table` does without teams.
 - `keep_image_repository`: the image was built once (the `<project>-training` ECR repository, retained, holds
   the images past jobs ran). With `image.uri` set the repository stays in the template, so that building
   the image again finds it.
@@ -57,6 +60,7 @@ class MigrationSettings(StrictModel):
     keep_split_fsx_links: bool = False
     keep_image_repository: bool = False
     keep_trigger_table: bool = False
+    keep_team_trigger_tables: list[str] = []
 
 
 def kept_groups_of(kept: list[str], namespace: str, namespaces: list[str]) -> list[str]:
@@ -77,8 +81,20 @@ def check_migrations(settings) -> object:
     namespaces = [namespace(settings.project, team.name) for team in settings.teams] or [settings.project]
     if settings.teams and settings.migrations.keep_trigger_table:
         raise ValueError(
-            "migrations.keep_trigger_table: retrain_on_new_data is not available with teams, nor is its "
-            "table; remove the entry (the table stays in the account, retained)"
+            "migrations.keep_trigger_table keeps the trigger table of a config without teams; with teams, "
+            "name the teams whose trigger was on in migrations.keep_team_trigger_tables (the pre-teams "
+            "table stays in the account, retained)"
+        )
+    kept_tables, team_names = settings.migrations.keep_team_trigger_tables, [t.name for t in settings.teams]
+    if kept_tables and not team_names:
+        raise ValueError(
+            "migrations.keep_team_trigger_tables names teams and this config has none; without teams, "
+            "migrations.keep_trigger_table: true keeps the trigger table"
+        )
+    if strangers := [name for name in kept_tables if name not in team_names]:
+        raise ValueError(
+            f"migrations.keep_team_trigger_tables: '{strangers[0]}' is not a team of this config; name one "
+            f"of {', '.join(team_names)}"
         )
     for group in settings.migrations.keep_model_package_groups:
         if not any(group.startswith(f"{each}-") for each in namespaces):

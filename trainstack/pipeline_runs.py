@@ -26,8 +26,9 @@ class PipelineRuns:
     # Model package groups of this namespace that stay in the template without a registry profile
     # (migrations.keep_model_package_groups).
     kept_groups: tuple[str, ...] = ()
-    # Without teams: the run-names table stays while queue mode is off (migrations.keep_run_names_table), the
-    # trigger's state table while retrain_on_new_data is off (migrations.keep_trigger_table).
+    # Without teams: the run-names table stays while queue mode is off (migrations.keep_run_names_table). The
+    # trigger's state table stays while retrain_on_new_data is off (migrations.keep_trigger_table, or with
+    # teams the team in migrations.keep_team_trigger_tables).
     keep_run_names_table: bool = False
     keep_trigger_table: bool = False
     # teams[].inherits_single_team_runs: the pre-teams namespace (the project) whose runs this team may resume
@@ -73,6 +74,7 @@ def team_runs(settings: Settings, team: Team) -> PipelineRuns:
             kept_groups_of(settings.migrations.keep_model_package_groups, own, _namespaces(settings))
         ),
         inherited=settings.project if team.inherits_single_team_runs else None,
+        keep_trigger_table=team.name in settings.migrations.keep_team_trigger_tables,
         other_teams=tuple(
             namespace(settings.project, other.name) for other in settings.teams if other.name != team.name
         ),

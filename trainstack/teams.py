@@ -19,6 +19,7 @@ from trainstack.base import StrictModel, matching
 from trainstack.profiles import MAX_PRIORITY, MAX_RUNTIME_HOURS_LIMIT
 from trainstack.run_names import RUN_NAME_MAX_LENGTH, default_run_name_length
 from trainstack.team_budgets import TeamBudget, check_team_budget
+from trainstack.trigger_settings import RetrainOnNewData
 
 # One team's namespace `<project>-<team>` must never be a prefix of another's (IAM grants on
 # `<project>-<team>-*`): a team name holds no hyphen. Letters and digits also make it a valid AWS Batch
@@ -87,6 +88,9 @@ class Team(StrictModel):
     # The deployment had no teams before: this team may resume the runs started then (`<project>-*` outside
     # every team's namespace) and registers against their model versions (docs/teams.md, "Migrations").
     inherits_single_team_runs: bool = False
+    # New data under the team's own dataset prefix starts one run of one of its profiles in its own pipeline
+    # (docs/trigger.md, "With teams"); off unless set.
+    retrain_on_new_data: RetrainOnNewData | None = None
     # What the team holds at once and spends in a month, over all its runs (trainstack/team_budgets.py).
     budget: TeamBudget | None = None
 
@@ -111,6 +115,11 @@ class Team(StrictModel):
 def namespace(project: str, team: str | None) -> str:
     """What a team's resources, run names and prefixes start with: `<project>-<team>`, or the project."""
     return f"{project}-{team}" if team else project
+
+
+def team_dataset_prefix(dataset_prefix: str, team: str) -> str:
+    """The team's own dataset prefix in the dataset bucket: what its jobs read and its trigger watches."""
+    return f"{dataset_prefix}{team}/"
 
 
 def authorizing_tag_keys(teams: Sequence[Team]) -> list[str]:
@@ -144,7 +153,8 @@ def check_teams(settings: Any) -> Any:
         raise ValueError("queue.shares: with teams, each team's share and weight come from teams; remove it")
     if settings.teams and settings.retrain_on_new_data is not None:
         raise ValueError(
-            "retrain_on_new_data is not available with teams yet (docs/teams.md); remove one of them"
+            "retrain_on_new_data: with teams, each team sets its own in its entry "
+            "(teams[].retrain_on_new_data, on its dataset prefix <dataset.prefix><team>/); move it there"
         )
     known = [profile.name for profile in settings.profiles]
     for index, team in enumerate(settings.teams):
@@ -180,6 +190,15 @@ def check_teams(settings: Any) -> Any:
                     f"{where}: profile {name} has priority {profile.priority}, above the team's "
                     f"max_priority ({team.max_priority})"
                 )
+        if team.retrain_on_new_data is not None and (
+            problem := team.retrain_on_new_data.problem(
+                team.profiles,
+                settings.dataset.prefix,
+                field=f"{where}.retrain_on_new_data",
+                team_prefix=team_dataset_prefix(settings.dataset.prefix, team.name),
+            )
+        ):
+            raise ValueError(problem)
         if team.budget is not None:
             check_team_budget(
                 where,

@@ -60,22 +60,50 @@ class RetrainOnNewData(StrictModel):
             )
         return self
 
-    def problem(self, profiles: Sequence[str], dataset_prefix: str) -> str | None:
-        """What is wrong with this section against the rest of the config, in one sentence, or None."""
+    def problem(
+        self,
+        profiles: Sequence[str],
+        dataset_prefix: str,
+        *,
+        field: str = "retrain_on_new_data",
+        team_prefix: str | None = None,
+    ) -> str | None:
+        """What is wrong with this section against the rest of the config, in one sentence, or None.
+        `team_prefix`: with teams, the team's own dataset prefix `<dataset.prefix><team>/`, which the prefix
+        must be or lie under (it holds no FSx reports folder: a team name has no hyphen)."""
         if self.profile not in profiles:
-            return (
-                f"retrain_on_new_data.profile must name a profile of the config ({', '.join(profiles)}), "
-                f"not '{self.profile}'"
-            )
+            whose = "the team's profiles" if team_prefix else "a profile of the config"
+            return f"{field}.profile must name {whose} ({', '.join(profiles)}), not '{self.profile}'"
+        if team_prefix is not None:
+            if not self.prefix.startswith(team_prefix):
+                return (
+                    f"{field}.prefix must be the team's dataset prefix '{team_prefix}' or a folder under it "
+                    f"(like {team_prefix}corpus/), not '{self.prefix}': a team's trigger watches only its "
+                    "own data"
+                )
+            return None
         reports = dataset_prefix + FSX_REPORTS_FOLDER
         if not self.prefix.startswith(dataset_prefix) or self.prefix == dataset_prefix:
             return (
-                f"retrain_on_new_data.prefix must be a folder under dataset.prefix '{dataset_prefix}' "
+                f"{field}.prefix must be a folder under dataset.prefix '{dataset_prefix}' "
                 f"(like {dataset_prefix}corpus/), not '{self.prefix}': training reads the dataset there and "
                 f"FSx writes its import reports to {reports}"
             )
         if self.prefix.startswith(reports):
-            return (
-                f"retrain_on_new_data.prefix must not be under {reports}, where FSx writes its import reports"
-            )
+            return f"{field}.prefix must not be under {reports}, where FSx writes its import reports"
         return None
+
+
+def trigger_of(settings, team: str | None) -> RetrainOnNewData | None:
+    """The trigger of one pipeline: the team's own (teams[].retrain_on_new_data), or without teams the
+    top-level one."""
+    if team is None:
+        return settings.retrain_on_new_data
+    return next(each.retrain_on_new_data for each in settings.teams if each.name == team)
+
+
+def triggers_on(settings) -> bool:
+    """Any retrain trigger in the config: the top-level one, or (with teams) a team's own."""
+    return settings.retrain_on_new_data is not None or any(
+        team.retrain_on_new_data is not None for team in settings.teams
+    )

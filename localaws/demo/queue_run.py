@@ -94,7 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(args.workdir, ignore_errors=True)
     cdk_out = synthesize(settings, args.workdir / "cdk.out")
     pipelines = {
-        team: load_pipeline(cdk_out, namespace(settings.project, team), settings.region) for team in SHARES
+        team: load_pipeline(
+            cdk_out, settings.project, settings.region, namespace=namespace(settings.project, team)
+        )
+        for team in SHARES
     }
     say(
         f"1/4 synthesized in queue mode: {cdk_out} (queue of 2 instances, teams {SHARES}, budgets "

@@ -9,6 +9,8 @@ import shutil
 
 import boto3
 
+from localaws.demo.target import DemoTarget
+from localaws.s3_endpoint import create_bucket
 from localaws.sagemaker.local_processes import LocalTraining
 from trainstack.pipeline_runs import all_pipeline_runs
 from trainstack.registry import LEASE_KEY, group_name, lease_table_name
@@ -23,30 +25,33 @@ MANIFEST = {
 WORSE_STEPS = 3
 
 
-def stage(settings, profile: str, substitutions: dict[str, str], training: LocalTraining) -> None:
-    """The dataset's shards in (moto's) S3 under the dataset prefix, where the training-set manifest lists
-    them; the held-out evaluation set (the dataset's val shards) under the profile's evaluation_prefix, in
-    moto's S3 (the manifest) and in local S3 (the evaluation job's channel); the jobs' image in (moto's)
-    ECR; the profile's group."""
+def stage(target: DemoTarget, substitutions: dict[str, str], training: LocalTraining) -> None:
+    """The dataset's shards in (moto's) S3 under the pipeline's dataset prefix, where the training-set
+    manifest lists them; the held-out evaluation set (the dataset's val shards) under the profile's
+    evaluation_prefix, in moto's S3 (the manifest) and in local S3 (the evaluation job's channel), where the
+    profile has a registry: block; the jobs' image in (moto's) ECR; the profile's group."""
     dataset_bucket, image_uri = substitutions["DatasetBucket"], substitutions["TrainingImageUri"]
     s3 = boto3.client("s3")
-    s3.create_bucket(Bucket=dataset_bucket)
-    evaluation_prefix = settings.profile(profile).registry.evaluation_prefix
-    local_evaluation = training.local_path(f"s3://{dataset_bucket}/{evaluation_prefix}")
-    local_evaluation.mkdir(parents=True, exist_ok=True)
+    create_bucket(s3, dataset_bucket, target.settings.region)
+    registry = target.profile.registry
+    evaluation_prefix = registry.evaluation_prefix if registry else None
+    if evaluation_prefix:
+        local_evaluation = training.local_path(f"s3://{dataset_bucket}/{evaluation_prefix}")
+        local_evaluation.mkdir(parents=True, exist_ok=True)
     for shard in sorted(training.dataset_dir.rglob("*.bin")):
-        key = f"{settings.dataset.prefix}{shard.parent.name}/{shard.name}"
+        key = f"{target.dataset_prefix}{shard.parent.name}/{shard.name}"
         s3.put_object(Bucket=dataset_bucket, Key=key, Body=shard.read_bytes())
-        if shard.parent.name == "val":
+        if evaluation_prefix and shard.parent.name == "val":
             shutil.copy(shard, local_evaluation / shard.name)
             s3.put_object(
                 Bucket=dataset_bucket, Key=f"{evaluation_prefix}{shard.name}", Body=shard.read_bytes()
             )
     register_image(image_uri)
-    boto3.client("sagemaker").create_model_package_group(
-        ModelPackageGroupName=group_name(settings.project, profile)
-    )
-    create_lease_table(settings.project)
+    if registry:
+        boto3.client("sagemaker").create_model_package_group(
+            ModelPackageGroupName=group_name(target.runs.project, target.profile.name)
+        )
+        create_lease_table(target.runs.project)
 
 
 def create_lease_table(project: str) -> None:

@@ -37,13 +37,14 @@ from pathlib import Path
 from unittest import mock
 
 from localaws.demo import mlflow_runs, registry_run
-from localaws.demo.synthesized import load_pipeline
+from localaws.demo.target import DemoRefusal, DemoTarget, demo_target, emulate_queue
 from localaws.opt_ml import TRAINING_SCRIPTS
 from localaws.sagemaker.local_processes import LocalTraining
 from localaws.sagemaker.training_jobs import FakeSageMaker
-from trainstack.config_loading import load_settings
 from trainstack.faults import CAPACITY, classify, describe
+from trainstack.job_request import RUN_TAG
 from trainstack.planning.goodput_model import best_interval
+from trainstack.profiles import Profile
 
 CORPUS_MODULES = (
     "argparse",
@@ -82,13 +83,16 @@ def demo_interval(max_steps: int) -> int:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m localaws.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="config/default.yaml", help="the config `make synth` used")
+    parser.add_argument("--team", help="with teams: the team whose pipeline runs the retraining")
     parser.add_argument(
         "--cdk-out", default="cdk.out", type=Path, help="where `make synth` wrote the templates"
     )
     parser.add_argument(
         "--workdir", default="demo-run", type=Path, help="local S3, jobs and logs (emptied first)"
     )
-    parser.add_argument("--profile", default="small-torchrun", help="a torchrun profile of the config")
+    parser.add_argument(
+        "--profile", help="a profile of the pipeline (default: its first torchrun profile, else its first)"
+    )
     parser.add_argument("--max-steps", type=int, default=60)
     parser.add_argument(
         "--checkpoint-interval",
@@ -151,14 +155,20 @@ def say(message: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    try:
+        target = demo_target(args.config, args.team, args.profile)
+        pipeline = target.pipeline(args.cdk_out)
+    except DemoRefusal as error:
+        print(f"python -m localaws.demo: {str(error).rstrip('.')}.", file=sys.stderr)
+        return 2
     if args.checkpoint_interval == "auto":
         args.checkpoint_interval = demo_interval(args.max_steps)
         say(
             f"checkpoint_interval auto: every {args.checkpoint_interval} steps, the goodput optimum for one "
             f"failure per {args.max_steps}-step run and saves blocking about {DEMO_SAVE_STEPS:g} step"
         )
-    settings = load_settings(args.config)
-    pipeline = load_pipeline(args.cdk_out, settings.project, settings.region)
+    settings = target.settings
+    say(f"rehearsing profile {target.profile.name} of {target.whose} in {settings.region}")
     say(
         f"1/5 synthesized pipeline: {pipeline.template_path}, state machine {pipeline.name} "
         f"({pipeline.states} states)"
@@ -170,9 +180,9 @@ def main(argv: list[str] | None = None) -> int:
         {"AWS_ACCESS_KEY_ID": "demo", "AWS_SECRET_ACCESS_KEY": "demo", "AWS_DEFAULT_REGION": settings.region}
     )
     os.environ.pop("AWS_PROFILE", None)
-    run_name = f"{settings.project}-demo-{datetime.now(UTC):%H%M%S}"
+    run_name = f"{target.runs.project}-demo-{datetime.now(UTC):%H%M%S}"
     training = simulated_training(args, args.workdir.resolve(), dataset)
-    output = run_pipeline(args, settings, pipeline, training, run_name)
+    output = run_pipeline(args, target, pipeline, training, run_name)
     if output is None:
         return 1
     return check_model(training, output, run_name)
@@ -218,7 +228,7 @@ def demo_hyperparameters(max_steps: int, checkpoint_interval: int) -> dict[str, 
     }
 
 
-def run_pipeline(args, settings, pipeline, training: LocalTraining, run_name: str) -> dict | None:
+def run_pipeline(args, target: DemoTarget, pipeline, training: LocalTraining, run_name: str) -> dict | None:
     import boto3
     import pytest
     from moto import mock_aws
@@ -234,41 +244,30 @@ def run_pipeline(args, settings, pipeline, training: LocalTraining, run_name: st
         pytest.MonkeyPatch.context() as monkeypatch,
         serving(training, monkeypatch) as sagemaker,
     ):
+        if target.queue_name:
+            emulate_queue(target, pipeline, sagemaker, clock, monkeypatch)
+        role = f"arn:aws:iam::123456789012:role/{target.runs.project}-pipeline"
         for child, child_definition in pipeline.children.items():
             boto3.client("stepfunctions").create_state_machine(
-                name=child,
-                definition=child_definition,
-                roleArn=f"arn:aws:iam::123456789012:role/{settings.project}-pipeline",
-                publish=True,
+                name=child, definition=child_definition, roleArn=role, publish=True
             )
         state_machine_arn = boto3.client("stepfunctions").create_state_machine(
-            name=pipeline.name,
-            definition=pipeline.definition,
-            roleArn=f"arn:aws:iam::123456789012:role/{settings.project}-pipeline",
+            name=pipeline.name, definition=pipeline.definition, roleArn=role
         )["stateMachineArn"]
-        registry_run.stage(settings, args.profile, pipeline.substitutions, training)
+        registry_run.stage(target, pipeline.substitutions, training)
         say(
             f"3/5 emulator: {state_machine_arn} in moto; SageMaker runs jobs as local processes under "
             f"{training.root / 'jobs'}; emulated time runs {args.speedup:g}x faster (a 300 s back-off takes "
             f"{300 / args.speedup:g} s; the elapsed column below is emulated time); {FAULTS[args.fault]}"
         )
-        command = [
-            "start",
-            "--config",
-            args.config,
-            "--state-machine-arn",
-            state_machine_arn,
-            "--profile",
-            args.profile,
-            "--run-name",
-            run_name,
-            "--wait",
-            "--poll-seconds",
-            "1",
-        ]
+        team = ["--team", target.runs.team] if target.runs.team else []
+        where = ["--config", args.config, *team, "--state-machine-arn", state_machine_arn]
+        # Local processes stand for one instance, whatever the profile asks for.
+        start = ["start", *where, "--profile", target.profile.name, "--instance-count", "1", "--run-name"]
+        command = [*start, run_name, "--wait", "--poll-seconds", "1"]
         for name, value in hyperparameters.items():
             command += ["--hp", f"{name}={value}"]
-        say("4/5 trainstack " + " ".join(command[:9]) + " --wait --hp ...")
+        say(f"4/5 trainstack {' '.join(start)} {run_name} --wait --hp ...")
         with mock.patch("trainstack.runs.clock", lambda: clock.now(UTC)):
             code = trainstack(command)
         execution = boto3.client("stepfunctions").list_executions(stateMachineArn=state_machine_arn)[
@@ -276,17 +275,16 @@ def run_pipeline(args, settings, pipeline, training: LocalTraining, run_name: st
         ][0]
         described = boto3.client("stepfunctions").describe_execution(executionArn=execution["executionArn"])
         report = args.workdir / "report.html"
-        pipeline = ["--config", args.config, "--state-machine-arn", state_machine_arn]
-        trainstack(["report", run_name, *pipeline, "--out", str(report)])
-        trainstack(["status", run_name, *pipeline])  # ends with the run's goodput line
+        trainstack(["report", run_name, *where, "--out", str(report)])
+        trainstack(["status", run_name, *where])  # ends with the run's goodput line
         first = registry_run.execution_output(state_machine_arn, run_name)
         if code == 0 and first is not None:
             say(f"   registry: run {run_name}: {registry_run.decision_line(first)}")
-            if args.worse_run:
-                run_worse(command, hyperparameters, clock, state_machine_arn, run_name)
-            trainstack(["models", *pipeline])
+            if args.worse_run and target.profile.registry is not None:
+                run_worse(start, hyperparameters, clock, state_machine_arn, run_name)
+            trainstack(["models", *where])
     report_attempts(sagemaker, training, run_name)
-    report_mlflow(settings, args.profile, training)
+    report_mlflow(target.profile, training)
     if code != 0:
         say(f"the retraining did not succeed (exit {code}); job logs: {training.root / 'jobs'}")
         return None
@@ -294,14 +292,15 @@ def run_pipeline(args, settings, pipeline, training: LocalTraining, run_name: st
 
 
 def run_worse(
-    command: list[str], hyperparameters: dict[str, str], clock, state_machine_arn: str, run_name: str
+    start: list[str], hyperparameters: dict[str, str], clock, state_machine_arn: str, run_name: str
 ) -> None:
-    """The registry's second decision: a run of WORSE_STEPS steps, whose worse model the gate rejects."""
+    """The registry's second decision: a run of WORSE_STEPS steps, whose worse model the gate rejects;
+    `start`: the first run's `trainstack start` up to its --run-name."""
     from trainstack.cli import main as trainstack
 
     worse_name = f"{run_name}-worse"
     say(f"   registry: run {worse_name} trains only {registry_run.WORSE_STEPS} steps: a worse model")
-    start = [*command[:8], worse_name, "--wait", "--poll-seconds", "1"]
+    start = [*start, worse_name, "--wait", "--poll-seconds", "1"]
     for name, value in {**hyperparameters, **registry_run.worse_hyperparameters()}.items():
         start += ["--hp", f"{name}={value}"]
     with mock.patch("trainstack.runs.clock", lambda: clock.now(UTC)):
@@ -312,9 +311,15 @@ def run_worse(
 
 
 def report_attempts(sagemaker: FakeSageMaker, training: LocalTraining, run_name: str) -> None:
-    """The first run's attempts (its jobs <run>-<N>; the registry lines above tell its evaluation's story)."""
+    """The first run's attempts: its jobs tagged with the run (named <run>-<N>, or by AWS Batch in queue mode)
+    with TensorBoard output, which every attempt has and its evaluation, which carries the run's tags too, has
+    not (trainstack/job_request.py, stacks/pipeline/registry/evaluation_request.py): the registry lines above
+    tell the evaluation's story."""
+    run_tag = {"Key": RUN_TAG, "Value": run_name}
     attempts = [
-        job for job in sagemaker.jobs.values() if re.fullmatch(rf"{re.escape(run_name)}-\d+", job.name)
+        job
+        for job in sagemaker.jobs.values()
+        if run_tag in job.request.get("Tags", []) and "TensorBoardOutputConfig" in job.request
     ]
     for number, job in enumerate(sorted(attempts, key=lambda job: job.created), start=1):
         phase = job.current()
@@ -338,9 +343,9 @@ def report_attempts(sagemaker: FakeSageMaker, training: LocalTraining, run_name:
         say(f"   attempt {number}: {job.name} {story}{last}, {end}{events}")
 
 
-def report_mlflow(settings, profile_name: str, training: LocalTraining) -> None:
+def report_mlflow(profile: Profile, training: LocalTraining) -> None:
     """Every job's MLflow run, from the local store standing for the profile's tracking server."""
-    server = settings.profile(profile_name).mlflow_tracking_server_arn
+    profile_name, server = profile.name, profile.mlflow_tracking_server_arn
     if server is None:
         say(f"   mlflow: profile {profile_name} names no mlflow_tracking_server_arn: no MLflow runs")
         return

@@ -41,19 +41,31 @@ class SynthesizedPipeline:
         return sum(_count_states(json.loads(text)) for text in (self.definition, *self.children.values()))
 
 
-def load_pipeline(cdk_out: Path, project: str, region: str, name: str | None = None) -> SynthesizedPipeline:
-    """The `<project>-pipeline` state machine (or the one named `name`) of
-    `<cdk_out>/<project>-pipeline.template.json`."""
-    template_path = cdk_out / f"{project}-pipeline.template.json"
+def load_pipeline(
+    cdk_out: Path,
+    project: str,
+    region: str,
+    name: str | None = None,
+    namespace: str | None = None,
+    queue_name: str | None = None,
+) -> SynthesizedPipeline:
+    """The `<namespace>-pipeline` state machine (or the one named `name`) of
+    `<cdk_out>/<namespace>-pipeline.template.json`; the namespace is the project's, or with teams a team's
+    `<project>-<team>` (the deploy-time values stay the project's: one bucket, image and queue for all).
+    `queue_name`: queue mode's job queue (default: the project's)."""
+    namespace = namespace or project
+    template_path = cdk_out / f"{namespace}-pipeline.template.json"
     if not template_path.exists():
-        raise SynthesizedPipelineError(f"{template_path} does not exist; run `make synth` first")
+        raise SynthesizedPipelineError(
+            f"{template_path} does not exist; run `make synth` with this config first"
+        )
     template = json.loads(template_path.read_text())
     machines = {
         body["Properties"].get("StateMachineName"): body["Properties"]
         for body in template.get("Resources", {}).values()
         if body.get("Type") == "AWS::StepFunctions::StateMachine"
     }
-    name = name or f"{project}-pipeline"
+    name = name or f"{namespace}-pipeline"
     if name not in machines:
         raise SynthesizedPipelineError(f"{template_path} has no state machine named {name}")
     properties = machines[name]
@@ -68,12 +80,8 @@ def load_pipeline(cdk_out: Path, project: str, region: str, name: str | None = N
             return part
         if part == {"Ref": "AWS::Partition"}:
             return "aws"
-        if part.get("Fn::GetAtt", [None, None])[1] == "JobQueueArn":  # queue mode's job queue
-            return f"arn:aws:batch:{region}:{ACCOUNT}:job-queue/{training_queue_name(project)}"
-        output = part.get("Fn::GetStackOutput", {})
-        if "JobQueueArn" in output.get("OutputName", ""):  # with teams: the queue stack `<project>-queue`'s
-            queue_project = output["StackName"].removesuffix("-queue")
-            return f"arn:aws:batch:{region}:{ACCOUNT}:job-queue/{training_queue_name(queue_project)}"
+        if _is_job_queue_arn(part):  # queue mode's job queue
+            return f"arn:aws:batch:{region}:{ACCOUNT}:job-queue/{queue_name or training_queue_name(project)}"
         arn = referenced_machine_arn(resources, part.get("Ref", ""), machine_arn)
         if arn is None:
             raise SynthesizedPipelineError(f"{template_path}: the definition of {name} refers to {part}")
@@ -102,6 +110,13 @@ def load_pipeline(cdk_out: Path, project: str, region: str, name: str | None = N
             children[child] = filled(machines[child])
     children = dict(reversed(children.items()))  # the deepest first: each exists before its parent
     return SynthesizedPipeline(template_path, name, definition, substitutions, children)
+
+
+def _is_job_queue_arn(part: dict[str, Any]) -> bool:
+    """The job queue's ARN: a GetAtt in the same stack, or, with teams, the queue stack's output that the CDK
+    publishes for it (its OutputName ends with the attribute's name)."""
+    output = part.get("Fn::GetStackOutput", {}).get("OutputName", "")
+    return part.get("Fn::GetAtt", [None, None])[1] == "JobQueueArn" or "JobQueueArn" in output
 
 
 def create_tables(template: dict[str, Any], region: str) -> None:

@@ -10,6 +10,10 @@ with `registry:` registers each run's model).
 1. 20 files land one emulated minute apart: exactly one run starts, 15 quiet minutes after the last;
    3 new files land while it trains: exactly one more run, after it.
 2. The same 23 files are uploaded again: no run; the trigger says the dataset is unchanged.
+
+With a `teams:` config each team that runs the profile gets its own trigger on `<dataset.prefix><team>/demo/`:
+the steps run for the first team, then 3 files under the second team's prefix start exactly one run of the
+second team's pipeline and none of the first's (queue mode: AWS Batch's fake, localaws.emulator.fake_batch).
 """
 
 from __future__ import annotations
@@ -22,13 +26,15 @@ from pathlib import Path
 from localaws.demo.queue_run import synthesize
 from localaws.demo.registry_run import decision_line
 from localaws.demo.run import say
-from localaws.demo.synthesized import load_pipeline, local_value
-from localaws.demo.trigger_world import TriggerMachines, TriggerWorld, trigger_world
+from localaws.demo.synthesized import SynthesizedPipeline, create_tables, load_pipeline, local_value
+from localaws.demo.trigger_world import TriggerMachines, TriggerRoute, TriggerWorld, trigger_world
 from localaws.emulator.fake_fsx import FakeFsx, links_in_template
 from localaws.sagemaker import evaluated, scripted_sagemaker
 from localaws.sagemaker.scripted import COMPLETED, STARTING, TRAINING
 from trainstack.config_loading import load_settings
-from trainstack.trigger_settings import RetrainOnNewData, trigger_machine_name, trigger_table_name
+from trainstack.pipeline_runs import all_pipeline_runs, shared_queue
+from trainstack.teams import team_dataset_prefix
+from trainstack.trigger_settings import RetrainOnNewData, trigger_machine_name, trigger_of, trigger_table_name
 
 MINUTE = 60
 FILES, LATE_FILES = 20, 3
@@ -47,15 +53,38 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def trigger_settings(config: str, profile: str):
+    """The config with the trigger on: on `<dataset.prefix>demo/`, or with teams each team that runs
+    `profile` on its own `<dataset.prefix><team>/demo/`."""
     settings = load_settings(config)
-    trigger = RetrainOnNewData(profile=profile, prefix=f"{settings.dataset.prefix}demo/", quiet_minutes=15)
-    return settings.model_copy(update={"retrain_on_new_data": trigger})
+
+    def demo_trigger(dataset_prefix: str) -> RetrainOnNewData:
+        return RetrainOnNewData(profile=profile, prefix=f"{dataset_prefix}demo/", quiet_minutes=15)
+
+    if not settings.teams:
+        return settings.model_copy(update={"retrain_on_new_data": demo_trigger(settings.dataset.prefix)})
+    teams = [
+        team.model_copy(
+            update={
+                "retrain_on_new_data": demo_trigger(team_dataset_prefix(settings.dataset.prefix, team.name))
+            }
+        )
+        if profile in team.profiles
+        else team
+        for team in settings.teams
+    ]
+    return settings.model_copy(update={"teams": teams})
 
 
-def machines(cdk_out: Path, settings) -> TriggerMachines:
+def route(
+    cdk_out: Path, settings, namespace: str
+) -> tuple[TriggerRoute, dict[str, str], SynthesizedPipeline]:
+    """One pipeline's trigger (`namespace`: the project's, or a team's): its route, its machines' definitions
+    (children first) and the pipeline as loaded."""
     project, region = settings.project, settings.region
-    pipeline = load_pipeline(cdk_out, project, region)
-    trigger = load_pipeline(cdk_out, project, region, name=trigger_machine_name(project))
+    pipeline = load_pipeline(cdk_out, project, region, namespace=namespace)
+    trigger = load_pipeline(
+        cdk_out, project, region, name=trigger_machine_name(namespace), namespace=namespace
+    )
     template = json.loads(pipeline.template_path.read_text())
     (pattern,) = [
         body["Properties"]["EventPattern"]
@@ -63,23 +92,54 @@ def machines(cdk_out: Path, settings) -> TriggerMachines:
         if body["Type"] == "AWS::Events::Rule"
         and body["Properties"].get("EventPattern", {}).get("source") == ["aws.s3"]
     ]
-    bucket = trigger.substitutions["DatasetBucket"]
-    pattern["detail"]["bucket"]["name"] = [bucket]  # a deploy-time value in the template
+    pattern["detail"]["bucket"]["name"] = [trigger.substitutions["DatasetBucket"]]  # a deploy-time value
+    definitions = {
+        **pipeline.children,
+        **trigger.children,
+        pipeline.name: pipeline.definition,
+        trigger.name: trigger.definition,
+    }
+    return (
+        TriggerRoute(trigger.name, pipeline.name, pattern, trigger_table_name(namespace)),
+        definitions,
+        pipeline,
+    )
+
+
+def machines(cdk_out: Path, settings) -> TriggerMachines:
+    """Every pipeline with a trigger (without teams, the one)."""
+    namespaces = [runs.project for runs in all_pipeline_runs(settings) if trigger_of(settings, runs.team)]
+    routes, definitions = [], {}
+    for namespace in namespaces:
+        each, its_definitions, pipeline = route(cdk_out, settings, namespace)
+        routes.append(each)
+        definitions.update(its_definitions)
     return TriggerMachines(
-        definitions={
-            **pipeline.children,
-            **trigger.children,
-            pipeline.name: pipeline.definition,
-            trigger.name: trigger.definition,
-        },
-        trigger=trigger.name,
-        pipeline=pipeline.name,
-        rule_pattern=pattern,
-        table=trigger_table_name(project),
-        bucket=bucket,
+        definitions=definitions,
+        routes=tuple(routes),
+        bucket=local_value("DatasetBucket", settings.project, settings.region),
         settings=settings,
         image_uri=pipeline.substitutions["TrainingImageUri"],
     )
+
+
+def fake_queue(settings, jobs, clock, monkeypatch, cdk_out: Path) -> None:
+    """Queue mode: AWS Batch's fake as the config's (shared) queue, and the run-names table of its stack."""
+    from localaws.emulator.batch_routes import install_fake_batch
+    from localaws.emulator.fake_batch import FakeBatch
+    from stacks.pipeline.queue.training_queue import weight_factor
+
+    queue = shared_queue(settings)
+    batch = FakeBatch(
+        sagemaker=jobs,
+        max_instances=queue.max_instances,
+        weight_factors={name: weight_factor(weight) for name, weight in queue.shares.items()},
+        capacity_wait_seconds=queue.capacity_wait_seconds,
+        now=clock.time,
+    )
+    install_fake_batch(batch, monkeypatch)
+    stack = f"{settings.project}-queue" if settings.teams else f"{settings.project}-pipeline"
+    create_tables(json.loads((cdk_out / f"{stack}.template.json").read_text()), settings.region)
 
 
 def fake_fsx(cdk_out: Path, settings, dataset_bucket: str) -> FakeFsx | None:
@@ -138,11 +198,35 @@ def scenario(world: TriggerWorld, prefix: str) -> list[str]:
     return problems
 
 
+def other_team(world: TriggerWorld, prefix: str) -> list[str]:
+    """With teams: the first team's uploads started none of the second team's runs; the second team's
+    uploads start exactly one of its own, and none of the first team's."""
+    first, second = world.machines.routes[:2]
+    problems = []
+    if world.runs(second):
+        problems.append(f"the first team's uploads must start no run of {second.pipeline}")
+    say(f"another team: {LATE_FILES} files land under {prefix}")
+    before = len(world.runs(first))
+    upload(world, prefix, [f"other-{index:03d}.bin" for index in range(LATE_FILES)])
+    world.run_until_idle()
+    for run in world.runs(second):
+        say(f"   run {run['name']}: {run['status']} ({second.pipeline})")
+    if [run["status"] for run in world.runs(second)] != ["SUCCEEDED"] or len(world.runs(first)) != before:
+        problems.append(f"expected exactly one run of {second.pipeline} and no more of {first.pipeline}")
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
     import pytest
 
     args = parse_args(argv)
     settings = trigger_settings(args.config, args.profile)
+    prefixes = [
+        trigger.prefix for runs in all_pipeline_runs(settings) if (trigger := trigger_of(settings, runs.team))
+    ]
+    if not prefixes:
+        say(f"FAILED: no team of {args.config} runs profile {args.profile}; name one with --profile")
+        return 1
     shutil.rmtree(args.workdir, ignore_errors=True)
     cdk_out = synthesize(settings, args.workdir / "cdk.out")
     say(f"synthesized with retrain_on_new_data on (profile {args.profile}) into {cdk_out}")
@@ -150,7 +234,11 @@ def main(argv: list[str] | None = None) -> int:
     fsx = fake_fsx(cdk_out, settings, local.bucket)
     jobs = scripted_sagemaker([[STARTING, *[TRAINING] * 8, COMPLETED]], evaluation_script=evaluated(2.0))
     with pytest.MonkeyPatch.context() as monkeypatch, trigger_world(local, jobs, fsx, monkeypatch) as world:
-        problems = scenario(world, settings.retrain_on_new_data.prefix)
+        if settings.queue.enabled:
+            fake_queue(settings, jobs, world.clock, monkeypatch, cdk_out)
+        problems = scenario(world, prefixes[0])
+        if len(prefixes) > 1:
+            problems += other_team(world, prefixes[1])
         say(
             f"   FSx import tasks: {len(fsx.tasks) if fsx else 0}; `trainstack triggers` shows the same state"
         )
@@ -160,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         say(
             "every check held: one run per burst, one more for data that landed during it, "
             "none for the same data"
+            + (", and another team's uploads start only that team's run" if len(prefixes) > 1 else "")
         )
     return 1 if problems else 0
 

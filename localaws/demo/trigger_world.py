@@ -31,17 +31,37 @@ ENDED = ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED")
 
 
 @dataclass(frozen=True)
-class TriggerMachines:
-    """State machine name -> definition (placeholders filled), created in this order (children first)."""
+class TriggerRoute:
+    """One retrain trigger: its rule, its machine, its state table and the pipeline it starts."""
 
-    definitions: dict[str, str]
     trigger: str  # the trigger machine's name
     pipeline: str
     rule_pattern: dict[str, Any]  # the trigger rule's EventPattern, naming the local bucket
     table: str
+
+
+@dataclass(frozen=True)
+class TriggerMachines:
+    """State machine name -> definition (placeholders filled), created in this order (children first)."""
+
+    definitions: dict[str, str]
+    routes: tuple[TriggerRoute, ...]  # one, or with teams one per team with a trigger
     bucket: str
     settings: Any  # the config the app was synthesized with: its registered profiles
     image_uri: str  # the training image the pipeline's requests name
+
+    @property
+    def trigger(self) -> str:
+        """The first (without teams, the only) trigger machine; likewise `pipeline` and `table`."""
+        return self.routes[0].trigger
+
+    @property
+    def pipeline(self) -> str:
+        return self.routes[0].pipeline
+
+    @property
+    def table(self) -> str:
+        return self.routes[0].table
 
 
 @dataclass
@@ -66,22 +86,25 @@ class TriggerWorld:
             for item in sorted(listed, key=lambda item: item["startDate"])
         ]
 
-    def runs(self) -> list[dict[str, Any]]:
-        return self.executions(self.machines.pipeline)
+    def runs(self, route: TriggerRoute | None = None) -> list[dict[str, Any]]:
+        """The executions of the route's pipeline (default: the first route's)."""
+        return self.executions((route or self.machines.routes[0]).pipeline)
 
-    def triggers(self) -> list[dict[str, Any]]:
-        return self.executions(self.machines.trigger)
+    def triggers(self, route: TriggerRoute | None = None) -> list[dict[str, Any]]:
+        return self.executions((route or self.machines.routes[0]).trigger)
 
-    def item(self) -> dict[str, Any]:
+    def item(self, route: TriggerRoute | None = None) -> dict[str, Any]:
         """The trigger table's items (DynamoDB JSON), by profile."""
-        items = boto3.client("dynamodb", region_name=REGION).scan(TableName=self.machines.table)["Items"]
+        table = (route or self.machines.routes[0]).table
+        items = boto3.client("dynamodb", region_name=REGION).scan(TableName=table)["Items"]
         return {item["profile"]["S"]: item for item in items}
 
     def idle(self) -> bool:
         client = boto3.client("stepfunctions", region_name=REGION)
         return not any(
             client.list_executions(stateMachineArn=self.arns[name], statusFilter="RUNNING")["executions"]
-            for name in (self.machines.trigger, self.machines.pipeline)
+            for route in self.machines.routes
+            for name in (route.trigger, route.pipeline)
         )
 
     def run_until_idle(self, limit_seconds: float = 7 * 86_400) -> None:
@@ -126,10 +149,12 @@ def trigger_world(
             for name, definition in machines.definitions.items()
         }
         events = boto3.client("events", region_name=REGION)
-        events.put_rule(Name="new-data", EventPattern=json.dumps(machines.rule_pattern))
-        events.put_targets(
-            Rule="new-data", Targets=[{"Id": "trigger", "Arn": arns[machines.trigger], "RoleArn": ROLE_ARN}]
-        )
+        for index, route in enumerate(machines.routes):
+            rule = f"new-data-{index}"
+            events.put_rule(Name=rule, EventPattern=json.dumps(route.rule_pattern))
+            events.put_targets(
+                Rule=rule, Targets=[{"Id": "trigger", "Arn": arns[route.trigger], "RoleArn": ROLE_ARN}]
+            )
         yield TriggerWorld(machines, clock, sagemaker, fsx, arns)
 
 
@@ -142,9 +167,10 @@ def _create_resources(machines: TriggerMachines) -> None:
     s3.put_bucket_notification_configuration(
         Bucket=machines.bucket, NotificationConfiguration={"EventBridgeConfiguration": {}}
     )
-    boto3.client("dynamodb", region_name=REGION).create_table(
-        TableName=machines.table,
-        KeySchema=[{"AttributeName": "profile", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "profile", "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
+    for route in machines.routes:
+        boto3.client("dynamodb", region_name=REGION).create_table(
+            TableName=route.table,
+            KeySchema=[{"AttributeName": "profile", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "profile", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )

@@ -15,6 +15,8 @@ What it changes inside moto, for the duration of the `with` block:
 - Ends: an ending execution's output, error and cause are written before its status, so no reader sees
   an end without them (execution_ends.py).
 - Versions: executions of a version listed and described as the state machine's (versions.py).
+- StartSyncExecution of Express machines, and aws-sdk tasks on CloudWatch Logs (sync_executions.py), whose
+  FilterLogEvents keeps to `logStreamNamePrefix` (log_streams.py).
 - aws-sdk task arguments and results use PascalCase member names, as on AWS ("even if the native
   service API is in camelCase": Step Functions' own API, ECS, ...), converted with moto's
   LocalStack helpers along the operation's shapes in botocore's model.
@@ -38,7 +40,15 @@ from unittest import mock
 
 import botocore.session
 
-from localaws.emulator import execution_ends, jsonata_states, limits, nested_executions, versions
+from localaws.emulator import (
+    execution_ends,
+    jsonata_states,
+    limits,
+    log_streams,
+    nested_executions,
+    sync_executions,
+    versions,
+)
 from localaws.emulator.clock import Clock, VirtualClock
 from localaws.emulator.errors import SERVICE_ERROR_NAMES, aws_sdk_error_name
 from localaws.emulator.timestamps import write_aws_timestamps
@@ -98,7 +108,7 @@ def _patches(clock: Clock, quiet: bool) -> list[Any]:
         mock.patch.object(AmazonStateLanguageParser, "parse", _parse_once(AmazonStateLanguageParser.parse)),
     ]
     patches += jsonata_states.patches(clock) + nested_executions.patches() + execution_ends.patches()
-    patches += versions.patches() + clock.patches()
+    patches += versions.patches() + sync_executions.patches() + log_streams.patches() + clock.patches()
     clock_datetime = _datetime_module_on(clock)
     patches += [
         mock.patch.object(importlib.import_module(name), "datetime", clock_datetime)

@@ -143,8 +143,14 @@ class LocalTraining:
 
     def start(self, job: TrainingJob) -> LocalRun:
         request = job.request
-        # A job without CheckpointConfig (an evaluation) gets a folder of its own that nothing syncs.
-        checkpoints = request.get("CheckpointConfig", {}).get("S3Uri")
+        # A job without CheckpointConfig (an evaluation) gets a folder of its own that nothing syncs. A
+        # profile whose checkpoint_store is s3 or s3-express names the store's URI in checkpoint_dir instead,
+        # which train.py reads and writes itself: its local folder stands in for it (assumed equivalent for
+        # the demo; the stores themselves are tested against a local S3 endpoint, tests/training/).
+        store = request.get("HyperParameters", {}).get("checkpoint_dir", "")
+        checkpoints = request.get("CheckpointConfig", {}).get("S3Uri") or (
+            store if store.startswith("s3://") else None
+        )
         checkpoint_dir = (
             self.local_path(checkpoints) if checkpoints else self.root / "jobs" / job.name / "ckpt"
         )

@@ -173,6 +173,10 @@ class FakeSageMaker:
             "CheckpointConfig": request.get("CheckpointConfig", {}),
             "CreationTime": job.created,
         }
+        # The role the request passed (CreateTrainingJob requires one; DescribeTrainingJobResponse.RoleArn
+        # in botocore's sagemaker model): a team's run reader knows its own jobs by it.
+        if "RoleArn" in request:
+            answer["RoleArn"] = request["RoleArn"]
         if phase.failure_reason:
             answer["FailureReason"] = phase.failure_reason
         return answer | billing | phase.fields

@@ -1,4 +1,4 @@
-"""One way to build trainstack's state machines: STANDARD, JSONata, X-Ray traced, every event logged."""
+"""One way to build trainstack's state machines: JSONata, X-Ray traced, every event logged."""
 
 from __future__ import annotations
 
@@ -13,9 +13,17 @@ def execution_log_group_name(state_machine_name: str) -> str:
 
 
 def logged_state_machine(
-    scope: Construct, construct_id: str, *, name: str, chain: sfn.IChainable, timeout: cdk.Duration | None
+    scope: Construct,
+    construct_id: str,
+    *,
+    name: str,
+    chain: sfn.IChainable,
+    timeout: cdk.Duration | None,
+    express: bool = False,
+    definition_substitutions: dict[str, str] | None = None,
 ) -> tuple[sfn.StateMachine, logs.LogGroup]:
-    """The machine and its log group (`/aws/vendedlogs/states/<name>`, kept three months)."""
+    """The machine and its log group (`/aws/vendedlogs/states/<name>`, kept three months). `express`: an
+    EXPRESS machine, whose events are logged without their data (its answers belong to their callers)."""
     log_group = logs.LogGroup(
         scope,
         f"{construct_id}Logs",
@@ -27,11 +35,14 @@ def logged_state_machine(
         scope,
         construct_id,
         state_machine_name=name,
-        state_machine_type=sfn.StateMachineType.STANDARD,
+        state_machine_type=sfn.StateMachineType.EXPRESS if express else sfn.StateMachineType.STANDARD,
         query_language=sfn.QueryLanguage.JSONATA,
         definition_body=sfn.DefinitionBody.from_chainable(chain),
+        definition_substitutions=definition_substitutions,
         timeout=timeout,
         tracing_enabled=True,
-        logs=sfn.LogOptions(destination=log_group, level=sfn.LogLevel.ALL, include_execution_data=True),
+        logs=sfn.LogOptions(
+            destination=log_group, level=sfn.LogLevel.ALL, include_execution_data=not express
+        ),
     )
     return machine, log_group

@@ -11,7 +11,7 @@ from stacks.image.image_stack import ImageStack
 from stacks.network.network_stack import NetworkStack
 from stacks.storage.storage_stack import StorageStack
 from trainstack.job_request import PipelineResources
-from trainstack.teams import Team
+from trainstack.teams import Team, team_dataset_prefix
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,9 @@ def team_dataset(storage: StorageStack, team: Team | None) -> TeamDataset:
     if team is None:
         return TeamDataset(storage.dataset_prefix, path, checkpoints)
     return TeamDataset(
-        f"{storage.dataset_prefix}{team.name}/", None if path is None else f"{path}/{team.name}", checkpoints
+        team_dataset_prefix(storage.dataset_prefix, team.name),
+        None if path is None else f"{path}/{team.name}",
+        checkpoints,
     )
 
 

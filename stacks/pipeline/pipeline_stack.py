@@ -20,6 +20,7 @@ from stacks.pipeline.monitoring import TRAINING_METRICS_NAMESPACE, PipelineMonit
 from stacks.pipeline.pipeline_notifications import PipelineNotifications
 from stacks.pipeline.pipeline_resources import pipeline_resources, team_dataset
 from stacks.pipeline.queue.training_queue import TrainingQueue, training_queue
+from stacks.pipeline.run_reader import team_run_reader
 from stacks.pipeline.team_access import TeamAccess
 from stacks.pipeline.training_state_machine import TrainingStateMachine
 from stacks.pipeline.trigger.retrain_trigger import TRIGGER_ID, RetrainTrigger, trigger_state_table
@@ -103,7 +104,7 @@ class PipelineStack(cdk.Stack):
                 team=team,
                 project=project,
                 pipeline=self.state_machine,
-                stack=self,
+                run_reader=team_run_reader(self, project, team, self.sagemaker_role, self.queue),
                 guarded_tag_keys=guarded_tag_keys,
             )
         if storage.run_data_key is not None:

@@ -18,6 +18,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
+from stacks.pipeline.run_reader import RunReader
 from stacks.validation import acknowledge
 from stacks.wildcard_acknowledgments import flatten_reference
 from trainstack.job_request import NAMESPACE_TAG
@@ -33,14 +34,27 @@ class TeamAccess(Construct):
         team: Team,
         project: str,
         pipeline: sfn.StateMachine,
-        stack: cdk.Stack,
+        stack: cdk.Stack | None = None,
         guarded_tag_keys: Sequence[str] = (),
+        run_reader: RunReader | None = None,
     ) -> None:
         """`project` is the team's namespace (`<project>-<team>`): every name of its pipeline starts so.
         `guarded_tag_keys`: the principal tag keys any team of the deployment is authorized by, which no
-        holder of this policy may set or remove."""
+        holder of this policy may set or remove.
+        `run_reader`: the team's read path to its runs' jobs, logs and service jobs (run_reader.py).
+        `stack`: the pipeline's stack (default: the scope's)."""
         super().__init__(scope, construct_id)
+        stack = stack or cdk.Stack.of(scope)
+        self.run_reader = run_reader
         statements = _statements(project, pipeline, stack)
+        if run_reader is not None:
+            statements.append(
+                iam.PolicyStatement(
+                    sid="ReadOwnRuns",
+                    actions=["states:StartSyncExecution"],
+                    resources=[run_reader.state_machine.state_machine_arn],
+                )
+            )
         if team.principal_tag is not None:
             for statement in statements:
                 statement.add_condition(
@@ -135,6 +149,14 @@ def _statements(project: str, pipeline: sfn.StateMachine, stack: cdk.Stack) -> l
             sid="FindThePipeline",
             actions=["cloudformation:DescribeStacks"],
             resources=[stack.stack_id],
+        ),
+        # The settings the CLI reads with --deployment and --team (stacks/pipeline/client_settings.py).
+        iam.PolicyStatement(
+            sid="ReadClientSettings",
+            actions=["ssm:GetParameter"],
+            resources=[
+                stack.format_arn(service="ssm", resource="parameter", resource_name=f"{project}/client")
+            ],
         ),
         iam.PolicyStatement(
             sid="DescribeRunJobs",

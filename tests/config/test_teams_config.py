@@ -121,7 +121,7 @@ def test_teams_bring_their_own_shares_and_names():
     assert "with teams, each team's share and weight come from teams" in config_error(
         {"queue": {"enabled": True, "shares": {"a": 1}}, "teams": [TEAM]}
     )
-    assert "retrain_on_new_data is not available with teams yet" in config_error(
+    assert "retrain_on_new_data: with teams, each team sets its own in its entry" in config_error(
         {"retrain_on_new_data": {"profile": "small-torchrun", "prefix": "datasets/corpus/"}, "teams": [TEAM]}
     )
 

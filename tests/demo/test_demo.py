@@ -13,8 +13,7 @@ import pytest
 from tests.demo.browser import colour_pixels, load
 from tests.demo.demo_process import run_demo
 from training_scripts.metrics import WARMUP_STEPS
-from trainstack.report.goodput import KEPT, STARTING
-from trainstack.report.render import (
+from trainstack.report.charts import (
     ATTEMPT_COLOURS,
     BACKOFF_COLOUR,
     LEDGER_BAR,
@@ -22,6 +21,7 @@ from trainstack.report.render import (
     LEDGER_TOP,
     PART_COLOURS,
 )
+from trainstack.report.goodput import KEPT, STARTING
 
 
 @dataclass

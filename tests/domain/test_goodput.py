@@ -11,10 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainstack.prices import offline_training_prices
+from trainstack.report.charts import PART_COLOURS
 from trainstack.report.collect import Attempt, RunReport, Span
 from trainstack.report.goodput import HANG, KEPT, LOST, PARTS, SAVING, STARTING, ledger_of
 from trainstack.report.progress import Pause, Progress, read_progress
-from trainstack.report.render import PART_COLOURS, render
+from trainstack.report.render import render
 from trainstack.runs import hms
 
 START = datetime(2026, 11, 1, 8, 0, tzinfo=UTC)

@@ -23,6 +23,7 @@ from moto.stepfunctions.responses import StepFunctionResponse
 from localaws.emulator import SteppedClock, VirtualClock, local_stepfunctions
 from localaws.sagemaker.local_processes import LocalRun
 from localaws.sagemaker.training_jobs import TrainingJob
+from tests.emulator.machines import parent_of_child
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
@@ -195,21 +196,7 @@ def test_the_stepped_clock_moves_while_many_parents_wait_on_children(monkeypatch
             client.create_state_machine(
                 name=f"parent-{index}",
                 roleArn=ROLE_ARN,
-                definition=json.dumps(
-                    {
-                        "QueryLanguage": "JSONata",
-                        "StartAt": "Child",
-                        "States": {
-                            "Child": {
-                                "Type": "Task",
-                                "Resource": "arn:aws:states:::states:startExecution.sync:2",
-                                "Arguments": {"StateMachineArn": child, "Name": f"child-of-{index}"},
-                                "Output": "{% $states.result.Output %}",
-                                "End": True,
-                            }
-                        },
-                    }
-                ),
+                definition=parent_of_child(child, f"child-of-{index}"),
             )["stateMachineArn"]
             for index in range(20)
         ]

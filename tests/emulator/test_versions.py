@@ -11,6 +11,7 @@ from moto import mock_aws
 
 from localaws.emulator import VirtualClock, local_stepfunctions
 from localaws.emulator.versions import deploy_state_machines
+from tests.emulator.machines import parent_of_child
 from tests.pipeline import harness
 
 REGION = "us-east-1"
@@ -43,28 +44,6 @@ def child(release: str) -> str:
     )
 
 
-def parent(child_arn: str) -> str:
-    return json.dumps(
-        {
-            "QueryLanguage": "JSONata",
-            "StartAt": "Child",
-            "States": {
-                "Child": {
-                    "Type": "Task",
-                    "Resource": "arn:aws:states:::states:startExecution.sync:2",
-                    "Arguments": {
-                        "StateMachineArn": child_arn,
-                        "Name": "{% $states.context.Execution.Name %}",
-                        "Input": {},
-                    },
-                    "Output": "{% $states.result.Output %}",
-                    "End": True,
-                }
-            },
-        }
-    )
-
-
 def template(release: str) -> dict:
     """A parent naming its child's published version, as the pipeline's template does."""
     return {
@@ -91,7 +70,13 @@ def template(release: str) -> dict:
 def deploy(release: str) -> dict[str, str]:
     def definition(properties, versions):
         text = properties["DefinitionString"]
-        return text if isinstance(text, str) else parent(versions[text["Fn::Join"][1][0]["Ref"]])
+        return (
+            text
+            if isinstance(text, str)
+            else parent_of_child(
+                versions[text["Fn::Join"][1][0]["Ref"]], "{% $states.context.Execution.Name %}", Input={}
+            )
+        )
 
     return deploy_state_machines(template(release)["Resources"], definition, region=REGION, role_arn=ROLE_ARN)
 

@@ -20,8 +20,9 @@ QUEUE_ON = {"queue": {"enabled": True}}
 IMAGE_URI = "111111111111.dkr.ecr.us-east-1.amazonaws.com/ml-images:v1"
 
 
-def teams(*, inherit: str | None) -> dict[str, Any]:
-    """Two teams running the registry profile; `inherit` sets inherits_single_team_runs on that team."""
+def teams(*, inherit: str | None, trigger: str | None = None) -> dict[str, Any]:
+    """Two teams running the registry profile; `inherit` sets inherits_single_team_runs on that team,
+    `trigger` retrain_on_new_data on that team's dataset prefix."""
     team = {"profiles": [REGISTRY_PROFILE], "max_instances": 1, "max_runtime_hours": 8, "max_cost_usd": 500}
     return {
         "teams": [
@@ -30,6 +31,11 @@ def teams(*, inherit: str | None) -> dict[str, Any]:
                 "name": name,
                 "principals": [f"arn:aws:iam::111111111111:role/ml-{name}"],
                 **({"inherits_single_team_runs": True} if name == inherit else {}),
+                **(
+                    {"retrain_on_new_data": {"profile": REGISTRY_PROFILE, "prefix": f"datasets/{name}/"}}
+                    if name == trigger
+                    else {}
+                ),
             }
             for name in ("research", "search")
         ]
@@ -53,7 +59,11 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "image": {"uri": IMAGE_URI},
         "migrations": {"keep_trigger_table": True, "keep_image_repository": True},
     },
-    "teams": teams(inherit="research"),
+    "teams": teams(inherit="research", trigger="search"),
+    "teams-trigger-off-kept": {
+        **teams(inherit="research"),
+        "migrations": {"keep_team_trigger_tables": ["search"]},
+    },
     "teams-queue": {
         **QUEUE_ON,
         **teams(inherit="research"),

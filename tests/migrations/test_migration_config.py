@@ -33,4 +33,16 @@ def test_only_one_team_inherits_the_single_team_runs():
 def test_the_trigger_table_is_not_kept_with_teams():
     data = config_data("teams-queue")
     data["migrations"]["keep_trigger_table"] = True
-    assert "migrations.keep_trigger_table: retrain_on_new_data is not available with teams" in refusal(data)
+    assert "migrations.keep_trigger_table keeps the trigger table of a config without teams" in refusal(data)
+
+
+def test_only_teams_of_the_config_keep_their_trigger_tables():
+    data = config_data("teams-queue")
+    data["migrations"]["keep_team_trigger_tables"] = ["nobody"]
+    assert (
+        "migrations.keep_team_trigger_tables: 'nobody' is not a team of this config; name one of research, "
+        "search" in refusal(data)
+    )
+    data = config_data("single-queue")
+    data["migrations"] = {"keep_team_trigger_tables": ["search"]}
+    assert "keep_team_trigger_tables names teams and this config has none" in refusal(data)

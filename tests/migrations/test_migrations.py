@@ -89,6 +89,18 @@ def test_the_trigger_and_the_built_image_off_and_on_again_keep_their_table_and_r
         assert named(off, resource_type, name_property, name) == kept
 
 
+def test_a_teams_trigger_off_and_on_again_keeps_its_table():
+    on, off = app_templates("teams"), app_templates("teams-trigger-off-kept")
+    search = "trainstack-search-pipeline"
+    # Off: search's trigger machine goes, with its execution logs; research's pipeline is untouched.
+    assert found(on, off) == [(search, "RetrainTriggerStateMachineLogs")]
+    assert found(off, on) == []
+    kept = named(on, "AWS::DynamoDB::Table", "TableName", "trainstack-search-retrain-triggers")
+    assert list(kept) == [(search, next(iter(kept))[1])]
+    assert named(off, "AWS::DynamoDB::Table", "TableName", "trainstack-search-retrain-triggers") == kept
+    assert on["trainstack-research-pipeline"] == off["trainstack-research-pipeline"]
+
+
 def test_control_tower_turns_object_lock_on_in_place(single_app):
     governed = app_templates("control-tower")
     # The one stateful change: the access-log bucket `none` created, retained once access_logs_bucket

@@ -67,24 +67,35 @@ def filled_definition(
     template: dict[str, Any],
     values: Callable[[str], str] = fake_value,
     versions: Mapping[str, str] | None = None,
+    other_references: Callable[[dict[str, Any]], str | None] = lambda part: None,
 ) -> str:
     """The DefinitionString as CloudFormation would deploy it, with fake values substituted: Fn::Join
-    parts joined (the partition, other state machines' ARNs by name, their published versions' ARNs:
-    `versions` by logical id, else version 1) and DefinitionSubstitutions filled from `values`."""
+    parts joined (the partition, `other_references`' value for a part where it has one, other state
+    machines' ARNs by name, their published versions' ARNs: `versions` by logical id, else version 1) and
+    DefinitionSubstitutions filled from `values`."""
     text = properties["DefinitionString"]
     if isinstance(text, dict):
-        text = "".join(_reference_value(part, template, versions) for part in text["Fn::Join"][1])
+        text = "".join(
+            _reference_value(part, template, versions, other_references) for part in text["Fn::Join"][1]
+        )
     for name in properties.get("DefinitionSubstitutions", {}):
         text = text.replace("${" + name + "}", values(name))
     assert "${" not in text, "a placeholder has no DefinitionSubstitutions entry"
     return text
 
 
-def _reference_value(part: Any, template: dict[str, Any], versions: Mapping[str, str] | None) -> str:
+def _reference_value(
+    part: Any,
+    template: dict[str, Any],
+    versions: Mapping[str, str] | None,
+    other_references: Callable[[dict[str, Any]], str | None],
+) -> str:
     if isinstance(part, str):
         return part
     if part == {"Ref": "AWS::Partition"}:
         return "aws"
+    if (other := other_references(part)) is not None:
+        return other
     arn = referenced_machine_arn(template["Resources"], part["Ref"], state_machine_arn, versions)
     assert arn is not None, part
     return arn

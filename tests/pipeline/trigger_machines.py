@@ -9,7 +9,7 @@ import aws_cdk as cdk
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_stepfunctions as sfn
 
-from localaws.demo.trigger_world import TriggerMachines
+from localaws.demo.trigger_world import TriggerMachines, TriggerRoute
 from stacks.pipeline.trigger.retrain_trigger import RetrainTrigger
 from tests.infra.templates import resources
 from tests.pipeline import harness
@@ -75,10 +75,7 @@ def trigger_machines(template: dict, pipeline: SynthesizedPipeline) -> TriggerMa
             f"{PROJECT}-pipeline": pipeline.training_definition,
             name: filled_definition(state_machines(template)[name], template),
         },
-        trigger=name,
-        pipeline=f"{PROJECT}-pipeline",
-        rule_pattern=pattern,
-        table=trigger_table_name(PROJECT),
+        routes=(TriggerRoute(name, f"{PROJECT}-pipeline", pattern, trigger_table_name(PROJECT)),),
         bucket=FAKE_VALUES["DatasetBucket"],
         settings=pipeline.settings,
         image_uri=FAKE_VALUES["TrainingImageUri"],

@@ -19,7 +19,6 @@ from localaws.demo.synthesized import create_tables
 from localaws.emulator.batch_jobs import TRAINING_JOB_NAMES
 from localaws.emulator.batch_routes import install_fake_batch
 from localaws.emulator.fake_batch import FakeBatch
-from localaws.emulator.versions import referenced_machine_arn
 from localaws.sagemaker import (
     CAPACITY_FAILURE,
     COMPLETED,
@@ -32,7 +31,12 @@ from localaws.sagemaker import (
 from stacks.pipeline.queue.training_queue import weight_factor
 from tests.conftest import synthesize
 from tests.pipeline import harness
-from tests.pipeline.conftest import deploy_registry_resources, fake_value, state_machine_arn, state_machines
+from tests.pipeline.conftest import (
+    deploy_registry_resources,
+    filled_definition,
+    state_machine_arn,
+    state_machines,
+)
 from tests.pipeline.test_fault_drills import NCCL, USER_CONFIG
 from tests.pipeline.test_quota_drills import P4DE, P5, busy, exceeded
 from tests.pipeline.test_registry import versions
@@ -46,28 +50,15 @@ FAIR = {"enabled": True, "max_instances": 3, "shares": {"teamA": 2, "teamB": 1},
 QUEUE_ARN = f"arn:aws:batch:{harness.REGION}:{harness.ACCOUNT}:job-queue/trainstack-training"
 
 
-def filled(properties: dict[str, Any], template: dict[str, Any]) -> str:
-    text = properties["DefinitionString"]
-    if isinstance(text, dict):
-        text = "".join(_value(part, template) for part in text["Fn::Join"][1])
-    for name in properties.get("DefinitionSubstitutions", {}):
-        text = text.replace("${" + name + "}", fake_value(name))
-    assert "${" not in text
-    return text
-
-
-def _value(part: Any, template: dict[str, Any]) -> str:
-    if isinstance(part, str):
-        return part
-    if part == {"Ref": "AWS::Partition"}:
-        return "aws"
-    if "Fn::GetAtt" in part and part["Fn::GetAtt"][1] == "JobQueueArn":
+def queue_arn(part: dict[str, Any]) -> str | None:
+    """The job queue's ARN where a definition references it (with teams, the queue stack's output)."""
+    if ("Fn::GetAtt" in part and part["Fn::GetAtt"][1] == "JobQueueArn") or "Fn::GetStackOutput" in part:
         return QUEUE_ARN
-    if "Fn::GetStackOutput" in part:
-        return QUEUE_ARN  # with teams the job queue is the queue stack's, the one other stack's value
-    arn = referenced_machine_arn(template["Resources"], part["Ref"], state_machine_arn)
-    assert arn is not None, part
-    return arn
+    return None
+
+
+def filled(properties: dict[str, Any], template: dict[str, Any]) -> str:
+    return filled_definition(properties, template, other_references=queue_arn)
 
 
 @dataclass(frozen=True)

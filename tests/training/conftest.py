@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import json
 import logging
 from pathlib import Path
 
@@ -19,9 +21,38 @@ def dataset(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def reference_run(dataset, tmp_path_factory) -> Run:
-    """The uninterrupted run that resumed runs must reproduce (DDP, synchronous checkpoints)."""
-    run = train(dataset, tmp_path_factory.mktemp("reference"))
+def reference_run(dataset, tmp_path_factory, worker_id) -> Run:
+    """The uninterrupted run that resumed runs must reproduce (DDP, synchronous checkpoints). Under xdist
+    the first worker to need it trains it, in the suite run's own temporary folder, and the others wait
+    for it and read it (a 2-process training each; the tests only read its files). The dataset every
+    worker writes is the same (seeded)."""
+    if worker_id == "master":
+        return _trained_reference(dataset, tmp_path_factory.mktemp("reference"))
+    shared = tmp_path_factory.getbasetemp().parent / "reference"  # this run's, every worker's
+    with open(shared.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        record = shared / "run.json"
+        if record.exists():
+            kept = json.loads(record.read_text())
+            return Run(
+                kept["returncode"], kept["output"], Path(kept["model_dir"]), Path(kept["checkpoint_dir"])
+            )
+        run = _trained_reference(dataset, shared)
+        record.write_text(
+            json.dumps(
+                {
+                    "returncode": run.returncode,
+                    "output": run.output,
+                    "model_dir": str(run.model_dir),
+                    "checkpoint_dir": str(run.checkpoint_dir),
+                }
+            )
+        )
+        return run
+
+
+def _trained_reference(dataset: Path, out: Path) -> Run:
+    run = train(dataset, out)
     assert run.returncode == 0, run.output
     return run
 

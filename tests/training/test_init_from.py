@@ -52,35 +52,39 @@ def test_weights_that_do_not_cover_the_model_are_named_in_one_sentence(dataset, 
     assert run.output.count("Traceback") == 1, run.output  # torchrun's own report; none of a rank
 
 
-def load_one_tensor_per_chunk(rank: int, parallelism: str, saved: str, store: str) -> None:
-    """One of two ranks: load `saved` into a freshly initialized model, a chunk per tensor, and compare."""
+FILE_FORMATS = ("safetensors", "bin")
+
+
+def load_one_tensor_per_chunk(rank: int, parallelism: str, saved_dirs: list[str], store: str) -> None:
+    """One of two ranks: load each of `saved_dirs` into a freshly initialized model, a chunk per tensor, and
+    compare (one process group for every file format: each spawn costs two interpreters importing torch)."""
     import model
 
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     model.LOAD_CHUNK_BYTES = 1
-    hf_model = build_model(AutoConfig.from_pretrained(saved))
-    if parallelism == "ddp":
-        initialize(hf_model, hf_model, torch.device("cpu"), seed=0, allocate=True)
-        wrapped = DistributedDataParallel(hf_model)
-    else:
-        from torch.distributed.fsdp import fully_shard  # torch 2.5.1 (FSDP2 there needs CUDA) lacks it
+    for saved in saved_dirs:
+        hf_model = build_model(AutoConfig.from_pretrained(saved))
+        if parallelism == "ddp":
+            initialize(hf_model, hf_model, torch.device("cpu"), seed=0, allocate=True)
+            wrapped = DistributedDataParallel(hf_model)
+        else:
+            from torch.distributed.fsdp import fully_shard  # torch 2.5.1 (FSDP2 there needs CUDA) lacks it
 
-        for layer in hf_model.model.layers:
-            fully_shard(layer)
-        wrapped = fully_shard(hf_model)
-        initialize(wrapped, hf_model, torch.device("cpu"), seed=0, allocate=True)
-    load_pretrained(wrapped, hf_model, saved, torch.device("cpu"))
-    loaded = get_model_state_dict(wrapped, options=StateDictOptions(full_state_dict=True))
-    expected = AutoModelForCausalLM.from_pretrained(saved).state_dict()  # transformers' own loader
-    expected["lm_head.weight"] = expected["model.embed_tokens.weight"]  # tied: saved once
-    for name, tensor in expected.items():
-        assert loaded[name].dtype == torch.float32, name  # fp32 master weights from bf16 files
-        assert torch.equal(loaded[name], tensor.float()), name
-    assert loaded.keys() == expected.keys()
+            for layer in hf_model.model.layers:
+                fully_shard(layer)
+            wrapped = fully_shard(hf_model)
+            initialize(wrapped, hf_model, torch.device("cpu"), seed=0, allocate=True)
+        load_pretrained(wrapped, hf_model, saved, torch.device("cpu"))
+        loaded = get_model_state_dict(wrapped, options=StateDictOptions(full_state_dict=True))
+        expected = AutoModelForCausalLM.from_pretrained(saved).state_dict()  # transformers' own loader
+        expected["lm_head.weight"] = expected["model.embed_tokens.weight"]  # tied: saved once
+        for name, tensor in expected.items():
+            assert loaded[name].dtype == torch.float32, (saved, name)  # fp32 master weights from bf16 files
+            assert torch.equal(loaded[name], tensor.float()), (saved, name)
+        assert loaded.keys() == expected.keys(), saved
     dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("file_format", ["safetensors", "bin"])
 @pytest.mark.parametrize(
     "parallelism",
     [
@@ -88,20 +92,24 @@ def load_one_tensor_per_chunk(rank: int, parallelism: str, saved: str, store: st
         pytest.param("ddp", marks=[pytest.mark.newer_stack, pytest.mark.image_stack]),
     ],
 )
-def test_every_tensor_arrives_on_every_rank_in_chunks_of_one_tensor(tmp_path, parallelism, file_format):
-    """A tied bf16 model loaded a tensor at a time: each chunk leaves the model's other tensors as they
-    are, on both stacks (torch 2.5.1 refused a partial dict for DDP's wrapper)."""
+def test_every_tensor_arrives_on_every_rank_in_chunks_of_one_tensor(tmp_path, parallelism):
+    """A tied bf16 model loaded a tensor at a time, from safetensors and from a .bin: each chunk leaves the
+    model's other tensors as they are, on both stacks (torch 2.5.1 refused a partial dict for DDP's
+    wrapper)."""
     config = model_config("tiny", None, None, 32)
     config.tie_word_embeddings = True
-    saved = tmp_path / "saved"
-    AutoModelForCausalLM.from_config(config).to(torch.bfloat16).save_pretrained(saved)
-    weights = load_file(saved / "model.safetensors")
-    assert "lm_head.weight" not in weights
-    if file_format == "bin":  # what save_pretrained(safe_serialization=False) wrote (transformers 5 cannot)
-        torch.save(weights, saved / "pytorch_model.bin")
-        (saved / "model.safetensors").unlink()
+    saved_dirs = []
+    for file_format in FILE_FORMATS:
+        saved = tmp_path / file_format
+        AutoModelForCausalLM.from_config(config).to(torch.bfloat16).save_pretrained(saved)
+        weights = load_file(saved / "model.safetensors")
+        assert "lm_head.weight" not in weights
+        if file_format == "bin":  # as save_pretrained(safe_serialization=False) wrote (transformers 5 cannot)
+            torch.save(weights, saved / "pytorch_model.bin")
+            (saved / "model.safetensors").unlink()
+        saved_dirs.append(str(saved))
     torch.multiprocessing.spawn(
-        load_one_tensor_per_chunk, args=(parallelism, str(saved), str(tmp_path / "store")), nprocs=2
+        load_one_tensor_per_chunk, args=(parallelism, saved_dirs, str(tmp_path / "store")), nprocs=2
     )
 
 

@@ -178,41 +178,84 @@ dist.destroy_process_group()
 """
 
 
-@pytest.mark.parametrize(
-    ("body", "rule"),
-    [
-        ("model = tsm.transform(model)", "before torch.sagemaker.init()"),
-        (
-            "tsm.init({})\nwrapped = FullyShardedDataParallel(model, device_id=torch.device('cpu'))\n"
-            "tsm.transform(model)",
-            "transform after fsdp_wrap",
-        ),
-        (
-            "tsm.init({})\ntorch.optim.AdamW(model.parameters())",
-            "optimizer created before FSDP wrapping",
-        ),
-        ('tsm.init({"pipeline_parallel_degree": 2})', "unknown SMP v2 config keys"),
-        ('tsm.init({"hybrid_shard_degree": 8})', "hybrid_shard_degree 8 not in 0..1"),
-    ],
-    ids=[
-        "transform before init",
-        "transform after FSDP",
-        "optimizer before FSDP",
-        "unknown key",
-        "hybrid > world",
-    ],
-)
-def test_the_stand_in_refuses_what_aws_documents_smp_does_not_allow(tmp_path, body, rule):
-    script = STAND_IN_SCRIPT.format(store=tmp_path / "store", body=textwrap.indent(body, "    "))
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
+STAND_IN_CASES = {
+    "transform before init": ("model = tsm.transform(model)", "before torch.sagemaker.init()"),
+    "transform after FSDP": (
+        "tsm.init({})\nwrapped = FullyShardedDataParallel(model, device_id=torch.device('cpu'))\n"
+        "tsm.transform(model)",
+        "transform after fsdp_wrap",
+    ),
+    "optimizer before FSDP": (
+        "tsm.init({})\ntorch.optim.AdamW(model.parameters())",
+        "optimizer created before FSDP wrapping",
+    ),
+    "unknown key": ('tsm.init({"pipeline_parallel_degree": 2})', "unknown SMP v2 config keys"),
+    "hybrid > world": ('tsm.init({"hybrid_shard_degree": 8})', "hybrid_shard_degree 8 not in 0..1"),
+}
+
+# Runs each case's script in a process of its own, forked from one interpreter that imported torch and
+# transformers once (seconds of CPU per interpreter): the stand-in, imported by the script, is fresh in each.
+FORKING_RUNNER = """
+import json, os, sys, traceback
+import torch, torch.distributed, torch.distributed.fsdp, transformers
+for case in json.loads(sys.argv[1]):
+    pid = os.fork()
+    if pid == 0:
+        os.makedirs(case["calls"])
+        os.environ["TORCH_SAGEMAKER_STAND_IN_LOG"] = case["calls"]
+        with open(case["output"], "w") as stdout, open(case["output"] + ".stderr", "w") as stderr:
+            os.dup2(stdout.fileno(), 1)
+            os.dup2(stderr.fileno(), 2)
+            code = 0
+            try:
+                exec(case["script"], {"__name__": "__main__"})
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    with open(case["output"] + ".returncode", "w") as returncode:
+        returncode.write(str(os.waitstatus_to_exitcode(status)))
+"""
+
+
+@pytest.fixture(scope="module")
+def stand_in_outputs(tmp_path_factory) -> dict[str, tuple[int, str, str]]:
+    """Each case's exit code, stdout and stderr."""
+    root = tmp_path_factory.mktemp("stand-in")
+    cases = [
+        {
+            "script": STAND_IN_SCRIPT.format(
+                store=root / f"store-{index}", body=textwrap.indent(body, "    ")
+            ),
+            "output": str(root / f"output-{index}"),
+            "calls": str(root / f"calls-{index}"),
+        }
+        for index, (body, _) in enumerate(STAND_IN_CASES.values())
+    ]
+    subprocess.run(
+        [sys.executable, "-c", FORKING_RUNNER, json.dumps(cases)],
+        check=True,
         timeout=300,
-        env=with_smp_stand_in(tmp_path / "calls"),
+        env=with_smp_stand_in(root / "calls"),
     )
-    assert result.returncode == 0, result.stderr
-    assert "REFUSED" in result.stdout and rule in result.stdout, result.stdout
+    return {
+        name: tuple(
+            transform(Path(case["output"] + suffix).read_text())
+            for transform, suffix in ((int, ".returncode"), (str, ""), (str, ".stderr"))
+        )
+        for name, case in zip(STAND_IN_CASES, cases, strict=True)
+    }
+
+
+@pytest.mark.parametrize("case", STAND_IN_CASES)
+def test_the_stand_in_refuses_what_aws_documents_smp_does_not_allow(stand_in_outputs, case):
+    returncode, stdout, stderr = stand_in_outputs[case]
+    _, rule = STAND_IN_CASES[case]
+    assert returncode == 0, stderr
+    assert "REFUSED" in stdout and rule in stdout, stdout
 
 
 def test_smp_init_from_adds_at_most_one_fsdp_unit_to_any_ranks_peak(tmp_path):

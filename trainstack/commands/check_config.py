@@ -17,6 +17,7 @@ from trainstack.idle_cost import idle_cost
 from trainstack.idle_resources import billed_resources
 from trainstack.team_budgets import budget_summary
 from trainstack.teams import namespace
+from trainstack.trigger_settings import triggers_on
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -78,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"FSx for Lustre: {summary(plan)}" if plan else "FSx for Lustre: disabled (fsx.enabled: false)")
     warnings = [
         plan and quota_warning(plan, settings.fsx.deployment_type),
-        existing_bucket_warning(settings.dataset, settings.retrain_on_new_data is not None),
+        existing_bucket_warning(settings.dataset, triggers_on(settings)),
     ]
     for warning in filter(None, warnings):
         print(f"warning: {warning}", file=sys.stderr)

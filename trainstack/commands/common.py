@@ -15,13 +15,15 @@ from functools import cached_property
 from typing import Any
 
 import boto3
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, NoRegionError
 
 from trainstack.cli import COMMANDS
+from trainstack.client_settings import ClientSettingsError, read_client_settings
 from trainstack.config import Settings
 from trainstack.config_loading import ConfigError, load_settings
 from trainstack.pipeline_runs import PipelineRuns, queue_namespace, runs_for
 from trainstack.queue_settings import training_queue_name
+from trainstack.run_reader import ReaderBatch, ReaderLogs, ReaderSageMaker, RunReader, run_reader_arn
 from trainstack.runs import (
     Job,
     QueuedJob,
@@ -61,8 +63,14 @@ def add_config_argument(parser: argparse.ArgumentParser, what: str = "") -> None
 
 
 def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
-    """--config, --region and --state-machine-arn: where the pipeline of a deployed config is."""
+    """--config or --deployment, --team, --region and --state-machine-arn: where the pipeline is."""
     add_config_argument(parser)
+    parser.add_argument(
+        "--deployment",
+        default=os.environ.get("TRAINSTACK_DEPLOYMENT"),
+        help="instead of --config: the deployed project's name, whose settings the pipeline stack publishes "
+        "(default: $TRAINSTACK_DEPLOYMENT)",
+    )
     parser.add_argument(
         "--team",
         default=os.environ.get("TRAINSTACK_TEAM"),
@@ -119,19 +127,27 @@ class Pipeline:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Pipeline:
-        try:
-            settings = load_settings(args.config)
-        except ConfigError as error:
-            raise UsageError(f"--config: {error}".rstrip(".")) from None
-        return cls(
-            settings,
-            args.region or settings.region,
-            getattr(args, "state_machine_arn", None),
-            getattr(args, "team", None),
-        )
+        team = getattr(args, "team", None)
+        deployment = getattr(args, "deployment", None)
+        settings = _deployed_settings(args, team) if deployment else _config_settings(args.config)
+        return cls(settings, args.region or settings.region, getattr(args, "state_machine_arn", None), team)
 
     def client(self, service: str) -> Any:
         return boto3.client(service, region_name=self.region)
+
+    def run_reader(self, service: str) -> Any:
+        """A client that reads the runs' training jobs (`sagemaker`), their logs (`logs`) and service jobs
+        (`batch`). With teams, through the team's run reader (trainstack/run_reader.py): the team's start
+        policy grants nothing else on them."""
+        real = self.client(service)
+        if not self.settings.teams:
+            return real
+        reader = RunReader(
+            self.client("stepfunctions"), run_reader_arn(self.state_machine_arn, self.runs.project)
+        )
+        if service == "logs":
+            return ReaderLogs(reader)
+        return (ReaderSageMaker if service == "sagemaker" else ReaderBatch)(reader, real.exceptions)
 
     @property
     def queue_name(self) -> str | None:
@@ -139,12 +155,12 @@ class Pipeline:
         return training_queue_name(queue_namespace(self.settings)) if self.settings.queue.enabled else None
 
     def batch(self) -> Any | None:
-        """A Batch client in queue mode; None in direct mode."""
-        return self.client("batch") if self.queue_name else None
+        """A Batch client (reading the runs' service jobs) in queue mode; None in direct mode."""
+        return self.run_reader("batch") if self.queue_name else None
 
     def job_of(self, run_name: str) -> Job | QueuedJob | None:
         """The run's job: waiting in the queue (queue mode), else its newest training job, else None."""
-        return run_job(self.client("sagemaker"), self.batch(), self.queue_name, run_name)
+        return run_job(self.run_reader("sagemaker"), self.batch(), self.queue_name, run_name)
 
     def training_job_of(self, run_name: str) -> Job | None:
         """The run's newest training job (queue mode: the one Batch started), else None."""
@@ -173,6 +189,32 @@ class Pipeline:
 
     def run_name_of(self, execution: dict[str, Any]) -> str:
         return run_name_of(execution, self.runs.project)
+
+
+def _config_settings(config: str | None) -> Settings:
+    try:
+        return load_settings(config)
+    except ConfigError as error:
+        raise UsageError(f"--config: {error}".rstrip(".")) from None
+
+
+def _deployed_settings(args: argparse.Namespace, team: str | None) -> Settings:
+    """The settings the deployment's pipeline stack published (trainstack/client_settings.py), read in
+    --region or the AWS configuration's region."""
+    if args.config:
+        raise UsageError(
+            "--deployment and --config (or $TRAINSTACK_DEPLOYMENT and $TRAINSTACK_CONFIG) both name the "
+            "pipeline's settings; give one"
+        )
+    try:
+        ssm = boto3.client("ssm", region_name=args.region)
+        return read_client_settings(ssm, args.deployment, team)
+    except NoRegionError:
+        raise UsageError(
+            f"--deployment {args.deployment}: no region; pass --region or set AWS_REGION"
+        ) from None
+    except ClientSettingsError as error:
+        raise UsageError(str(error)) from None
 
 
 def one_line_failures(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:

@@ -33,9 +33,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_logs(pipeline: Pipeline, execution: dict, args: argparse.Namespace) -> int:
-    stepfunctions, sagemaker, logs = (
-        pipeline.client(name) for name in ("stepfunctions", "sagemaker", "logs")
-    )
+    stepfunctions, logs = pipeline.client("stepfunctions"), pipeline.run_reader("logs")
     run_name = pipeline.run_name_of(execution)
     printed: dict[str, set[str]] = {}  # job -> event ids already printed
     while True:

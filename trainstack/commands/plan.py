@@ -18,13 +18,12 @@ import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
 from training_scripts.model_shapes import PRESETS
-from trainstack.commands import plan_goodput
+from trainstack.commands import plan_goodput, plan_text
 from trainstack.commands.common import Pipeline
 from trainstack.config_loading import ConfigError, load_settings
 from trainstack.instances import INSTANCE_TYPES, InstanceType
 from trainstack.planning.auto_interval import auto_interval, is_auto
 from trainstack.planning.checkpoints import ASSUMED_WRITE_BYTES_PER_SECOND, GB
-from trainstack.planning.memory import GIB
 from trainstack.planning.plan_window import PlanWindow, read_window, window_line
 from trainstack.planning.plans import Plan, Setup, plan, recommend
 from trainstack.planning.setups import (
@@ -38,7 +37,6 @@ from trainstack.planning.setups import (
 )
 from trainstack.planning.throughput import MFU_AS_OF
 from trainstack.price_list import plan_prices
-from trainstack.prices import TrainingPrices
 from trainstack.profiles import Profile
 from trainstack.report.history import FailureHistory, pipeline_history
 from trainstack.runs import RunError
@@ -108,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         document = {"setup": as_mapping(setup), "plans": [item.as_dict() for item in plans]}
         if args.recommend:
-            document["recommended"] = [item and _recommendation(item) for item in recommended]
+            document["recommended"] = [item and plan_text.recommendation(item) for item in recommended]
         document["goodput"] = plan_goodput.as_dict(setup, plans, goodput, write_rate)
         if profile and is_auto(profile) and not args.instance_type:
             document["goodput"]["auto_interval_steps"] = auto_interval(profile)
@@ -118,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         print(
             "\n".join(
                 [
-                    _report(setup, plans, recommended, budget, prices),
+                    plan_text.report(setup, plans, recommended, budget, prices),
                     *plan_goodput.lines(setup, plans, goodput, write_rate),
                     *([] if args.instance_type else plan_goodput.auto_lines(profile)),
                 ]
@@ -338,68 +336,3 @@ def _tokens(text: str | None) -> float | None:
             f"--tokens must be a number of tokens of at least 1, such as 2e9 or 2B, got '{text}'."
         )
     return value
-
-
-def _report(
-    setup: Setup, plans: list[Plan], recommended: list[Plan | None], budget: str, prices: TrainingPrices
-) -> str:
-    lines = [
-        f"model {setup.model}: seq_len {setup.seq_len}, micro_batch_size {setup.micro_batch_size}, "
-        f"activation checkpointing {'on' if setup.activation_checkpointing else 'off'}, "
-        f"strategy {_strategy(setup)}; time and cost for {budget}"
-    ]
-    for index, item in enumerate(plans):
-        spec = item.spec
-        lines.append("")
-        lines.append(
-            f"{spec.name} x{item.instance_count} ({item.instance_count * spec.gpus} x {spec.gpu_model}):"
-        )
-        lines.append(f"  {item.line().split(': ', 1)[1]}")
-        parts = ", ".join(
-            f"{name.replace('_', ' ')} {value / GIB:.1f}" for name, value in item.memory.parts().items()
-        )
-        lines.append(f"  per GPU (GiB): {parts}")
-        if item.fix:
-            fixed = f" ({item.fixed_memory.total / GIB:.1f} GiB)" if item.fixed_memory else ""
-            lines.append(f"  smallest change that fits: {item.fix}{fixed}")
-        if item.throughput is None:
-            lines.append(f"  no throughput: no peak FLOP/s or MFU recorded for {spec.gpu_model}")
-        elif item.throughput.cost_usd is None and item.throughput.hours is not None:
-            lines.append(f"  no cost: no price recorded for {spec.name} in {prices.region}")
-        lines.append(f"  {item.checkpoint.line()}")
-        if recommended:
-            best = recommended[index]
-            lines.append(f"  recommended: {_recommendation_text(best)}")
-    lines.append("")
-    lines.append(
-        f"Assumed MFU per GPU model as of {MFU_AS_OF}; "
-        f"{prices.sentence(item.spec.name for item in plans)}. See docs/plan.md."
-    )
-    return "\n".join(lines)
-
-
-def _strategy(setup: Setup) -> str:
-    if setup.strategy == "smp":
-        return f"smp (hybrid_shard_degree {setup.hybrid_shard_degree or 'all'})"
-    return f"{setup.strategy} ({setup.parallelism})"
-
-
-def _recommendation(item: Plan) -> dict:
-    return {
-        "instance_type": item.spec.name,
-        "hybrid_shard_degree": item.setup.hybrid_shard_degree,
-        "activation_checkpointing": item.setup.activation_checkpointing,
-        "micro_batch_size": item.setup.micro_batch_size,
-        "memory_per_gpu_gib": round(item.memory.total / GIB, 3),
-        "tokens_per_second": item.throughput and round(item.throughput.tokens_per_second),
-    }
-
-
-def _recommendation_text(item: Plan | None) -> str:
-    if item is None:
-        return "nothing fits on this type at this count, even with micro_batch_size 1"
-    return (
-        f"smp.hybrid_shard_degree {item.setup.hybrid_shard_degree}, activation_checkpointing "
-        f"{str(item.setup.activation_checkpointing).lower()}, "
-        f"micro_batch_size {item.setup.micro_batch_size}: {item.line().split(': ', 1)[1]}"
-    )

@@ -60,8 +60,8 @@ def collect_run(pipeline: Pipeline, execution: dict[str, Any]) -> RunReport:
     """What the report shows of one execution (also `trainstack status`'s goodput line)."""
     report = collect(
         pipeline.client("stepfunctions"),
-        pipeline.client("sagemaker"),
-        pipeline.client("logs"),
+        pipeline.run_reader("sagemaker"),
+        pipeline.run_reader("logs"),
         execution,
         pipeline.runs.project,
         pipeline.batch(),

@@ -10,7 +10,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from trainstack.commands.common import Pipeline, UsageError, add_pipeline_command, one_line_failures
-from trainstack.trigger_settings import RetrainOnNewData, trigger_machine_name, trigger_table_name
+from trainstack.trigger_settings import (
+    RetrainOnNewData,
+    trigger_machine_name,
+    trigger_of,
+    trigger_table_name,
+)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -81,14 +86,13 @@ def describe_trigger(
 @one_line_failures
 def run(args: argparse.Namespace) -> int:
     pipeline = Pipeline.from_args(args)
-    trigger = pipeline.settings.retrain_on_new_data
+    trigger = trigger_of(pipeline.settings, pipeline.runs.team)
     if trigger is None:
-        raise UsageError(
-            f"--config: {args.config or 'the config'} sets no retrain_on_new_data, so no trigger is deployed"
-        )
+        whose = f"team {pipeline.runs.team}" if pipeline.runs.team else args.config or "the config"
+        raise UsageError(f"--config: {whose} sets no retrain_on_new_data, so no trigger is deployed")
     if args.events < 0:
         raise UsageError(f"--events must be 0 or more, not {args.events}")
-    project = pipeline.settings.project
+    project = pipeline.runs.project  # the namespace: with teams, the team's trigger and table
     item = (
         pipeline.client("dynamodb")
         .get_item(
