@@ -11,6 +11,7 @@ from trainstack.config import Settings
 from trainstack.migration_settings import kept_groups_of
 from trainstack.profiles import Profile
 from trainstack.queue_settings import QueueSettings, run_names_table_name
+from trainstack.team_budgets import TeamBudget
 from trainstack.team_tracking import team_mlflow, tracking_server_name
 from trainstack.teams import RunLimits, Team, namespace
 
@@ -37,6 +38,7 @@ class PipelineRuns:
     other_teams: tuple[str, ...] = ()
     # teams[].own_tracking_server: the MLflow tracking server this pipeline creates for the team.
     tracking_server: str | None = None
+    budget: TeamBudget | None = None  # teams[].budget: what the team's runs hold at once and spend a month
 
     @property
     def inherited_prefixes(self) -> tuple[str, ...]:
@@ -83,6 +85,7 @@ def team_runs(settings: Settings, team: Team) -> PipelineRuns:
         tracking_server=tracking_server_name(settings.project, team.name)
         if team.own_tracking_server
         else None,
+        budget=team.budget,
     )
 
 

@@ -18,6 +18,7 @@ from pydantic import Field, model_validator
 from trainstack.base import StrictModel, matching
 from trainstack.profiles import MAX_PRIORITY, MAX_RUNTIME_HOURS_LIMIT
 from trainstack.run_names import RUN_NAME_MAX_LENGTH, default_run_name_length
+from trainstack.team_budgets import TeamBudget, check_team_budget
 from trainstack.trigger_settings import RetrainOnNewData
 
 # One team's namespace `<project>-<team>` must never be a prefix of another's (IAM grants on
@@ -93,6 +94,8 @@ class Team(StrictModel):
     # A SageMaker managed MLflow tracking server of the team's own, `<project>-<team>`, created with its
     # pipeline: every job of the team logs there (trainstack/team_tracking.py).
     own_tracking_server: bool = False
+    # What the team holds at once and spends in a month, over all its runs (trainstack/team_budgets.py).
+    budget: TeamBudget | None = None
 
     @model_validator(mode="after")
     def _someone_may_start(self) -> Team:
@@ -199,6 +202,16 @@ def check_teams(settings: Any) -> Any:
             )
         ):
             raise ValueError(problem)
+        if team.budget is not None:
+            check_team_budget(
+                where,
+                team.budget,
+                team.max_cost_usd,
+                {
+                    name: max(p.instance_count for p in settings.profile(name).instance_preferences)
+                    for name in team.profiles
+                },
+            )
         if settings.queue.enabled and team.max_instances > settings.queue.max_instances:
             raise ValueError(
                 f"{where}.max_instances ({team.max_instances}) is more than queue.max_instances "

@@ -1,11 +1,13 @@
 """`make demo-queue` (python -m localaws.demo.queue_run): queue mode on this machine, no AWS.
 
-Two teams share a queue of 2 instances with equal fair-share weights. teamA starts three 1-instance
-retrainings, then teamB one. The pipeline (synthesized in queue mode) submits each to the emulated AWS
-Batch queue (localaws.emulator.fake_batch); teamA's first two take both instances, its third and
-teamB's wait RUNNABLE. When an instance frees up, fair share starts teamB's run before teamA's third,
-although teamA's was submitted first: teamA already uses an instance, teamB none. Every run trains a
-tiny model in a real local process (localaws.sagemaker.local_processes) and finishes.
+Two teams (`teams:`, docs/teams.md) share a queue of 2 instances with equal fair-share weights; teama's
+budget allows it 3 runs at once. teama starts four 1-instance retrainings, then teamb one, each through
+its team's pipeline (synthesized in queue mode), which submits to the emulated AWS Batch queue
+(localaws.emulator.fake_batch). teama's first two take both instances and its third waits RUNNABLE; its
+fourth is refused at its budget (InvalidInput, before it reaches the queue), while teamb's run is
+submitted and waits too. When an instance frees up, fair share starts teamb's run before teama's third,
+although teama's was submitted first: teama already uses an instance, teamb none. Every run that starts
+trains a tiny model in a real local process (localaws.sagemaker.local_processes) and finishes.
 """
 
 from __future__ import annotations
@@ -22,10 +24,14 @@ from localaws.demo.synthesized import create_tables, load_pipeline
 from localaws.sagemaker.local_processes import LocalTraining, serving
 from trainstack.config_loading import load_settings
 from trainstack.queue_settings import QueueSettings
+from trainstack.team_budgets import TeamBudget
+from trainstack.teams import Team, namespace
 
-SHARES = {"teamA": 1, "teamB": 1}
-# (share, run) in the order the teams start them.
-RUNS = (("teamA", "a1"), ("teamA", "a2"), ("teamA", "a3"), ("teamB", "b1"))
+SHARES = {"teama": 1, "teamb": 1}
+BUDGETS = {"teama": TeamBudget(max_concurrent_runs=3)}  # teamb has none
+# (team, run) in the order the teams start them; teama's fourth is over its budget.
+RUNS = (("teama", "a1"), ("teama", "a2"), ("teama", "a3"), ("teama", "a4"), ("teamb", "b1"))
+REFUSED = ("teama", "a4")
 ENDED = ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED")
 
 
@@ -42,13 +48,29 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def queue_settings(config: str, profile: str):
-    """The config with queue mode on: 2 instances, two equal shares, only the demo's profile, without its
-    registry: block (this demo shows the queue's order; `make demo` shows evaluation and registration)."""
+    """The config with queue mode on (2 instances) and two teams of equal weight running only the demo's
+    profile, without its registry: block (this demo shows the queue and the budget; `make demo` shows
+    evaluation and registration)."""
     settings = load_settings(config)
+    chosen = settings.profile(profile).model_copy(update={"registry": None})
+    teams = [
+        Team(
+            name=name,
+            profiles=[chosen.name],
+            principals=[f"arn:aws:iam::{settings.account or '111111111111'}:role/ml-{name}"],
+            max_instances=1,
+            max_runtime_hours=chosen.max_runtime_hours,
+            max_cost_usd=1000,
+            weight=weight,
+            budget=BUDGETS.get(name),
+        )
+        for name, weight in SHARES.items()
+    ]
     return settings.model_copy(
         update={
-            "queue": QueueSettings(enabled=True, max_instances=2, shares=SHARES, capacity_wait_hours=1),
-            "profiles": [settings.profile(profile).model_copy(update={"registry": None})],
+            "queue": QueueSettings(enabled=True, max_instances=2, capacity_wait_hours=1),
+            "profiles": [chosen],
+            "teams": teams,
         }
     )
 
@@ -70,10 +92,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     settings = queue_settings(args.config, args.profile)
     shutil.rmtree(args.workdir, ignore_errors=True)
-    pipeline = load_pipeline(
-        synthesize(settings, args.workdir / "cdk.out"), settings.project, settings.region
+    cdk_out = synthesize(settings, args.workdir / "cdk.out")
+    pipelines = {
+        team: load_pipeline(
+            cdk_out, settings.project, settings.region, namespace=namespace(settings.project, team)
+        )
+        for team in SHARES
+    }
+    say(
+        f"1/4 synthesized in queue mode: {cdk_out} (queue of 2 instances, teams {SHARES}, budgets "
+        f"{ {team: budget.max_concurrent_runs for team, budget in BUDGETS.items()} } runs at once)"
     )
-    say(f"1/4 synthesized in queue mode: {pipeline.template_path} (queue of 2 instances, shares {SHARES})")
     dataset = prepare_dataset(args.workdir)
     say(f"2/4 dataset in {dataset}")
     os.environ.update(
@@ -81,22 +110,30 @@ def main(argv: list[str] | None = None) -> int:
     )
     os.environ.pop("AWS_PROFILE", None)
     training = LocalTraining(args.workdir.resolve(), dataset)
-    outcomes, started = run_queue(args, settings, pipeline, training)
+    outcomes, started = run_queue(args, settings, cdk_out, pipelines, training)
     order = " -> ".join(started)
     say(f"4/4 Batch started the jobs in this order: {order}")
     for name, (status, output) in outcomes.items():
         say(f"   {name}: {status}, training job {output.get('trainingJobName', '-')}")
-    if any(status != "SUCCEEDED" for status, _ in outcomes.values()):
+    refused = namespace(settings.project, REFUSED[0]) + f"-{REFUSED[1]}"
+    if any(status != "SUCCEEDED" for name, (status, _) in outcomes.items() if name != refused):
         say(f"a run did not succeed; job logs: {training.root / 'jobs'}")
         return 1
+    if outcomes[refused][0] != "FAILED":
+        say(f"{refused} was not refused at teama's budget")
+        return 1
     say(
-        "fair share: teamB's run started before teamA's third, which was submitted earlier, because teamA "
-        "already used an instance and teamB none"
+        f"budget: {refused} was refused before it reached the queue, because teama already had "
+        f"{BUDGETS['teama'].max_concurrent_runs} runs live, while teamb's run was submitted"
+    )
+    say(
+        "fair share: teamb's run started before teama's third, which was submitted earlier, because teama "
+        "already used an instance and teamb none"
     )
     return 0
 
 
-def run_queue(args, settings, pipeline, training: LocalTraining):
+def run_queue(args, settings, cdk_out: Path, pipelines: dict, training: LocalTraining):
     import boto3
     import pytest
     from moto import mock_aws
@@ -106,7 +143,6 @@ def run_queue(args, settings, pipeline, training: LocalTraining):
     from localaws.emulator.fake_batch import FakeBatch
     from stacks.pipeline.queue.training_queue import weight_factor
 
-    role = f"arn:aws:iam::123456789012:role/{settings.project}-pipeline"
     with (
         mock_aws(config={"stepfunctions": {"execute_state_machine": True}}),
         local_stepfunctions(ScaledClock(args.speedup)) as clock,
@@ -121,30 +157,41 @@ def run_queue(args, settings, pipeline, training: LocalTraining):
             now=clock.time,
         )
         install_fake_batch(batch, monkeypatch)
-        create_tables(json.loads(pipeline.template_path.read_text()), settings.region)  # the run-name table
+        # The queue stack's run-name table, each team's budget table.
+        for template in cdk_out.glob("*.template.json"):
+            create_tables(json.loads(template.read_text()), settings.region)
         stepfunctions = boto3.client("stepfunctions")
-        for child, child_definition in pipeline.children.items():
-            stepfunctions.create_state_machine(
-                name=child, definition=child_definition, roleArn=role, publish=True
-            )
-        arn = stepfunctions.create_state_machine(
-            name=pipeline.name, definition=pipeline.definition, roleArn=role
-        )["stateMachineArn"]
-        say(f"3/4 emulator: {arn}; AWS Batch emulated, jobs run as local processes")
+        arns = {}
+        for team, pipeline in pipelines.items():
+            role = f"arn:aws:iam::123456789012:role/{namespace(settings.project, team)}-pipeline"
+            for child, child_definition in pipeline.children.items():
+                stepfunctions.create_state_machine(
+                    name=child, definition=child_definition, roleArn=role, publish=True
+                )
+            arns[team] = stepfunctions.create_state_machine(
+                name=pipeline.name, definition=pipeline.definition, roleArn=role
+            )["stateMachineArn"]
+        say(f"3/4 emulator: {', '.join(arns.values())}; AWS Batch emulated, jobs run as local processes")
         executions = {}
-        for share, run in RUNS:
-            name = f"{settings.project}-{run}"
+        for team, run in RUNS:
+            name = f"{namespace(settings.project, team)}-{run}"
             execution_input = {
                 "runName": name,
-                "share": share,
                 "hyperparameters": demo_hyperparameters(args.max_steps, args.max_steps),
             }
             executions[name] = stepfunctions.start_execution(
-                stateMachineArn=arn, name=run, input=json.dumps(execution_input)
+                stateMachineArn=arns[team], name=run, input=json.dumps(execution_input)
             )["executionArn"]
+            # The next run's place in the queue depends on this one's submission (or its refusal).
             while not any(requested(job) == f"{name}-1" for job in list(batch.jobs.values())):
-                time.sleep(0.05)  # the next run's place in the queue depends on this one's submission
-            say(f"   {share} started {name}")
+                described = stepfunctions.describe_execution(executionArn=executions[name])
+                if described["status"] != "RUNNING":
+                    say(f"   {team} started {name}: {described['status']} {described.get('error', '')}")
+                    say(f"     {described.get('cause', '')}")
+                    break
+                time.sleep(0.05)
+            else:
+                say(f"   {team} started {name}")
         seen = 0
         while True:
             for job, status in batch.transitions[seen:]:

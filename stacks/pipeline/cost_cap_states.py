@@ -73,7 +73,7 @@ _COUNT = "($exists($in.instanceCount) ? $in.instanceCount : instanceCount)"
 # trainstack.cost_cap.planned_cost_usd (its evaluation job's included) over `$in` (the checked input) and
 # `$p` (the profile's entry).
 # The run's max_steps is plain digits (its input rule comes first), so $number reads what train.py will.
-_PLANNED = (
+PLANNED_USD = (
     f"($s := $in.hyperparameters.{MAX_STEPS}; "
     "$steps := $exists($s) ? $number($s) : $p.costCap.steps; "
     f"$max($p.costCap.rates.(usdPerInstanceStep * $steps * {_COUNT})) + $p.costCap.evaluationUsd)"
@@ -83,11 +83,11 @@ _PLANNED = (
 def input_check() -> tuple[str, str, str]:
     """(field, condition that accepts, cause) of the input check's last rule: trainstack.cost_cap's. A team's
     own code (`code`) has no plan (the plan models train.py): only the billed cost stops it."""
-    planned_in_cap = f"($planned := {_PLANNED}; $planned <= $p.costCap.maxUsd)"
+    planned_in_cap = f"($planned := {PLANNED_USD}; $planned <= $p.costCap.maxUsd)"
     planned = "$exists($p.costCap) and $count($p.costCap.rates) > 0 and $not($exists($in.code))"
     accepts = f"({planned}) ? {planned_in_cap} : true"
     cause = (
-        f'($planned := {_PLANNED}; "The run\'s planned cost of " & {money("$planned")} & '
+        f'($planned := {PLANNED_USD}; "The run\'s planned cost of " & {money("$planned")} & '
         f'" exceeds the max_cost_usd of " & {money("$p.costCap.maxUsd")} & " of profile " & $p.name & '
         '"; lower max_steps or instanceCount, or raise max_cost_usd.")'
     )

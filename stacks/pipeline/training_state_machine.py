@@ -26,6 +26,9 @@ from stacks.pipeline.attempt.queued_training_attempt import QueuedTrainingAttemp
 from stacks.pipeline.attempt.training_attempt import TrainingAttempt
 from stacks.pipeline.attempt_grants import DESCRIBE_BATCH_JOBS, grant_attempt_role
 from stacks.pipeline.attempt_metrics import grant_publish, publish_attempt_metrics
+from stacks.pipeline.budget import reservation_states
+from stacks.pipeline.budget.budget_release import BudgetRelease
+from stacks.pipeline.budget.budget_table import budget_table
 from stacks.pipeline.checkpoint_interval import refined_request
 from stacks.pipeline.fault_retries import (
     NO_FAULTS_YET,
@@ -104,6 +107,12 @@ class TrainingStateMachine(Construct):
         self.attempt_machine, self.attempt_log_group = logged_state_machine(
             self, "AttemptStateMachine", name=f"{project}-pipeline-attempt", chain=attempt, timeout=None
         )
+        # teams[].budget: the team's reservations, taken before the first attempt (budget/).
+        self.budget = (
+            budget_table(self, project, runs.team, runs.budget)
+            if runs.budget is not None and runs.team is not None
+            else None
+        )
         self.registration = ModelRegistration(
             self,
             "Registration",
@@ -124,6 +133,11 @@ class TrainingStateMachine(Construct):
         )
         self._substitute(self.state_machine)
         self._substitute(self.attempt_machine)
+        if self.budget is not None:
+            self.budget.only_own_item(self.state_machine.role)
+            self.budget_release = BudgetRelease(
+                self, "BudgetRelease", table=self.budget, pipeline=self.state_machine
+            )
         acknowledge_wildcard_statements(
             self.state_machine.role,
             {
@@ -194,10 +208,22 @@ class TrainingStateMachine(Construct):
         )
         # Metrics are a side effect: a failed publish never changes the run's outcome.
         publish.add_catch(classify, errors=["States.ALL"], outputs={})
+        after_attempt: sfn.IChainable = publish
+        if self.budget is not None:
+            record = reservation_states.record_billed_cost(self, self.budget)
+            record.add_catch(publish, errors=["States.ALL"], outputs={})  # a side effect, like the metrics
+            after_attempt = record.next(publish)
+        run_attempt.next(after_attempt)
+        publish.next(classify)
+        run = (
+            prepare_run.next(reservation_states.reserve_budget(self, self.budget, run_attempt))
+            if self.budget is not None
+            else prepare_run.next(run_attempt)
+        )
         valid = (
             sfn.Choice.jsonata(self, "IsInputValid")
             .when(sfn.Condition.jsonata(expression("$checked.problem != null")), invalid_input)
-            .otherwise(prepare_run.next(run_attempt).next(publish).next(classify))
+            .otherwise(run)
         )
         return read_input.next(check_input).next(valid)
 
@@ -219,6 +245,7 @@ class TrainingStateMachine(Construct):
                 "profiles": expression("null"),
                 "checked": expression("null"),
                 **cost_cap_states.prepare_run_assign(),
+                **(reservation_states.prepare_run_assign() if self.budget is not None else {}),
             },
         )
 

@@ -8,6 +8,7 @@ from tests.conftest import TEAMS_CONFIG
 from tests.queue.test_queue_config import config_error, settings_with
 from trainstack.config_loading import load_settings
 from trainstack.pipeline_runs import all_pipeline_runs, runs_for, shared_queue
+from trainstack.team_budgets import budget_summary
 from trainstack.teams import RunLimits
 
 TEAM = {
@@ -71,11 +72,43 @@ def test_the_example_has_two_teams_sharing_the_queue_by_weight():
             {"max_runtime_hours": 24},
             "profile llama-7b-smp runs up to 72 hours, more than the team's max_runtime_hours",
         ),
+        # Budgets across runs (trainstack/team_budgets.py).
+        (
+            {"budget": {"on_budget": "wait"}},
+            "budget: give max_concurrent_runs, max_instances_in_use or monthly_usd",
+        ),
+        ({"budget": {"max_concurrent_runs": 0}}, "teams.0.budget.max_concurrent_runs"),
+        (
+            {"budget": {"max_concurrent_runs": 2, "on_budget": "queue"}},
+            "teams.0.budget.on_budget",
+        ),
+        (
+            {"budget": {"monthly_usd": 1_000}},
+            "teams.0 (research).budget.monthly_usd (1000) is below the team's per-run max_cost_usd (2500): "
+            "one run could plan more than the month's budget",
+        ),
+        (
+            {"budget": {"max_instances_in_use": 1}},
+            "teams.0 (research).budget.max_instances_in_use (1) is below the 2 instances of profile "
+            "llama-7b-smp: its runs could never start",
+        ),
     ],
 )
 def test_a_bad_team_fails_in_one_sentence_naming_the_field(change, message):
     error = config_error({"teams": [{**TEAM, **change}]})
     assert message in error, error
+
+
+def test_a_budget_below_the_teams_per_run_instances_is_allowed_and_reaches_the_teams_pipeline():
+    budget = {"max_instances_in_use": 3, "max_concurrent_runs": 2, "on_budget": "wait"}
+    settings = settings_with({"teams": [{**TEAM, "budget": budget}]})  # max_instances 4: the budget binds
+    runs = runs_for(settings, "research")
+    assert (runs.budget.max_instances_in_use, runs.budget.on_budget) == (3, "wait")
+    assert budget_summary(runs.budget, 4) == (
+        "budget over all runs: at most 2 runs and 3 instances at once; a run over it waits for room until "
+        "its retry deadline (max_instances_in_use 3 is below the per-run max_instances 4: a run asking for "
+        "more than 3 is refused at its start)"
+    )
 
 
 def test_a_team_whose_run_names_would_pass_sagemakers_63_characters_is_refused():
@@ -128,6 +161,8 @@ def test_check_config_lists_each_teams_pipeline_and_caps(capsys):
     out = capsys.readouterr().out
     assert (
         "team research: stack trainstack-research-pipeline, profiles llama-7b-smp, small-torchrun, at most 4 "
-        "instances, 48 h and $20,000.00 per run" in out
+        "instances, 48 h and $20,000.00 per run\n"
+        "  budget over all runs: at most 4 runs and 8 instances at once, $100,000.00 of planned cost a "
+        "month; a run over it is refused\n" in out
     )
     assert "team search: stack trainstack-search-pipeline" in out

@@ -2,7 +2,8 @@
 machines in the emulator on a SteppedClock against one scripted SageMaker (and, in queue mode, the shared
 FakeBatch queue), every run scripted by its own name with a fault, then every end checked and every
 leftover looked for: a job still running, a Batch job still active, a registration lease still held, a
-run-name claim of a run that submitted nothing, an execution still RUNNING.
+run-name claim of a run that submitted nothing, a budget reservation not released (each run's end starts its
+team's budget release, as the release rule does), an execution still RUNNING.
 
 tests/teams/test_many_runs.py runs a dozen in `make test`; benchmarks/many_runs.py forty and more.
 """
@@ -44,6 +45,7 @@ from tests.queue.test_queue_pipeline import ended_event, filled, install_queue
 from trainstack.config_loading import parse_settings
 from trainstack.job_request import RUN_TAG
 from trainstack.pipeline_runs import shared_queue
+from trainstack.team_budgets import budget_table_name
 
 TEAMS = ("research", "search")
 PROFILE = "small-torchrun"  # both teams' profile; its registry registers each run that completes
@@ -119,10 +121,14 @@ class ScriptedByRun(ScriptedJobs):
 
 
 def teams_settings(mode: str):
-    """config/examples/teams.yaml in `mode`: as shipped ("queue") or with the queue off ("direct")."""
+    """config/examples/teams.yaml in `mode`: as shipped ("queue") or with the queue off ("direct"), for the
+    benchmark's dozens of runs at once without the teams' budgets, which would refuse most of them
+    (tests/teams/test_team_budgets.py tests those)."""
     data = yaml.safe_load(TEAMS_CONFIG.read_text())
     if mode == "direct":
         data["queue"] = {"enabled": False}
+    for team in data["teams"]:
+        team.pop("budget", None)
     return parse_settings(data, {}, source=f"{TEAMS_CONFIG} ({mode})")
 
 
@@ -158,6 +164,14 @@ class World:
     def cleanup_machine(self, team: str) -> str:
         name = "queue-cleanup" if self.batch is not None else "job-cleanup"
         return f"arn:aws:states:{harness.REGION}:{harness.ACCOUNT}:stateMachine:trainstack-{team}-{name}"
+
+    def budget_release_machine(self, team: str) -> str | None:
+        """The team's budget release machine, where the team has a budget (stacks/pipeline/budget/)."""
+        if budget_table_name(f"trainstack-{team}") not in self.tables:
+            return None
+        return (
+            f"arn:aws:states:{harness.REGION}:{harness.ACCOUNT}:stateMachine:trainstack-{team}-budget-release"
+        )
 
 
 @contextmanager
@@ -229,7 +243,8 @@ def running_executions() -> list[str]:
 def run_all(world: World, runs: list[Run]) -> dict[Run, dict[str, Any]]:
     """Start every run at once, stop the scripted ones once their job trains, let every execution end,
     then run each team's cleanup for every run that ended otherwise than SUCCEEDED, as the cleanup rule
-    does; each run's DescribeExecution answer."""
+    does, and its budget release for every run, as the release rule does; each run's DescribeExecution
+    answer."""
     client = boto3.client("stepfunctions", region_name=harness.REGION)
     arns = {
         run: client.start_execution(
@@ -254,13 +269,13 @@ def run_all(world: World, runs: list[Run]) -> dict[Run, dict[str, Any]]:
     world.clock.run_until(lambda: not running_executions(), limit_seconds=CLOCK_LIMIT_SECONDS)
     ends = {run: described(arn) for run, arn in arns.items()}
     for run, end in ends.items():
+        event = json.dumps(ended_event(end["executionArn"]))
         if end["status"] != "SUCCEEDED":
-            event = ended_event(end["executionArn"])
             client.start_execution(
-                stateMachineArn=world.cleanup_machine(run.team),
-                name=f"cleanup-{run.execution}",
-                input=json.dumps(event),
+                stateMachineArn=world.cleanup_machine(run.team), name=f"cleanup-{run.execution}", input=event
             )
+        if (release := world.budget_release_machine(run.team)) is not None:
+            client.start_execution(stateMachineArn=release, name=f"release-{run.execution}", input=event)
     world.clock.run_until(lambda: not running_executions(), limit_seconds=CLOCK_LIMIT_SECONDS)
     return ends
 
@@ -328,8 +343,21 @@ def leftovers(world: World, ends: dict[Run, dict[str, Any]]) -> list[str]:
     refused = {end["executionArn"] for end in ends.values() if end.get("error") == "InvalidInput"}
     for table in world.tables:
         for item in dynamodb.scan(TableName=table)["Items"]:
-            if table.endswith("-registration-leases"):
+            if table.endswith("-budget"):
+                found += budget_leftovers(table, item)
+            elif table.endswith("-registration-leases"):
                 found.append(f"lease still held in {table}: {item}")
             elif item.get("execution", {}).get("S") in refused or item["runName"]["S"] not in submitted:
                 found.append(f"claim of a run that submitted nothing in {table}: {item}")
+    return found
+
+
+def budget_leftovers(table: str, item: dict[str, Any]) -> list[str]:
+    """A team's budget item once every run has ended: no reservation left, no run or instance counted."""
+    found = [f"reservation still held in {table}: {name}" for name in item if name.startswith("run:")]
+    found += [
+        f"{table}: {counter} still {item[counter]['N']}"
+        for counter in ("runs", "instances")
+        if item.get(counter, {"N": "0"})["N"] != "0"
+    ]
     return found

@@ -15,6 +15,7 @@ from trainstack.fsx_sizing import quota_warning, summary
 from trainstack.governance_costs import cost_summary
 from trainstack.idle_cost import idle_cost
 from trainstack.idle_resources import billed_resources
+from trainstack.team_budgets import budget_summary
 from trainstack.team_tracking import shared_server_warning
 from trainstack.teams import namespace
 from trainstack.trigger_settings import triggers_on
@@ -73,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
             f"{', '.join(team.profiles)}, at most {team.max_instances} instances, "
             f"{team.max_runtime_hours:g} h and ${team.max_cost_usd:,.2f} per run"
         )
+        if team.budget is not None:
+            print(f"  {budget_summary(team.budget, team.max_instances)}")
     plan = settings.fsx_plan
     print(f"FSx for Lustre: {summary(plan)}" if plan else "FSx for Lustre: disabled (fsx.enabled: false)")
     warnings = [

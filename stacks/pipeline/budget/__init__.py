@@ -1,0 +1,1 @@
+"""A team's budget across its runs: the table, the pipeline's reservation, the release."""
