@@ -65,7 +65,8 @@ def both_running(teams_app, definitions):
         try:
             deploy_registry_resources(settings)
             batch = install_queue(shared_queue(settings), sagemaker, clock, monkeypatch)
-            create_tables(assembly.get_stack_by_name(stacks.queue.stack_name).template, harness.REGION)
+            for stack in assembly.stacks:  # the run-name table, each team's budget table
+                create_tables(stack.template, harness.REGION)
             stepfunctions = boto3.client("stepfunctions", region_name=harness.REGION)
             for team in ("research", "search"):
                 for machine in MACHINES:

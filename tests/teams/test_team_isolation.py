@@ -79,7 +79,8 @@ def world(teams_app, definitions, monkeypatch):
     deploy_registry_resources(settings)  # each team's model package groups
     batch = install_queue(shared_queue(settings), sagemaker, clock, monkeypatch)
     _, stacks, assembly = teams_app
-    create_tables(assembly.get_stack_by_name(stacks.queue.stack_name).template, harness.REGION)
+    for stack in assembly.stacks:  # the run-name table, each team's budget table: as CloudFormation would
+        create_tables(stack.template, harness.REGION)
     for team in ("research", "search"):
         for machine in MACHINES:
             name = f"trainstack-{team}-{machine}"

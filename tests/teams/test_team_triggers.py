@@ -63,7 +63,8 @@ def world(teams_app, machines, monkeypatch):
     sagemaker = scripted_sagemaker([[STARTING, TRAINING, COMPLETED]], evaluation_script=evaluated(2.0))
     with trigger_world(machines, sagemaker, fsx, monkeypatch) as world:
         batch = install_queue(shared_queue(settings), sagemaker, world.clock, monkeypatch)
-        create_tables(assembly.get_stack_by_name(stacks.queue.stack_name).template, "us-east-1")
+        for stack in assembly.stacks:  # the run-name table, each team's budget table
+            create_tables(stack.template, "us-east-1")
         yield world, batch
 
 
