@@ -111,7 +111,7 @@ def run_queue(args, settings, pipeline, training: LocalTraining):
         mock_aws(config={"stepfunctions": {"execute_state_machine": True}}),
         local_stepfunctions(ScaledClock(args.speedup)) as clock,
         pytest.MonkeyPatch.context() as monkeypatch,
-        serving(training, monkeypatch) as sagemaker,
+        serving(training, monkeypatch, clock) as sagemaker,
     ):
         batch = FakeBatch(
             sagemaker=sagemaker,

@@ -242,7 +242,7 @@ def run_pipeline(args, target: DemoTarget, pipeline, training: LocalTraining, ru
         mock_aws(config={"stepfunctions": {"execute_state_machine": True}}),
         local_stepfunctions(ScaledClock(args.speedup)) as clock,
         pytest.MonkeyPatch.context() as monkeypatch,
-        serving(training, monkeypatch) as sagemaker,
+        serving(training, monkeypatch, clock) as sagemaker,
     ):
         if target.queue_name:
             emulate_queue(target, pipeline, sagemaker, clock, monkeypatch)
