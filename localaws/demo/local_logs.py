@@ -4,7 +4,8 @@ SageMaker writes a job's stdout/stderr to log group `/aws/sagemaker/TrainingJobs
 named `<job>/algo-<N>-<epoch seconds>` (SageMaker developer guide, "Log Amazon SageMaker Events with
 Amazon CloudWatch"; `trainstack logs` reads them by the `<job>/` prefix). SageMaker's agent stamps each
 line as it reads it while the job runs; here a line is stamped with the time its own prefix gives
-(train.py's and the toolkit's logging `%(asctime)s`, this machine's local time), a line without one
+(train.py's and the toolkit's logging `%(asctime)s`, this machine's local time, read on the emulator's
+clock as the job's other times are), a line without one
 with the stamp before it, 1 ms apart at least so that lines keep their order. The report reads the same
 text, and the goodput ledger the same moments, as on AWS.
 """
@@ -12,11 +13,9 @@ text, and the goodput ledger the same moments, as on AWS.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from unittest import mock
 
 from trainstack.runs import TRAINING_LOG_GROUP
 
@@ -26,8 +25,15 @@ _BATCH = 10_000
 _ASCTIME = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})")
 
 
-def publish(logs, job_name: str, created: datetime, log_path: Path) -> None:
-    """Put the job's log lines into moto's CloudWatch Logs (`logs`: a boto3 client inside mock_aws)."""
+def publish(
+    logs,
+    job_name: str,
+    created: datetime,
+    log_path: Path,
+    on_clock: Callable[[float], float] = lambda real_seconds: real_seconds,
+) -> None:
+    """Put the job's log lines into moto's CloudWatch Logs (`logs`: a boto3 client inside mock_aws);
+    `on_clock`: a real moment (epoch seconds) on the emulator's clock, which stamps `created` too."""
     lines = log_path.read_text(errors="replace").splitlines() if log_path.exists() else []
     stream = f"{job_name}/algo-1-{int(created.timestamp())}"
     try:
@@ -39,35 +45,9 @@ def publish(logs, job_name: str, created: datetime, log_path: Path) -> None:
     for line in filter(None, lines):
         logged = _ASCTIME.search(line[:80])
         written = datetime.strptime(logged.group(1), "%Y-%m-%d %H:%M:%S,%f").astimezone() if logged else None
-        stamp = max(stamp + 1, int(written.timestamp() * 1000)) if written else stamp + 1
+        stamp = max(stamp + 1, int(on_clock(written.timestamp()) * 1000)) if written else stamp + 1
         events.append({"timestamp": stamp, "message": line})
     for start in range(0, len(events), _BATCH):
         logs.put_log_events(
             logGroupName=TRAINING_LOG_GROUP, logStreamName=stream, logEvents=events[start : start + _BATCH]
         )
-
-
-@contextmanager
-def stream_prefix_filter() -> Iterator[None]:
-    """moto's FilterLogEvents ignores logStreamNamePrefix and returns every stream's events; AWS returns
-    only those of streams whose names start with it (botocore's logs model: "Filters the results to
-    include only events from log streams that have names starting with this prefix"). Corrected here so
-    that a job's log holds only that job's lines."""
-    from moto.logs.responses import LogsResponse
-
-    original = LogsResponse.filter_log_events
-
-    def filter_log_events(self: LogsResponse) -> str:
-        prefix = self._get_param("logStreamNamePrefix")
-        if prefix and not self._get_param("logStreamNames"):
-            group = self.logs_backend.groups.get(self._get_param("logGroupName"))
-            # No stream has the prefix: a name that cannot exist, as moto reads an empty list as "all".
-            names = [name for name in (group.streams if group else {}) if name.startswith(prefix)] or [prefix]
-            read = self._get_param
-            self._get_param = lambda name, if_none=None: (
-                names if name == "logStreamNames" else read(name, if_none)
-            )
-        return original(self)
-
-    with mock.patch.object(LogsResponse, "filter_log_events", filter_log_events):
-        yield

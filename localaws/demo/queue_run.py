@@ -147,7 +147,7 @@ def run_queue(args, settings, cdk_out: Path, pipelines: dict, training: LocalTra
         mock_aws(config={"stepfunctions": {"execute_state_machine": True}}),
         local_stepfunctions(ScaledClock(args.speedup)) as clock,
         pytest.MonkeyPatch.context() as monkeypatch,
-        serving(training, monkeypatch) as sagemaker,
+        serving(training, monkeypatch, clock) as sagemaker,
     ):
         batch = FakeBatch(
             sagemaker=sagemaker,

@@ -242,7 +242,7 @@ def run_pipeline(args, target: DemoTarget, pipeline, training: LocalTraining, ru
         mock_aws(config={"stepfunctions": {"execute_state_machine": True}}),
         local_stepfunctions(ScaledClock(args.speedup)) as clock,
         pytest.MonkeyPatch.context() as monkeypatch,
-        serving(training, monkeypatch) as sagemaker,
+        serving(training, monkeypatch, clock) as sagemaker,
     ):
         if target.queue_name:
             emulate_queue(target, pipeline, sagemaker, clock, monkeypatch)
@@ -258,7 +258,8 @@ def run_pipeline(args, target: DemoTarget, pipeline, training: LocalTraining, ru
         say(
             f"3/5 emulator: {state_machine_arn} in moto; SageMaker runs jobs as local processes under "
             f"{training.root / 'jobs'}; emulated time runs {args.speedup:g}x faster (a 300 s back-off takes "
-            f"{300 / args.speedup:g} s; the elapsed column below is emulated time); {FAULTS[args.fault]}"
+            f"{300 / args.speedup:g} s; the elapsed column below and the report's times and billed seconds "
+            f"are emulated time); {FAULTS[args.fault]}"
         )
         team = ["--team", target.runs.team] if target.runs.team else []
         where = ["--config", args.config, *team, "--state-machine-arn", state_machine_arn]

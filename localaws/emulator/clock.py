@@ -139,7 +139,13 @@ class ScaledClock(Clock):
         self._real_start = time.time()
 
     def time(self) -> float:
-        return self._real_start + (time.time() - self._real_start) * self.speedup
+        return self.at_real(time.time())
+
+    def at_real(self, real_seconds: float) -> float:
+        """This clock's reading at a real moment (epoch seconds): what stands in for work that runs in real
+        time (the demos' training processes, their log lines) is stamped on this clock with it, as on AWS
+        every service stamps one and the same time."""
+        return self._real_start + (real_seconds - self._real_start) * self.speedup
 
     def _pass(self, seconds: float, interrupted: threading.Event, running: Callable[[], bool]) -> None:
         target = self.time() + seconds

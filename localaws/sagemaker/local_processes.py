@@ -51,7 +51,8 @@ import subprocess
 import sys
 import tarfile
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -60,6 +61,7 @@ from typing import Any
 
 from localaws import opt_ml
 from localaws.demo import local_logs
+from localaws.emulator.clock import ScaledClock
 from localaws.opt_ml import TRAINING_SCRIPTS
 from localaws.sagemaker.scripted import CAPACITY_ERROR, CAPACITY_FAILURE, STARTING, ScriptedRun
 from localaws.sagemaker.training_jobs import FakeSageMaker, Phase, TrainingJob, model_uri
@@ -82,6 +84,7 @@ class LocalRun:
     process: subprocess.Popen
     log_path: Path
     simulate_capacity_failure: bool
+    clock_time: Callable[[], float] = time.time  # now on the emulator's clock (LocalTraining.clock_time)
     capacity_failed: bool = False
     ended: datetime | None = None
 
@@ -115,7 +118,7 @@ class LocalRun:
         training algorithm emitted to Amazon CloudWatch", botocore's sagemaker model): assumed the last value
         of each MetricDefinition found in the job's log, for a failed job too; Timestamp: when it was read."""
         text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-        now = datetime.now(UTC).timestamp()
+        now = self.clock_time()
         return [
             {"MetricName": name, "Value": values[-1], "Timestamp": now}
             for name, values in parse_metrics(text).items()
@@ -151,6 +154,14 @@ class LocalTraining:
     provisioning_failed: int = 0
     logs: Any = None  # a CloudWatch Logs client: each job's log goes there as it ends
     runs: list[LocalRun] = field(default_factory=list)
+    # The emulator's clock (serving()): a job's times and its log lines' stamps are read on it, as the Step
+    # Functions histories are, since on AWS every service stamps the same time. None: real time.
+    clock: ScaledClock | None = None
+
+    def clock_time(self, real_seconds: float | None = None) -> float:
+        """A real moment (epoch seconds; now by default) on the emulator's clock."""
+        real_seconds = time.time() if real_seconds is None else real_seconds
+        return self.clock.at_real(real_seconds) if self.clock else real_seconds
 
     def local_path(self, s3_uri: str) -> Path:
         return self.root / "s3" / s3_uri.removeprefix("s3://")
@@ -198,6 +209,7 @@ class LocalTraining:
             _start_toolkit(base, log_path, self.container_environment(job), image_code=not team_code),
             log_path,
             simulate_capacity_failure=len(self.runs) < self.capacity_failures,
+            clock_time=self.clock_time,
         )
         self.runs.append(run)
         threading.Thread(target=self._supervise, args=(job, run), daemon=True).start()
@@ -266,10 +278,14 @@ class LocalTraining:
                 self._upload_model(job, run)
             if self.logs is not None:
                 local_logs.publish(
-                    self.logs, job.name, datetime.fromtimestamp(job.created, UTC), run.log_path
+                    self.logs,
+                    job.name,
+                    datetime.fromtimestamp(job.created, UTC),
+                    run.log_path,
+                    self.clock_time,
                 )
         finally:
-            run.ended = datetime.now(UTC)
+            run.ended = datetime.fromtimestamp(self.clock_time(), UTC)
 
     def _upload_model(self, job: TrainingJob, run: LocalRun) -> None:
         model = self.local_path(model_uri(job.request))
@@ -339,18 +355,21 @@ def _signal_group(process: subprocess.Popen, signum: int) -> None:
 
 
 @contextmanager
-def serving(training: LocalTraining, monkeypatch) -> Iterator[FakeSageMaker]:
+def serving(
+    training: LocalTraining, monkeypatch, clock: ScaledClock | None = None
+) -> Iterator[FakeSageMaker]:
     """A FakeSageMaker running its jobs as `training`'s processes, behind moto (inside mock_aws), its jobs'
-    logs put into moto's CloudWatch Logs; whatever still runs is stopped on the way out."""
+    logs put into moto's CloudWatch Logs; whatever still runs is stopped on the way out. `clock`: the
+    emulator's, on which the jobs' times and log lines are stamped (else real time)."""
     import boto3
 
     from localaws.sagemaker.routes import install_fake_sagemaker
 
-    sagemaker = FakeSageMaker(behaviour=training)
+    training.clock = clock
+    sagemaker = FakeSageMaker(behaviour=training, now=training.clock_time)
     training.logs = boto3.client("logs")
     install_fake_sagemaker(sagemaker, monkeypatch)
-    with local_logs.stream_prefix_filter():
-        try:
-            yield sagemaker
-        finally:
-            training.shutdown()
+    try:
+        yield sagemaker
+    finally:
+        training.shutdown()

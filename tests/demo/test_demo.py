@@ -180,3 +180,16 @@ def test_each_job_logs_its_metrics_to_the_local_mlflow_store_standing_for_the_pr
     # The demo's own lines say the same.
     line = rf"mlflow:   {re.escape(attempts[-1])}: FINISHED, train/loss at steps [\d, ]*20 "
     assert re.search(line, demo.out), demo.out
+
+
+def test_the_report_bills_each_attempt_on_the_clock_its_time_axis_uses(demo):
+    """Issue 49: the report drew attempt 1 over 8 emulated minutes and billed it 0:00:17 real seconds. On
+    one clock attempt 1's billed time fits between the run's start and attempt 2's first live line (the
+    back-off and the polls in between), and is most of it."""
+    second_start = re.search(r"Z +(\d+):(\d\d):(\d\d)  RUNNING \| attempt 2 \|", demo.out, re.MULTILINE)
+    hours, minutes, seconds = map(int, second_start.groups())
+    before_second = hours * 3600 + minutes * 60 + seconds
+    table = (demo.workdir / "report.html").read_text().split("<h2>Attempts</h2>")[1]
+    billed = [int(figure.replace(",", "")) for figure in re.findall(r"<td>([\d,]+) s</td>", table)]
+    assert len(billed) == 2, table
+    assert before_second / 4 < billed[0] < before_second, (billed, before_second)

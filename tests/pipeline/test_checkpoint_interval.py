@@ -8,7 +8,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from localaws.demo.local_logs import stream_prefix_filter
 from localaws.emulator import VirtualClock
 from localaws.emulator.jsonata_engine import jsonata_evaluator
 from localaws.sagemaker import COMPLETED, STARTING, TRAINING, Phase
@@ -59,8 +58,7 @@ def test_auto_reaches_the_job_and_the_next_attempt_gets_the_measured_optimum(int
     refined = expected_interval(profile, step, PAUSE_SECONDS, 16)
     assert intervals(sm) == [str(auto_interval(profile)), str(refined)]
     # plan --from-history: the hang is 1 infrastructure failure in 1 billed hour on 16 GPUs.
-    with stream_prefix_filter():
-        history = pipeline_history(Pipeline(pipeline.settings, harness.REGION, sm.pipeline_arn))
+    history = pipeline_history(Pipeline(pipeline.settings, harness.REGION, sm.pipeline_arn))
     assert (history.runs, history.attempts, history.failures) == (1, 1, 1)
     assert history.gpu_mtbf_hours == pytest.approx(16.0)
     assert history.sentence() == (

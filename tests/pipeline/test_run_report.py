@@ -11,7 +11,6 @@ from html import escape
 import boto3
 import pytest
 
-from localaws.demo.local_logs import stream_prefix_filter
 from localaws.sagemaker import CAPACITY_FAILURE, COMPLETED, STARTING, TRAINING, Phase
 from tests.pipeline import harness
 from training_scripts.metrics import (
@@ -65,14 +64,13 @@ def test_the_report_reads_attempts_backoffs_jobs_and_metrics_of_a_run(interprete
     deliver_logs()
     stepfunctions = boto3.client("stepfunctions", region_name=harness.REGION)
     execution = latest_execution(stepfunctions, sm.pipeline_arn, RUN)
-    with stream_prefix_filter():  # AWS's logStreamNamePrefix, which moto ignores
-        report = collect(
-            stepfunctions,
-            boto3.client("sagemaker", region_name=harness.REGION),
-            boto3.client("logs", region_name=harness.REGION),
-            execution,
-            "trainstack",
-        )
+    report = collect(
+        stepfunctions,
+        boto3.client("sagemaker", region_name=harness.REGION),
+        boto3.client("logs", region_name=harness.REGION),
+        execution,
+        "trainstack",
+    )
 
     first, second = report.attempts
     assert (first.job_name, first.status) == (f"{RUN}-1", "Failed")
@@ -110,8 +108,7 @@ def test_the_command_writes_one_page_and_names_a_missing_run_or_folder(interpret
     out = tmp_path / "run.html"
     common = ["--state-machine-arn", sm.pipeline_arn, "--region", harness.REGION]
 
-    with stream_prefix_filter():
-        assert trainstack(["report", RUN, "--out", str(out), *common]) == 0
+    assert trainstack(["report", RUN, "--out", str(out), *common]) == 0
     assert capsys.readouterr().out == f"wrote {out}: run {RUN}, 2 attempt(s), execution SUCCEEDED\n"
     page = out.read_text()
     assert page.startswith("<!DOCTYPE html>") and f"{RUN}-1" in page and f"{RUN}-2" in page
@@ -168,27 +165,26 @@ def test_status_prints_the_goodput_line_and_the_report_draws_its_bars(interprete
     )
     common = ["--state-machine-arn", sm.pipeline_arn, "--region", harness.REGION]
 
-    with stream_prefix_filter():
-        assert trainstack(["status", GOODPUT_RUN, *common]) == 0
-        out = capsys.readouterr().out
-        # Billed 30 minutes on 2 x ml.p5.48xlarge (attempt 1's capacity failure billed nothing): 3 starting
-        # (minute 2 to 5), 2 uploading and the 1-minute pause saving, 24 kept.
-        assert re.search(
-            r"^goodput: 80\.0% \(0:48:00 of 1:00:00 billed instance time kept\); lost to failures: \$0\.00 "
-            r"\(lost work 0:00:00, idle in a hang 0:00:00, restarts 0:00:00\); "
-            r"waits \d:\d\d:\d\d \(not billed: back-offs \d:\d\d:\d\d, queued or provisioning "
-            r"\d:\d\d:\d\d\)$",
-            out,
-            re.MULTILINE,
-        ), out
-        # The slow host train.py flagged, named with its host.
-        slow = (
-            f"slow host: attempt 2 ({GOODPUT_RUN}-2): rank 9 on algo-2, 2.98x the other ranks' median step "
-            "share in 3 log intervals up to step 130"
-        )
-        assert slow in out.splitlines(), out
-        page = tmp_path / "run.html"
-        assert trainstack(["report", GOODPUT_RUN, "--out", str(page), *common]) == 0
+    assert trainstack(["status", GOODPUT_RUN, *common]) == 0
+    out = capsys.readouterr().out
+    # Billed 30 minutes on 2 x ml.p5.48xlarge (attempt 1's capacity failure billed nothing): 3 starting
+    # (minute 2 to 5), 2 uploading and the 1-minute pause saving, 24 kept.
+    assert re.search(
+        r"^goodput: 80\.0% \(0:48:00 of 1:00:00 billed instance time kept\); lost to failures: \$0\.00 "
+        r"\(lost work 0:00:00, idle in a hang 0:00:00, restarts 0:00:00\); "
+        r"waits \d:\d\d:\d\d \(not billed: back-offs \d:\d\d:\d\d, queued or provisioning "
+        r"\d:\d\d:\d\d\)$",
+        out,
+        re.MULTILINE,
+    ), out
+    # The slow host train.py flagged, named with its host.
+    slow = (
+        f"slow host: attempt 2 ({GOODPUT_RUN}-2): rank 9 on algo-2, 2.98x the other ranks' median step "
+        "share in 3 log intervals up to step 130"
+    )
+    assert slow in out.splitlines(), out
+    page = tmp_path / "run.html"
+    assert trainstack(["report", GOODPUT_RUN, "--out", str(page), *common]) == 0
     text = page.read_text()
     assert '<svg id="goodput"' in text and "goodput: 80.0%" in text
     assert escape(slow.split(": ", 2)[2]) in text  # in the attempt's row

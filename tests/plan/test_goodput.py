@@ -175,7 +175,9 @@ def test_the_report_shows_the_forecast_beside_the_measured_goodput(make_settings
         "checkpoint every 500 steps, planned step and save times); no long-run figure: the run trains for "
         f"less than the {result.mtbf_seconds / HOUR:.1f} h between events that lose work; measured (ledger): "
     )
-    assert line.endswith(f"; measured (ledger): {ledger.goodput_percent:.1f}%")
+    # Beside it, the ledger's counterparts of the forecast's training and first start: what a gap comes from
+    # (issue 49: a demo's 60 steps forecast beside a measured 38.9% with nothing explaining the gap).
+    assert line.endswith("; measured (ledger): 51.3% (40 min of training kept after a first start of 240 s)")
     # A run long enough to meet the events that lose work gets the long-run figure beside its own.
     report.execution["input"] = json.dumps(
         {"profile": "llama-7b-smp", "hyperparameters": {"max_steps": "400000"}}

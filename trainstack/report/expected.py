@@ -10,6 +10,8 @@ kept by no step), and the rest at the long-run share (saves, lost work and resta
 over many interruptions): goodput = W / (S + W / g), W the training, S the first start, g the long-run
 goodput. The long-run figure itself is shown only for a run at least as long as the time between the events
 that lose work; a shorter run (a 60-step demo) would see none of them, and its goodput is its first start's.
+The measured figure names the ledger's counterparts of W and S (training kept, the first job's start), so
+that a gap between the two says where it comes from (a slower start than planned, a slower step).
 """
 
 from __future__ import annotations
@@ -34,14 +36,24 @@ from trainstack.planning.forecast import (
 from trainstack.planning.plans import plan
 from trainstack.planning.setups import UnplannableError, setup_for_profile
 from trainstack.report.collect import RunReport
-from trainstack.report.goodput import RunLedger
+from trainstack.report.goodput import KEPT, STARTING, RunLedger
 from trainstack.runs import run_input
 
 
 def forecast_line(report: RunReport, ledger: RunLedger, settings: Any) -> str:
     measured = ledger.goodput_percent
-    measured_text = "no billed time yet" if measured is None else f"{measured:.1f}%"
+    measured_text = (
+        "no billed time yet" if measured is None else f"{measured:.1f}% ({_measured_parts(ledger)})"
+    )
     return f"forecast goodput: {_forecast(report, settings)}; measured (ledger): {measured_text}"
+
+
+def _measured_parts(ledger: RunLedger) -> str:
+    """The ledger's counterparts of the forecast's two figures, per instance: the run's training kept and the
+    start of its first job that billed: what a gap between forecast and measured goodput comes from."""
+    kept = sum(row.parts_ms[KEPT] for row in ledger.attempts) / 1000
+    first_start = next(row for row in ledger.attempts if row.billed_ms).parts_ms[STARTING] / 1000
+    return f"{duration(kept)} of training kept after a first start of {first_start:,.0f} s"
 
 
 def _forecast(report: RunReport, settings: Any) -> str:
