@@ -1,6 +1,6 @@
-"""The image classifier's evaluation entry point: its accuracy on the evaluation set, the metric the registry's
-gate compares (the profile's `evaluation: {entry_point: evaluate_model.py, metric: {name: accuracy, goal:
-maximize, tolerance: 0.01}}`, docs/registry.md).
+"""The image classifier's evaluation entry point: its accuracy on the evaluation set, the metric the
+registry's gate compares (the profile's `evaluation: {entry_point: evaluate_model.py, metric: {name:
+accuracy, goal: maximize, tolerance: 0.01}}`, docs/registry.md).
 
     SM_CHANNEL_MODEL=out/model SM_CHANNEL_EVAL=data/test SM_MODEL_DIR=out/eval python evaluate_model.py
 
