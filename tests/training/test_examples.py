@@ -13,6 +13,7 @@ finish its last step before the capacity loss lands, which comes after the step-
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -39,7 +40,9 @@ from tests.pipeline.test_team_code_run import EndedFirst
 from tests.queue.test_queue_config import settings_with, with_profile_field
 from tests.training.harness import REPO_ROOT, SCRIPTS, Background, load_weights, max_weight_difference
 from tests.training.harness import torchrun_command as torchrun
-from trainstack.registry import LINEAGE_KEYS
+from training_scripts.metrics import METRICS_KEY
+from trainstack.registry import EVALUATION_FILE, LINEAGE_KEYS
+from trainstack.team_code import SUBMIT_DIRECTORY_HYPERPARAMETER as SUBMIT
 from trainstack.team_code import code_prefix, pack, upload
 
 EXAMPLES = REPO_ROOT / "examples"
@@ -86,7 +89,8 @@ def generator(example: str, script: str, function: str):
 
 def run_example(pipeline, monkeypatch, tmp_path: Path, example: str, data: str, make, hyperparameters):
     """The example run by the pipeline as a team's code, and the uninterrupted reference beside it:
-    (outcome, the training, the model version, the bundle's digest, the reference's model dir)."""
+    (outcome, the fake SageMaker, the training, the model version, the bundle's digest, the reference's model
+    dir)."""
     dataset = tmp_path / "dataset"
     (dataset / "train").mkdir(parents=True)
     torch.save(make(256, 1), dataset / "train" / data)
@@ -162,13 +166,17 @@ def check_run(example, outcome, fake, training, version, digest, reference) -> f
     model = training.local_path(model_uri(second.request))
     assert max_weight_difference(load_weights(model), load_weights(reference)) == 0.0
     # The evaluation ran the team's evaluate_model.py from the run's bundle, and the gate read its accuracy.
-    evaluation = fake.jobs[f"{run}-eval"].request["HyperParameters"]
+    evaluation_job = fake.jobs[f"{run}-eval"].request
+    evaluation = evaluation_job["HyperParameters"]
     assert evaluation["sagemaker_program"] == '"evaluate_model.py"'
-    assert "sagemaker_submit_directory" in evaluation
+    assert evaluation[SUBMIT] == second.request["HyperParameters"][SUBMIT]
     assert outcome.output["modelPackage"]["decision"] == "Approved"
     lineage = version["CustomerMetadataProperties"]
     assert lineage[LINEAGE_KEYS["teamCode"]] == digest
-    return float(lineage["evaluation.accuracy"])
+    accuracy = float(lineage["evaluation.accuracy"])
+    written = json.loads((training.local_path(model_uri(evaluation_job)) / EVALUATION_FILE).read_text())
+    assert abs(written[METRICS_KEY]["accuracy"]["value"] - accuracy) < 1e-6
+    return accuracy
 
 
 def test_the_image_classifier_resumes_after_a_capacity_loss_and_registers_on_its_own_accuracy(
