@@ -28,6 +28,7 @@ LONGEST_FILES = (
     "tests/demo/test_demo.py",  # 276 s
     "tests/training/test_init_from.py",  # 243 s (FSDP2: .venv); 31 s in .venv-image
     "tests/demo/test_fault_demo.py",  # 232 s
+    "tests/training/test_examples.py",  # 147 s loaded, 65 s idle (.venv-image: two emulator runs)
     "tests/training/test_smp.py",  # 112 s (.venv-image)
     "tests/migrations/test_migrations.py",  # ~110 s (eight syntheses), 2026-12-05
     "tests/upgrades/test_deploy_review.py",  # ~100 s (two CLI syntheses), 2026-12-05

@@ -2,11 +2,11 @@
 runtime library (trainstack_runtime.hf_trainer.PlatformTrainer).
 
     python make_sequences.py data/              # data/train/sequences.pt, data/test/sequences.pt
-    SM_CHANNEL_TRAIN=data/train SM_CHANNEL_TEST=data/test \\
+    SM_CHANNEL_TRAIN=data/train \\
         torchrun --nproc_per_node=1 train.py --max_steps 40 --model-dir out/model --checkpoint-dir out/ckpt
 
-The model is built from a config (no download). Its evaluation metric is next-token accuracy on the test
-channel, written to the evaluation output.
+The model is built from a config (no download). Its evaluation, next-token accuracy on data/test, is
+evaluate_model.py, the profile's evaluation entry point.
 """
 
 import sys
@@ -63,8 +63,6 @@ def train(job: ts.Job) -> None:
         return
     if job.is_main:
         trainer.save_model(str(job.model_dir))
-        test = torch.load(job.channel("test") / "sequences.pt", weights_only=True)
-        ts.write_evaluation({"accuracy": next_token_accuracy(model, test)}, job.model_dir)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 """A small CNN that tells four kinds of generated images apart, trained through trainstack's runtime library.
 
     python make_images.py data/                     # data/train/images.pt, data/test/images.pt
-    SM_CHANNEL_TRAIN=data/train SM_CHANNEL_TEST=data/test \\
+    SM_CHANNEL_TRAIN=data/train \\
         torchrun --nproc_per_node=2 train.py --max_steps 60 --model-dir out/model --checkpoint-dir out/ckpt
+
+Its evaluation (accuracy on data/test) is evaluate_model.py, the profile's evaluation entry point.
 
 On the platform the channels and the platform's flags (checkpoint store, interval, watchdog) come from the
 run; the team's hyperparameters (max_steps, learning_rate, batch_size, seed) arrive as `--name value`.
@@ -86,8 +88,6 @@ def train(job: ts.Job) -> None:
     if job.is_main:
         job.model_dir.mkdir(parents=True, exist_ok=True)
         save_file(model.state_dict(), job.model_dir / "model.safetensors")
-        test = torch.load(job.channel("test") / "images.pt", weights_only=True)
-        ts.write_evaluation({"accuracy": accuracy(model, test["images"], test["labels"])}, job.model_dir)
 
 
 if __name__ == "__main__":

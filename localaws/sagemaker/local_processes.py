@@ -47,6 +47,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tarfile
@@ -335,6 +336,10 @@ def _start_toolkit(
         "SAGEMAKER_TRAINING_MODULE": "sagemaker_pytorch_container.training:main",
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         "OMP_NUM_THREADS": "1",
+        # torchrun's --master-port from its environment (the toolkit passes none: 29500): on SageMaker each
+        # job has hosts of its own; here every job shares one, and a job still ending (a lost capacity's
+        # workers) or another test's would hold 29500.
+        "PET_MASTER_PORT": str(_free_port()),
         **python_path,
     }
     with log_path.open("w") as log:
@@ -345,6 +350,12 @@ def _start_toolkit(
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: stop and capacity loss signal all of it
         )
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def _signal_group(process: subprocess.Popen, signum: int) -> None:

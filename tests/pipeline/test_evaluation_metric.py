@@ -89,6 +89,18 @@ def test_a_profile_names_its_metric_and_evaluation_script_and_keeps_loss_otherwi
         0.01,
         '"eval/classify.py"',
     )
+    assert table["ownEntryPoint"] is True and default["ownEntryPoint"] is False
+    # A team's evaluate.py is the team's, not the image's of the same name: the run's code goes with it.
+    named_alike = settings_with(
+        {
+            "profiles": with_profile_field(
+                index,
+                registry={"evaluation_prefix": "evaluation/small/"},
+                evaluation={**ACCURACY, "entry_point": "evaluate.py"},
+            )
+        }
+    ).profile("small-torchrun")
+    assert registry_table("trainstack", [named_alike], resources)["small-torchrun"]["ownEntryPoint"] is True
     assert table["metricDefinitions"][-1] == {
         "Name": "evaluation:accuracy",
         "Regex": table["metricDefinitions"][0]["Regex"].replace("eval_loss", "eval_accuracy"),

@@ -77,14 +77,16 @@ def _metric_settings(profile: Profile) -> dict[str, Any]:
     that read it: the product's evaluate.py and its loss unless the profile names its own."""
     metric = evaluation_metric(profile)
     own = evaluation_metric_definition(metric.name)
-    program = (profile.evaluation and profile.evaluation.entry_point) or EVALUATION_PROGRAM
+    # A team's entry point named like the product's (evaluate.py) is the team's, run from its bundle.
+    own_entry_point = profile.evaluation is not None and profile.evaluation.entry_point is not None
+    program = profile.evaluation.entry_point if own_entry_point else EVALUATION_PROGRAM
     return {
         "metric": metric.name,
         "goal": metric.goal,
         "tolerance": metric.tolerance,
         # The toolkit reads sagemaker_program JSON-encoded, as the SageMaker Python SDK writes it.
         "program": json.dumps(program),
-        "ownEntryPoint": program != EVALUATION_PROGRAM,
+        "ownEntryPoint": own_entry_point,
         "metricDefinitions": EVALUATION_METRIC_DEFINITIONS
         + ([] if own in EVALUATION_METRIC_DEFINITIONS else [own]),
     }
