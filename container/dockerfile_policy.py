@@ -97,8 +97,13 @@ def _check_from(instruction: Instruction, stages: set[str], args: dict[str, str 
         return []
     undeclared = [a or b for a, b in _VARIABLE.findall(image) if (a or b) not in args]
     if undeclared:
-        return [Violation(instruction.line, "undeclared-arg",
-                          f"FROM uses ${{{undeclared[0]}}}, which no ARG before the first FROM declares")]
+        return [
+            Violation(
+                instruction.line,
+                "undeclared-arg",
+                f"FROM uses ${{{undeclared[0]}}}, which no ARG before the first FROM declares",
+            )
+        ]
     reference, _, digest = image.partition("@")
     last_segment = reference.rsplit("/", 1)[-1]
     tag = last_segment.partition(":")[2]
@@ -132,20 +137,26 @@ def check(text: str, requirements: Sequence[tuple[str, str]] = ()) -> list[Viola
         if instruction.keyword == "RUN":
             for pattern, what in _SECOND_INSTALLS:
                 if pattern.search(instruction.arguments):
-                    violations.append(Violation(
-                        instruction.line, "second-nccl-or-efa",
-                        f"RUN {what}; the base image's NCCL/EFA/aws-ofi-nccl set must stay the only one",
-                    ))
+                    violations.append(
+                        Violation(
+                            instruction.line,
+                            "second-nccl-or-efa",
+                            f"RUN {what}; the base image's NCCL/EFA/aws-ofi-nccl set must stay the only one",
+                        )
+                    )
         if instruction.keyword in {"ENV", "RUN"} and _LD_PRELOAD_NCCL.search(instruction.arguments):
             violations.append(Violation(instruction.line, "ld-preload-nccl", "LD_PRELOAD of an NCCL library"))
     for name, requirement_text in requirements:
         for number, line in enumerate(requirement_text.splitlines(), start=1):
             match = _REQUIREMENT_NAME.match(line.split("#", 1)[0])
             if match and _FORBIDDEN_REQUIREMENTS.match(match.group(1)):
-                violations.append(Violation(
-                    number, "second-nccl-or-efa",
-                    f"{name} installs {match.group(1)}, which brings its own NCCL",
-                ))
+                violations.append(
+                    Violation(
+                        number,
+                        "second-nccl-or-efa",
+                        f"{name} installs {match.group(1)}, which brings its own NCCL",
+                    )
+                )
     return violations
 
 

@@ -76,9 +76,7 @@ Runner = Callable[[Sequence[str], float], CommandResult]
 def run_command(argv: Sequence[str], timeout: float) -> CommandResult:
     """Run a command, stdout and stderr together; a missing binary or a timeout is a failed result."""
     try:
-        completed = subprocess.run(
-            list(argv), capture_output=True, text=True, timeout=timeout, check=False
-        )
+        completed = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False)
     except FileNotFoundError:
         return CommandResult(127, f"{argv[0]}: command not found")
     except subprocess.TimeoutExpired:
@@ -303,11 +301,15 @@ def main(argv: Sequence[str] | None = None, host: Host | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--exports-file", type=Path, help="write the chosen variables here as `export` lines")
     parser.add_argument(
-        "--nccl-conf", type=Path, default=Path("/etc/nccl.conf"),
+        "--nccl-conf",
+        type=Path,
+        default=Path("/etc/nccl.conf"),
         help="NCCL's config file, where the NCCL_* choices are appended",
     )
     parser.add_argument(
-        "--failure-file", type=Path, default=Path("/opt/ml/output/failure"),
+        "--failure-file",
+        type=Path,
+        default=Path("/opt/ml/output/failure"),
         help="where SageMaker reads a failed job's reason (written only on failure)",
     )
     args = parser.parse_args(argv)

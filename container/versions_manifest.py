@@ -129,13 +129,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, required=True)
     parser.add_argument("--root", type=Path, default=Path("/"))
     parser.add_argument(
-        "--site-packages", type=Path, action="append",
+        "--site-packages",
+        type=Path,
+        action="append",
         help="where Python distributions are looked up (default: this interpreter's sys.path)",
     )
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="also record a build fact, e.g. base_image=...")
-    parser.add_argument("--expect", type=Path, action="append", default=[],
-                        help="requirements file of name==version pins the image must carry exactly")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="also record a build fact, e.g. base_image=...",
+    )
+    parser.add_argument(
+        "--expect",
+        type=Path,
+        action="append",
+        default=[],
+        help="requirements file of name==version pins the image must carry exactly",
+    )
     args = parser.parse_args(argv)
     site_packages = args.site_packages or [Path(entry) for entry in sys.path if entry]
     versions: dict[str, str | None] = collect(args.root, site_packages, dict(os.environ))

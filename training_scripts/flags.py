@@ -138,9 +138,7 @@ def add_platform_flags(add: Callable) -> None:
     add("--watchdog-startup-seconds", type=seconds, default=1800.0, help="bound until 3 steps have completed")
     add("--watchdog-save-seconds", type=seconds, default=1800.0, help="bound of a save, validation, export")
     add("--collective-timeout-seconds", type=seconds, default=3600.0, help="the process groups' timeout")
-    add(
-        "--inject-hang-at-step", type=positive, help="testing aid: --inject-hang-rank stops before this step"
-    )
+    add("--inject-hang-at-step", type=positive, help="testing aid: --inject-hang-rank stops before this step")
     add("--inject-hang-rank", type=non_negative, default=0, help="testing aid: the rank that stops")
     add("--inject-hang-rounds", type=positive, default=1, help="testing aid: hang in this many job rounds")
     add(

@@ -25,8 +25,12 @@ def run_script(tmp_path):
 
     def run(*args: str, rank: str = "0") -> subprocess.CompletedProcess[str]:
         env = {
-            "PATH": "/usr/bin:/bin", "NCCL_TESTS_BIN": str(bin_dir), "SM_MODEL_DIR": str(model_dir),
-            "OMPI_COMM_WORLD_RANK": rank, "OMPI_COMM_WORLD_SIZE": "16", "NCCL_NET": "AWS Libfabric",
+            "PATH": "/usr/bin:/bin",
+            "NCCL_TESTS_BIN": str(bin_dir),
+            "SM_MODEL_DIR": str(model_dir),
+            "OMPI_COMM_WORLD_RANK": rank,
+            "OMPI_COMM_WORLD_SIZE": "16",
+            "NCCL_NET": "AWS Libfabric",
         }
         command = ["bash", str(SCRIPT), *args]
         return subprocess.run(command, env=env, capture_output=True, text=True, check=False)

@@ -71,12 +71,14 @@ def make_host(
     if libnccl:
         (lib / f"libnccl.so.{libnccl}").write_bytes(b"\x7fELF")
         os.symlink(f"libnccl.so.{libnccl}", lib / "libnccl.so.2")
-    commands = FakeCommands({
-        "fi_info": CommandResult(0, HEALTHY_FI_INFO),
-        "ldd": CommandResult(0, HEALTHY_LDD),
-        "torch": torch_answer(),
-        **(answers or {}),
-    })
+    commands = FakeCommands(
+        {
+            "fi_info": CommandResult(0, HEALTHY_FI_INFO),
+            "ldd": CommandResult(0, HEALTHY_LDD),
+            "torch": torch_answer(),
+            **(answers or {}),
+        }
+    )
     env = {"TRAINSTACK_EXPECTED_GPUS": "8", **(environ or {})}
     return Host(root=root, environ=env, run=commands), commands
 
@@ -102,9 +104,9 @@ def test_host_without_efa_needs_neither_fi_info_nor_plugin_and_sets_nothing(tmp_
 
 
 def test_fi_info_failure_with_efa_devices_fails(tmp_path):
-    host, _ = make_host(tmp_path, answers={
-        "fi_info": CommandResult(61, "fi_getinfo: -61 (No data available)\n")
-    })
+    host, _ = make_host(
+        tmp_path, answers={"fi_info": CommandResult(61, "fi_getinfo: -61 (No data available)\n")}
+    )
     report = preflight.run_preflight(host)
     assert not report.passed
     assert "`fi_info -p efa` failed (fi_getinfo: -61 (No data available))" in report.failure_message()
@@ -176,9 +178,13 @@ def test_unset_expected_gpus_reports_the_count_without_comparing(tmp_path):
 
 
 def test_every_problem_is_reported_at_once(tmp_path):
-    host, _ = make_host(tmp_path, answers={
-        "fi_info": CommandResult(1, "error"), "torch": torch_answer(nccl="2.20.0", gpus=4),
-    })
+    host, _ = make_host(
+        tmp_path,
+        answers={
+            "fi_info": CommandResult(1, "error"),
+            "torch": torch_answer(nccl="2.20.0", gpus=4),
+        },
+    )
     assert len(preflight.run_preflight(host).problems) == 3
 
 

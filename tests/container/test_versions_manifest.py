@@ -30,8 +30,10 @@ def image(tmp_path) -> tuple[Path, Path]:
     write(root / "usr/local/lib/libnccl.so.2.23.4", b"\x7fELF")
     write(root / "usr/local/lib/libnccl.so.2.21.5", b"\x7fELF")  # an older copy next to it: newest wins
     write(root / "usr/local/lib/libnccl-net.so", b"\x7fELF\x00Initializing aws-ofi-nccl 1.13.2-aws\x00")
-    write(root / "opt/amazon/efa_installed_packages",
-          "# EFA installer version: 1.36.0\n# Debug packages installed: no\nlibfabric-aws 1.22.0amzn4.0\n")
+    write(
+        root / "opt/amazon/efa_installed_packages",
+        "# EFA installer version: 1.36.0\n# Debug packages installed: no\nlibfabric-aws 1.22.0amzn4.0\n",
+    )
     write(root / "opt/amazon/efa/lib/pkgconfig/libfabric.pc", "Name: libfabric\nVersion: 1.22.0amzn4.0\n")
     cuda = {"cuda": {"name": "CUDA SDK", "version": "12.4.1"}}
     write(root / "usr/local/cuda/version.json", json.dumps(cuda))

@@ -129,7 +129,6 @@ def test_string_variables_with_quotes_survive_assignment(emulator):
     assert output_of("{% $text & '!' %}", {"text": text}, before=definition) == text + "!"
 
 
-
 def test_a_variable_between_two_divisions_is_bound(emulator):
     """AWS binds every variable; moto's extraction took `/ 1000 ... / 3600` for a regex literal and left
     `$seconds` unbound (the queued attempt's earlier training jobs were then counted forever)."""

@@ -13,6 +13,7 @@ from training_scripts.tensorboard_scalars import TRAIN_LOSS, VALIDATION_LOSS, Sc
 
 def test_the_scalars_and_parameters_land_in_an_mlflow_run_named_after_the_job(tmp_path, monkeypatch):
     import mlflow  # in the image (container/requirements.txt), so in .venv-image: never skipped
+
     store = tmp_path / "mlruns"
     # MLflow 3 keeps its file store, for local use, behind this switch (mlflow/store/tracking/file_store.py).
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")

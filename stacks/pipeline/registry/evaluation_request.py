@@ -112,7 +112,7 @@ def evaluation_request() -> str:
         # The run's code (trainstack.team_code) goes with the evaluation only when the profile's evaluation
         # entry point is the team's own; the product's evaluate.py is the image's.
         '"HyperParameters": $merge([$settings.ownEntryPoint ? $run.request.HyperParameters : '
-        '$sift($run.request.HyperParameters, function($v, $k) { '
+        "$sift($run.request.HyperParameters, function($v, $k) { "
         f"$k != {literal(SUBMIT_DIRECTORY_HYPERPARAMETER)} }}), {{"
         '"sagemaker_program": $settings.program, '
         '"max_eval_tokens": $settings.maxEvalTokens, '
