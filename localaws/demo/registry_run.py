@@ -25,10 +25,13 @@ MANIFEST = {
 WORSE_STEPS = 3
 
 
-def stage(target: DemoTarget, substitutions: dict[str, str], training: LocalTraining) -> None:
-    """The dataset's shards in (moto's) S3 under the pipeline's dataset prefix, where the training-set
-    manifest lists them; the held-out evaluation set (the dataset's val shards) under the profile's
-    evaluation_prefix, in moto's S3 (the manifest) and in local S3 (the evaluation job's channel), where the
+def stage(
+    target: DemoTarget, substitutions: dict[str, str], training: LocalTraining, held_out: str = "val"
+) -> None:
+    """The dataset's files in (moto's) S3 under the pipeline's dataset prefix, where the training-set
+    manifest lists them; the held-out evaluation set (the dataset's `held_out` folder: the Llama shards' val)
+    under the profile's evaluation_prefix, in moto's S3 (the manifest) and in local S3 (the evaluation job's
+    channel), where the
     profile has a registry: block; the jobs' image in (moto's) ECR; the profile's group."""
     dataset_bucket, image_uri = substitutions["DatasetBucket"], substitutions["TrainingImageUri"]
     s3 = boto3.client("s3")
@@ -38,10 +41,10 @@ def stage(target: DemoTarget, substitutions: dict[str, str], training: LocalTrai
     if evaluation_prefix:
         local_evaluation = training.local_path(f"s3://{dataset_bucket}/{evaluation_prefix}")
         local_evaluation.mkdir(parents=True, exist_ok=True)
-    for shard in sorted(training.dataset_dir.rglob("*.bin")):
+    for shard in sorted(path for path in training.dataset_dir.rglob("*") if path.is_file()):
         key = f"{target.dataset_prefix}{shard.parent.name}/{shard.name}"
         s3.put_object(Bucket=dataset_bucket, Key=key, Body=shard.read_bytes())
-        if evaluation_prefix and shard.parent.name == "val":
+        if evaluation_prefix and shard.parent.name == held_out:
             shutil.copy(shard, local_evaluation / shard.name)
             s3.put_object(
                 Bucket=dataset_bucket, Key=f"{evaluation_prefix}{shard.name}", Body=shard.read_bytes()

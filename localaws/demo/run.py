@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -36,15 +35,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from unittest import mock
 
-from localaws.demo import mlflow_runs, registry_run
+from localaws.demo import registry_run
+from localaws.demo.narration import report_attempts, report_mlflow, say
+from localaws.demo.own_code import HELD_OUT, demo_code, generate_data, start_arguments
 from localaws.demo.target import DemoRefusal, DemoTarget, demo_target, emulate_queue
 from localaws.opt_ml import TRAINING_SCRIPTS
+from localaws.s3_endpoint import create_bucket
 from localaws.sagemaker.local_processes import LocalTraining
-from localaws.sagemaker.training_jobs import FakeSageMaker
-from trainstack.faults import CAPACITY, classify, describe
-from trainstack.job_request import RUN_TAG
 from trainstack.planning.goodput_model import best_interval
-from trainstack.profiles import Profile
+from trainstack.team_code import code_prefix
 
 CORPUS_MODULES = (
     "argparse",
@@ -93,6 +92,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--profile", help="a profile of the pipeline (default: its first torchrun profile, else its first)"
     )
+    parser.add_argument(
+        "--code", type=Path, help="the team's own code directory, run as `trainstack start --code` runs it"
+    )
+    parser.add_argument("--entry", help="its entry point (default: the profile's code.entry_point)")
     parser.add_argument("--max-steps", type=int, default=60)
     parser.add_argument(
         "--checkpoint-interval",
@@ -134,8 +137,6 @@ WATCHDOG_DEMO_BOUND = {
     "watchdog_save_seconds": "120",
     "collective_timeout_seconds": "300",
 }
-# What a restarted round of train.py logs first (training_scripts/in_job_restart.py).
-IN_JOB_RESTART = "In-job restart"
 # The hang comes this many steps after the first checkpoint, which is complete by then: the restarted
 # workers resume it.
 HANG_STEPS_AFTER_CHECKPOINT = 5
@@ -149,15 +150,15 @@ def simulated_training(args: argparse.Namespace, workdir: Path, dataset: Path) -
     return LocalTraining(workdir, dataset, capacity_failures=1)
 
 
-def say(message: str) -> None:
-    print(f"{datetime.now(UTC):%H:%M:%S}  {message}", flush=True)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         target = demo_target(args.config, args.team, args.profile)
+        args.own_code = demo_code(args.code, args.entry, target.profile)
         pipeline = target.pipeline(args.cdk_out)
+        if args.own_code:
+            shutil.rmtree(args.workdir, ignore_errors=True)
+            dataset = generate_data(args.own_code, args.workdir)
     except DemoRefusal as error:
         print(f"python -m localaws.demo: {str(error).rstrip('.')}.", file=sys.stderr)
         return 2
@@ -173,9 +174,14 @@ def main(argv: list[str] | None = None) -> int:
         f"1/5 synthesized pipeline: {pipeline.template_path}, state machine {pipeline.name} "
         f"({pipeline.states} states)"
     )
-    shutil.rmtree(args.workdir, ignore_errors=True)
-    dataset = prepare_dataset(args.workdir)
-    say(f"2/5 dataset: {sum(f.stat().st_size for f in dataset.rglob('*.bin')) // 2:,} tokens in {dataset}")
+    if args.own_code:
+        say(f"2/5 dataset: written by {args.own_code.generator} to {dataset}; code {args.own_code.directory}")
+    else:
+        shutil.rmtree(args.workdir, ignore_errors=True)
+        dataset = prepare_dataset(args.workdir)
+        say(
+            f"2/5 dataset: {sum(f.stat().st_size for f in dataset.rglob('*.bin')) // 2:,} tokens in {dataset}"
+        )
     os.environ.update(
         {"AWS_ACCESS_KEY_ID": "demo", "AWS_SECRET_ACCESS_KEY": "demo", "AWS_DEFAULT_REGION": settings.region}
     )
@@ -185,6 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     output = run_pipeline(args, target, pipeline, training, run_name)
     if output is None:
         return 1
+    if args.own_code:
+        say(f"5/5 the team's model: {', '.join(_strings(output))}. Run {run_name} done.")
+        return 0
     return check_model(training, output, run_name)
 
 
@@ -237,7 +246,12 @@ def run_pipeline(args, target: DemoTarget, pipeline, training: LocalTraining, ru
     from localaws.sagemaker.local_processes import serving
     from trainstack.cli import main as trainstack
 
-    hyperparameters = demo_hyperparameters(args.max_steps, args.checkpoint_interval)
+    own_code = args.own_code
+    hyperparameters = (
+        {"max_steps": str(args.max_steps), "checkpoint_interval": str(args.checkpoint_interval)}
+        if own_code
+        else demo_hyperparameters(args.max_steps, args.checkpoint_interval)
+    )
     with (
         mock_aws(config={"stepfunctions": {"execute_state_machine": True}}),
         local_stepfunctions(ScaledClock(args.speedup)) as clock,
@@ -254,7 +268,12 @@ def run_pipeline(args, target: DemoTarget, pipeline, training: LocalTraining, ru
         state_machine_arn = boto3.client("stepfunctions").create_state_machine(
             name=pipeline.name, definition=pipeline.definition, roleArn=role
         )["stateMachineArn"]
-        registry_run.stage(target, pipeline.substitutions, training)
+        registry_run.stage(target, pipeline.substitutions, training, HELD_OUT if own_code else "val")
+        code_flags = []
+        if own_code:
+            artifact_bucket = pipeline.substitutions["ArtifactBucket"]
+            create_bucket(boto3.client("s3"), artifact_bucket, target.settings.region)
+            code_flags = start_arguments(own_code, code_prefix(artifact_bucket, target.runs.project))
         say(
             f"3/5 emulator: {state_machine_arn} in moto; SageMaker runs jobs as local processes under "
             f"{training.root / 'jobs'}; emulated time runs {args.speedup:g}x faster (a 300 s back-off takes "
@@ -264,7 +283,16 @@ def run_pipeline(args, target: DemoTarget, pipeline, training: LocalTraining, ru
         team = ["--team", target.runs.team] if target.runs.team else []
         where = ["--config", args.config, *team, "--state-machine-arn", state_machine_arn]
         # Local processes stand for one instance, whatever the profile asks for.
-        start = ["start", *where, "--profile", target.profile.name, "--instance-count", "1", "--run-name"]
+        start = [
+            "start",
+            *where,
+            "--profile",
+            target.profile.name,
+            "--instance-count",
+            "1",
+            *code_flags,
+            "--run-name",
+        ]
         command = [*start, run_name, "--wait", "--poll-seconds", "1"]
         for name, value in hyperparameters.items():
             command += ["--hp", f"{name}={value}"]
@@ -281,7 +309,8 @@ def run_pipeline(args, target: DemoTarget, pipeline, training: LocalTraining, ru
         first = registry_run.execution_output(state_machine_arn, run_name)
         if code == 0 and first is not None:
             say(f"   registry: run {run_name}: {registry_run.decision_line(first)}")
-            if args.worse_run and target.profile.registry is not None:
+            # The worse run's changes are train.py's flags (registry_run.worse_hyperparameters).
+            if args.worse_run and target.profile.registry is not None and not own_code:
                 run_worse(start, hyperparameters, clock, state_machine_arn, run_name)
             trainstack(["models", *where])
     report_attempts(sagemaker, training, run_name)
@@ -309,51 +338,6 @@ def run_worse(
     worse = registry_run.execution_output(state_machine_arn, worse_name)
     if worse is not None:
         say(f"   registry: run {worse_name}: {registry_run.decision_line(worse)}")
-
-
-def report_attempts(sagemaker: FakeSageMaker, training: LocalTraining, run_name: str) -> None:
-    """The first run's attempts: its jobs tagged with the run (named <run>-<N>, or by AWS Batch in queue mode)
-    with TensorBoard output, which every attempt has and its evaluation, which carries the run's tags too, has
-    not (trainstack/job_request.py, stacks/pipeline/registry/evaluation_request.py): the registry lines above
-    tell the evaluation's story."""
-    run_tag = {"Key": RUN_TAG, "Value": run_name}
-    attempts = [
-        job
-        for job in sagemaker.jobs.values()
-        if run_tag in job.request.get("Tags", []) and "TensorBoardOutputConfig" in job.request
-    ]
-    for number, job in enumerate(sorted(attempts, key=lambda job: job.created), start=1):
-        phase = job.current()
-        status, reason, log_path = phase.status, phase.failure_reason, job.run.log_path
-        log = log_path.read_text(errors="replace") if log_path.exists() else ""
-        # How the job started: its first round, before any in-job restart (training_scripts/in_job_restart.py)
-        resumed = re.search(r"Resumed from \S+ \(step (\d+)\)", log.split(IN_JOB_RESTART, 1)[0])
-        restarts = re.findall(rf"{IN_JOB_RESTART} \d+: .*? after trainstack-fault:(\S+)", log)
-        steps = re.findall(r"\bstep[ =:]+(\d+)", log)
-        story = (
-            f"resumed from the checkpoint of step {resumed.group(1)}" if resumed else "started from scratch"
-        )
-        end = f"ended {status}" + (f": {reason.split('.')[0]}" if reason else "")
-        if status == "Failed" and reason and classify(reason).fault_class != CAPACITY:
-            end += f" [{describe(classify(reason))}]"
-        if restarts:
-            story += f", {len(restarts)} in-job restart(s) after {', '.join(restarts)}"
-        last = f", last logged step {steps[-1]}" if steps else ""
-        board = job.request.get("TensorBoardOutputConfig", {}).get("S3OutputPath")
-        events = f"; TensorBoard event files in {training.local_path(board)}" if board else ""
-        say(f"   attempt {number}: {job.name} {story}{last}, {end}{events}")
-
-
-def report_mlflow(profile: Profile, training: LocalTraining) -> None:
-    """Every job's MLflow run, from the local store standing for the profile's tracking server."""
-    profile_name, server = profile.name, profile.mlflow_tracking_server_arn
-    if server is None:
-        say(f"   mlflow: profile {profile_name} names no mlflow_tracking_server_arn: no MLflow runs")
-        return
-    store = training.mlflow_store(server)
-    say(f"   mlflow: {server} stands as the local store {store}, experiment {profile_name}:")
-    for line in mlflow_runs.run_lines(store, profile_name):
-        say(f"   mlflow:   {line}")
 
 
 def check_model(training: LocalTraining, output: dict, run_name: str) -> int:

@@ -29,6 +29,7 @@ from trainstack.execution_input import (
 )
 from trainstack.planning.setups import plan_lines
 from trainstack.prices import offline_training_prices
+from trainstack.profiles import Profile
 from trainstack.runs import execution_arn_for, executions_of, next_execution_name, stack_output
 from trainstack.service_quotas import quota_lines, service_quotas_client
 from trainstack.team_code import CODE_PREFIX_OUTPUT, Bundle, pack, upload
@@ -161,13 +162,16 @@ def _team_code(
         raise UsageError(f"--code: {error}") from None
     profiles = {profile.name: profile for profile in settings.profiles}
     chosen = profiles.get(execution_input["profile"])
-    entry = args.entry or (
-        (chosen.code.entry_point if chosen.code else chosen.entry_point) if chosen else "train.py"
-    )
+    entry = args.entry or (default_entry(chosen) if chosen else "train.py")
     if not (args.code / entry).is_file():
         raise UsageError(f"--entry: {entry} is not a file of {args.code}")
     execution_input["code"] = {"digest": bundle.digest, "entry": entry}
     return bundle
+
+
+def default_entry(profile: Profile) -> str:
+    """--entry's default: the profile's `code.entry_point`, else its entry_point."""
+    return profile.code.entry_point if profile.code else profile.entry_point
 
 
 def _upload_code(pipeline: Pipeline, code_prefix: str | None, bundle: Bundle) -> None:
