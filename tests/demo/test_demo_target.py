@@ -91,3 +91,69 @@ def test_a_config_the_demo_cannot_run_gets_one_sentence_and_exit_code_2(
     assert captured.err.startswith("python -m localaws.demo: ") and captured.err.endswith(f"{sentence}\n")
     assert len(captured.err.splitlines()) == 1 and captured.out == ""
     assert not workdir.exists()
+
+
+def code_directory(root: Path, *names: str) -> Path:
+    root.mkdir()
+    for name in names:
+        (root / name).write_text("")
+    return root
+
+
+@pytest.mark.parametrize(
+    ("files", "flags", "sentence"),
+    [
+        (None, ["--entry", "train.py"], "--entry names a file of the team's code: give --code DIR too."),
+        (None, ["--code", "{code}"], "--code {code}: not a directory."),
+        (["make_data.py"], ["--code", "{code}"], "--entry train.py: not a file of {code}."),
+        (
+            ["train.py", "make_data.py"],
+            ["--code", "{code}", "--entry", "fit.py"],
+            "--entry fit.py: not a file",
+        ),
+        (["train.py"], ["--code", "{code}"], "needs exactly one data generator make_*.py in it"),
+        (["train.py", "make_a.py", "make_b.py"], ["--code", "{code}"], "(found: make_a.py, make_b.py)."),
+    ],
+)
+def test_team_code_the_demo_cannot_run_gets_one_sentence_and_exit_code_2(
+    tmp_path, capsys, files, flags, sentence
+):
+    """Checked before the synthesized pipeline is read (no cdk.out here) and before anything is written."""
+    code = code_directory(tmp_path / "code", *files) if files else tmp_path / "code"
+    workdir = tmp_path / "demo-run"
+    argv = [flag.replace("{code}", str(code)) for flag in flags]
+    assert (
+        main(["--config", str(DEFAULT_CONFIG), *argv, "--cdk-out", str(tmp_path), "--workdir", str(workdir)])
+        == 2
+    )
+    captured = capsys.readouterr()
+    assert captured.err.startswith("python -m localaws.demo: ") and len(captured.err.splitlines()) == 1
+    assert sentence.replace("{code}", str(code)) in captured.err
+    assert not workdir.exists()
+
+
+def test_the_demo_starts_the_team_code_as_trainstack_start_does_with_the_profiles_entry_point(tmp_path):
+    """ENTRY defaults to the profile's code.entry_point; the flags are `trainstack start`'s own, so the bundle
+    is packed and uploaded by its digest exactly as `trainstack start --code DIR --entry FILE` does."""
+    from localaws.demo.own_code import demo_code, start_arguments
+    from trainstack.cli import build_parser
+    from trainstack.profiles import TeamCodeDefaults
+    from trainstack.team_code import code_prefix, pack, upload
+
+    code = code_directory(tmp_path / "code", "fit.py", "train.py", "make_data.py")
+    profile = demo_target(str(DEFAULT_CONFIG), None, None).profile
+    with_entry = profile.model_copy(update={"code": TeamCodeDefaults(entry_point="fit.py")})
+    chosen = demo_code(code, None, with_entry)
+    assert chosen.entry == "fit.py" and chosen.generator == code / "make_data.py"
+    assert demo_code(code, "train.py", with_entry).entry == "train.py"
+    prefix = code_prefix("trainstack-artifact-local", "trainstack")
+    args = build_parser("start").parse_args(
+        ["start", "--profile", profile.name, *start_arguments(chosen, prefix)]
+    )
+    assert (args.code, args.entry, args.code_prefix) == (code, "fit.py", prefix)
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket="trainstack-artifact-local")
+        bundle = pack(args.code)
+        assert upload(s3, prefix, bundle) == (f"{prefix}{bundle.digest}/sourcedir.tar.gz", True)
+        assert upload(s3, prefix, pack(args.code))[1] is False  # the same bytes: already there
