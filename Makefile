@@ -57,7 +57,8 @@ synth: $(SYNTH_DEPS) $(CDK)
 # With teams, TEAM= names the team whose pipeline runs it; PROFILE= one of its profiles (default: the first
 # torchrun one). A config, team or profile the demo cannot run ends in one sentence (exit code 2).
 demo: $(DEV_DEPS) synth
-	python -m localaws.demo --config $(CONFIG) $(if $(TEAM),--team $(TEAM)) $(if $(PROFILE),--profile $(PROFILE))
+	python -m localaws.demo --config $(CONFIG) $(if $(TEAM),--team $(TEAM)) $(if $(PROFILE),--profile $(PROFILE)) \
+		$(if $(CODE),--code $(CODE)) $(if $(ENTRY),--entry $(ENTRY))
 
 # The fault variant: attempt 1 hangs on purpose after its first checkpoint, train.py's watchdog ends it,
 # the pipeline classifies the infrastructure fault and attempt 2 resumes (localaws/demo/run.py --fault hang).

@@ -40,6 +40,17 @@ def demo_code(directory: Path | None, entry: str | None, profile: Profile) -> De
     chosen = entry or default_entry(profile)
     if not (directory / chosen).is_file():
         raise DemoRefusal(f"--entry {chosen}: not a file of {directory}")
+    evaluation = profile.evaluation.entry_point if profile.evaluation else None
+    if profile.registry is not None and evaluation is None:
+        raise DemoRefusal(
+            f"--profile {profile.name}: its registry evaluates with the image's Llama evaluator, "
+            "which cannot evaluate the team's model; name a profile whose evaluation: names an entry_point "
+            "of the code directory, or one without a registry: block"
+        )
+    if evaluation is not None and not (directory / evaluation).is_file():
+        raise DemoRefusal(
+            f"--profile {profile.name}: its evaluation entry_point {evaluation} is not a file of {directory}"
+        )
     generators = sorted(directory.glob(GENERATOR_GLOB))
     if len(generators) != 1:
         found = ", ".join(path.name for path in generators) or "none"

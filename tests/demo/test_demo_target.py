@@ -104,6 +104,11 @@ def code_directory(root: Path, *names: str) -> Path:
     ("files", "flags", "sentence"),
     [
         (None, ["--entry", "train.py"], "--entry names a file of the team's code: give --code DIR too."),
+        (
+            ["train.py", "make_data.py"],
+            ["--code", "{code}", "--profile", "small-torchrun"],
+            "--profile small-torchrun: its registry evaluates with the image's Llama evaluator",
+        ),
         (None, ["--code", "{code}"], "--code {code}: not a directory."),
         (["make_data.py"], ["--code", "{code}"], "--entry train.py: not a file of {code}."),
         (
@@ -123,7 +128,19 @@ def test_team_code_the_demo_cannot_run_gets_one_sentence_and_exit_code_2(
     workdir = tmp_path / "demo-run"
     argv = [flag.replace("{code}", str(code)) for flag in flags]
     assert (
-        main(["--config", str(DEFAULT_CONFIG), *argv, "--cdk-out", str(tmp_path), "--workdir", str(workdir)])
+        main(
+            [
+                "--config",
+                str(DEFAULT_CONFIG),
+                "--profile",
+                "llama-1b-smddp",
+                *argv,
+                "--cdk-out",
+                str(tmp_path),
+                "--workdir",
+                str(workdir),
+            ]
+        )
         == 2
     )
     captured = capsys.readouterr()
@@ -141,7 +158,7 @@ def test_the_demo_starts_the_team_code_as_trainstack_start_does_with_the_profile
     from trainstack.team_code import code_prefix, pack, upload
 
     code = code_directory(tmp_path / "code", "fit.py", "train.py", "make_data.py")
-    profile = demo_target(str(DEFAULT_CONFIG), None, None).profile
+    profile = demo_target(str(DEFAULT_CONFIG), None, "llama-1b-smddp").profile  # no registry: block
     with_entry = profile.model_copy(update={"code": TeamCodeDefaults(entry_point="fit.py")})
     chosen = demo_code(code, None, with_entry)
     assert chosen.entry == "fit.py" and chosen.generator == code / "make_data.py"
