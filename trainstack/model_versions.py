@@ -75,9 +75,16 @@ def run_facts(model_package: dict | None) -> dict[str, str]:
     if not model_package:
         return {}
     evaluation = model_package["evaluation"]
+    # The product's evaluation reports loss, perplexity and tokens; a team's own reports its metric only
+    # (stacks/pipeline/registry/evaluation_request.py, evaluation_metrics: members not reported are absent).
+    measured = (
+        f"loss {evaluation['loss']:.4f}, perplexity {evaluation['perplexity']:.2f} over "
+        f"{int(evaluation['tokens']):,} tokens"
+        if "loss" in evaluation
+        else f"the profile's metric {evaluation['metric']:g}"
+    )
     return {
-        "Evaluation": f"loss {evaluation['loss']:.4f}, perplexity {evaluation['perplexity']:.2f} over "
-        f"{int(evaluation['tokens']):,} tokens",
+        "Evaluation": measured,
         "Model version": f"{model_package['modelPackageArn']}: {model_package['decision']} "
         f"({model_package['reason']})",
     }

@@ -39,3 +39,17 @@ def test_the_config_hash_changes_with_the_profile_and_only_with_it(settings):
     changed = profile.model_copy(update={"max_runtime_hours": 5})
     assert config_hash(changed) != config_hash(profile)
     assert len(config_hash(profile)) == 64
+
+
+def test_the_report_states_a_team_evaluations_own_metric_where_no_loss_was_reported():
+    """A team's evaluation entry point reports its metric only (evaluation_request.evaluation_metrics); the
+    report used to fail on the missing loss."""
+    from trainstack.model_versions import run_facts
+
+    package = {"modelPackageArn": "arn:v/1", "decision": "Approved", "reason": "first version"}
+    team = run_facts({**package, "evaluation": {"metric": 0.742188}})
+    assert team["Evaluation"] == "the profile's metric 0.742188"
+    product = run_facts(
+        {**package, "evaluation": {"loss": 2.5, "perplexity": 12.18, "tokens": 4096, "metric": 2.5}}
+    )
+    assert product["Evaluation"] == "loss 2.5000, perplexity 12.18 over 4,096 tokens"
