@@ -104,9 +104,11 @@ def decision_line(output: dict) -> str:
     package = output.get("modelPackage")
     if not package:
         return "not registered (the profile has no registry: block)"
-    loss = package["evaluation"]["loss"]
+    evaluation = package["evaluation"]
+    # A team's own evaluation reports its metric only (trainstack.model_versions.run_facts).
+    figure = f"loss {evaluation['loss']:.4f}" if "loss" in evaluation else f"metric {evaluation['metric']:g}"
     decided = f"version {package['version']} {package['decision']}"
-    return f"{decided} (evaluation loss {loss:.4f}): {package['reason']}"
+    return f"{decided} (evaluation {figure}): {package['reason']}"
 
 
 def worse_hyperparameters() -> dict[str, str]:
