@@ -174,3 +174,14 @@ def test_the_demo_starts_the_team_code_as_trainstack_start_does_with_the_profile
         bundle = pack(args.code)
         assert upload(s3, prefix, bundle) == (f"{prefix}{bundle.digest}/sourcedir.tar.gz", True)
         assert upload(s3, prefix, pack(args.code))[1] is False  # the same bytes: already there
+
+
+def test_the_registry_line_names_a_team_evaluations_metric_where_no_loss_was_reported():
+    package = {
+        "version": 1,
+        "decision": "Approved",
+        "reason": "first version",
+        "evaluation": {"metric": 0.742188},
+    }
+    line = registry_run.decision_line({"modelPackage": package})
+    assert line == "version 1 Approved (evaluation metric 0.742188): first version"
