@@ -192,7 +192,11 @@ def main(argv: list[str] | None = None) -> int:
     if output is None:
         return 1
     if args.own_code:
-        say(f"5/5 the team's model: {', '.join(_strings(output))}. Run {run_name} done.")
+        uri = output["modelArtifacts"]
+        say(
+            f"5/5 the team's model: {uri} (= {training.local_path(uri)}), trained by code {output['codeDigest']}. "
+            f"Run {run_name} done."
+        )
         return 0
     return check_model(training, output, run_name)
 
