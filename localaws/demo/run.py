@@ -194,8 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.own_code:
         uri = output["modelArtifacts"]
         say(
-            f"5/5 the team's model: {uri} (= {training.local_path(uri)}), trained by code {output['codeDigest']}. "
-            f"Run {run_name} done."
+            f"5/5 the team's model: {uri} (= {training.local_path(uri)}), trained by code "
+            f"{output['codeDigest']}. Run {run_name} done."
         )
         return 0
     return check_model(training, output, run_name)
