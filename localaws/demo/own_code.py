@@ -37,6 +37,11 @@ def demo_code(directory: Path | None, entry: str | None, profile: Profile) -> De
         return None
     if not directory.is_dir():
         raise DemoRefusal(f"--code {directory}: not a directory")
+    if profile.strategy != "torchrun":
+        raise DemoRefusal(
+            f"--profile {profile.name}: strategy {profile.strategy}; the demo runs a team's own code with "
+            "torchrun profiles only (the training toolkit's other launchers need SSH between instances)"
+        )
     chosen = entry or default_entry(profile)
     if not (directory / chosen).is_file():
         raise DemoRefusal(f"--entry {chosen}: not a file of {directory}")

@@ -20,6 +20,8 @@
    and, where the profile names a SageMaker managed MLflow tracking server, each job logs its parameters and
    metrics to the local MLflow store standing for it, <workdir>/mlflow/<server>, which the demo reads back.
 5. The model artifact the execution outputs loads with transformers' AutoModelForCausalLM.
+With --code DIR (`make demo CODE=DIR ENTRY=FILE`) the run trains the team's own code on the data of DIR's
+generator instead of train.py on token shards (localaws/demo/own_code.py); step 5 names its model folder.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import boto3
 import pytest
+import yaml
 from moto import mock_aws
 
 from localaws.demo import registry_run
@@ -93,6 +94,35 @@ def test_a_config_the_demo_cannot_run_gets_one_sentence_and_exit_code_2(
     assert not workdir.exists()
 
 
+def without_registry(tmp_path: Path) -> Path:
+    """config/default.yaml with no profile registering (its torchrun profile is small-torchrun)."""
+    settings = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    for profile in settings["profiles"]:
+        profile.pop("registry", None)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(settings))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("profile", "sentence"),
+    [
+        (
+            "small-torchrun",
+            "--profile small-torchrun: its registry evaluates with the image's Llama evaluator",
+        ),
+        ("llama-1b-smddp", "--profile llama-1b-smddp: strategy smddp; the demo runs a team's own code with"),
+    ],
+)
+def test_a_profile_that_cannot_run_team_code_gets_one_sentence_and_exit_code_2(
+    tmp_path, capsys, profile, sentence
+):
+    code = code_directory(tmp_path / "code", "train.py", "make_data.py")
+    arguments = ["--config", str(DEFAULT_CONFIG), "--profile", profile, "--code", str(code)]
+    assert main([*arguments, "--cdk-out", str(tmp_path), "--workdir", str(tmp_path / "run")]) == 2
+    assert sentence in capsys.readouterr().err and not (tmp_path / "run").exists()
+
+
 def code_directory(root: Path, *names: str) -> Path:
     root.mkdir()
     for name in names:
@@ -104,11 +134,6 @@ def code_directory(root: Path, *names: str) -> Path:
     ("files", "flags", "sentence"),
     [
         (None, ["--entry", "train.py"], "--entry names a file of the team's code: give --code DIR too."),
-        (
-            ["train.py", "make_data.py"],
-            ["--code", "{code}", "--profile", "small-torchrun"],
-            "--profile small-torchrun: its registry evaluates with the image's Llama evaluator",
-        ),
         (None, ["--code", "{code}"], "--code {code}: not a directory."),
         (["make_data.py"], ["--code", "{code}"], "--entry train.py: not a file of {code}."),
         (
@@ -123,7 +148,9 @@ def code_directory(root: Path, *names: str) -> Path:
 def test_team_code_the_demo_cannot_run_gets_one_sentence_and_exit_code_2(
     tmp_path, capsys, files, flags, sentence
 ):
-    """Checked before the synthesized pipeline is read (no cdk.out here) and before anything is written."""
+    """Checked before the synthesized pipeline is read (no cdk.out here) and before anything is written;
+    The config: default.yaml's profiles without their registry: blocks."""
+    config = without_registry(tmp_path)
     code = code_directory(tmp_path / "code", *files) if files else tmp_path / "code"
     workdir = tmp_path / "demo-run"
     argv = [flag.replace("{code}", str(code)) for flag in flags]
@@ -131,9 +158,7 @@ def test_team_code_the_demo_cannot_run_gets_one_sentence_and_exit_code_2(
         main(
             [
                 "--config",
-                str(DEFAULT_CONFIG),
-                "--profile",
-                "llama-1b-smddp",
+                str(config),
                 *argv,
                 "--cdk-out",
                 str(tmp_path),
@@ -158,7 +183,7 @@ def test_the_demo_starts_the_team_code_as_trainstack_start_does_with_the_profile
     from trainstack.team_code import code_prefix, pack, upload
 
     code = code_directory(tmp_path / "code", "fit.py", "train.py", "make_data.py")
-    profile = demo_target(str(DEFAULT_CONFIG), None, "llama-1b-smddp").profile  # no registry: block
+    profile = demo_target(str(without_registry(tmp_path)), None, None).profile
     with_entry = profile.model_copy(update={"code": TeamCodeDefaults(entry_point="fit.py")})
     chosen = demo_code(code, None, with_entry)
     assert chosen.entry == "fit.py" and chosen.generator == code / "make_data.py"
