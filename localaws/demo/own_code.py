@@ -67,9 +67,13 @@ def demo_code(directory: Path | None, entry: str | None, profile: Profile) -> De
 
 
 def generate_data(code: DemoCode, workdir: Path) -> Path:
-    """The generator's dataset under <workdir>/dataset; DemoRefusal where it writes no train channel."""
+    """The generator's dataset under <workdir>/dataset; DemoRefusal where it fails or writes no train."""
     dataset = workdir / "dataset"
-    subprocess.run([sys.executable, str(code.generator), str(dataset)], check=True, stdout=subprocess.DEVNULL)
+    generated = subprocess.run([sys.executable, str(code.generator), str(dataset)], stdout=subprocess.DEVNULL)
+    if generated.returncode != 0:
+        raise DemoRefusal(
+            f"--code {code.directory}: {code.generator.name} ended with exit code {generated.returncode}"
+        )
     if not any((dataset / TRAIN_CHANNEL).glob("*")):
         raise DemoRefusal(
             f"--code {code.directory}: {code.generator.name} wrote no files under OUT/{TRAIN_CHANNEL}/"
