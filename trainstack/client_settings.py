@@ -35,11 +35,13 @@ def client_document(settings: Settings, team: str | None = None) -> str:
     document = settings.model_dump(mode="json", exclude_defaults=True)
     if team is not None:
         document["teams"] = [entry for entry in document["teams"] if entry["name"] == team]
+        # Another team's migration choices stay out too: the team's document is the same whatever they are.
         migrations = document.get("migrations", {})
-        if "keep_team_trigger_tables" in migrations:
-            migrations["keep_team_trigger_tables"] = [
-                name for name in migrations["keep_team_trigger_tables"] if name == team
-            ]
+        kept = [name for name in migrations.pop("keep_team_trigger_tables", []) if name == team]
+        if kept:
+            migrations["keep_team_trigger_tables"] = kept
+        if not migrations:
+            document.pop("migrations", None)
     return json.dumps(document, separators=(",", ":"))
 
 

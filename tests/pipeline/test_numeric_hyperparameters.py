@@ -35,7 +35,7 @@ FLAG_SPELLING = (
     "max_steps=N as max_steps."
 )
 # train.py's refusal of what the toolkit makes of a JSON float ("99999999.0").
-TRAIN_PY_REFUSES = "Argument --max-steps: invalid _positive value: '99999999.0'."
+TRAIN_PY_REFUSES = "Argument --max-steps: invalid positive value: '99999999.0'."
 
 # (id, max_steps as the input writes it, what train.py reads from it)
 SPELLINGS = [

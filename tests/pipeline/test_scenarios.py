@@ -73,6 +73,7 @@ def test_success_first_try(interpreter):
         "retriedFaults": [],
         "quotaWaits": [],
         "modelPackage": None,  # the default profile has no registry: block
+        "codeDigest": None,  # the image's own train.py, not a team's code (docs/own-code.md)
     }
     assert list(sm.fake.jobs) == [job]
 
