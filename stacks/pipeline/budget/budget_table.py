@@ -25,8 +25,7 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from stacks.pipeline.claim_tables import claim_table
-from stacks.pipeline.machine_kit import retry_must_succeed_call
-from stacks.pipeline.trigger.trigger_calls import DYNAMODB_TRANSIENT_ERRORS
+from stacks.pipeline.trigger.trigger_calls import dynamodb_call
 from trainstack.team_budgets import TeamBudget, budget_table_name
 
 TEAM_KEY = "team"
@@ -50,18 +49,15 @@ class BudgetTable:
         self, scope: Construct, state_id: str, action: str, parameters: dict[str, Any], **kwargs: Any
     ) -> tasks.CallAwsService:
         """A DynamoDB call on the team's item (`action`: getItem or updateItem), retried when throttled."""
-        task = tasks.CallAwsService.jsonata(
+        return dynamodb_call(
             scope,
             state_id,
-            service="dynamodb",
-            action=action,
-            iam_action=f"dynamodb:{action[0].upper()}{action[1:]}",
-            parameters={"TableName": self.name, "Key": {TEAM_KEY: {"S": self.namespace}}, **parameters},
-            iam_resources=[self.arn],
+            action,
+            table_name=self.name,
+            table_arn=self.arn,
+            parameters={"Key": {TEAM_KEY: {"S": self.namespace}}, **parameters},
             **kwargs,
         )
-        retry_must_succeed_call(task, DYNAMODB_TRANSIENT_ERRORS)
-        return task
 
     def only_own_item(self, role: iam.IRole) -> None:
         """`role` reads and writes only the team's own item (dynamodb:LeadingKeys: DynamoDB developer guide,

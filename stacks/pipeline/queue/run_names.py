@@ -26,8 +26,7 @@ from constructs import Construct
 
 from stacks.pipeline.claim_tables import claim_table
 from stacks.pipeline.jsonata_text import expression, literal
-from stacks.pipeline.machine_kit import retry_must_succeed_call
-from stacks.pipeline.trigger.trigger_calls import CONDITION_FAILED, DYNAMODB_TRANSIENT_ERRORS
+from stacks.pipeline.trigger.trigger_calls import CONDITION_FAILED, dynamodb_call
 from trainstack.queue_settings import run_names_table_name
 
 RUN_NAME_KEY = "runName"
@@ -117,16 +116,13 @@ def _call(
     assign: dict | None = None,
     outputs: Any = None,
 ) -> tasks.CallAwsService:
-    task = tasks.CallAwsService.jsonata(
+    return dynamodb_call(
         scope,
         state_id,
-        service="dynamodb",
-        action=action,
-        iam_action=f"dynamodb:{action[0].upper()}{action[1:]}",
-        parameters={"TableName": table.name, **parameters},
-        iam_resources=[table.arn],
+        action,
+        table_name=table.name,
+        table_arn=table.arn,
+        parameters=parameters,
         assign=assign or {},
         outputs={} if outputs is None else outputs,
     )
-    retry_must_succeed_call(task, DYNAMODB_TRANSIENT_ERRORS)
-    return task

@@ -20,8 +20,7 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from stacks.pipeline.claim_tables import claim_table
-from stacks.pipeline.machine_kit import retry_must_succeed_call
-from stacks.pipeline.trigger.trigger_calls import CONDITION_FAILED, DYNAMODB_TRANSIENT_ERRORS, number, text
+from stacks.pipeline.trigger.trigger_calls import CONDITION_FAILED, dynamodb_call, number, text
 from trainstack.registry import LEASE_KEY, LEASE_SECONDS, LEASE_WAIT_SECONDS, lease_table_name
 
 OWNER = "$states.context.Execution.Id"
@@ -97,15 +96,12 @@ def release_lease(scope: Construct, table: LeaseTable, group: str, then: sfn.ICh
 def _call(
     scope: Construct, state_id: str, action: str, table: LeaseTable, parameters: dict
 ) -> tasks.CallAwsService:
-    task = tasks.CallAwsService.jsonata(
+    return dynamodb_call(
         scope,
         state_id,
-        service="dynamodb",
-        action=action,
-        iam_action=f"dynamodb:{action[0].upper()}{action[1:]}",
-        parameters={"TableName": table.name, **parameters},
-        iam_resources=[table.arn],
+        action,
+        table_name=table.name,
+        table_arn=table.arn,
+        parameters=parameters,
         outputs={},
     )
-    retry_must_succeed_call(task, DYNAMODB_TRANSIENT_ERRORS)
-    return task

@@ -21,6 +21,32 @@ DYNAMODB_TRANSIENT_ERRORS = (
 )
 
 
+def dynamodb_call(
+    scope: Construct,
+    state_id: str,
+    action: str,
+    *,
+    table_name: str,
+    table_arn: str,
+    parameters: dict[str, Any],
+    **kwargs: Any,
+) -> tasks.CallAwsService:
+    """A DynamoDB call (`action` as the SDK integration names it: getItem, putItem, updateItem, ...) on one
+    table, granted on that table only, retried while DynamoDB reports a transient error."""
+    task = tasks.CallAwsService.jsonata(
+        scope,
+        state_id,
+        service="dynamodb",
+        action=action,
+        iam_action=f"dynamodb:{action[0].upper()}{action[1:]}",
+        parameters={"TableName": table_name, **parameters},
+        iam_resources=[table_arn],
+        **kwargs,
+    )
+    retry_must_succeed_call(task, DYNAMODB_TRANSIENT_ERRORS)
+    return task
+
+
 def number(value: str) -> dict[str, str]:
     """A DynamoDB number attribute from a JSONata number expression."""
     return {"N": expression(f"$string({value})")}
@@ -73,16 +99,13 @@ class TriggerTable:
         )
 
     def _call(self, state_id: str, action: str, parameters: dict[str, Any], assign: dict[str, Any]):
-        task = tasks.CallAwsService.jsonata(
+        return dynamodb_call(
             self.scope,
             state_id,
-            service="dynamodb",
-            action=action,
-            iam_action=f"dynamodb:{action[0].upper()}{action[1:]}",
-            parameters={"TableName": self.table_name, "Key": self.key, **parameters},
-            iam_resources=[self.table_arn],
+            action,
+            table_name=self.table_name,
+            table_arn=self.table_arn,
+            parameters={"Key": self.key, **parameters},
             assign=assign,
             outputs={},
         )
-        retry_must_succeed_call(task, DYNAMODB_TRANSIENT_ERRORS)
-        return task
