@@ -15,7 +15,7 @@ from tests.pipeline.test_registry import (
     assert_requests_match_the_service_model,
     versions,
 )
-from trainstack.registry import LINEAGE_KEYS
+from trainstack.registry import LEASE_SECONDS, LINEAGE_KEYS
 
 
 def decisions(*outcomes) -> list[str]:
@@ -127,8 +127,15 @@ def lease_waited(registration_arn: str) -> bool:
     )
 
 
+# The lease of the test below outlasts any real time the test may take: on the virtual clock each of the
+# second registration's 30 s waits returns at once, so on a slow machine an hour's lease (LEASE_SECONDS)
+# can run out while the first one's create is held, and the second would take the lease over, as it
+# should once a holder has gone. That takeover is not what this test is about.
+HELD_LEASE = {f"$millis() + {LEASE_SECONDS * 1000}": f"$millis() + {100 * 365 * 86400 * 1000}"}
+
+
 def test_two_runs_registering_at_once_are_decided_one_after_the_other(registry):
-    run = registry()
+    run = registry(HELD_LEASE)
     assert decisions(run("trainstack-c0", 2.0)) == ["Approved"]
     sm = run.sm
     sm.fake.behaviour.script_evaluations(evaluated(1.98), evaluated(1.99))
