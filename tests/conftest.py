@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -106,6 +109,35 @@ def synthesize(settings, outdir: Path | None = None):
     app = cdk.App(outdir=str(outdir) if outdir else None, context=context)
     stacks = build_app(app, settings)
     return stacks, app.synth()
+
+
+@pytest.fixture(scope="session")
+def synthesized_directory(tmp_path_factory) -> Callable[[Any], Path]:
+    """synthesized_directory(settings) -> the directory of the settings' synthesized app (cdk.out), made
+    once per test session however many files and workers ask for the same settings: the per-store and
+    governance modes are read by the IAM, Control Tower and cfn-lint checks of several files, which
+    `make test` deals to different workers. Keyed by the settings' JSON, in the session's temp root that
+    every worker shares (the code cannot change during a session); a worker waits for another that is
+    synthesizing the same app. For checks that read the templates only: the stacks are not kept."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # each worker's basetemp is a folder of the session's
+    cache = root / "synthesized"
+    cache.mkdir(exist_ok=True)
+
+    def get(settings) -> Path:
+        key = hashlib.sha256(settings.model_dump_json().encode()).hexdigest()[:20]
+        directory = cache / key
+        with (cache / f"{key}.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not directory.exists():
+                partial = cache / f"{key}.partial"
+                shutil.rmtree(partial, ignore_errors=True)
+                synthesize(settings, partial)
+                partial.rename(directory)  # whole or absent: a failed synth leaves nothing to read
+        return directory
+
+    return get
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.checkpoint_store_modes import STORE_MODES
-from tests.conftest import NO_ENV, deep_merge, default_config_data, synthesize
+from tests.conftest import NO_ENV, deep_merge, default_config_data
 from tests.iam.calls import Call, CallCatalog
 from tests.iam.deployed import DeployedApp
 from tests.iam.simulator import Decision, simulate
@@ -107,8 +107,8 @@ def simulated_default(default_app) -> SimulatedMode:
 
 
 @pytest.fixture(scope="session")
-def simulated_mode(tmp_path_factory):
-    """mode name -> its app synthesized and simulated, once per test process."""
+def simulated_mode(synthesized_directory):
+    """mode name -> its app simulated once per test process (synthesized once per session)."""
     from trainstack.config_loading import parse_settings
 
     done: dict[str, SimulatedMode] = {}
@@ -117,9 +117,7 @@ def simulated_mode(tmp_path_factory):
         if mode not in done:
             data = MODES[mode](default_config_data())
             settings = parse_settings(data, NO_ENV, source=f"mode {mode}")
-            outdir = tmp_path_factory.mktemp(f"{mode}.cdk.out")
-            synthesize(settings, outdir)
-            done[mode] = simulate_app(settings, outdir)
+            done[mode] = simulate_app(settings, synthesized_directory(settings))
         return done[mode]
 
     return get

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.checkpoint_store_modes import STORE_MODES
-from tests.conftest import NO_ENV, deep_merge, default_config_data, synthesize
+from tests.conftest import NO_ENV, deep_merge, default_config_data
 from tests.iam import sar
 from tests.iam.conftest import MLFLOW_SERVER, with_express_checkpoints
 from tests.infra.conftest import IMPORTED_VPC_PERSISTENT_500
@@ -59,8 +58,8 @@ NAMED = {"training-plan": {"sagemaker:CreateTrainingJob": [TRAINING_PLAN]}}
 
 
 @pytest.fixture(scope="module")
-def synthesized(tmp_path_factory):
-    """synthesized(mode) -> (settings, templates), each mode synthesized once per module (the whole app)."""
+def synthesized(synthesized_directory):
+    """synthesized(mode) -> (settings, templates), each mode's whole app synthesized once per session."""
     from trainstack.config_loading import parse_settings
 
     apps: dict[str, tuple[Any, dict[str, dict[str, Any]]]] = {}
@@ -68,8 +67,7 @@ def synthesized(tmp_path_factory):
     def build(name: str):
         if name not in apps:
             settings = parse_settings(MODES[name](default_config_data()), NO_ENV, source=name)
-            _, assembly = synthesize(settings, tmp_path_factory.mktemp(f"{name}.cdk.out"))
-            apps[name] = settings, load_templates(Path(assembly.directory))
+            apps[name] = settings, load_templates(synthesized_directory(settings))
         return apps[name]
 
     return build

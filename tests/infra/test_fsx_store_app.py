@@ -6,11 +6,10 @@ synth's Control Tower rules and cdk-nag (synth fails on any open finding: tests/
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import NO_ENV, REPO_ROOT, deep_merge, synthesize
+from tests.conftest import NO_ENV, REPO_ROOT, deep_merge
 from tests.infra.templates import load_templates, resources
 from tests.infra.test_app_quality import run_cfn_lint
 from tests.infra.test_governed import GOVERNED
@@ -28,10 +27,9 @@ def example_settings(overrides: dict | None = None):
 
 
 @pytest.fixture(scope="module", params=["none", "control-tower"])
-def fsx_store_app(request, tmp_path_factory):
+def fsx_store_app(request, synthesized_directory):
     settings = example_settings(GOVERNED if request.param == "control-tower" else None)
-    _, assembly = synthesize(settings, tmp_path_factory.mktemp(f"fsx-store-{request.param}.cdk.out"))
-    return settings, Path(assembly.directory)
+    return settings, synthesized_directory(settings)
 
 
 def pipeline_machine(templates, name: str) -> dict:

@@ -5,12 +5,10 @@ default mode's known rules: a store changes no resource the controls judge."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from tests.checkpoint_store_modes import STORE_MODES
-from tests.conftest import NO_ENV, default_config_data, synthesize
+from tests.conftest import NO_ENV, default_config_data
 from tests.infra.control_tower import failed_rules, unpack_rules
 from tests.infra.test_governed import DEFAULT_MODE_FAILURES
 
@@ -22,13 +20,13 @@ def control_tower(tmp_path_factory):
 
 @pytest.mark.parametrize("mode", sorted(STORE_MODES))
 def test_each_stores_templates_pass_the_control_tower_rules_of_their_governance_mode(
-    mode, control_tower, tmp_path
+    mode, control_tower, synthesized_directory
 ):
     from trainstack.config_loading import parse_settings
 
     settings = parse_settings(STORE_MODES[mode](default_config_data()), NO_ENV, source=mode)
-    _, assembly = synthesize(settings, tmp_path / "cdk.out")  # control-tower: synth runs the rules too
-    failures = failed_rules(*control_tower, sorted(Path(assembly.directory).glob("*.template.json")))
+    outdir = synthesized_directory(settings)  # control-tower: synth runs the rules too
+    failures = failed_rules(*control_tower, sorted(outdir.glob("*.template.json")))
     if mode.endswith("-control-tower"):
         assert len(failures) == 4 and all(rules == set() for rules in failures.values()), failures
     else:
