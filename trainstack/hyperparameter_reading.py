@@ -1,5 +1,5 @@
 """How train.py reads a hyperparameter of the job, for the input rules that read one before the job
-(trainstack.execution_input; their JSONata twins in stacks/pipeline/pipeline_input_rules.py).
+(trainstack.input_rules; their JSONata twins in stacks/pipeline/pipeline_input_rules.py).
 
 Values: train.py does not get the text as written. SageMaker's training toolkit JSON-decodes each value
 (sagemaker-training 5.1.4 environment.py read_hyperparameters: json.loads, else the text itself), writes it

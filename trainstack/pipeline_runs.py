@@ -1,6 +1,6 @@
 """The slice of the config one pipeline reads: whose runs (the namespace), with which profiles, through which
 queue, within which limits. A config without `teams:` has one pipeline, namespaced by the project; with
-teams, one per team (trainstack/teams.py). It satisfies trainstack.execution_input.RunConfig, so the
+teams, one per team (trainstack/teams.py). It satisfies trainstack.input_rules.RunConfig, so the
 state machine and the CLI check an input by the same rules."""
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ CODE_PREFIX = "code/"
 BUNDLE_NAME = "sourcedir.tar.gz"  # the SageMaker Python SDK's name for a packed source_dir
 DIGEST_PATTERN = r"^[0-9a-f]{64}$"
 # The entry point, relative to the code's root: the profile's entry_point rule. The input rules also refuse a
-# `.`, `..` or empty segment (execution_input.NOT_NORMALIZED): the toolkit runs the entry from /opt/ml/code.
+# `.`, `..` or empty segment (input_rules.NOT_NORMALIZED): the toolkit runs the entry from /opt/ml/code.
 ENTRY_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_./-]*\.(py|sh)$"
 # The pipeline stack's output that names the team's code prefix (stacks/pipeline/code_access.py).
 CODE_PREFIX_OUTPUT = "CodePrefix"
@@ -83,7 +83,7 @@ def is_digest(value: Any) -> bool:
 
 
 def is_entry(value: Any) -> bool:
-    """The entry's spelling; execution_input's `normalized` rule refuses its `.`, `..` and empty segments."""
+    """The entry's spelling; input_rules' `normalized` rule refuses its `.`, `..` and empty segments."""
     return isinstance(value, str) and re.fullmatch(ENTRY_PATTERN, value) is not None
 
 

@@ -20,7 +20,7 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from stacks.pipeline.jsonata_text import expression
-from trainstack.execution_input import RUN_NAME_MAX_LENGTH
+from trainstack.run_names import RUN_NAME_MAX_LENGTH
 
 # Re-exported: the machines take the run-name limit from where the input check defines it.
 __all__ = ["RUN_NAME_MAX_LENGTH"]

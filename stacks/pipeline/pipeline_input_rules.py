@@ -1,4 +1,4 @@
-"""The execution input checks of trainstack.execution_input as one JSONata expression, and the profile table.
+"""The execution input rules of trainstack.input_rules as one JSONata expression, and the profile table.
 
 Each rule of INPUT_RULES and PROFILE_RULES has its condition here, keyed by (field, rule id); the causes
 are the rules' own messages, so the state machine and the CLI reject the same input with the same
@@ -16,14 +16,20 @@ from stacks.pipeline import cost_cap_states
 from stacks.pipeline.jsonata_text import literal
 from stacks.pipeline.state_machine_facts import extra_time_seconds, placeholder
 from trainstack.checkpoint_requests import checkpoint_prefix, direct_resume_prefixes
-from trainstack.execution_input import (
+from trainstack.express_buckets import EXPRESS_STORE
+from trainstack.hyperparameter_reading import (
+    CHECKED_FLAGS,
+    CHECKED_NAMES,
+    COUNT_PATTERN,
+    COUNTED_HYPERPARAMETERS,
+)
+from trainstack.input_rules import (
     EXECUTION_NAME_MESSAGE,
     HYPERPARAMETER_NAME_MAX_LENGTH,
     HYPERPARAMETER_VALUE_MAX_LENGTH,
     MIN_RUNTIME_HOURS,
     NOT_NORMALIZED,
     PROFILE_RULES,
-    RUN_NAME_MAX_LENGTH,
     RUN_NAME_PATTERN,
     S3_SCHEME,
     S3_URI_PATTERN,
@@ -32,13 +38,6 @@ from trainstack.execution_input import (
     input_fields,
     input_rules,
     message_context,
-)
-from trainstack.express_buckets import EXPRESS_STORE
-from trainstack.hyperparameter_reading import (
-    CHECKED_FLAGS,
-    CHECKED_NAMES,
-    COUNT_PATTERN,
-    COUNTED_HYPERPARAMETERS,
 )
 from trainstack.job_request import PipelineResources, base_request, instance_preferences
 from trainstack.jsonata_regex import regex_literal
@@ -49,6 +48,7 @@ from trainstack.profiles import (
     Profile,
 )
 from trainstack.retry_policies import Backoff
+from trainstack.run_names import RUN_NAME_MAX_LENGTH
 from trainstack.team_code import DIGEST_PATTERN, ENTRY_PATTERN
 from trainstack.teams import MAX_INSTANCE_COUNT
 

@@ -25,7 +25,7 @@ from constructs import Construct
 from stacks.pipeline.jsonata_text import expression, literal
 from stacks.pipeline.request_locations import LOCATIONS, foreign_run_rules, location_rules
 from trainstack.checkpoint_requests import checkpoint_prefix, direct_resume_prefixes
-from trainstack.execution_input import NOT_NORMALIZED, S3_SCHEME
+from trainstack.input_rules import NOT_NORMALIZED, S3_SCHEME
 from trainstack.job_request import (
     PipelineResources,
     RunRequest,

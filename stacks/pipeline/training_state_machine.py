@@ -1,6 +1,6 @@
 """The training pipeline's Step Functions state machines (JSONata): the pipeline and one attempt of it.
 
-The pipeline: check the input (the rules of trainstack.execution_input, in JSONata), build the run's
+The pipeline: check the input (the rules of trainstack.input_rules, in JSONata), build the run's
 CreateTrainingJob request from the profile's base request (trainstack.job_request, applied with
 $merge), run attempt after attempt in the attempt machine (attempt/training_attempt.py), wait with
 capped, jittered backoff between attempts that found no capacity, until the profile's max_attempts or

@@ -7,15 +7,8 @@ from datetime import UTC, datetime
 import pytest
 
 from tests.domain.input_cases import MALFORMED_INPUTS
-from trainstack.execution_input import (
-    FIELDS,
-    INPUT_RULES,
-    PROFILE_RULES,
-    QUEUE_FIELDS,
-    InvalidInputError,
-    default_run_name,
-    validate_execution_input,
-)
+from trainstack.execution_input import InvalidInputError, default_run_name, validate_execution_input
+from trainstack.input_rules import FIELDS, INPUT_RULES, PROFILE_RULES, QUEUE_FIELDS
 from trainstack.job_request import RunRequest
 
 

@@ -35,9 +35,9 @@ from tests.pipeline.test_registry import (
     assert_requests_match_the_service_model,
     versions,
 )
-from trainstack.execution_input import RUN_NAME_MAX_LENGTH
 from trainstack.registry import EVALUATION_JOBS_LIMIT, evaluation_job_name, is_evaluation_job
 from trainstack.retry_policies import MAX_ATTEMPTS_LIMIT
+from trainstack.run_names import RUN_NAME_MAX_LENGTH
 
 INSTANCE_TYPE = "ml.g5.12xlarge"  # PROFILE's only preference, on spot (config/default.yaml)
 MODEL = "s3://trainstack-artifacts-test/{run}/{run}-1/output/model/"

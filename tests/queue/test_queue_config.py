@@ -6,7 +6,8 @@ import pytest
 
 from tests.conftest import NO_ENV, deep_merge, default_config_data
 from trainstack.config_loading import ConfigError, parse_settings
-from trainstack.execution_input import FIELDS, InvalidInputError, input_fields, validate_execution_input
+from trainstack.execution_input import InvalidInputError, validate_execution_input
+from trainstack.input_rules import FIELDS, input_fields
 
 QUEUE = {
     "enabled": True,

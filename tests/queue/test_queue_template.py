@@ -18,9 +18,9 @@ from tests.infra.templates import only, resources
 from tests.infra.test_app_quality import LINT_PLUGINS, run_cfn_lint, validation_report
 from tests.pipeline.test_monitoring import assert_alarms
 from tests.queue.test_queue_config import QUEUE, settings_with
-from trainstack.execution_input import RUN_NAME_MAX_LENGTH
 from trainstack.profiles import MAX_PRIORITY
 from trainstack.queue_settings import queue_job_prefix
+from trainstack.run_names import RUN_NAME_MAX_LENGTH
 
 BATCH_TYPES = ("AWS::Batch::ServiceEnvironment", "AWS::Batch::JobQueue", "AWS::Batch::SchedulingPolicy")
 

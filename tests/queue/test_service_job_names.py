@@ -11,7 +11,6 @@ import pytest
 from localaws.emulator.batch_jobs import JOB_NAME, SAGEMAKER_NAME_LENGTH, TRAINING_JOB_NAMES
 from tests.queue.conftest import QUEUE_NAME, create_machine, service_job
 from tests.queue.test_queued_attempt import DEFINITION, attempt_input, run
-from trainstack.execution_input import RUN_NAME_MAX_LENGTH
 from trainstack.queue_settings import (
     BATCH_ATTEMPT_ID_LENGTH,
     BATCH_TRAINING_JOB_PREFIX,
@@ -20,6 +19,7 @@ from trainstack.queue_settings import (
     service_job_name,
 )
 from trainstack.retry_policies import MAX_ATTEMPTS_LIMIT
+from trainstack.run_names import RUN_NAME_MAX_LENGTH
 
 # The longest run name the input rules allow, with the project's prefix (the attempt refuses any other).
 LONGEST_RUN = "trainstack-" + "r" * (RUN_NAME_MAX_LENGTH - len("trainstack-"))

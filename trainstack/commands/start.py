@@ -21,12 +21,8 @@ from botocore.exceptions import ClientError
 
 from trainstack.commands.common import Pipeline, UsageError, add_pipeline_command, one_line_failures
 from trainstack.commands.status import follow
-from trainstack.execution_input import (
-    InvalidInputError,
-    RunConfig,
-    default_run_name,
-    validate_execution_input,
-)
+from trainstack.execution_input import InvalidInputError, default_run_name, validate_execution_input
+from trainstack.input_rules import RunConfig
 from trainstack.planning.setups import plan_lines
 from trainstack.prices import offline_training_prices
 from trainstack.profiles import Profile
