@@ -78,6 +78,11 @@ DATASET_CHANNELS = ("train", "val")
 ALLOW_FILE_STORE = {"MLFLOW_ALLOW_FILE_STORE": "true"}
 
 
+# How often a job to lose its capacity looks for its first checkpoint. The tiny model's steps take about
+# 50 ms, so a slower look lets the job train on, even to its end, before the loss reaches it.
+CAPACITY_LOSS_POLL_SECONDS = 0.02
+
+
 @dataclass
 class LocalRun:
     base: Path  # the job's /opt/ml
@@ -268,7 +273,7 @@ class LocalTraining:
             while run.process.poll() is None and not (
                 set(run.checkpoint_dir.glob("step_*/COMPLETE")) - before
             ):
-                threading.Event().wait(0.5)
+                threading.Event().wait(CAPACITY_LOSS_POLL_SECONDS)
             if run.process.poll() is None:
                 run.capacity_failed = True
                 _signal_group(run.process, signal.SIGTERM)

@@ -23,6 +23,12 @@ from trainstack.report.charts import (
 )
 from trainstack.report.goodput import KEPT, STARTING
 
+# Attempt 1 loses its capacity once its first checkpoint (step CHECKPOINT_INTERVAL) is written; the steps
+# after it (about 50 ms each) leave attempt 2 steps of its own to log, resumed from that checkpoint or from a
+# stop checkpoint soon after, which train.py keeps (its last two) beside attempt 2's one at MAX_STEPS.
+CHECKPOINT_INTERVAL = 20
+MAX_STEPS = 40
+
 
 @dataclass
 class Demo:
@@ -43,9 +49,9 @@ def demo(default_app, tmp_path_factory) -> Demo:
         "--workdir",
         str(tmp_path / "demo"),
         "--max-steps",
-        "20",
+        str(MAX_STEPS),
         "--checkpoint-interval",
-        "10",
+        str(CHECKPOINT_INTERVAL),
     )
     return Demo(tmp_path / "demo", out, assembly.directory)
 
@@ -69,15 +75,15 @@ def test_a_retraining_survives_a_capacity_loss_and_resumes_from_its_checkpoint(d
     )
     assert first, out
     resumed = re.search(
-        r"attempt 2: \S+ resumed from the checkpoint of step (\d+), last logged step 20, "
+        rf"attempt 2: \S+ resumed from the checkpoint of step (\d+), last logged step {MAX_STEPS}, "
         r"ended Completed",
         out,
     )
-    assert resumed and int(resumed.group(1)) >= 10, out
+    assert resumed and CHECKPOINT_INTERVAL <= int(resumed.group(1)) < MAX_STEPS, out
     assert "loads with AutoModelForCausalLM: LlamaForCausalLM" in out
     # The checkpoints live in the folder standing for the run's checkpoint prefix, shared by both attempts:
-    # attempt 1's step-10 checkpoint, plus its stop checkpoint when it got past step 10 before the stop
-    # (timing: on a loaded machine the stop can come while it is still at step 10).
+    # attempt 1's first checkpoint, plus its stop checkpoint when it got past that step before the stop
+    # (timing: on a loaded machine the stop can come while it is still at that step).
     checkpoints = list((tmp_path / "demo" / "s3").glob("*checkpoint*/*/step_*/COMPLETE"))
     assert len({path.parent.parent for path in checkpoints}) == 1
     assert f"step_{int(resumed.group(1)):09d}" in {path.parent.name for path in checkpoints}
@@ -93,13 +99,13 @@ def test_the_report_shows_both_attempts_in_a_browser(demo):
     for chart in ("timeline", "loss", "throughput"):
         box = page.boxes[chart]
         assert box[2] - box[0] >= 900 and box[3] - box[1] >= 150, (chart, box)
-        # Attempt 1 logs steps 5 and 10 at least: a bar, or a line 2.5 px wide across steps, more pixels of
-        # its colour than its dots alone (about 30 each) would have. Attempt 2 resumes from step 10 or from
-        # its stop checkpoint up to step 19 (timing), so it may log only step 20: at least one dot. Its
-        # tokens/s leave out its first WARMUP_STEPS steps (training_scripts/metrics.py): resumed at step 17
-        # or later, it trains only warm-up steps and draws no throughput point.
+        # Attempt 1 logs steps 5 to 20 at least: a bar, or a line 2.5 px wide across steps, more pixels of
+        # its colour than its dots alone (about 30 each) would have. Attempt 2 resumes from step 20 or from
+        # its stop checkpoint a few steps later (timing): it logs at least the steps to MAX_STEPS. Its
+        # tokens/s leave out its first WARMUP_STEPS steps (training_scripts/metrics.py): resumed within
+        # WARMUP_STEPS of the end, it would train only warm-up steps and draw no throughput point.
         assert colour_pixels(page.screenshot, box, first) > 150, (chart, first)
-        if chart != "throughput" or 20 - resumed > WARMUP_STEPS:
+        if chart != "throughput" or MAX_STEPS - resumed > WARMUP_STEPS:
             assert colour_pixels(page.screenshot, box, second) > 15, (chart, second, resumed)
     assert colour_pixels(page.screenshot, page.boxes["timeline"], BACKOFF_COLOUR) > 20  # the back-off
     # The goodput ledger: a bar per attempt, its start (the toolkit, torchrun and the model's set-up: most
@@ -173,12 +179,12 @@ def test_each_job_logs_its_metrics_to_the_local_mlflow_store_standing_for_the_pr
     # One MLflow run per training job, named after it (TRAINING_JOB_NAME), the evaluations log none.
     assert sorted(runs) == sorted([*attempts, f"{worse}-1"]), demo.out
     completed = runs[attempts[-1]]
-    assert completed.data.params["max_steps"] == "20"
+    assert completed.data.params["max_steps"] == str(MAX_STEPS)
     steps = [metric.step for metric in client.get_metric_history(completed.info.run_id, "train/loss")]
-    assert steps and steps[-1] == 20
+    assert steps and steps[-1] == MAX_STEPS
     assert completed.data.metrics["validation/loss"] > 0
     # The demo's own lines say the same.
-    line = rf"mlflow:   {re.escape(attempts[-1])}: FINISHED, train/loss at steps [\d, ]*20 "
+    line = rf"mlflow:   {re.escape(attempts[-1])}: FINISHED, train/loss at steps [\d, ]*{MAX_STEPS} "
     assert re.search(line, demo.out), demo.out
 
 
