@@ -7,9 +7,10 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 import yaml
@@ -109,6 +110,34 @@ def synthesize(settings, outdir: Path | None = None):
     app = cdk.App(outdir=str(outdir) if outdir else None, context=context)
     stacks = build_app(app, settings)
     return stacks, app.synth()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def botocore_data_read_once() -> Iterator[None]:
+    """Each test process reads and parses botocore's data files once. moto gives every mock_aws block a
+    new default boto3 session, whose new loader read the service models again (SageMaker's is megabytes
+    of JSON; with the endpoints file, a third of an emulator test's CPU time). A session already hands
+    the same loaded data to all of its clients, which only read it; here every session shares it."""
+    from botocore.loaders import Loader
+
+    def shared(load: Callable[..., Any]) -> Callable[..., Any]:
+        loaded: dict[tuple, Any] = {}
+
+        def load_once(loader: Loader, *arguments: Any, **named: Any) -> Any:
+            key = (tuple(loader.search_paths), *arguments, *sorted(named.items()))
+            if key not in loaded:
+                loaded[key] = load(loader, *arguments, **named)
+            return loaded[key]
+
+        return load_once
+
+    # load_service_model adds the model's extras to what load_data_with_path loaded: both are shared, so
+    # the extras are added once.
+    with (
+        mock.patch.object(Loader, "load_data_with_path", shared(Loader.load_data_with_path)),
+        mock.patch.object(Loader, "load_service_model", shared(Loader.load_service_model)),
+    ):
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,9 @@ What it changes inside moto, for the duration of the `with` block:
 - Limits: the 25,000-event history and the 256 KiB payloads fail an execution, a state or a task as on
   AWS; States.Runtime is never caught (limits.py).
 - Speed: a definition is parsed once per session, not once per execution (the parsed program keeps no
-  execution state).
+  execution state); the aws-sdk and `.sync` tasks share one boto3 client per Region and service for the
+  session, where moto made one per call and per poll ("Low-level clients are thread safe", boto3's guide,
+  Multithreading and multiprocessing).
 """
 
 from __future__ import annotations
@@ -91,6 +93,7 @@ def _patches(clock: Clock, quiet: bool) -> list[Any]:
     )
     from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
     from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
+    from moto.stepfunctions.parser.asl.utils import boto_client
 
     def wait_interval(self, env, wait_seconds: int) -> None:
         clock.wait_state(wait_seconds, env.program_state_event, env.is_running)
@@ -106,6 +109,7 @@ def _patches(clock: Clock, quiet: bool) -> list[Any]:
         mock.patch.object(aws_sdk.StateTaskServiceAwsSdk, "_normalise_parameters", _arguments_in_model_names),
         mock.patch.object(aws_sdk.StateTaskServiceAwsSdk, "_normalise_response", _response_in_pascal_names),
         mock.patch.object(AmazonStateLanguageParser, "parse", _parse_once(AmazonStateLanguageParser.parse)),
+        mock.patch.object(boto_client, "boto3", _ReusedClients()),
     ]
     patches += jsonata_states.patches(clock) + nested_executions.patches() + execution_ends.patches()
     patches += versions.patches() + sync_executions.patches() + log_streams.patches() + clock.patches()
@@ -120,6 +124,24 @@ def _patches(clock: Clock, quiet: bool) -> list[Any]:
             mock.patch.object(logging.getLogger("moto.stepfunctions.parser"), "level", logging.CRITICAL)
         )
     return patches
+
+
+class _ReusedClients:
+    """Stands for the boto3 module in moto's boto_client_for: a client per Region, service and endpoint,
+    made on first use (its credentials and config are the same at every call)."""
+
+    def __init__(self) -> None:
+        self._clients: dict[tuple, Any] = {}
+        self._lock = threading.Lock()
+
+    def client(self, **arguments: Any) -> Any:
+        import boto3
+
+        key = (arguments["region_name"], arguments["service_name"], arguments.get("endpoint_url"))
+        with self._lock:
+            if key not in self._clients:
+                self._clients[key] = boto3.client(**arguments)
+            return self._clients[key]
 
 
 def _exception_name(service_error_name: str, error: Exception) -> str:
