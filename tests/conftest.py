@@ -23,33 +23,41 @@ DEFAULT_CONFIG = REPO_ROOT / "config" / "default.yaml"
 NO_ENV: dict[str, str] = {}
 
 
-# The test files that take longest under `make test`, longest first (seconds on a loaded 2-core machine,
-# `--durations`, 2026-12-03). `make test` hands files to its two workers in collection order
-# (`--dist loadfile --no-loadscope-reorder`), and these come first: a one-test demo of two minutes
-# dealt last, as xdist's default order (most tests first) dealt them, kept one worker busy alone for
-# minutes after the other had finished. Files not listed follow in their usual order.
+# The test files that take longest under `make test`, longest first (seconds in each environment, summed
+# from `--durations`; idle 2-core machine, both suites side by side, 2026-12-05). `make test` hands files
+# to its two workers in collection order (`--dist loadfile --no-loadscope-reorder`), and these come first:
+# a one-test demo of two minutes dealt last, as xdist's default order (most tests first) dealt them, kept
+# one worker busy alone for minutes after the other had finished. Files not listed follow in their usual
+# order.
 LONGEST_FILES = (
-    "tests/demo/test_demo.py",  # 276 s
-    "tests/training/test_init_from.py",  # 243 s (FSDP2: .venv); 31 s in .venv-image
-    "tests/demo/test_fault_demo.py",  # 232 s
-    "tests/training/test_examples.py",  # 147 s loaded, 65 s idle (.venv-image: two emulator runs)
-    "tests/training/test_smp.py",  # 112 s (.venv-image)
-    "tests/migrations/test_migrations.py",  # ~110 s (eight syntheses), 2026-12-05
-    "tests/upgrades/test_deploy_review.py",  # ~100 s (two CLI syntheses), 2026-12-05
-    "tests/demo/test_trigger_demo.py",  # 103 s
-    "tests/demo/test_queue_demo.py",  # 102 s
-    "tests/teams/test_teams_quality.py",  # 96 s
-    "tests/upgrades/test_upgrades.py",  # ~90 s (five syntheses), 2026-12-05
-    "tests/training/test_in_job_restart.py",  # 94 s (.venv-image)
-    "tests/pipeline/test_history_budget.py",  # 86 s
-    "tests/training/test_safety.py",  # 85 s (.venv-image)
-    "tests/training/test_watchdog.py",  # 78 s (.venv-image)
-    "tests/training/test_train.py",  # 75 s in each venv
-    "tests/training/test_checkpoint_stores.py",  # 69 s (.venv-image)
-    "tests/pipeline/test_registry.py",  # 61 s
-    "tests/pipeline/test_model_gate.py",  # 61 s
-    "tests/teams/test_team_isolation.py",  # 57 s
-    "tests/teams/test_many_runs.py",  # ~55 s (queue mode), 2026-12-05
+    "tests/training/test_safety.py",  # 142 s .venv-image
+    "tests/training/test_smp.py",  # 118 s .venv-image
+    "tests/training/test_examples.py",  # 109 s .venv-image
+    "tests/infra/test_store_modes.py",  # 103 s .venv
+    "tests/demo/test_demo.py",  # 102 s .venv
+    "tests/training/test_in_job_restart.py",  # 94 s .venv-image
+    "tests/infra/test_bad_config.py",  # 93 s .venv
+    "tests/demo/test_queue_demo.py",  # 89 s .venv
+    "tests/infra/test_governed.py",  # 84 s .venv
+    "tests/training/test_watchdog.py",  # 79 s .venv-image
+    "tests/training/test_checkpoint_stores.py",  # 75 s .venv-image
+    "tests/training/test_init_from.py",  # 73 s .venv, 59 s .venv-image
+    "tests/training/test_train.py",  # 43 s .venv, 70 s .venv-image
+    "tests/demo/test_fault_demo.py",  # 70 s .venv
+    "tests/teams/test_teams_quality.py",  # 63 s .venv
+    "tests/iam/test_grants_vs_sar.py",  # 61 s .venv
+    "tests/iam/test_denied_calls.py",  # 47 s .venv
+    "tests/training/test_smddp.py",  # 45 s .venv-image
+    "tests/pipeline/test_store_pipeline.py",  # 41 s .venv
+    "tests/infra/test_run_data_key.py",  # 41 s .venv
+    "tests/training/test_resume_from_store.py",  # 20 s .venv, 38 s .venv-image
+    "tests/pipeline/test_scenarios.py",  # 38 s .venv
+    "tests/training/test_toolkit_launch.py",  # 35 s .venv-image
+    "tests/iam/test_simulated_calls.py",  # 33 s .venv
+    "tests/infra/test_fsx_store_app.py",  # 33 s .venv
+    "tests/pipeline/test_dataset_manifest.py",  # 32 s .venv
+    "tests/pipeline/test_retrain_trigger.py",  # 31 s .venv
+    "tests/training/test_launch_matrix.py",  # 31 s .venv-image
 )
 
 
