@@ -16,6 +16,9 @@ import pytest
 import yaml
 
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+# As the image sets it (container/Dockerfile): MLflow's telemetry thread sets and unsets a variable in
+# os.environ while a test's MLflow client copies the environment for a request (KeyError).
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO_ROOT / "config" / "default.yaml"

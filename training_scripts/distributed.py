@@ -15,7 +15,6 @@ import contextlib
 import importlib.util
 import logging
 import os
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -130,8 +129,12 @@ def setup(requested: str, mp_parameters: dict, collective_timeout: timedelta | N
     if cuda:
         torch.cuda.set_device(local_rank)
     if strategy != "smddp" and "RANK" not in os.environ:  # plain `python train.py`: a world of one
-        os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
-    dist.init_process_group(backend=backend, timeout=collective_timeout, **_restarted_round_store())
+        # In an in-memory store: no TCP port to pick, which another process could take between the pick
+        # and the bind (EADDRINUSE).
+        store = {"store": dist.HashStore(), "rank": 0, "world_size": 1}
+    else:
+        store = _restarted_round_store()
+    dist.init_process_group(backend=backend, timeout=collective_timeout, **store)
     rank, world_size = dist.get_rank(), dist.get_world_size()
 
     model_parallel_degree = 1
@@ -293,9 +296,3 @@ def settle(runtime: Runtime) -> None:
 def teardown() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]

@@ -339,6 +339,7 @@ def _start_toolkit(
         "SAGEMAKER_BASE_DIR": str(base),
         "SM_STUDIO_LOCAL_MODE": "true",  # else the toolkit waits to resolve host algo-1
         "SAGEMAKER_TRAINING_MODULE": "sagemaker_pytorch_container.training:main",
+        "MLFLOW_DISABLE_TELEMETRY": "true",  # as the image's ENV sets it (container/Dockerfile)
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         "OMP_NUM_THREADS": "1",
         # torchrun's --master-port from its environment (the toolkit passes none: 29500): on SageMaker each

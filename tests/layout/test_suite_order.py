@@ -17,7 +17,7 @@ def test_every_listed_file_exists():
 
 def test_the_longest_files_are_collected_first_and_make_test_keeps_that_order():
     # Two listed files (quick to import) after an unlisted folder, in the order pytest would collect them.
-    listed = ["tests/demo/test_trigger_demo.py", "tests/demo/test_fault_demo.py"]
+    listed = ["tests/demo/test_fault_demo.py", "tests/demo/test_queue_demo.py"]
     collected = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "tests/config",
          *listed],
