@@ -14,6 +14,9 @@ IMAGE_DEPS := $(IMAGE_VENV)/.image-deps
 CHECKOV_VENV := .venv-checkov
 CHECKOV := $(CURDIR)/$(CHECKOV_VENV)/bin/checkov
 
+# pip byte-compiles every file it installs (torch's thousands: about 40 s of CPU per venv); Python compiles
+# the modules a command imports on their first import instead, and keeps them.
+PIP_FLAGS := -q --no-compile
 # aws-cdk-lib still runs on node 20 but prints an end-of-life banner; the CLI must not call home.
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_VERSION_CHECK := 1
@@ -23,24 +26,24 @@ export PATH := $(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install $(PIP_FLAGS) --upgrade pip
 
 # Synthesis needs only the CDK libraries and the config model: no torch.
 $(SYNTH_DEPS): requirements.txt pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -r requirements.txt
-	$(BIN)/pip install -q --no-deps -e .
+	$(BIN)/pip install $(PIP_FLAGS) -r requirements.txt
+	$(BIN)/pip install $(PIP_FLAGS) --no-deps -e .
 	touch $@
 
 $(DEV_DEPS): $(SYNTH_DEPS) requirements-dev.txt requirements-train.txt requirements-test.txt requirements-toolkit.txt
-	$(BIN)/pip install -q -r requirements-dev.txt
+	$(BIN)/pip install $(PIP_FLAGS) -r requirements-dev.txt
 	touch $@
 
 # torch 2.5.1 from PyPI is a CUDA build: about 5 GB installed, although the tests run on the CPU.
 $(IMAGE_DEPS): requirements-image.txt container/base-image-versions.txt container/requirements.txt \
 		requirements.txt requirements-test.txt requirements-toolkit.txt
 	$(PYTHON) -m venv $(IMAGE_VENV)
-	$(IMAGE_VENV)/bin/pip install -q --upgrade pip
-	$(IMAGE_VENV)/bin/pip install -q -r requirements-image.txt
+	$(IMAGE_VENV)/bin/pip install $(PIP_FLAGS) --upgrade pip
+	$(IMAGE_VENV)/bin/pip install $(PIP_FLAGS) -r requirements-image.txt
 	touch $@
 
 $(CDK): package.json package-lock.json
@@ -80,7 +83,7 @@ demo-trigger: $(DEV_DEPS) $(CDK)
 # cfn-lint's registry schemas.
 DEPLOY_DEPS := $(VENV)/.deploy-deps
 $(DEPLOY_DEPS): $(SYNTH_DEPS) requirements-deploy.txt
-	$(BIN)/pip install -q -r requirements-deploy.txt
+	$(BIN)/pip install $(PIP_FLAGS) -r requirements-deploy.txt
 	touch $@
 
 # Review a deploy first: what it would replace, delete or fail on against the deployed stacks, then `cdk diff`.
@@ -105,20 +108,24 @@ $(CHROMIUM):
 # Each test runs where its marker says (tests/conftest.py): newer_stack in .venv, image_stack in .venv-image.
 # .venv-image (torch 2.5.1, ~5 GB) installs while the newer-stack suite runs, and its suite starts as soon as
 # it is installed, beside the newer one: pip mostly waits on the disk and the registry, a worker waits on
-# its training processes, and four workers fill two cores where two left gaps (and hold their share of a
-# machine that runs something else beside them). Its output follows the newer suite's. Both suites always
+# its training processes, and the workers together fill two cores where two left gaps (and hold their share
+# of a machine that runs something else beside them). The newer suite has three workers, the image suite
+# two: the newer suite has more to do, and its workers run one thread each where a training test runs
+# three processes, so both end at about the same time. Its output follows the newer suite's. Both suites always
 # run; the target fails if either does. Each worker takes a whole file (module fixtures run once), the
 # longest files first, in tests/conftest.py's order (LONGEST_FILES), not xdist's (most tests first).
 IMAGE_INSTALL_LOG := $(IMAGE_VENV).install.log
 IMAGE_TEST_LOG := $(IMAGE_VENV).test.log
-XDIST := -n 2 --dist loadfile --no-loadscope-reorder --durations=15
+NEWER_WORKERS := 3
+IMAGE_WORKERS := 2
+XDIST := --dist loadfile --no-loadscope-reorder --durations=15
 test: $(DEV_DEPS) $(CDK) $(CHROMIUM)
 	@rm -f $(IMAGE_TEST_LOG); \
 	{ if ! $(MAKE) --no-print-directory $(IMAGE_DEPS) > $(IMAGE_INSTALL_LOG) 2>&1; then \
 	    cat $(IMAGE_INSTALL_LOG); echo "make: installing $(IMAGE_VENV) failed (its log is above)" >&2; exit 1; fi; \
-	  $(IMAGE_VENV)/bin/python -m pytest $(XDIST) -m image_stack tests/training > $(IMAGE_TEST_LOG) 2>&1; } & \
+	  $(IMAGE_VENV)/bin/python -m pytest -n $(IMAGE_WORKERS) $(XDIST) -m image_stack tests/training > $(IMAGE_TEST_LOG) 2>&1; } & \
 	image_suite=$$!; \
-	pytest $(XDIST) -m newer_stack; newer=$$?; \
+	pytest -n $(NEWER_WORKERS) $(XDIST) -m newer_stack; newer=$$?; \
 	wait $$image_suite; image=$$?; \
 	if [ -f $(IMAGE_TEST_LOG) ]; then echo "make: the image suite ($(IMAGE_TEST_LOG)), run beside it:"; cat $(IMAGE_TEST_LOG); fi; \
 	exit $$(( newer || image ))
@@ -132,7 +139,7 @@ lint: $(DEV_DEPS) $(CDK) $(CHECKOV) synth
 
 $(CHECKOV): requirements-checkov.txt
 	$(PYTHON) -m venv $(CHECKOV_VENV)
-	$(CHECKOV_VENV)/bin/pip install -q -r requirements-checkov.txt
+	$(CHECKOV_VENV)/bin/pip install $(PIP_FLAGS) -r requirements-checkov.txt
 	touch $@
 
 local-train: $(DEV_DEPS)

@@ -28,7 +28,7 @@ NO_ENV: dict[str, str] = {}
 
 # The test files that take longest under `make test`, longest first (seconds in each environment, summed
 # from `--durations`; idle 2-core machine, both suites side by side, 2026-12-05). `make test` hands files
-# to its two workers in collection order (`--dist loadfile --no-loadscope-reorder`), and these come first:
+# to its workers in collection order (`--dist loadfile --no-loadscope-reorder`), and these come first:
 # a one-test demo of two minutes dealt last, as xdist's default order (most tests first) dealt them, kept
 # one worker busy alone for minutes after the other had finished. Files not listed follow in their usual
 # order.

@@ -1,4 +1,4 @@
-"""`make test` deals the longest test files to its two workers first (tests/conftest.py's LONGEST_FILES),
+"""`make test` deals the longest test files to each suite's workers first (tests/conftest.py's LONGEST_FILES),
 so that no minutes-long demo is left for one worker to run alone at the end."""
 
 from __future__ import annotations
