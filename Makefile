@@ -14,9 +14,6 @@ IMAGE_DEPS := $(IMAGE_VENV)/.image-deps
 CHECKOV_VENV := .venv-checkov
 CHECKOV := $(CURDIR)/$(CHECKOV_VENV)/bin/checkov
 
-# pip byte-compiles every file it installs (torch's thousands: about 40 s of CPU per venv); Python compiles
-# the modules a command imports on their first import instead, and keeps them.
-PIP_FLAGS := -q --no-compile
 # aws-cdk-lib still runs on node 20 but prints an end-of-life banner; the CLI must not call home.
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_VERSION_CHECK := 1
@@ -26,24 +23,24 @@ export PATH := $(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install $(PIP_FLAGS) --upgrade pip
+	$(BIN)/pip install -q --upgrade pip
 
 # Synthesis needs only the CDK libraries and the config model: no torch.
 $(SYNTH_DEPS): requirements.txt pyproject.toml | $(BIN)/python
-	$(BIN)/pip install $(PIP_FLAGS) -r requirements.txt
-	$(BIN)/pip install $(PIP_FLAGS) --no-deps -e .
+	$(BIN)/pip install -q -r requirements.txt
+	$(BIN)/pip install -q --no-deps -e .
 	touch $@
 
 $(DEV_DEPS): $(SYNTH_DEPS) requirements-dev.txt requirements-train.txt requirements-test.txt requirements-toolkit.txt
-	$(BIN)/pip install $(PIP_FLAGS) -r requirements-dev.txt
+	$(BIN)/pip install -q -r requirements-dev.txt
 	touch $@
 
 # torch 2.5.1 from PyPI is a CUDA build: about 5 GB installed, although the tests run on the CPU.
 $(IMAGE_DEPS): requirements-image.txt container/base-image-versions.txt container/requirements.txt \
 		requirements.txt requirements-test.txt requirements-toolkit.txt
 	$(PYTHON) -m venv $(IMAGE_VENV)
-	$(IMAGE_VENV)/bin/pip install $(PIP_FLAGS) --upgrade pip
-	$(IMAGE_VENV)/bin/pip install $(PIP_FLAGS) -r requirements-image.txt
+	$(IMAGE_VENV)/bin/pip install -q --upgrade pip
+	$(IMAGE_VENV)/bin/pip install -q -r requirements-image.txt
 	touch $@
 
 $(CDK): package.json package-lock.json
@@ -83,7 +80,7 @@ demo-trigger: $(DEV_DEPS) $(CDK)
 # cfn-lint's registry schemas.
 DEPLOY_DEPS := $(VENV)/.deploy-deps
 $(DEPLOY_DEPS): $(SYNTH_DEPS) requirements-deploy.txt
-	$(BIN)/pip install $(PIP_FLAGS) -r requirements-deploy.txt
+	$(BIN)/pip install -q -r requirements-deploy.txt
 	touch $@
 
 # Review a deploy first: what it would replace, delete or fail on against the deployed stacks, then `cdk diff`.
@@ -139,7 +136,7 @@ lint: $(DEV_DEPS) $(CDK) $(CHECKOV) synth
 
 $(CHECKOV): requirements-checkov.txt
 	$(PYTHON) -m venv $(CHECKOV_VENV)
-	$(CHECKOV_VENV)/bin/pip install $(PIP_FLAGS) -r requirements-checkov.txt
+	$(CHECKOV_VENV)/bin/pip install -q -r requirements-checkov.txt
 	touch $@
 
 local-train: $(DEV_DEPS)
