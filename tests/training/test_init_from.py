@@ -82,6 +82,7 @@ def load_one_tensor_per_chunk(rank: int, parallelism: str, saved_dirs: list[str]
             assert loaded[name].dtype == torch.float32, (saved, name)  # fp32 master weights from bf16 files
             assert torch.equal(loaded[name], tensor.float()), (saved, name)
         assert loaded.keys() == expected.keys(), saved
+    dist.barrier()  # before destroying the gloo group: training_scripts/distributed.py's settle() says why
     dist.destroy_process_group()
 
 
