@@ -43,6 +43,7 @@ from unittest import mock
 import botocore.session
 
 from localaws.emulator import (
+    dynamodb_items,
     execution_ends,
     jsonata_states,
     limits,
@@ -113,6 +114,7 @@ def _patches(clock: Clock, quiet: bool) -> list[Any]:
     ]
     patches += jsonata_states.patches(clock) + nested_executions.patches() + execution_ends.patches()
     patches += versions.patches() + sync_executions.patches() + log_streams.patches() + clock.patches()
+    patches += dynamodb_items.patches()
     clock_datetime = _datetime_module_on(clock)
     patches += [
         mock.patch.object(importlib.import_module(name), "datetime", clock_datetime)

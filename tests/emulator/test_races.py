@@ -1,6 +1,6 @@
 """Races between threads of the emulator, forced: an ending child execution read by its parent's `.sync:2`
 poll, a stopped parent's child, the SteppedClock's settling while many `.sync` tasks wait, and a local
-training job described while its supervisor records its end."""
+training job described while its supervisor records its end, and DynamoDB updates of one item at once."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import time
 import uuid
 from contextlib import ExitStack
 from datetime import UTC, datetime
+from unittest import mock
 
 import boto3
 import pytest
@@ -262,3 +263,52 @@ def test_a_local_job_is_never_described_completed_without_its_end_time(tmp_path)
     job = TrainingJob({"TrainingJobName": "local-1"}, created=0.0)
     phase = run.phase(job)
     assert phase.status != "Completed" or "TrainingEndTime" in phase.fields, phase
+
+
+def _count_at_once(clients: int) -> float:
+    """`clients` threads each add 1 to one absent item's counter, every one of them held for 0.2 real seconds
+    after finding the item absent (moto then creates it and adds): the count they leave."""
+    from moto.dynamodb.models.table import Table
+
+    get_item = Table.get_item
+
+    def slow_get_item(self, *arguments, **named):
+        item = get_item(self, *arguments, **named)
+        if item is None:
+            time.sleep(0.2)  # every other thread finds it absent too, unless writes are one at a time
+        return item
+
+    dynamodb = boto3.client("dynamodb", region_name=REGION)
+    dynamodb.create_table(
+        TableName="budget",
+        KeySchema=[{"AttributeName": "team", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "team", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+
+    def reserve() -> None:
+        dynamodb.update_item(
+            TableName="budget",
+            Key={"team": {"S": "research"}},
+            UpdateExpression="ADD runs :one",
+            ConditionExpression="attribute_not_exists(runs) OR runs < :most",
+            ExpressionAttributeValues={":one": {"N": "1"}, ":most": {"N": "10"}},
+        )
+
+    with mock.patch.object(Table, "get_item", slow_get_item):
+        threads = [threading.Thread(target=reserve) for _ in range(clients)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    item = dynamodb.get_item(TableName="budget", Key={"team": {"S": "research"}})["Item"]
+    return float(item["runs"]["N"])
+
+
+def test_concurrent_conditional_updates_of_one_item_each_count():
+    """DynamoDB applies each write to an item whole (localaws/emulator/dynamodb_items.py); moto alone loses
+    reservations made at once (a loaded run's budget never counted its fourth run)."""
+    with mock_aws(), local_stepfunctions(VirtualClock()):
+        assert _count_at_once(4) == 4
+    with mock_aws():  # the interleaving is real: moto without the emulator's lock loses writes
+        assert _count_at_once(4) < 4
