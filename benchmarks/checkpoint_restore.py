@@ -111,8 +111,8 @@ def rank_main(rank: int, args: argparse.Namespace, environment: dict, work: str,
     }
     Path(results, f"rank_{rank}.json").write_text(json.dumps(figures))
     # torch 2.5.1 destroys a gloo group holding the GIL while its threads may still need it to free the last
-    # load's tensors: a rank of the test's run hung there once. A barrier lets those frees finish first (as train.py's
-    # distributed.settle does).
+    # load's tensors: a rank of the test's run hung there once. A barrier lets those frees finish first (as
+    # train.py's distributed.settle does).
     dist.barrier()
     dist.destroy_process_group()
 
