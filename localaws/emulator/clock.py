@@ -23,6 +23,10 @@ from unittest import mock
 
 # How often a waiting thread re-checks for an abort or a timeout, in real seconds.
 _POLL_SECONDS = 0.01
+# On a clock that runs by itself (Virtual, Scaled), a `.sync` poll of a child execution looks again at
+# least this often even when no execution ended: a safety net, as the child's status is only ever final
+# once its execution thread ends.
+_CHILD_LOOK_SECONDS = 0.5
 
 
 @dataclass
@@ -34,13 +38,29 @@ class Deadline:
 
 
 class Clock(ABC):
-    """Epoch time in seconds plus the waits the interpreter asked for (recorded for tests)."""
+    """Epoch time in seconds plus the waits the interpreter asked for (recorded for tests).
+
+    Every clock counts moto's executions (started, ended) and lets a `states:startExecution` `.sync` task
+    sleep between two looks at its child until an execution ends or its own execution stops, instead of
+    polling (each look is a DescribeExecution through boto3 and moto, milliseconds of CPU: a parent
+    waiting minutes on a child in a demo kept a core a third busy)."""
+
+    # How long a `.sync` child poll blocks at most before it looks again (None: until an execution ends).
+    child_look_seconds: float | None = _CHILD_LOOK_SECONDS
 
     def __init__(self) -> None:
         self.waits: list[float] = []  # Wait states, in seconds, in the order they started
         self.retry_sleeps: list[float] = []  # Retry backoff intervals, in seconds
         self._lock = threading.Lock()
         self._deadlines: list[Deadline] = []
+        self._changed = threading.Condition(self._lock)
+        self._running = 0  # executions started and not ended
+        self._waits: dict[int, _Blocked] = {}  # by thread: what it is blocked on
+        self._ended = 0  # executions ended so far: a child poll started before one ended must look again
+        self._polled_at: dict[int, int] = {}  # by thread: self._ended when its last child poll began
+        # by thread: running() of the execution whose `.sync` task polls a child
+        self._polling: dict[int, Callable[[], bool]] = {}
+        self._changes = 0  # every change a SteppedClock's settle() waits on, counted
 
     @abstractmethod
     def time(self) -> float:
@@ -74,9 +94,112 @@ class Clock(ABC):
         if seconds > 0:
             self._pass(seconds, threading.Event(), lambda: True)
 
+    def child_poll_sleep(self, seconds: float) -> None:
+        """A `states:startExecution` `.sync` task between two looks at its child: blocked until an
+        execution ends (at once if one ended since its last look began) or its own execution stops
+        running, or for child_look_seconds at most. Any other service's `.sync` poll sleeps `seconds` of real
+        time, counted as working."""
+        me = threading.get_ident()
+        running = self._polling.get(me)
+        if running is None:
+            time.sleep(seconds)
+            return
+        with self._lock:
+            looked_at = self._polled_at.get(me)
+            self._polled_at[me] = self._ended
+            if looked_at != self._ended:
+                return  # an execution ended since the last look began (or this is the first): look again
+            blocked = _Blocked(None, running)
+            self._waits[me] = blocked
+            self._note_change()
+        give_up = None if self.child_look_seconds is None else time.monotonic() + self.child_look_seconds
+        try:
+            while running() and not blocked.due.wait(_POLL_SECONDS):
+                if give_up is not None and time.monotonic() > give_up:
+                    break
+        finally:
+            self._unblock()
+            with self._lock:
+                self._polled_at[me] = self._ended
+
+    def _following_children(self, eval_sync):
+        """moto's `.sync` loop with its execution's running() known to child_poll_sleep."""
+        from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
+            state_task_service_sfn,
+        )
+
+        clock = self
+
+        def eval_sync_following(task, env, *args, **kwargs):
+            if not isinstance(task, state_task_service_sfn.StateTaskServiceSfn):
+                return eval_sync(task, env, *args, **kwargs)
+            me = threading.get_ident()
+            with clock._lock:
+                clock._polling[me] = env.is_running
+            try:
+                return eval_sync(task, env, *args, **kwargs)
+            finally:
+                with clock._lock:
+                    clock._polling.pop(me, None)
+                    clock._polled_at.pop(me, None)
+
+        return eval_sync_following
+
+    def _note_change(self) -> None:
+        """Called holding the lock."""
+        self._changes += 1
+        self._changed.notify_all()
+
+    def _unblock(self) -> None:
+        with self._lock:
+            self._waits.pop(threading.get_ident(), None)
+            self._note_change()
+
+    def execution_started(self) -> None:
+        with self._lock:
+            self._running += 1
+            self._note_change()
+
+    def execution_ended(self) -> None:
+        with self._lock:
+            self._running -= 1
+            self._ended += 1
+            for blocked in self._waits.values():
+                if blocked.end is None:
+                    blocked.due.set()
+            self._note_change()
+
     def patches(self) -> list[Any]:
-        """What this clock patches into moto beside the session's own patches (none by default)."""
-        return []
+        """Count moto's executions and let `.sync` polls block on this clock (session.py applies these)."""
+        from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
+            state_task_service_callback,
+        )
+        from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
+        from moto.stepfunctions.parser.utils import TMP_THREADS
+
+        clock = self
+
+        def start(worker: ExecutionWorker) -> None:
+            clock.execution_started()
+
+            def logic() -> None:
+                try:
+                    worker._execution_logic()
+                finally:
+                    clock.execution_ended()
+
+            thread = threading.Thread(target=logic, daemon=True)
+            TMP_THREADS.append(thread)
+            thread.start()
+
+        callback = state_task_service_callback.StateTaskServiceCallback
+        return [
+            mock.patch.object(ExecutionWorker, "start", start),
+            mock.patch.object(
+                state_task_service_callback, "time", types.SimpleNamespace(sleep=self.child_poll_sleep)
+            ),
+            mock.patch.object(callback, "_eval_sync", self._following_children(callback._eval_sync)),
+        ]
 
     def deadline(self, seconds: float) -> Deadline:
         deadline = Deadline(self.time() + seconds)
@@ -171,18 +294,12 @@ class SteppedClock(Clock):
     # Real seconds without any change after which settle() gives up (a hung thread, not a slow one): the
     # timer starts again at every change (an execution starting, ending, blocking or unblocking).
     STUCK_AFTER = 120.0
+    # A `.sync` child poll is blocked until an execution ends: it counts as waiting, and time stands still.
+    child_look_seconds = None
 
     def __init__(self, start: datetime | None = None) -> None:
         super().__init__()
         self._now = (start or datetime.now()).timestamp()
-        self._changed = threading.Condition(self._lock)
-        self._running = 0  # executions started and not ended
-        self._waits: dict[int, _Blocked] = {}  # by thread: what it is blocked on
-        self._ended = 0  # executions ended so far: a child poll started before one ended must look again
-        self._polled_at: dict[int, int] = {}  # by thread: self._ended when its last child poll began
-        # by thread: running() of the execution whose `.sync` task polls a child
-        self._polling: dict[int, Callable[[], bool]] = {}
-        self._changes = 0  # every change settle() waits on, counted: its STUCK_AFTER timer restarts at each
 
     def time(self) -> float:
         return self._now
@@ -207,78 +324,6 @@ class SteppedClock(Clock):
                 pass
         finally:
             self._unblock()
-
-    def child_poll_sleep(self, seconds: float) -> None:
-        """A `states:startExecution` `.sync` task between two looks at its child: blocked until an
-        execution ends (at once if one ended since its last look began) or its own execution stops
-        running. Any other service's `.sync` poll sleeps `seconds` of real time, counted as working."""
-        me = threading.get_ident()
-        running = self._polling.get(me)
-        if running is None:
-            time.sleep(seconds)
-            return
-        with self._lock:
-            looked_at = self._polled_at.get(me)
-            self._polled_at[me] = self._ended
-            if looked_at != self._ended:
-                return  # an execution ended since the last look began (or this is the first): look again
-            blocked = _Blocked(None, running)
-            self._waits[me] = blocked
-            self._note_change()
-        try:
-            while running() and not blocked.due.wait(_POLL_SECONDS):
-                pass
-        finally:
-            self._unblock()
-            with self._lock:
-                self._polled_at[me] = self._ended
-
-    def _following_children(self, eval_sync):
-        """moto's `.sync` loop with its execution's running() known to child_poll_sleep."""
-        from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
-            state_task_service_sfn,
-        )
-
-        clock = self
-
-        def eval_sync_following(task, env, *args, **kwargs):
-            if not isinstance(task, state_task_service_sfn.StateTaskServiceSfn):
-                return eval_sync(task, env, *args, **kwargs)
-            me = threading.get_ident()
-            with clock._lock:
-                clock._polling[me] = env.is_running
-            try:
-                return eval_sync(task, env, *args, **kwargs)
-            finally:
-                with clock._lock:
-                    clock._polling.pop(me, None)
-                    clock._polled_at.pop(me, None)
-
-        return eval_sync_following
-
-    def _note_change(self) -> None:
-        """Called holding the lock."""
-        self._changes += 1
-        self._changed.notify_all()
-
-    def _unblock(self) -> None:
-        with self._lock:
-            self._waits.pop(threading.get_ident(), None)
-            self._note_change()
-
-    def execution_started(self) -> None:
-        with self._lock:
-            self._running += 1
-            self._note_change()
-
-    def execution_ended(self) -> None:
-        with self._lock:
-            self._running -= 1
-            self._ended += 1
-            for blocked in self._waits.values():
-                if blocked.end is None:
-                    blocked.due.set()
-            self._note_change()
 
     def _settled(self) -> bool:
         blocked = sum(1 for item in self._waits.values() if not item.due.is_set() and item.running())
@@ -321,39 +366,6 @@ class SteppedClock(Clock):
             if end > stop_at:
                 raise TimeoutError(f"condition not met within {limit_seconds} s of clock time")
             self.advance(max(0.0, end - self._now))
-
-    def patches(self) -> list[Any]:
-        """Count moto's executions and let `.sync` polls block on this clock (session.py applies these)."""
-        from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
-            state_task_service_callback,
-        )
-        from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
-        from moto.stepfunctions.parser.utils import TMP_THREADS
-
-        clock = self
-
-        def start(worker: ExecutionWorker) -> None:
-            clock.execution_started()
-
-            def logic() -> None:
-                try:
-                    worker._execution_logic()
-                finally:
-                    clock.execution_ended()
-
-            thread = threading.Thread(target=logic, daemon=True)
-            TMP_THREADS.append(thread)
-            thread.start()
-
-        callback = state_task_service_callback.StateTaskServiceCallback
-        return [
-            mock.patch.object(ExecutionWorker, "start", start),
-            mock.patch.object(
-                state_task_service_callback, "time", types.SimpleNamespace(sleep=self.child_poll_sleep)
-            ),
-            mock.patch.object(callback, "_eval_sync", self._following_children(callback._eval_sync)),
-        ]
-
 
 @dataclass
 class _Blocked:

@@ -4,8 +4,8 @@ moto's copy of LocalStack's interpreter leaves out the casing LocalStack applies
 `Input`/`StateMachineArn` never reach boto3 as `input`/`stateMachineArn` (the call fails), and results
 keep boto3's `executionArn`/`output` where AWS answers `ExecutionArn`/`Output`. Both conversions use the
 Step Functions API model. moto also checks a running child every 0.5 real seconds; the emulator's
-clocks make children finish in milliseconds, so it checks far more often (a SteppedClock instead lets
-the poll sleep until an execution ends: clock.py).
+clocks make children finish in milliseconds, so another service's `.sync` poll checks far more often, and
+a child execution's poll sleeps until an execution ends instead (clock.py).
 
 A StartExecution that Step Functions refuses fails the task with `StepFunctions.<Error.Code>`: AWS's
 developer guide names the refusal for too many open executions `StepFunctions.ExecutionLimitExceeded`

@@ -21,7 +21,7 @@ from moto.core.responses import ActionResult
 from moto.stepfunctions.parser.backend.execution import Execution
 from moto.stepfunctions.responses import StepFunctionResponse
 
-from localaws.emulator import SteppedClock, VirtualClock, local_stepfunctions
+from localaws.emulator import ScaledClock, SteppedClock, VirtualClock, local_stepfunctions
 from localaws.sagemaker.local_processes import LocalRun
 from localaws.sagemaker.training_jobs import TrainingJob
 from tests.emulator.machines import parent_of_child
@@ -214,6 +214,33 @@ def test_the_stepped_clock_moves_while_many_parents_wait_on_children(monkeypatch
         clock.run_until(all_ended, limit_seconds=2 * 3600)
         assert {client.describe_execution(executionArn=run)["status"] for run in runs} == {"SUCCEEDED"}
         assert clock.time() - started == pytest.approx(3600)
+
+
+def test_a_parent_on_a_running_clock_looks_at_its_child_when_an_execution_ends_not_every_few_ms(
+    monkeypatch,
+):
+    """A child that waits 1.5 real seconds (a minute on a ScaledClock 40 times faster), as a demo's attempt
+    runs for minutes: its parent reads it when an execution ends and every half second besides, not every
+    5 ms (each look costs milliseconds of CPU: a demo's waiting parents kept a core a third busy)."""
+    describes = []
+    describe = StepFunctionResponse.describe_execution
+
+    def counted(response):
+        describes.append(response._get_param("executionArn"))
+        return describe(response)
+
+    monkeypatch.setattr(StepFunctionResponse, "describe_execution", counted)
+    with emulating(ScaledClock(40)):
+        child = machine(
+            {"Minute": {"Type": "Wait", "Seconds": 60, "Next": "Done"}, "Done": {"Type": "Pass", "End": True}}
+        )
+        begun = time.monotonic()
+        parent = ended(start(parent_of(child), "parent"))
+        took = time.monotonic() - begun
+    assert parent["status"] == "SUCCEEDED"
+    child_looks = [arn for arn in describes if arn.endswith(":child-1")]
+    # One look at the start, one each half second, one at the child's end; polling every 5 ms made ~300.
+    assert 2 <= len(child_looks) <= 3 + took / 0.5, (len(child_looks), took)
 
 
 def test_settle_gives_up_only_after_its_timeout_without_any_change(monkeypatch):
