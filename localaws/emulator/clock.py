@@ -367,9 +367,10 @@ class SteppedClock(Clock):
                 raise TimeoutError(f"condition not met within {limit_seconds} s of clock time")
             self.advance(max(0.0, end - self._now))
 
+
 @dataclass
 class _Blocked:
-    """A thread blocked on a SteppedClock: until `end` (a Wait, a Retry interval) or, with no end, until
+    """A thread blocked on a clock: until `end` (a Wait, a Retry interval) or, with no end, until
     an execution ends (a `.sync` poll); `due` once that has happened."""
 
     end: float | None

@@ -175,11 +175,9 @@ def test_a_stopped_parent_stops_the_child_it_waits_for():
         assert ended(child_execution)["status"] == "ABORTED"
 
 
-def test_the_stepped_clock_moves_while_many_parents_wait_on_children(monkeypatch):
-    """Twenty parents, each waiting on a child that waits an hour: once settled, no parent polls (each
-    sleeps until an execution ends), so all are blocked and the clock moves to the children's end, and
-    every parent ends."""
-    describes = []
+def counted_describes(monkeypatch) -> list[str]:
+    """The execution ARN of every DescribeExecution moto answers from now on, in order."""
+    describes: list[str] = []
     describe = StepFunctionResponse.describe_execution
 
     def counted(response):
@@ -187,6 +185,14 @@ def test_the_stepped_clock_moves_while_many_parents_wait_on_children(monkeypatch
         return describe(response)
 
     monkeypatch.setattr(StepFunctionResponse, "describe_execution", counted)
+    return describes
+
+
+def test_the_stepped_clock_moves_while_many_parents_wait_on_children(monkeypatch):
+    """Twenty parents, each waiting on a child that waits an hour: once settled, no parent polls (each
+    sleeps until an execution ends), so all are blocked and the clock moves to the children's end, and
+    every parent ends."""
+    describes = counted_describes(monkeypatch)
     clock = SteppedClock()
     with emulating(clock):
         child = machine(
@@ -222,14 +228,7 @@ def test_a_parent_on_a_running_clock_looks_at_its_child_when_an_execution_ends_n
     """A child that waits 1.5 real seconds (a minute on a ScaledClock 40 times faster), as a demo's attempt
     runs for minutes: its parent reads it when an execution ends and every half second besides, not every
     5 ms (each look costs milliseconds of CPU: a demo's waiting parents kept a core a third busy)."""
-    describes = []
-    describe = StepFunctionResponse.describe_execution
-
-    def counted(response):
-        describes.append(response._get_param("executionArn"))
-        return describe(response)
-
-    monkeypatch.setattr(StepFunctionResponse, "describe_execution", counted)
+    describes = counted_describes(monkeypatch)
     with emulating(ScaledClock(40)):
         child = machine(
             {"Minute": {"Type": "Wait", "Seconds": 60, "Next": "Done"}, "Done": {"Type": "Pass", "End": True}}
