@@ -23,10 +23,6 @@ from unittest import mock
 
 # How often a waiting thread re-checks for an abort or a timeout, in real seconds.
 _POLL_SECONDS = 0.01
-# On a clock that runs by itself (Virtual, Scaled), a `.sync` poll of a child execution looks again at
-# least this often even when no execution ended: a safety net, as the child's status is only ever final
-# once its execution thread ends.
-_CHILD_LOOK_SECONDS = 0.5
 
 
 @dataclass
@@ -45,8 +41,10 @@ class Clock(ABC):
     polling (each look is a DescribeExecution through boto3 and moto, milliseconds of CPU: a parent
     waiting minutes on a child in a demo kept a core a third busy)."""
 
-    # How long a `.sync` child poll blocks at most before it looks again (None: until an execution ends).
-    child_look_seconds: float | None = _CHILD_LOOK_SECONDS
+    # How long a `.sync` child poll blocks at most before it looks again, in real seconds (None: until an
+    # execution ends). A clock that runs by itself (Virtual, Scaled) looks again even when no execution
+    # ended: a safety net, as a child's status is only ever final once its execution thread ends.
+    child_look_seconds: float | None = 0.5
 
     def __init__(self) -> None:
         self.waits: list[float] = []  # Wait states, in seconds, in the order they started
