@@ -15,6 +15,7 @@ import contextlib
 import importlib.util
 import logging
 import os
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -236,18 +237,38 @@ def agree(runtime: Runtime, problem: str | None) -> str | None:
 
     Checks that each rank makes on its own (files, directories) end the same way everywhere:
     every rank raises the same error instead of one failing and its peers hanging or tracing back.
-    Device and group are explicit (all_gather_object would leave the device to torch): one all-reduce
-    finds the first rank with a problem, which then broadcasts its sentence.
+    Device and group are explicit: one all-reduce finds the first rank with a problem, which then
+    broadcasts its sentence's length and bytes, in tensors this module keeps (`_keep`).
     """
     group = runtime.checkpoint_group  # gloo; under smddp None: the default group, smddp's only one
-    flag = torch.tensor([runtime.world_size - runtime.rank if problem else 0], device=runtime.control_device)
+    device = runtime.control_device
+    flag = _keep(torch.tensor([runtime.world_size - runtime.rank if problem else 0], device=device))
     dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
     if not flag.item():
         return None
-    sentence = [problem]
     source = runtime.world_size - int(flag.item())
-    dist.broadcast_object_list(sentence, src=source, group=group, device=runtime.control_device)
-    return sentence[0]
+    encoded = problem.encode() if runtime.rank == source and problem else b""
+    length = _keep(torch.tensor([len(encoded)], dtype=torch.int64, device=device))
+    dist.broadcast(length, src=source, group=group)
+    sentence = _keep(torch.zeros(int(length.item()), dtype=torch.uint8, device=device))
+    if encoded:
+        sentence.copy_(torch.frombuffer(bytearray(encoded), dtype=torch.uint8))
+    dist.broadcast(sentence, src=source, group=group)
+    return bytes(sentence.cpu().tolist()).decode()
+
+
+# The tensors of the latest host collectives, kept from Python. torch 2.5.1 (the image's) frees a gloo
+# collective's tensors in the group's worker thread once the work is done; where Python has already let a
+# tensor go, that free needs the GIL. A group destroyed meanwhile holds the GIL while it joins that thread,
+# and the process hangs at exit (seen: train.py's exit 2 on an empty train channel, both threads blocked).
+# Kept here, a tensor outlives its work; each collective completes before the next agreement, so the last
+# few suffice.
+_KEPT: deque[torch.Tensor] = deque(maxlen=16)
+
+
+def _keep(tensor: torch.Tensor) -> torch.Tensor:
+    _KEPT.append(tensor)
+    return tensor
 
 
 def reduce_max(runtime: Runtime, values: torch.Tensor) -> torch.Tensor:
@@ -255,7 +276,7 @@ def reduce_max(runtime: Runtime, values: torch.Tensor) -> torch.Tensor:
 
     On the default group, never the checkpoint group: during an async save DCP's background thread
     runs collectives there, and these checks run every step."""
-    values = values.to(runtime.control_device)
+    values = _keep(values.to(runtime.control_device))
     dist.all_reduce(values, op=dist.ReduceOp.MAX)
     return values.cpu()
 
@@ -286,8 +307,9 @@ def gradient_sync(model: torch.nn.Module, enabled: bool):
 def settle(runtime: Runtime) -> None:
     """A last barrier on the checkpoint group (if any) and the default group, where every rank is known to
     arrive. torch 2.5.1 (the image's) destroys a gloo group holding the GIL, while its worker threads may
-    still need the GIL to free the tensors of the last collective (agree's broadcast): the process
-    then hangs at exit. A collective releases the GIL while it waits, so those frees finish first."""
+    still need the GIL to free the tensors of the last collective: the process then hangs at exit. A
+    collective releases the GIL while it waits, so most of those frees finish first; the host checks'
+    own tensors are kept besides (`_KEPT`), as a barrier alone left that hang possible."""
     for group in (runtime.checkpoint_group, None):
         if group is not None or dist.is_initialized():
             dist.barrier(group=group)
