@@ -88,15 +88,17 @@ class Sampler:
         return seconds, counts
 
 
-def reap_orphans() -> None:
-    """Wait for processes of the tree that their parents left to this subreaper (their CPU counts then)."""
+def reap_orphans(command: int) -> None:
+    """Wait for processes of the tree that their parents left to this subreaper (their CPU counts then);
+    the command itself is left to Popen, which reads its exit status."""
     while True:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            ended = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:
             return
-        if pid == 0:
+        if ended is None or ended.si_pid == command:
             return
+        os.waitpid(ended.si_pid, 0)
 
 
 def main() -> int:
@@ -115,11 +117,11 @@ def main() -> int:
     try:
         while child.poll() is None:
             sampler.sample()
-            reap_orphans()
+            reap_orphans(child.pid)
             time.sleep(arguments.interval)
     except KeyboardInterrupt:  # the command had the signal too: report what it spent until it ended
         child.wait()
-    reap_orphans()
+    reap_orphans(child.pid)
     wall = time.monotonic() - started
     times = os.times()
     total = times.children_user + times.children_system
