@@ -18,29 +18,35 @@ CHECKOV := $(CURDIR)/$(CHECKOV_VENV)/bin/checkov
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_VERSION_CHECK := 1
 export PATH := $(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
+# pip compiles none of the ~33,000 modules it installs (most are never imported); each module compiles once,
+# on first import, and every later process reads that: even where the environment says not to write
+# bytecode, as python Docker images do (else each of a test run's ~250 Python processes recompiles what it
+# imports of this project).
+PIP_INSTALL := pip install -q --no-compile
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: synth demo demo-fault demo-queue demo-trigger diff deploy test lint local-train clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/$(PIP_INSTALL) --upgrade pip
 
 # Synthesis needs only the CDK libraries and the config model: no torch.
 $(SYNTH_DEPS): requirements.txt pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -r requirements.txt
-	$(BIN)/pip install -q --no-deps -e .
+	$(BIN)/$(PIP_INSTALL) -r requirements.txt
+	$(BIN)/$(PIP_INSTALL) --no-deps -e .
 	touch $@
 
 $(DEV_DEPS): $(SYNTH_DEPS) requirements-dev.txt requirements-train.txt requirements-test.txt requirements-toolkit.txt
-	$(BIN)/pip install -q -r requirements-dev.txt
+	$(BIN)/$(PIP_INSTALL) -r requirements-dev.txt
 	touch $@
 
 # torch 2.5.1 from PyPI is a CUDA build: about 5 GB installed, although the tests run on the CPU.
 $(IMAGE_DEPS): requirements-image.txt container/base-image-versions.txt container/requirements.txt \
 		requirements.txt requirements-test.txt requirements-toolkit.txt
 	$(PYTHON) -m venv $(IMAGE_VENV)
-	$(IMAGE_VENV)/bin/pip install -q --upgrade pip
-	$(IMAGE_VENV)/bin/pip install -q -r requirements-image.txt
+	$(IMAGE_VENV)/bin/$(PIP_INSTALL) --upgrade pip
+	$(IMAGE_VENV)/bin/$(PIP_INSTALL) -r requirements-image.txt
 	touch $@
 
 $(CDK): package.json package-lock.json
@@ -80,7 +86,7 @@ demo-trigger: $(DEV_DEPS) $(CDK)
 # cfn-lint's registry schemas.
 DEPLOY_DEPS := $(VENV)/.deploy-deps
 $(DEPLOY_DEPS): $(SYNTH_DEPS) requirements-deploy.txt
-	$(BIN)/pip install -q -r requirements-deploy.txt
+	$(BIN)/$(PIP_INSTALL) -r requirements-deploy.txt
 	touch $@
 
 # Review a deploy first: what it would replace, delete or fail on against the deployed stacks, then `cdk diff`.
@@ -132,7 +138,7 @@ lint: $(DEV_DEPS) $(CDK) $(CHECKOV) synth
 
 $(CHECKOV): requirements-checkov.txt
 	$(PYTHON) -m venv $(CHECKOV_VENV)
-	$(CHECKOV_VENV)/bin/pip install -q -r requirements-checkov.txt
+	$(CHECKOV_VENV)/bin/$(PIP_INSTALL) -r requirements-checkov.txt
 	touch $@
 
 local-train: $(DEV_DEPS)

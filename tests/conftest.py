@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import gc
 import hashlib
 import json
 import os
@@ -19,6 +20,11 @@ os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 # As the image sets it (container/Dockerfile): MLflow's telemetry thread sets and unsets a variable in
 # os.environ while a test's MLflow client copies the environment for a request (KeyError).
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+# A worker keeps millions of long-lived objects (botocore models, CDK assemblies, emulator histories): at
+# CPython's default thresholds (700, 10, 10) the collector rescanned them so often that it took a quarter
+# of an emulator file's CPU (tests/pipeline/test_scenarios.py: 7.6 of 26.4 CPU-s). Young garbage is still
+# collected, every 50,000 allocations.
+gc.set_threshold(50_000, 20, 10)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO_ROOT / "config" / "default.yaml"

@@ -7,6 +7,11 @@ Hyperparameters arrive as `--name value` flags (flags.py; SageMaker passes them 
 SageMaker's environment. See docs/training.md.
 """
 
+import garbage_collection
+
+if __name__ == "__main__":
+    garbage_collection.automatic_off()  # before torch's imports: the loop collects (garbage_collection.py)
+
 import argparse
 import logging
 import math
@@ -233,6 +238,7 @@ class Trainer:
         timer = StepTimer(synchronize=self.runtime.synchronize)
         profiler = StepProfiler(args.profile_steps, args.profile_dir, self.runtime)
         health = RankHealth.start(args, self.runtime)  # slow hosts: each rank's share of the steps
+        garbage_collection.collect_after(0)  # what building the model and resuming left
         while state.step < args.max_steps:
             hang_if_injected(args, self.runtime.rank, state.step + 1, resumed is not None)
             with profiler.step(state.step + 1), timer.timed(), health.timed():
@@ -241,6 +247,7 @@ class Trainer:
             window_steps += 1
             state.step += 1
             self.watchdog.step_completed(state.step)
+            garbage_collection.collect_after(state.step)
             self.checkpoints.poll()
             if state.step % args.log_interval == 0 or state.step == args.max_steps:
                 mean_loss = self._mean_over_ranks((window[0] / window_steps).to(self.runtime.device))
@@ -339,4 +346,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    garbage_collection.imports_done()
     sys.exit(main())
