@@ -173,10 +173,12 @@ def run(
         end_interrupted_run(round_record(restarted.number - 1, RUN_RECORD), restarted.previous_fault)
     if restarted and restarted.declined:  # an earlier round refused the restart: no collective, no training
         return decline(restarted.declined, echo=rank == 0)
-    try:  # flags are checked alike on every rank: rank 0 reports
+    try:  # flags are checked alike on every rank, before any process group: each rank reports
         settings, hyperparameters = parse(sys.argv[1:] if argv is None else argv)
     except UserError as error:
-        report(*classify(error), echo=rank == 0)
+        # No collective orders the exits here: the launcher ends every other rank as soon as the first one
+        # exits, so rank 0 alone would lose its line whenever another rank is faster.
+        report(*classify(error))
         return EXIT_USER_ERROR
     timeout = timedelta(seconds=settings.collective_timeout_seconds)
     runtime = setup(settings.strategy, settings.mp_parameters, timeout)
