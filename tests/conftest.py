@@ -21,9 +21,9 @@ os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 # os.environ while a test's MLflow client copies the environment for a request (KeyError).
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 # A worker keeps millions of long-lived objects (botocore models, CDK assemblies, emulator histories): at
-# CPython's default thresholds (700, 10, 10) the collector rescanned them so often that it took a quarter
-# of an emulator file's CPU (tests/pipeline/test_scenarios.py: 7.6 of 26.4 CPU-s). Young garbage is still
-# collected, every 50,000 allocations.
+# CPython's default thresholds (700, 10, 10) the collector rescanned them so often that an emulator file
+# took 18 % more CPU (benchmarks/collector_cost.py: tests/pipeline/test_scenarios.py 40.4 against 34.2
+# CPU-s). Young garbage is still collected, every 50,000 allocations.
 gc.set_threshold(50_000, 20, 10)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
