@@ -6,6 +6,7 @@ runs (torchrun, 2 processes, gloo), and the decision on each reason."""
 
 from __future__ import annotations
 
+import logging
 import re
 from types import SimpleNamespace
 
@@ -22,6 +23,7 @@ from in_job_restart import (
     reason_to_refuse,
 )
 from mlflow_log import FAILURE_TAG
+from trainstack_runtime import job
 
 from tests.training.harness import load_weights, max_weight_difference, train
 from tests.training.test_watchdog import WATCHDOG_FLAGS
@@ -147,6 +149,36 @@ def test_a_refused_restart_ends_every_later_round_at_once_as_the_same_fault(tmp_
     assert (output / RECORD_DIR / DECLINED).exists()
     assert decline(second.declined, echo=False) == 75
     assert (output / "failure").read_text().strip() == hardware
+
+
+@pytest.fixture
+def root_logging():
+    """The root logger as it was: job.run configures logging for the whole process, as a rank does."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+def test_a_later_round_that_declines_prints_its_line_on_every_rank(
+    tmp_path, monkeypatch, capsys, root_logging
+):
+    """A round after a refusal exits before any collective, and torchrun ends the other ranks as soon as one
+    exits: a line printed by rank 0 alone was lost whenever another rank exited first."""
+    output = tmp_path / "output"
+    output.mkdir()
+    hardware = "trainstack-fault:infrastructure:hardware RuntimeError: uncorrectable ECC error encountered"
+    (output / "failure").write_text(hardware + "\n")
+    monkeypatch.setenv("SM_OUTPUT_DIR", str(output))
+    monkeypatch.setenv(ROUND_ENV, "1")
+    decline(reason_to_refuse(begin_round().previous_reason), echo=False)  # round 1 refuses
+    monkeypatch.setenv(ROUND_ENV, "2")
+    monkeypatch.setenv("RANK", "1")
+    assert job.run(lambda _: pytest.fail("a declined round trains"), argv=[]) == 75
+    line = f"No in-job restart: {hardware}"
+    printed = [text for text in capsys.readouterr().out.splitlines() if line in text]
+    assert len(printed) == 1 and printed[0].startswith("[rank 1] "), printed
 
 
 def test_a_gpu_that_fails_its_check_refuses_the_restart_as_a_hardware_fault(monkeypatch):

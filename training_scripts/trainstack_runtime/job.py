@@ -172,7 +172,7 @@ def run(
     if restarted and rank == 0:  # the killed round's MLflow run ends FAILED, whether this round trains or not
         end_interrupted_run(round_record(restarted.number - 1, RUN_RECORD), restarted.previous_fault)
     if restarted and restarted.declined:  # an earlier round refused the restart: no collective, no training
-        return decline(restarted.declined, echo=rank == 0)
+        return decline(restarted.declined, echo=True)  # every rank: no collective orders the exits (below)
     try:  # flags are checked alike on every rank, before any process group: each rank reports
         settings, hyperparameters = parse(sys.argv[1:] if argv is None else argv)
     except UserError as error:
