@@ -19,9 +19,9 @@ from __future__ import annotations
 import re
 
 from trainstack.cost_cap import MAX_STEPS
+from trainstack.launch_flags import RESERVED_HYPERPARAMETERS
 from trainstack.planning.forecast import INTERVAL_HYPERPARAMETER
 from trainstack.planning.setups import STEP_SHAPE
-from trainstack.profiles import RESERVED_HYPERPARAMETERS
 
 # The hyperparameters the product reads as whole numbers before the job, with what each counts: the cost
 # cap's max_steps, the checkpoint interval and the step's shape (`trainstack start`'s plan lines).

@@ -32,13 +32,10 @@ from trainstack.hyperparameter_reading import (
     is_count,
     is_spelled_as_checked,
 )
+from trainstack.launch_flags import RESERVED_HYPERPARAMETERS
 from trainstack.planning.forecast import INTERVAL_HYPERPARAMETER
 from trainstack.planning.setups import instance_count_problem
-from trainstack.profiles import (
-    MAX_RUNTIME_HOURS_LIMIT,
-    RESERVED_HYPERPARAMETERS,
-    Profile,
-)
+from trainstack.profiles import MAX_RUNTIME_HOURS_LIMIT, Profile
 from trainstack.queue_settings import QueueSettings
 from trainstack.run_names import RUN_NAME_MAX_LENGTH
 from trainstack.team_code import ENTRY_PATTERN, code_key_prefix, is_digest, is_entry

@@ -86,8 +86,9 @@ from trainstack.checkpoint_requests import (
     syncs_checkpoints,
 )
 from trainstack.in_job_restarts import in_job_restart_environment
+from trainstack.launch_flags import EXPECTED_GPUS_ENV, launch_hyperparameters
 from trainstack.planning.auto_interval import resolved_hyperparameters
-from trainstack.profiles import EXPECTED_GPUS_ENV, Profile
+from trainstack.profiles import Profile
 from trainstack.team_code import CodeRef, code_hyperparameters, code_prefix, code_uri
 
 TRAIN_CHANNEL = "train"
@@ -217,7 +218,7 @@ def base_request(profile: Profile, resources: PipelineResources) -> dict[str, An
         },
         "HyperParameters": {
             **resolved_hyperparameters(profile),  # checkpoint_interval: auto as a number of steps
-            **encode_hyperparameters(profile.launch_hyperparameters()),
+            **encode_hyperparameters(launch_hyperparameters(profile)),
         },
         "InputDataConfig": [_train_channel(resources)],
         "OutputDataConfig": {"CompressionType": "NONE"},

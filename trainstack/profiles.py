@@ -7,7 +7,7 @@ every field with its meaning and default.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
@@ -16,44 +16,16 @@ from trainstack.checkpoint_stores import DEFAULT_CHECKPOINT_STORE, CheckpointSto
 from trainstack.fault_model import FaultModel
 from trainstack.in_job_restarts import MAX_RESTARTS_ENV, TORCHRUN_STRATEGIES, InJobRestartPolicy
 from trainstack.instances import INSTANCE_TYPES, InstanceType, UnknownInstanceTypeError, instance_type
-from trainstack.planning.checkpoints import MPIRUN_SIGKILL_TIMEOUT_SECONDS
+from trainstack.launch_flags import EXPECTED_GPUS_ENV, RESERVED_HYPERPARAMETERS, Strategy
 from trainstack.registry_settings import EvaluationSettings, RegistrySettings
 from trainstack.retry_policies import FaultRetryPolicy, RetryPolicy
 from trainstack.slow_host import SlowHostPolicy
 from trainstack.team_code import ENTRY_PATTERN
 
-Strategy = Literal["smp", "smddp", "torchrun", "mpi"]
-
 # SageMaker's limit on StoppingCondition.MaxRuntimeInSeconds (28 days), in hours.
 MAX_RUNTIME_HOURS_LIMIT = 28 * 24
 # AWS Batch's schedulingPriority range is 0-9999.
 MAX_PRIORITY = 9999
-
-# Hyperparameters the profile's strategy sets (the SageMaker toolkit's launch flags and train.py's
-# --strategy): profiles and execution inputs may not set them.
-RESERVED_HYPERPARAMETERS = (
-    "sagemaker_program",
-    # A team's own code: set from the execution's `code` only (trainstack.team_code).
-    "sagemaker_submit_directory",
-    "sagemaker_torch_distributed_enabled",
-    "sagemaker_distributed_dataparallel_enabled",
-    "sagemaker_mpi_enabled",
-    "sagemaker_mpi_num_of_processes_per_host",
-    "mp_parameters",
-    "sagemaker_mpi_custom_mpi_options",
-    "sagemaker_distributed_dataparallel_custom_mpi_options",
-    "strategy",
-    # Where train.py checkpoints: set from the profile's checkpoint_store (trainstack.job_request).
-    "checkpoint_dir",
-    "checkpoint_dir_shared",
-    # Set from the execution's resumeFrom where train.py reads it directly (trainstack.job_request).
-    "resume_from",
-)
-# Extra mpirun options, per the toolkit's hyperparameter for each MPI launcher (sagemaker-training
-# runner.py: SMDDP reads its own name, MPI the other): the ranks' stop grace (MPIRUN_SIGKILL_TIMEOUT_SECONDS).
-MPIRUN_STOP_OPTIONS = f"--mca odls_base_sigkill_timeout {MPIRUN_SIGKILL_TIMEOUT_SECONDS}"
-# Environment variables trainstack sets on every job.
-EXPECTED_GPUS_ENV = "TRAINSTACK_EXPECTED_GPUS"
 
 # EventBridge Scheduler expressions: rate(...), cron(...) (6 fields) or at(...).
 _SCHEDULE_PATTERN = (
@@ -369,27 +341,6 @@ class Profile(StrictModel):
     def processes_per_host(self) -> int:
         """One process per GPU (one on CPU types); strategy mpi needs all preferred types to agree."""
         return max(self.instance_preferences[0].spec.gpus, 1)
-
-    def launch_hyperparameters(self) -> dict[str, Any]:
-        """The SageMaker toolkit's launch flags (and train.py's --strategy and slow-host flags), before JSON
-        encoding."""
-        flags: dict[str, Any] = {"sagemaker_program": self.entry_point}
-        if self.strategy in ("torchrun", "smp"):
-            flags["sagemaker_torch_distributed_enabled"] = True
-        if self.strategy == "smp":
-            flags["mp_parameters"] = (self.smp or SmpParameters()).as_mp_parameters()
-        if self.strategy == "smddp":
-            flags["sagemaker_distributed_dataparallel_enabled"] = True
-            flags["sagemaker_distributed_dataparallel_custom_mpi_options"] = MPIRUN_STOP_OPTIONS
-        if self.strategy == "mpi":
-            flags["sagemaker_mpi_enabled"] = True
-            flags["sagemaker_mpi_num_of_processes_per_host"] = self.processes_per_host
-            flags["sagemaker_mpi_custom_mpi_options"] = MPIRUN_STOP_OPTIONS
-        else:
-            flags["strategy"] = self.strategy
-        if self.slow_host is not None:
-            flags.update(self.slow_host.hyperparameters())
-        return flags
 
     def with_instance_count(self, count: int) -> Profile:
         """This profile with every preference at `count` instances (an execution's instanceCount)."""

@@ -41,12 +41,9 @@ from trainstack.input_rules import (
 )
 from trainstack.job_request import PipelineResources, base_request, instance_preferences
 from trainstack.jsonata_regex import regex_literal
+from trainstack.launch_flags import RESERVED_HYPERPARAMETERS
 from trainstack.planning.setups import instance_count_problem
-from trainstack.profiles import (
-    MAX_RUNTIME_HOURS_LIMIT,
-    RESERVED_HYPERPARAMETERS,
-    Profile,
-)
+from trainstack.profiles import MAX_RUNTIME_HOURS_LIMIT, Profile
 from trainstack.retry_policies import Backoff
 from trainstack.run_names import RUN_NAME_MAX_LENGTH
 from trainstack.team_code import DIGEST_PATTERN, ENTRY_PATTERN

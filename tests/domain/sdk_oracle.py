@@ -26,7 +26,8 @@ from sagemaker.pytorch import PyTorch
 from sagemaker.session import Session
 
 from trainstack.config_loading import load_settings
-from trainstack.profiles import MPIRUN_STOP_OPTIONS, Profile
+from trainstack.launch_flags import MPIRUN_STOP_OPTIONS, launch_hyperparameters
+from trainstack.profiles import Profile
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = Path(__file__).with_name("sdk_hyperparameters.json")
@@ -43,7 +44,7 @@ def distribution(profile: Profile) -> dict:
     if profile.strategy == "torchrun":
         return {"torch_distributed": {"enabled": True}}
     if profile.strategy == "smp":
-        parameters = profile.launch_hyperparameters()["mp_parameters"]
+        parameters = launch_hyperparameters(profile)["mp_parameters"]
         return {
             "torch_distributed": {"enabled": True},
             "smdistributed": {"modelparallel": {"enabled": True, "parameters": parameters}},

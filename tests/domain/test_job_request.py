@@ -25,7 +25,8 @@ from trainstack.job_request import (
     tags,
     tensorboard_uri,
 )
-from trainstack.profiles import MPIRUN_STOP_OPTIONS, Profile
+from trainstack.launch_flags import MPIRUN_STOP_OPTIONS
+from trainstack.profiles import Profile
 
 EXECUTION = "arn:aws:states:us-east-1:111111111111:execution:trainstack-pipeline:0b6f7c1e"
 RUNS = {

@@ -18,6 +18,7 @@ from training_scripts.flags import parse_args
 from trainstack.config_loading import load_settings
 from trainstack.in_job_restarts import InJobRestartPolicy
 from trainstack.instances import instance_type
+from trainstack.launch_flags import launch_hyperparameters
 from trainstack.planning.checkpoints import MPIRUN_SIGKILL_TIMEOUT_SECONDS
 from trainstack.profiles import Profile, SmpParameters
 
@@ -115,7 +116,7 @@ def _assert_train_py_arguments(arguments: list[str], profile: Profile) -> None:
     args = parse_args(arguments)
     assert args.strategy == profile.strategy
     if smp:
-        assert args.mp_parameters == profile.launch_hyperparameters()["mp_parameters"]
+        assert args.mp_parameters == launch_hyperparameters(profile)["mp_parameters"]
 
 
 def test_smp_booleans_reach_train_py_as_booleans(tmp_path, monkeypatch):

@@ -20,6 +20,7 @@ from sagemaker_training import mapping
 from tests.training.harness import train
 from training_scripts.metrics import SLOW_HOST_LINE, parse_metrics
 from trainstack.job_request import encode_hyperparameters
+from trainstack.launch_flags import launch_hyperparameters
 from trainstack.profiles import Profile
 
 LOG_INTERVAL = 2
@@ -72,7 +73,7 @@ def test_a_profile_that_opts_in_reaches_train_py_as_its_flags(tmp_path):
         instance_preferences=[{"instance_type": "ml.g5.12xlarge"}],
         slow_host={"intervals": 2, "end_attempt": True},
     )
-    encoded = encode_hyperparameters(profile.launch_hyperparameters())
+    encoded = encode_hyperparameters(launch_hyperparameters(profile))
     script_flags = {
         name: json.loads(value) for name, value in encoded.items() if not name.startswith("sagemaker_")
     }
@@ -81,7 +82,7 @@ def test_a_profile_that_opts_in_reaches_train_py_as_its_flags(tmp_path):
     default = Profile(
         name="plain", strategy="torchrun", instance_preferences=[{"instance_type": "ml.g5.12xlarge"}]
     )
-    assert "end_on_slow_host" not in default.launch_hyperparameters()  # train.py's defaults: flag, never end
+    assert "end_on_slow_host" not in launch_hyperparameters(default)  # train.py's defaults: flag, never end
 
 
 def test_only_consecutive_slow_intervals_flag_and_the_opt_in_ends_after_the_checkpoint(monkeypatch):
