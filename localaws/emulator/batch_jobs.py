@@ -1,4 +1,5 @@
-"""FakeBatch's service jobs and the checks it applies against botocore's `batch` model (fake_batch.py)."""
+"""FakeBatch's service jobs, their answers and the checks it applies against botocore's `batch` model
+(fake_batch.py)."""
 
 from __future__ import annotations
 
@@ -121,3 +122,54 @@ def validate_answer(operation: str, answer: dict[str, Any]) -> None:
     report = ParamValidator().validate(answer, BATCH_MODEL.operation_model(operation).output_shape)
     if report.has_errors():
         raise AssertionError(f"FakeBatch answered outside botocore's model: {report.generate_report()}")
+
+
+def description(job: ServiceJob, queue_arn: str) -> dict[str, Any]:
+    """DescribeServiceJob's answer for `job`, checked against botocore's model."""
+    answer: dict[str, Any] = {
+        "jobId": job.job_id,
+        "jobArn": job.arn,
+        "jobName": job.name,
+        "jobQueue": queue_arn,
+        "serviceJobType": job.request["serviceJobType"],
+        "serviceRequestPayload": job.request["serviceRequestPayload"],
+        "status": job.status,
+        "createdAt": job.created_at,
+        "startedAt": job.started_at or 0,
+        "attempts": [dict(attempt) for attempt in job.attempts],
+        "isTerminated": job.terminated,
+        "capacityUsage": [{"capacityUnit": "NUM_INSTANCES", "quantity": float(job.instances)}],
+    }
+    # As submitted: botocore's batch model returns each in DescribeServiceJobResponse (`tags` among them,
+    # which the queue cleanup and sweeper read); ListServiceJobs' summaries carry none of them.
+    for key in ("schedulingPriority", "shareIdentifier", "retryStrategy", "timeoutConfig", "tags"):
+        if key in job.request:
+            answer[key] = job.request[key]
+    if job.attempts:
+        answer["latestAttempt"] = {"serviceResourceId": job.attempts[-1]["serviceResourceId"]}
+    if job.status_reason:
+        answer["statusReason"] = job.status_reason
+    if job.stopped_at and job.status in ("SUCCEEDED", "FAILED"):
+        answer["stoppedAt"] = job.stopped_at
+    validate_answer("DescribeServiceJob", answer)
+    return answer
+
+
+def summary(job: ServiceJob) -> dict[str, Any]:
+    """`job` as ListServiceJobs' jobSummaryList lists it."""
+    listed = {
+        "jobId": job.job_id,
+        "jobArn": job.arn,
+        "jobName": job.name,
+        "serviceJobType": job.request["serviceJobType"],
+        "status": job.status,
+        "createdAt": job.created_at,
+        "isTerminated": job.terminated,
+    }
+    if job.share is not None:
+        listed["shareIdentifier"] = job.share
+    if job.status_reason:
+        listed["statusReason"] = job.status_reason
+    if job.attempts:
+        listed["latestAttempt"] = {"serviceResourceId": job.attempts[-1]["serviceResourceId"]}
+    return listed

@@ -61,9 +61,10 @@ from localaws.emulator.batch_jobs import (
     FakeBatchError,
     SageMakerLike,
     ServiceJob,
+    description,
     instances_of,
     name_matches,
-    validate_answer,
+    summary,
     validate_request,
 )
 
@@ -155,7 +156,7 @@ class FakeBatch:
                 other.held = False
             self._advance(job)
             self._schedule()
-            return self._description(job)
+            return description(job, self.queue_arn)
 
     def list(self, request: dict[str, Any]) -> dict[str, Any]:
         with self.lock:
@@ -181,7 +182,7 @@ class FakeBatch:
             if request.get("nextToken"):
                 jobs = [job for job in jobs if job.sequence < int(request["nextToken"])]
             page = jobs[: min(request.get("maxResults", MAX_PAGE), self.page_size)]
-            answer: dict[str, Any] = {"jobSummaryList": [self._summary(job) for job in page]}
+            answer: dict[str, Any] = {"jobSummaryList": [summary(job) for job in page]}
             if len(page) < len(jobs):
                 answer["nextToken"] = str(page[-1].sequence)
             return answer
@@ -354,55 +355,6 @@ class FakeBatch:
         if job.training_job is not None:  # its attempt ends too (ServiceJobAttemptDetail.stoppedAt)
             job.attempts[-1].setdefault("stoppedAt", job.stopped_at)
         job.training_job = None if status != "SUCCEEDED" else job.training_job
-
-    # ------------------------------------------------------------ answers
-
-    def _description(self, job: ServiceJob) -> dict[str, Any]:
-        answer: dict[str, Any] = {
-            "jobId": job.job_id,
-            "jobArn": job.arn,
-            "jobName": job.name,
-            "jobQueue": self.queue_arn,
-            "serviceJobType": job.request["serviceJobType"],
-            "serviceRequestPayload": job.request["serviceRequestPayload"],
-            "status": job.status,
-            "createdAt": job.created_at,
-            "startedAt": job.started_at or 0,
-            "attempts": [dict(attempt) for attempt in job.attempts],
-            "isTerminated": job.terminated,
-            "capacityUsage": [{"capacityUnit": "NUM_INSTANCES", "quantity": float(job.instances)}],
-        }
-        # As submitted: botocore's batch model returns each in DescribeServiceJobResponse (`tags` among them,
-        # which the queue cleanup and sweeper read); ListServiceJobs' summaries carry none of them.
-        for key in ("schedulingPriority", "shareIdentifier", "retryStrategy", "timeoutConfig", "tags"):
-            if key in job.request:
-                answer[key] = job.request[key]
-        if job.attempts:
-            answer["latestAttempt"] = {"serviceResourceId": job.attempts[-1]["serviceResourceId"]}
-        if job.status_reason:
-            answer["statusReason"] = job.status_reason
-        if job.stopped_at and job.status in ("SUCCEEDED", "FAILED"):
-            answer["stoppedAt"] = job.stopped_at
-        validate_answer("DescribeServiceJob", answer)
-        return answer
-
-    def _summary(self, job: ServiceJob) -> dict[str, Any]:
-        summary = {
-            "jobId": job.job_id,
-            "jobArn": job.arn,
-            "jobName": job.name,
-            "serviceJobType": job.request["serviceJobType"],
-            "status": job.status,
-            "createdAt": job.created_at,
-            "isTerminated": job.terminated,
-        }
-        if job.share is not None:
-            summary["shareIdentifier"] = job.share
-        if job.status_reason:
-            summary["statusReason"] = job.status_reason
-        if job.attempts:
-            summary["latestAttempt"] = {"serviceResourceId": job.attempts[-1]["serviceResourceId"]}
-        return summary
 
     def _job(self, job_id: str) -> ServiceJob:
         if job_id not in self.jobs:
