@@ -86,7 +86,7 @@ from trainstack.checkpoint_requests import (
     syncs_checkpoints,
 )
 from trainstack.in_job_restarts import in_job_restart_environment
-from trainstack.launch_flags import EXPECTED_GPUS_ENV, launch_hyperparameters
+from trainstack.launch_flags import EXPECTED_GPUS_ENV, MPIRUN_STOP_OPTIONS
 from trainstack.planning.auto_interval import resolved_hyperparameters
 from trainstack.profiles import Profile
 from trainstack.team_code import CodeRef, code_hyperparameters, code_prefix, code_uri
@@ -342,3 +342,25 @@ def _train_channel(resources: PipelineResources) -> dict[str, Any]:
         # Streams the dataset instead of copying all of it to every instance before training starts.
         "InputMode": "FastFile",
     }
+
+
+def launch_hyperparameters(profile: Profile) -> dict[str, Any]:
+    """The SageMaker toolkit's launch flags of `profile` (and train.py's --strategy and slow-host flags),
+    before JSON encoding."""
+    flags: dict[str, Any] = {"sagemaker_program": profile.entry_point}
+    if profile.strategy in ("torchrun", "smp"):
+        flags["sagemaker_torch_distributed_enabled"] = True
+    if profile.strategy == "smp":  # unset keys keep SMP's defaults
+        flags["mp_parameters"] = profile.smp.as_mp_parameters() if profile.smp else {}
+    if profile.strategy == "smddp":
+        flags["sagemaker_distributed_dataparallel_enabled"] = True
+        flags["sagemaker_distributed_dataparallel_custom_mpi_options"] = MPIRUN_STOP_OPTIONS
+    if profile.strategy == "mpi":
+        flags["sagemaker_mpi_enabled"] = True
+        flags["sagemaker_mpi_num_of_processes_per_host"] = profile.processes_per_host
+        flags["sagemaker_mpi_custom_mpi_options"] = MPIRUN_STOP_OPTIONS
+    else:
+        flags["strategy"] = profile.strategy
+    if profile.slow_host is not None:
+        flags.update(profile.slow_host.hyperparameters())
+    return flags

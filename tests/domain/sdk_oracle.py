@@ -26,7 +26,8 @@ from sagemaker.pytorch import PyTorch
 from sagemaker.session import Session
 
 from trainstack.config_loading import load_settings
-from trainstack.launch_flags import MPIRUN_STOP_OPTIONS, launch_hyperparameters
+from trainstack.job_request import launch_hyperparameters
+from trainstack.launch_flags import MPIRUN_STOP_OPTIONS
 from trainstack.profiles import Profile
 
 REPO = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ from training_scripts.flags import parse_args
 from trainstack.config_loading import load_settings
 from trainstack.in_job_restarts import InJobRestartPolicy
 from trainstack.instances import instance_type
-from trainstack.launch_flags import launch_hyperparameters
+from trainstack.job_request import launch_hyperparameters
 from trainstack.planning.checkpoints import MPIRUN_SIGKILL_TIMEOUT_SECONDS
 from trainstack.profiles import Profile, SmpParameters
 

@@ -19,8 +19,7 @@ from sagemaker_training import mapping
 
 from tests.training.harness import train
 from training_scripts.metrics import SLOW_HOST_LINE, parse_metrics
-from trainstack.job_request import encode_hyperparameters
-from trainstack.launch_flags import launch_hyperparameters
+from trainstack.job_request import encode_hyperparameters, launch_hyperparameters
 from trainstack.profiles import Profile
 
 LOG_INTERVAL = 2
