@@ -131,24 +131,35 @@ def test_only_faults_that_leave_the_instances_healthy_are_restarted(reason, rest
     assert (reason_to_refuse(reason) is None) is restartable
 
 
-def test_a_refused_restart_ends_every_later_round_at_once_as_the_same_fault(tmp_path, monkeypatch):
+HARDWARE = "trainstack-fault:infrastructure:hardware RuntimeError: uncorrectable ECC error encountered"
+
+
+@pytest.fixture
+def after_a_hardware_fault(tmp_path, monkeypatch):
+    """A job's output folder whose first round failed with HARDWARE; this process is its round 1."""
     output = tmp_path / "output"
     output.mkdir()
-    hardware = "trainstack-fault:infrastructure:hardware RuntimeError: uncorrectable ECC error encountered"
-    (output / "failure").write_text(hardware + "\n")
+    (output / "failure").write_text(HARDWARE + "\n")
     monkeypatch.setenv("SM_OUTPUT_DIR", str(output))
     monkeypatch.setenv(ROUND_ENV, "1")
+    return output
+
+
+def test_a_refused_restart_ends_every_later_round_at_once_as_the_same_fault(
+    after_a_hardware_fault, monkeypatch
+):
+    output = after_a_hardware_fault
     first = begin_round()
-    assert (first.previous_reason, first.declined) == (hardware, None)
+    assert (first.previous_reason, first.declined) == (HARDWARE, None)
     assert not (output / "failure").exists()  # set aside: this round reports its own
     assert decline(reason_to_refuse(first.previous_reason), echo=False) == 75
-    assert (output / "failure").read_text().strip() == hardware
+    assert (output / "failure").read_text().strip() == HARDWARE
     monkeypatch.setenv(ROUND_ENV, "2")
     second = begin_round()
-    assert second.declined == hardware
+    assert second.declined == HARDWARE
     assert (output / RECORD_DIR / DECLINED).exists()
     assert decline(second.declined, echo=False) == 75
-    assert (output / "failure").read_text().strip() == hardware
+    assert (output / "failure").read_text().strip() == HARDWARE
 
 
 @pytest.fixture
@@ -162,21 +173,15 @@ def root_logging():
 
 
 def test_a_later_round_that_declines_prints_its_line_on_every_rank(
-    tmp_path, monkeypatch, capsys, root_logging
+    after_a_hardware_fault, monkeypatch, capsys, root_logging
 ):
     """A round after a refusal exits before any collective, and torchrun ends the other ranks as soon as one
     exits: a line printed by rank 0 alone was lost whenever another rank exited first."""
-    output = tmp_path / "output"
-    output.mkdir()
-    hardware = "trainstack-fault:infrastructure:hardware RuntimeError: uncorrectable ECC error encountered"
-    (output / "failure").write_text(hardware + "\n")
-    monkeypatch.setenv("SM_OUTPUT_DIR", str(output))
-    monkeypatch.setenv(ROUND_ENV, "1")
     decline(reason_to_refuse(begin_round().previous_reason), echo=False)  # round 1 refuses
     monkeypatch.setenv(ROUND_ENV, "2")
     monkeypatch.setenv("RANK", "1")
     assert job.run(lambda _: pytest.fail("a declined round trains"), argv=[]) == 75
-    line = f"No in-job restart: {hardware}"
+    line = f"No in-job restart: {HARDWARE}"
     printed = [text for text in capsys.readouterr().out.splitlines() if line in text]
     assert len(printed) == 1 and printed[0].startswith("[rank 1] "), printed
 
