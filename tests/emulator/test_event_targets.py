@@ -67,26 +67,44 @@ def test_without_an_input_form_the_execution_gets_the_whole_event(monkeypatch):
         (
             {
                 "InputTransformer": {
-                    "InputPathsMap": {"object": "$.detail.object", "missing": "$.detail.size"},
-                    "InputTemplate": (
-                        '{"object": <object>, "size": <missing>, "rule": "<aws.events.rule-name>"}'
-                    ),
+                    "InputPathsMap": {"object": "$.detail.object"},
+                    "InputTemplate": '{"object": <object>, "rule": "<aws.events.rule-name>"}',
                 }
             },
-            {"object": {"key": "train/a.bin"}, "size": None, "rule": "objects"},
+            {"object": {"key": "train/a.bin"}, "rule": "objects"},
         ),
-        ({"InputPath": "$.detail.size"}, None),
     ],
-    ids=[
-        "Input",
-        "InputPath",
-        "InputTransformer",
-        "InputTransformer-json-and-predefined",
-        "InputPath-no-match",
-    ],
+    ids=["Input", "InputPath", "InputTransformer", "InputTransformer-json-and-rule-name"],
 )
 def test_each_input_form_shapes_the_execution_input(monkeypatch, target_input, expected):
     assert started_input(monkeypatch, **target_input) == expected
+
+
+def test_the_event_variables_are_the_user_guides(monkeypatch):
+    """aws.events.event is the event without its detail, aws.events.event.json the whole event (user guide,
+    "Amazon EventBridge input transformation", predefined variables); the ingestion time is not emulated."""
+    template = '{"event": <aws.events.event>, "whole": <aws.events.event.json>}'
+    started = started_input(monkeypatch, InputTransformer={"InputTemplate": template})
+    assert "detail" not in started["event"] and started["event"]["source"] == "aws.s3"
+    assert started["whole"]["detail"] == DETAIL and started["whole"]["source"] == "aws.s3"
+    with pytest.raises(ValueError, match="does not give <aws.events.event.ingestion-time>"):
+        started_input(
+            monkeypatch, InputTransformer={"InputTemplate": '{"at": "<aws.events.event.ingestion-time>"}'}
+        )
+
+
+@pytest.mark.parametrize(
+    "target_input",
+    [
+        {"InputPath": "$.detail.size"},
+        {"InputTransformer": {"InputPathsMap": {"size": "$.detail.size"}, "InputTemplate": "<size>"}},
+    ],
+    ids=["InputPath", "InputPathsMap"],
+)
+def test_a_path_the_event_lacks_fails_loudly(monkeypatch, target_input):
+    """No AWS source says what EventBridge passes for it: the emulator makes nothing up."""
+    with pytest.raises(ValueError, match=r"the path \$\.detail\.size matches nothing in the event"):
+        started_input(monkeypatch, **target_input)
 
 
 def test_a_plain_text_template_cannot_start_a_state_machine(monkeypatch):
