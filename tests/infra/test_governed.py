@@ -5,13 +5,14 @@ cost the README and `make synth` state is what the templates hold."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import NO_ENV, deep_merge, default_config_data, synthesize
 from tests.infra.conftest import CDK_CONTEXT
-from tests.infra.control_tower import failed_rules, unpack_rules
+from tests.infra.control_tower import RESOURCE_TYPE, failed_rules, unpack_rules
 from tests.infra.templates import resources
 from tests.infra.test_app_quality import LINT_PLUGINS, run_cfn_lint, validation_report
 
@@ -56,13 +57,16 @@ def governed_settings(overrides: dict | None = None):
 
 
 @pytest.fixture(scope="session")
-def governed_app(tmp_path_factory):
+def governed_app(synthesized_directory):
     """The whole app with compliance: control-tower, a boundary, a role path and a qualifier; synth itself
     runs the Control Tower rules (the plugin, which test_a_removed_fix_fails_synth_naming_the_rule shows
-    failing) and cdk-nag, and fails on any open finding."""
+    failing) and cdk-nag, and fails on any open finding. (settings, the cloud assembly read back from the
+    directory: the same settings as tests/checkpoint_store_modes.py's store-sagemaker-sync-control-tower,
+    synthesized once for both.)"""
+    from aws_cdk import cx_api
+
     settings = governed_settings()
-    stacks, assembly = synthesize(settings, tmp_path_factory.mktemp("governed.cdk.out"))
-    return settings, stacks, assembly
+    return settings, cx_api.CloudAssembly(str(synthesized_directory(settings)))
 
 
 @pytest.fixture(scope="session")
@@ -75,14 +79,31 @@ def templates_of(assembly) -> list[Path]:
 
 
 def test_governed_templates_pass_every_control_tower_rule(governed_app, control_tower):
-    _, _, assembly = governed_app
+    _, assembly = governed_app
     failures = failed_rules(*control_tower, templates_of(assembly))
     assert len(failures) == 4 and all(rules == set() for rules in failures.values()), failures
 
 
 def test_default_templates_fail_exactly_the_known_control_tower_rules(default_app, control_tower):
+    """With every rule, and with the rules that name the templates' resource types (what the other checks
+    run): the same failures."""
     _, _, assembly = default_app
+    assert failed_rules(*control_tower, templates_of(assembly), every_rule=True) == DEFAULT_MODE_FAILURES
     assert failed_rules(*control_tower, templates_of(assembly)) == DEFAULT_MODE_FAILURES
+
+
+def test_every_control_tower_rule_skips_a_template_without_the_types_it_names(control_tower):
+    """What rules_for relies on, as each rule file's specification states it: scenario 1 is a SKIP for a
+    document that holds none of the resource types the rule reports on."""
+    _, rules = control_tower
+    files = sorted((rules / "cfn-guard").rglob("*.guard"))
+    assert len(files) > 200
+    for path in files:
+        text = path.read_text()
+        reports_on = re.search(r"# Reports on:\n((?:#\s+AWS::.*\n)+)", text)
+        first = re.search(r"Scenario:? 1\W*\n(.*?)Scenario:? 2", text, re.DOTALL)  # the files' spellings vary
+        assert reports_on and RESOURCE_TYPE.findall(reports_on[1]), path.name
+        assert first and "does not contain" in first[1] and "Then: SKIP" in first[1], path.name
 
 
 def test_a_removed_fix_fails_synth_naming_the_rule(tmp_path):
@@ -114,7 +135,7 @@ def test_a_removed_fix_fails_synth_naming_the_rule(tmp_path):
 
 
 def test_every_role_has_the_boundary_and_the_path(governed_app):
-    _, _, assembly = governed_app
+    _, assembly = governed_app
     roles = {
         (template.name, name): body["Properties"]
         for template in templates_of(assembly)
@@ -128,9 +149,9 @@ def test_every_role_has_the_boundary_and_the_path(governed_app):
 
 
 def test_stacks_deploy_with_the_qualifiers_bootstrap(governed_app):
-    _, stacks, assembly = governed_app
-    for stack in stacks.all:
-        artifact = assembly.get_stack_by_name(stack.stack_name)
+    _, assembly = governed_app
+    assert len(assembly.stacks) == 4
+    for artifact in assembly.stacks:
         assert ":role/cdk-mlplatform-deploy-role-" in artifact.assume_role_arn
         assert ":role/cdk-mlplatform-cfn-exec-role-" in artifact.cloud_formation_execution_role_arn
         assert artifact.bootstrap_stack_version_ssm_parameter == "/cdk-bootstrap/mlplatform/version"
@@ -138,7 +159,7 @@ def test_stacks_deploy_with_the_qualifiers_bootstrap(governed_app):
 
 
 def test_governed_templates_pass_cfn_lint_and_cdk_nag(governed_app):
-    _, _, assembly = governed_app
+    _, assembly = governed_app
     result = run_cfn_lint(templates_of(assembly))
     assert (result.returncode, result.stdout + result.stderr) == (0, "")
     for plugin in validation_report(Path(assembly.directory))["pluginReports"]:
@@ -162,7 +183,7 @@ def test_the_stated_cost_counts_what_the_templates_add(governed_app, default_app
             if all(body["Properties"].get(key) == value for key, value in properties.items())
         )
 
-    settings, _, governed_assembly = governed_app
+    settings, governed_assembly = governed_app
     _, _, default_assembly = default_app
     items = governed_fixed_costs(settings)
     stated_keys = sum(item.count for item in items if "KMS key" in item.what)
@@ -222,7 +243,7 @@ def test_governed_variant_passes_and_costs_what_it_adds(tmp_path, control_tower)
 def test_no_checkov_skip_of_what_the_governed_templates_meet(governed_app):
     """Log groups have a KMS key and handlers run in the VPC: skipping checkov's checks of those would
     leave an untrue reason in the template."""
-    _, _, assembly = governed_app
+    _, assembly = governed_app
     skipped = {
         skip["id"]
         for template in templates_of(assembly)
