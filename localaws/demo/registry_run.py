@@ -7,8 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 
-import boto3
-
+from localaws import clients
 from localaws.demo.target import DemoTarget
 from localaws.s3_endpoint import create_bucket
 from localaws.sagemaker.local_processes import LocalTraining
@@ -34,7 +33,7 @@ def stage(
     channel), where the
     profile has a registry: block; the jobs' image in (moto's) ECR; the profile's group."""
     dataset_bucket, image_uri = substitutions["DatasetBucket"], substitutions["TrainingImageUri"]
-    s3 = boto3.client("s3")
+    s3 = clients.client("s3")
     create_bucket(s3, dataset_bucket, target.settings.region)
     registry = target.profile.registry
     evaluation_prefix = registry.evaluation_prefix if registry else None
@@ -51,7 +50,7 @@ def stage(
             )
     register_image(image_uri)
     if registry:
-        boto3.client("sagemaker").create_model_package_group(
+        clients.client("sagemaker").create_model_package_group(
             ModelPackageGroupName=group_name(target.runs.project, target.profile.name)
         )
         create_lease_table(target.runs.project)
@@ -60,7 +59,7 @@ def stage(
 def create_lease_table(project: str) -> None:
     """The registrations' lease table, as the stack declares it (stacks/pipeline/registry/group_lease.py),
     unless a deployment of the template's tables made it already (demo.synthesized.create_tables)."""
-    dynamodb = boto3.client("dynamodb")
+    dynamodb = clients.client("dynamodb")
     if lease_table_name(project) in dynamodb.list_tables()["TableNames"]:
         return
     dynamodb.create_table(
@@ -75,7 +74,7 @@ def register_image(image_uri: str) -> None:
     """The image the jobs name (`<registry>/<repository>:<tag>`) in (moto's) ECR, so that a version records
     its digest."""
     repository, _, tag = image_uri.partition("/")[2].partition(":")
-    ecr = boto3.client("ecr")
+    ecr = clients.client("ecr")
     ecr.create_repository(repositoryName=repository)
     ecr.put_image(repositoryName=repository, imageManifest=json.dumps(MANIFEST), imageTag=tag)
 
@@ -86,7 +85,7 @@ def deploy_registry_resources(settings, dataset_bucket: str, image_uri: str) -> 
     evaluation_prefix in the (existing) dataset bucket, each registered profile's model package group, the
     lease table of each team's registrations."""
     register_image(image_uri)
-    s3, sagemaker = boto3.client("s3"), boto3.client("sagemaker")
+    s3, sagemaker = clients.client("s3"), clients.client("sagemaker")
     for runs in all_pipeline_runs(settings):  # with teams, each team's groups
         if any(profile.registry is not None for profile in runs.profiles):
             create_lease_table(runs.project)
@@ -118,7 +117,7 @@ def worse_hyperparameters() -> dict[str, str]:
 
 
 def execution_output(state_machine_arn: str, run_name: str) -> dict | None:
-    client = boto3.client("stepfunctions")
+    client = clients.client("stepfunctions")
     for item in client.list_executions(stateMachineArn=state_machine_arn)["executions"]:
         if item["name"] == run_name:
             described = client.describe_execution(executionArn=item["executionArn"])

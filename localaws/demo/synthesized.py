@@ -122,9 +122,9 @@ def _is_job_queue_arn(part: dict[str, Any]) -> bool:
 def create_tables(template: dict[str, Any], region: str) -> None:
     """Create, in the emulated account, every DynamoDB table `template` declares (name, keys, billing), as
     CloudFormation would (queue mode's run-name table), but those that exist already."""
-    import boto3
+    from localaws import clients
 
-    dynamodb = boto3.client("dynamodb", region_name=region)
+    dynamodb = clients.client("dynamodb", region)
     existing = set(dynamodb.list_tables()["TableNames"])  # e.g. registry_run's lease table
     for body in template.get("Resources", {}).values():
         if body.get("Type") == "AWS::DynamoDB::Table" and body["Properties"]["TableName"] not in existing:

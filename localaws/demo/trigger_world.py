@@ -16,9 +16,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import boto3
 from moto import mock_aws
 
+from localaws import clients
 from localaws.demo.registry_run import deploy_registry_resources
 from localaws.emulator import SteppedClock, local_stepfunctions
 from localaws.emulator.event_targets import install_state_machine_targets
@@ -74,12 +74,12 @@ class TriggerWorld:
 
     def upload(self, key: str, body: bytes = b"\x01\x00\x02\x00") -> None:
         """Put an object and let the trigger execution it starts record it."""
-        boto3.client("s3", region_name=REGION).put_object(Bucket=self.machines.bucket, Key=key, Body=body)
+        clients.client("s3", REGION).put_object(Bucket=self.machines.bucket, Key=key, Body=body)
         self.clock.settle()
 
     def executions(self, name: str) -> list[dict[str, Any]]:
         """The executions of a machine, oldest first, described (status, input, output, error, cause)."""
-        client = boto3.client("stepfunctions", region_name=REGION)
+        client = clients.client("stepfunctions", REGION)
         listed = client.list_executions(stateMachineArn=self.arns[name])["executions"]
         return [
             client.describe_execution(executionArn=item["executionArn"])
@@ -96,11 +96,11 @@ class TriggerWorld:
     def item(self, route: TriggerRoute | None = None) -> dict[str, Any]:
         """The trigger table's items (DynamoDB JSON), by profile."""
         table = (route or self.machines.routes[0]).table
-        items = boto3.client("dynamodb", region_name=REGION).scan(TableName=table)["Items"]
+        items = clients.client("dynamodb", REGION).scan(TableName=table)["Items"]
         return {item["profile"]["S"]: item for item in items}
 
     def idle(self) -> bool:
-        client = boto3.client("stepfunctions", region_name=REGION)
+        client = clients.client("stepfunctions", REGION)
         return not any(
             client.list_executions(stateMachineArn=self.arns[name], statusFilter="RUNNING")["executions"]
             for route in self.machines.routes
@@ -140,7 +140,7 @@ def trigger_world(
         fsx.now = clock.watched_time
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}), local_stepfunctions(clock):
         _create_resources(machines)
-        client = boto3.client("stepfunctions", region_name=REGION)
+        client = clients.client("stepfunctions", REGION)
         arns = {
             # Published: the parents' definitions name version 1 of their children.
             name: client.create_state_machine(
@@ -148,7 +148,7 @@ def trigger_world(
             )["stateMachineArn"]
             for name, definition in machines.definitions.items()
         }
-        events = boto3.client("events", region_name=REGION)
+        events = clients.client("events", REGION)
         for index, route in enumerate(machines.routes):
             rule = f"new-data-{index}"
             events.put_rule(Name=rule, EventPattern=json.dumps(route.rule_pattern))
@@ -159,7 +159,7 @@ def trigger_world(
 
 
 def _create_resources(machines: TriggerMachines) -> None:
-    s3 = boto3.client("s3", region_name=REGION)
+    s3 = clients.client("s3", REGION)
     s3.create_bucket(Bucket=machines.bucket)
     # Before the notifications: the evaluation set lands where no trigger watches anyway.
     deploy_registry_resources(machines.settings, machines.bucket, machines.image_uri)
@@ -168,7 +168,7 @@ def _create_resources(machines: TriggerMachines) -> None:
         Bucket=machines.bucket, NotificationConfiguration={"EventBridgeConfiguration": {}}
     )
     for route in machines.routes:
-        boto3.client("dynamodb", region_name=REGION).create_table(
+        clients.client("dynamodb", REGION).create_table(
             TableName=route.table,
             KeySchema=[{"AttributeName": "profile", "KeyType": "HASH"}],
             AttributeDefinitions=[{"AttributeName": "profile", "AttributeType": "S"}],

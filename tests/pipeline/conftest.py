@@ -7,9 +7,9 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import boto3
 import pytest
 
+from localaws import clients
 from localaws.demo import registry_run
 from localaws.emulator import VirtualClock
 from localaws.emulator.versions import referenced_machine_arn
@@ -147,7 +147,7 @@ TRAINING_KEYS = ("datasets/train-000.bin", "datasets/train-001.bin")
 def deploy_registry_resources(settings: Settings) -> None:
     """What the deployed stacks hold that the registration machine reads (docs/registry.md): the dataset
     bucket with a training set, and localaws.demo.registry_run's evaluation set, image and groups."""
-    s3 = boto3.client("s3")
+    s3 = clients.client("s3")
     s3.create_bucket(Bucket=FAKE_VALUES["DatasetBucket"])
     for key in TRAINING_KEYS:
         s3.put_object(Bucket=FAKE_VALUES["DatasetBucket"], Key=key, Body=key.encode())
@@ -225,7 +225,7 @@ def registry(interpreter, pipeline):
             definition = definition.replace(old, new)
         sm = interpreter(definition, job_scripts=[[STARTING, TRAINING, COMPLETED]], **fake)
         # The stack's group.
-        boto3.client("sagemaker").create_model_package_group(ModelPackageGroupName=REGISTRY_GROUP)
+        clients.client("sagemaker").create_model_package_group(ModelPackageGroupName=REGISTRY_GROUP)
 
         def run(name: str, loss: float, *scripts: list[Phase]):
             """Evaluation job i follows scripts[i] (the last repeats), by default evaluated(loss)."""

@@ -17,11 +17,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import boto3
 from moto import mock_aws
 from moto.core.responses import ActionResult
 from moto.stepfunctions.responses import StepFunctionResponse
 
+from localaws import clients
 from localaws.emulator import VirtualClock, local_stepfunctions, service_error
 from localaws.sagemaker import ACCOUNT, FakeSageMaker, install_fake_sagemaker
 from localaws.sagemaker.calls import HANG_GUARD_SECONDS
@@ -133,21 +133,21 @@ class Outcome:
 def create_state_machine(definition: str, name: str = "trainstack-pipeline") -> str:
     """Create the machine and publish its version 1, which the parents' definitions name (a first deploy:
     stacks/pipeline/pinned_start.py)."""
-    client = boto3.client("stepfunctions", region_name=REGION)
+    client = clients.client("stepfunctions", REGION)
     return client.create_state_machine(name=name, definition=definition, roleArn=ROLE_ARN, publish=True)[
         "stateMachineArn"
     ]
 
 
 def start(state_machine_arn: str, execution_input: Any, name: str = "exec-1") -> str:
-    client = boto3.client("stepfunctions", region_name=REGION)
+    client = clients.client("stepfunctions", REGION)
     return client.start_execution(
         stateMachineArn=state_machine_arn, name=name, input=json.dumps(execution_input)
     )["executionArn"]
 
 
 def wait_for(execution_arn: str, timeout: float = HANG_GUARD_SECONDS) -> Outcome:
-    client = boto3.client("stepfunctions", region_name=REGION)
+    client = clients.client("stepfunctions", REGION)
     deadline = time.monotonic() + timeout
     while True:
         described = client.describe_execution(executionArn=execution_arn)
@@ -188,7 +188,7 @@ def run(state_machine_arn: str, execution_input: Any, name: str = "exec-1") -> O
 
 def executions(state_machine_arn: str) -> list[Outcome]:
     """Every finished execution of a state machine (e.g. the attempts of the pipeline), oldest first."""
-    client = boto3.client("stepfunctions", region_name=REGION)
+    client = clients.client("stepfunctions", REGION)
     listed = client.list_executions(stateMachineArn=state_machine_arn)["executions"]
     return [wait_for(item["executionArn"]) for item in sorted(listed, key=lambda item: item["startDate"])]
 
