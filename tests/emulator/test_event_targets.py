@@ -4,6 +4,7 @@ each of PutTargets' input forms reaches the execution as EventBridge documents i
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 import boto3
 import pytest
@@ -15,8 +16,9 @@ REGION = "us-east-1"
 DETAIL = {"bucket": {"name": "datasets"}, "object": {"key": "train/a.bin"}}
 
 
-def started_input(monkeypatch, **target_input) -> dict:
-    """The input of the one execution a matching event starts through a target with `target_input`."""
+def started_input(monkeypatch, *, event_time: datetime | None = None, **target_input) -> dict:
+    """The input of the one execution a matching event starts through a target with `target_input` (the
+    event sent with PutEvents' Time `event_time`, if given)."""
     with mock_aws():
         install_state_machine_targets(monkeypatch)
         stepfunctions = boto3.client("stepfunctions", region_name=REGION)
@@ -38,16 +40,28 @@ def started_input(monkeypatch, **target_input) -> dict:
                 }
             ],
         )
-        events.put_events(
-            Entries=[{"Source": "aws.s3", "DetailType": "Object Created", "Detail": json.dumps(DETAIL)}]
-        )
+        entry = {"Source": "aws.s3", "DetailType": "Object Created", "Detail": json.dumps(DETAIL)}
+        events.put_events(Entries=[{**entry, **({"Time": event_time} if event_time else {})}])
         [execution] = stepfunctions.list_executions(stateMachineArn=machine)["executions"]
         return json.loads(stepfunctions.describe_execution(executionArn=execution["executionArn"])["input"])
 
 
 def test_without_an_input_form_the_execution_gets_the_whole_event(monkeypatch):
-    event = started_input(monkeypatch)
+    """As AWS writes it: `time` in ISO 8601 (moto's is Unix seconds), no field of moto's own."""
+    event = started_input(monkeypatch, event_time=datetime(2015, 11, 11, 21, 29, 54, tzinfo=UTC))
     assert (event["source"], event["detail-type"], event["detail"]) == ("aws.s3", "Object Created", DETAIL)
+    assert event["time"] == "2015-11-11T21:29:54Z"
+    assert set(event) == {
+        "version",
+        "id",
+        "detail-type",
+        "source",
+        "account",
+        "time",
+        "region",
+        "resources",
+        "detail",
+    }
 
 
 @pytest.mark.parametrize(
@@ -81,16 +95,25 @@ def test_each_input_form_shapes_the_execution_input(monkeypatch, target_input, e
 
 
 def test_the_event_variables_are_the_user_guides(monkeypatch):
-    """aws.events.event is the event without its detail, aws.events.event.json the whole event (user guide,
-    "Amazon EventBridge input transformation", predefined variables); the ingestion time is not emulated."""
-    template = '{"event": <aws.events.event>, "whole": <aws.events.event.json>}'
-    started = started_input(monkeypatch, InputTransformer={"InputTemplate": template})
+    """aws.events.event is the event without its detail, aws.events.event.json the whole event, and the
+    ingestion time when EventBridge received it, in ISO 8601 (user guide, "Amazon EventBridge input
+    transformation", predefined variables): not the event's own, earlier Time."""
+    template = (
+        '{"event": <aws.events.event>, "whole": <aws.events.event.json>, '
+        '"received": "<aws.events.event.ingestion-time>"}'
+    )
+    before = datetime.now(UTC).replace(microsecond=0)
+    started = started_input(
+        monkeypatch,
+        event_time=datetime(2015, 11, 11, 21, 29, 54, tzinfo=UTC),
+        InputTransformer={"InputTemplate": template},
+    )
+    after = datetime.now(UTC)
     assert "detail" not in started["event"] and started["event"]["source"] == "aws.s3"
     assert started["whole"]["detail"] == DETAIL and started["whole"]["source"] == "aws.s3"
-    with pytest.raises(ValueError, match="does not give <aws.events.event.ingestion-time>"):
-        started_input(
-            monkeypatch, InputTransformer={"InputTemplate": '{"at": "<aws.events.event.ingestion-time>"}'}
-        )
+    assert started["whole"]["time"] == started["event"]["time"] == "2015-11-11T21:29:54Z"
+    received = datetime.strptime(started["received"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    assert before <= received <= after
 
 
 @pytest.mark.parametrize(
