@@ -28,6 +28,12 @@ gc.set_threshold(50_000, 20, 10)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO_ROOT / "config" / "default.yaml"
+# The CLI feeds cdk.json's feature flags to app.py; tests synthesize with the same ones.
+CDK_JSON_CONTEXT = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
+# ...and leave each asset where it is, as `cdk synth --no-staging` does: the templates are the same (an
+# asset's hash is its content's), and a staged copy per synthesis of cdk-ecr-deployment's 50 MB handler
+# filled CI's disk (over 4 GB in a run). Only tests of what staging writes use CDK_JSON_CONTEXT.
+CDK_CONTEXT = {**CDK_JSON_CONTEXT, "aws:cdk:disable-asset-staging": True}
 # Tests never take account/region from the machine's environment.
 NO_ENV: dict[str, str] = {}
 
@@ -122,9 +128,7 @@ def synthesize(settings, outdir: Path | None = None):
 
     from stacks.app_builder import build_app
 
-    # The CLI feeds cdk.json's feature flags to app.py; tests must synthesize with the same ones.
-    context = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
-    app = cdk.App(outdir=str(outdir) if outdir else None, context=context)
+    app = cdk.App(outdir=str(outdir) if outdir else None, context=CDK_CONTEXT)
     stacks = build_app(app, settings)
     return stacks, app.synth()
 

@@ -9,11 +9,17 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import DEFAULT_CONFIG, NO_ENV, REPO_ROOT, deep_merge, default_config_data
+from tests.conftest import (
+    CDK_CONTEXT,
+    CDK_JSON_CONTEXT,
+    DEFAULT_CONFIG,
+    NO_ENV,
+    deep_merge,
+    default_config_data,
+)
 from tests.infra.templates import mask_asset_hashes, only, resources
 from trainstack.registry import code_version
 
-CDK_CONTEXT = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
 BASE_DIGEST = "sha256:" + "ab12" * 16
 EXISTING_URI = "222222222222.dkr.ecr.eu-west-1.amazonaws.com/team/trainer:2026-11-01"
 
@@ -27,7 +33,9 @@ class Synthesized:
     outdir: Path
 
 
-def synthesize_image(overrides: dict[str, Any], outdir: Path) -> Synthesized:
+def synthesize_image(
+    overrides: dict[str, Any], outdir: Path, context: dict[str, Any] = CDK_JSON_CONTEXT
+) -> Synthesized:
     import aws_cdk as cdk
     from cdk_nag import AwsSolutionsChecks
 
@@ -36,7 +44,8 @@ def synthesize_image(overrides: dict[str, Any], outdir: Path) -> Synthesized:
 
     data = deep_merge(default_config_data(), overrides)
     settings = parse_settings(data, NO_ENV, source=str(DEFAULT_CONFIG))
-    app = cdk.App(outdir=str(outdir), context=CDK_CONTEXT)
+    # Staged as `make synth` stages by default: the tests read the image's staged build context.
+    app = cdk.App(outdir=str(outdir), context=context)
     env = cdk.Environment(account=settings.account, region=settings.region)
     stack = image_stack(app, settings, None, env=env)
     # An unacknowledged AwsSolutions finding makes synth raise, so every test here also checks cdk-nag.
@@ -46,19 +55,22 @@ def synthesize_image(overrides: dict[str, Any], outdir: Path) -> Synthesized:
     return Synthesized(stack, artifact.template, assets, list(artifact.messages), outdir)
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory) -> Synthesized:
+def built_overrides() -> dict[str, Any]:
     # trainstack/prices.py has no eu-west-1 prices, so the default config's cost cap goes (a cap needs them).
     profiles = [
         {k: v for k, v in p.items() if k != "max_cost_usd"} for p in default_config_data()["profiles"]
     ]
-    overrides = {
+    return {
         "image": {"keep_images": 7, "base_digest": BASE_DIGEST},
         "region": "eu-west-1",
         "availability_zone": "eu-west-1b",
         "profiles": profiles,
     }
-    return synthesize_image(overrides, tmp_path_factory.mktemp("image-build"))
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Synthesized:
+    return synthesize_image(built_overrides(), tmp_path_factory.mktemp("image-build"))
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +106,16 @@ def test_image_is_built_for_linux_amd64_from_the_container_dockerfile_with_regio
         "SMP_IMAGE_DIGEST": BASE_DIGEST,
         "TRAINSTACK_CODE_VERSION": code_version(),  # the git revision, baked into the image
     }
+
+
+def test_the_other_tests_unstaged_synthesis_writes_the_same_template_and_no_asset_copies(built, tmp_path):
+    """The other tests synthesize with assets left where they are (tests/conftest.py's CDK_CONTEXT, as
+    `cdk synth --no-staging`): this stack holds both kinds of asset, a file and a Docker build context."""
+    unstaged = synthesize_image(built_overrides(), tmp_path, CDK_CONTEXT)
+    assert unstaged.template == built.template
+    assert unstaged.assets["files"].keys() == built.assets["files"].keys()
+    assert unstaged.assets["dockerImages"].keys() == built.assets["dockerImages"].keys()
+    assert list(built.outdir.glob("asset.*")) and not list(tmp_path.glob("asset.*"))
 
 
 def test_build_context_is_only_what_the_image_needs(built):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import CDK_CONTEXT, REPO_ROOT
 from trainstack.config_loading import load_settings
 from trainstack.idle_cost import BilledResources, count_in_templates, idle_cost, idle_cost_of_templates
 from trainstack.idle_resources import billed_resources
@@ -85,7 +85,6 @@ def synthesized_variants(tmp_path_factory, make_settings_module):
 
     from stacks.app_builder import build_app
 
-    context = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
     apps = {}
     settings_by_name = {
         **{
@@ -96,7 +95,7 @@ def synthesized_variants(tmp_path_factory, make_settings_module):
         **{name: make_settings_module(overrides) for name, overrides in VARIANTS.items()},
     }
     for name, settings in settings_by_name.items():
-        app = cdk.App(outdir=str(tmp_path_factory.mktemp("variant")), context=context)
+        app = cdk.App(outdir=str(tmp_path_factory.mktemp("variant")), context=CDK_CONTEXT)
         build_app(app, settings, nag=False)
         apps[name] = (settings, templates_of(app.synth()))
     return apps

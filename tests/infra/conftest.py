@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import DEFAULT_CONFIG, NO_ENV, REPO_ROOT, deep_merge, default_config_data
+from tests.conftest import CDK_CONTEXT, DEFAULT_CONFIG, NO_ENV, deep_merge, default_config_data
 from tests.infra.templates import load_templates
-
-CDK_CONTEXT = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
 
 
 @dataclass

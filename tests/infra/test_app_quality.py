@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from syrupy.extensions.json import JSONSnapshotExtension
 
-from tests.conftest import REPO_ROOT
-from tests.infra.conftest import CDK_CONTEXT, InfraApp
+from tests.conftest import CDK_CONTEXT, REPO_ROOT
+from tests.infra.conftest import InfraApp
 from tests.infra.templates import mask_asset_hashes
 
 CFN_LINT = Path(sys.executable).parent / "cfn-lint"

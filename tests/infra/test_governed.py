@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import NO_ENV, deep_merge, default_config_data, synthesize
-from tests.infra.conftest import CDK_CONTEXT
+from tests.conftest import CDK_CONTEXT, NO_ENV, deep_merge, default_config_data, synthesize
 from tests.infra.control_tower import RESOURCE_TYPE, failed_rules, unpack_rules
 from tests.infra.templates import resources
 from tests.infra.test_app_quality import LINT_PLUGINS, run_cfn_lint, validation_report

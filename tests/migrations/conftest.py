@@ -4,14 +4,13 @@ each), as the deploy review reads an app: stack name -> template without build n
 from __future__ import annotations
 
 import copy
-import json
 from functools import cache
 from typing import Any
 
 import aws_cdk as cdk
 import pytest
 
-from tests.conftest import NO_ENV, REPO_ROOT, deep_merge, default_config_data
+from tests.conftest import CDK_CONTEXT, NO_ENV, deep_merge, default_config_data
 from trainstack.config_loading import parse_settings
 
 REGISTRY_PROFILE = "small-torchrun"  # the default config's profile with a registry: block
@@ -102,7 +101,6 @@ def app_templates(name: str) -> dict[str, dict[str, Any]]:
     """The config's app: stack name -> template (cdk.json's feature flags, as `make synth`)."""
     from stacks.app_builder import build_app
 
-    context = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
-    app = cdk.App(context=context)
+    app = cdk.App(context=CDK_CONTEXT)
     build_app(app, settings_of(name), nag=False)
     return templates_of(app.synth())
