@@ -72,9 +72,9 @@ def build_app(app: cdk.App, settings: Settings, *, nag: bool = True) -> Trainsta
     if governed(settings):
         # AWS Control Tower's proactive controls, as cfn-guard rules (cdklabs' package, with the cfn-guard
         # binary): a template that Control Tower's hooks would block fails synth, naming the rule.
-        from cdklabs.cdk_validator_cfnguard import CfnGuardValidator
+        from stacks.control_tower_rules import ControlTowerRules
 
-        cdk.Validations.of(app).add_plugins(CfnGuardValidator(disabled_rules=governed_rules_waived(settings)))
+        cdk.Validations.of(app).add_plugins(ControlTowerRules(governed_rules_waived(settings)))
     return stacks
 
 

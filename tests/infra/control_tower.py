@@ -9,12 +9,11 @@ from __future__ import annotations
 import importlib.resources
 import json
 import platform
-import re
 import subprocess
 import tarfile
 from pathlib import Path
 
-RESOURCE_TYPE = re.compile(r"AWS::\w+::\w+")
+from stacks.control_tower_rules import resource_types, rules_naming_none_of
 
 
 def unpack_rules(into: Path) -> tuple[Path, Path]:
@@ -31,20 +30,9 @@ def unpack_rules(into: Path) -> tuple[Path, Path]:
 
 
 def rules_for(rules: Path, templates: list[Path]) -> list[Path]:
-    """The rule files that can judge `templates`: those naming a resource type the templates hold. Each
-    Control Tower rule file states the types it reports on, and its first scenario is a SKIP for a document
-    with none of them (the rules' own headers); the others could only skip, and cfn-guard, whose cost grows
-    with rules times templates, spent about three quarters of its time on them."""
-    present = {
-        body["Type"]
-        for template in templates
-        for body in json.loads(template.read_text())["Resources"].values()
-    }
-    return [
-        path
-        for path in sorted((rules / "cfn-guard").rglob("*.guard"))
-        if present & set(RESOURCE_TYPE.findall(path.read_text()))
-    ]
+    """The rule files that can judge `templates`, as synth selects them (stacks/control_tower_rules.py)."""
+    skipped = set(rules_naming_none_of(resource_types(templates)))
+    return [path for path in sorted((rules / "cfn-guard").rglob("*.guard")) if path.stem not in skipped]
 
 
 def failed_rules(

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from stacks.control_tower_rules import RESOURCE_TYPE, ControlTowerRules, types_of_rules
 from tests.conftest import CDK_CONTEXT, NO_ENV, deep_merge, default_config_data, synthesize
-from tests.infra.control_tower import RESOURCE_TYPE, failed_rules, unpack_rules
+from tests.infra.control_tower import failed_rules, unpack_rules
 from tests.infra.templates import resources
 from tests.infra.test_app_quality import LINT_PLUGINS, run_cfn_lint, validation_report
 
@@ -97,6 +98,9 @@ def test_every_control_tower_rule_skips_a_template_without_the_types_it_names(co
     _, rules = control_tower
     files = sorted((rules / "cfn-guard").rglob("*.guard"))
     assert len(files) > 200
+    # Synth reads the same rules from the same bundle, each with the types it names.
+    named = {name: bool(types) for name, types in types_of_rules().items()}
+    assert named == {path.stem: True for path in files}
     for path in files:
         text = path.read_text()
         reports_on = re.search(r"# Reports on:\n((?:#\s+AWS::.*\n)+)", text)
@@ -109,7 +113,6 @@ def test_a_removed_fix_fails_synth_naming_the_rule(tmp_path):
     """The network stack alone, governed, with the flow logs' KMS key taken away again: synth stops and the
     report names CT.CLOUDWATCH.PR.3's rule."""
     import aws_cdk as cdk
-    from cdklabs.cdk_validator_cfnguard import CfnGuardValidator
 
     from stacks.app_builder import network_stack
     from stacks.governed_account import apply_governance
@@ -120,7 +123,7 @@ def test_a_removed_fix_fails_synth_naming_the_rule(tmp_path):
     network = network_stack(app, settings, env=env)
     apply_governance([network], settings.iam, governed=True)
     network.node.find_child("FlowLogGroup").node.default_child.add_property_deletion_override("KmsKeyId")
-    cdk.Validations.of(app).add_plugins(CfnGuardValidator())
+    cdk.Validations.of(app).add_plugins(ControlTowerRules(waived=[]))
     with pytest.raises(Exception, match="ValidationFailed"):
         app.synth()
     [plugin] = [
@@ -131,6 +134,18 @@ def test_a_removed_fix_fails_synth_naming_the_rule(tmp_path):
     assert {violation["ruleName"] for violation in plugin["violations"]} == {
         "cloudwatch_log_group_encrypted_check"
     }
+
+
+def test_a_template_no_rule_can_judge_still_goes_through_every_rule(tmp_path):
+    """Where no rule names a type the templates hold, synth runs every rule (each skips), as the plugin alone
+    does: cfn-guard given no rule at all fails synth."""
+    import aws_cdk as cdk
+
+    assert not any("AWS::CloudFormation::WaitConditionHandle" in types for types in types_of_rules().values())
+    app = cdk.App(outdir=str(tmp_path), context=CDK_CONTEXT)
+    cdk.CfnWaitConditionHandle(cdk.Stack(app, "Bare"), "Handle")
+    cdk.Validations.of(app).add_plugins(ControlTowerRules(waived=[]))
+    app.synth()
 
 
 def test_every_role_has_the_boundary_and_the_path(governed_app):

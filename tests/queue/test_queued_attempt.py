@@ -59,7 +59,10 @@ def attempt_definition() -> str:
     return definition_of(build)
 
 
-DEFINITION = attempt_definition()
+@pytest.fixture(scope="module")
+def definition() -> str:
+    # Built when the file's tests run, not when every worker collects it.
+    return attempt_definition()
 
 
 def attempt_input(
@@ -83,9 +86,9 @@ def attempt_input(
 
 
 @pytest.fixture
-def world(queue_world):
+def world(queue_world, definition):
     client, batch, sagemaker, clock = queue_world
-    return client, create_machine(client, "attempt", DEFINITION), batch, sagemaker, clock
+    return client, create_machine(client, "attempt", definition), batch, sagemaker, clock
 
 
 def run(client, arn, inputs: dict[str, dict]) -> dict[str, Any]:
