@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -39,6 +40,7 @@ def allowed() -> dict[str, Any]:
     return allowed_requests(PipelineRuns(settings.project, tuple(settings.profiles), QUEUE), FSX_RESOURCES)
 
 
+@functools.cache  # built on first use, not as each worker collects the file
 def attempt_definition() -> str:
     from stacks.pipeline.attempt.queued_training_attempt import QueuedTrainingAttempt
 
@@ -57,12 +59,6 @@ def attempt_definition() -> str:
         ).start
 
     return definition_of(build)
-
-
-@pytest.fixture(scope="module")
-def definition() -> str:
-    # Built when the file's tests run, not when every worker collects it.
-    return attempt_definition()
 
 
 def attempt_input(
@@ -86,9 +82,9 @@ def attempt_input(
 
 
 @pytest.fixture
-def world(queue_world, definition):
+def world(queue_world):
     client, batch, sagemaker, clock = queue_world
-    return client, create_machine(client, "attempt", definition), batch, sagemaker, clock
+    return client, create_machine(client, "attempt", attempt_definition()), batch, sagemaker, clock
 
 
 def run(client, arn, inputs: dict[str, dict]) -> dict[str, Any]:

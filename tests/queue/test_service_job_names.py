@@ -10,7 +10,7 @@ import pytest
 
 from localaws.emulator.batch_jobs import JOB_NAME, SAGEMAKER_NAME_LENGTH, TRAINING_JOB_NAMES
 from tests.queue.conftest import QUEUE_NAME, create_machine, service_job
-from tests.queue.test_queued_attempt import DEFINITION, attempt_input, run
+from tests.queue.test_queued_attempt import attempt_definition, attempt_input, run
 from trainstack.queue_settings import (
     BATCH_ATTEMPT_ID_LENGTH,
     BATCH_TRAINING_JOB_PREFIX,
@@ -49,7 +49,7 @@ def test_the_attempt_submits_the_short_name_and_batchs_job_name_is_never_cut(que
     """The attempt's JSONata ($hash) names the service job as Python does, for the longest run name; under
     each naming alternative of the fake, Batch's training job name fits uncut."""
     client, batch, _, _ = queue_world
-    arn = create_machine(client, "attempt", DEFINITION)
+    arn = create_machine(client, "attempt", attempt_definition())
     batch.training_job_names = naming
     outcome = run(client, arn, {"longest": attempt_input(LONGEST_RUN)})["longest"]
     assert outcome.status == "SUCCEEDED" and outcome.output["status"] == "Completed", outcome.cause
