@@ -52,9 +52,9 @@ def synthesize(config: Path) -> App:
         os.environ, JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION="20", CDK_DISABLE_VERSION_CHECK="1"
     )
     with tempfile.TemporaryDirectory(prefix="trainstack-review-") as outdir:
-        # The review reads templates alone: no copy of each asset (the image's build context, a 50 MB handler).
-        command = [cdk, "synth", "--quiet", "--no-notices", "--no-staging", "-c", f"config={config.resolve()}"]
-        command += ["-o", outdir]
+        # The review reads templates alone: no copy of an asset (the image's build context, a 50 MB handler).
+        command = [cdk, "synth", "--quiet", "--no-notices", "--no-staging", "-o", outdir]
+        command += ["-c", f"config={config.resolve()}"]
         done = subprocess.run(command, cwd=root, env=environment, capture_output=True, text=True)
         if done.returncode != 0:
             last = (done.stderr.strip().splitlines() or ["no output"])[-1]
