@@ -26,17 +26,21 @@ RESOURCE_TYPE = re.compile(r"AWS::\w+::\w+")
 RULES_FOLDER = "package/rules/control-tower/cfn-guard/"
 
 
+def plugin_bundle() -> Path:
+    """The installed plugin's jsii bundle: its rules and the cfn-guard binary, as the plugin runs them."""
+    return next(
+        Path(str(path))
+        for path in importlib.resources.files("cdklabs.cdk_validator_cfnguard._jsii").iterdir()
+        if path.name.endswith(".jsii.tgz")
+    )
+
+
 @functools.cache
 def types_of_rules() -> dict[str, frozenset[str]]:
     """Rule name (its file's stem, as the plugin's disabled_rules names it) -> every resource type its file
     names, read from the plugin's own bundle, which holds the rules the plugin runs."""
-    bundle = next(
-        path
-        for path in importlib.resources.files("cdklabs.cdk_validator_cfnguard._jsii").iterdir()
-        if path.name.endswith(".jsii.tgz")
-    )
     named: dict[str, frozenset[str]] = {}
-    with tarfile.open(str(bundle)) as archive:
+    with tarfile.open(str(plugin_bundle())) as archive:
         for member in archive:
             if member.name.startswith(RULES_FOLDER) and member.name.endswith(".guard"):
                 text = archive.extractfile(member).read().decode()

@@ -6,24 +6,18 @@ the synth-time one on the same rules."""
 
 from __future__ import annotations
 
-import importlib.resources
 import json
 import platform
 import subprocess
 import tarfile
 from pathlib import Path
 
-from stacks.control_tower_rules import resource_types, rules_naming_none_of
+from stacks.control_tower_rules import plugin_bundle, resource_types, rules_naming_none_of
 
 
 def unpack_rules(into: Path) -> tuple[Path, Path]:
     """(cfn-guard binary, Control Tower rules folder) unpacked from the installed plugin's bundle."""
-    bundle = next(
-        path
-        for path in importlib.resources.files("cdklabs.cdk_validator_cfnguard._jsii").iterdir()
-        if path.name.endswith(".jsii.tgz")
-    )
-    with tarfile.open(str(bundle)) as archive:
+    with tarfile.open(plugin_bundle()) as archive:
         archive.extractall(into, filter="tar")
     package = into / "package"
     return package / "bin" / "ubuntu" / platform.machine() / "cfn-guard", package / "rules" / "control-tower"
